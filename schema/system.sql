@@ -1,0 +1,34 @@
+-- mcpsub's own tables. Applied by mcpsubd at every start (idempotent).
+-- Application tables live beside these in the same database file; names
+-- starting with "audit_log", "mcp_session", "mcpsub_" or "sqlite_" are
+-- never exported as resources.
+
+-- The change feed. One row per INSERT, UPDATE or DELETE on an exported
+-- table, written by triggers in the same transaction as the change, so
+-- writers that are not mcpsubd (the sqlite3 CLI, applications) are covered.
+-- seq is monotonic (AUTOINCREMENT never reuses a value, even after pruning).
+CREATE TABLE IF NOT EXISTS audit_log (
+  seq          INTEGER PRIMARY KEY AUTOINCREMENT,
+  tbl          TEXT    NOT NULL,
+  key          TEXT    NOT NULL,   -- primary key after the change (before it, for DELETE)
+  op           TEXT    NOT NULL CHECK (op IN ('INSERT', 'UPDATE', 'DELETE')),
+  old_row      TEXT,               -- JSON object, NULL for INSERT
+  new_row      TEXT,               -- JSON object, NULL for DELETE
+  committed_at INTEGER NOT NULL    -- Unix time in milliseconds
+);
+-- A record's version is the seq of its last change; a collection's is the
+-- seq of the last change to any of its rows.
+CREATE INDEX IF NOT EXISTS audit_log_by_key ON audit_log (tbl, key, seq);
+CREATE INDEX IF NOT EXISTS audit_log_by_table ON audit_log (tbl, seq);
+
+-- One row per MCP session: what must outlive the process serving it.
+CREATE TABLE IF NOT EXISTS mcp_session (
+  id                  TEXT    PRIMARY KEY,
+  created_at          INTEGER NOT NULL,   -- Unix time in milliseconds
+  last_seen           INTEGER NOT NULL,   -- Unix time in milliseconds
+  protocol_version    TEXT    NOT NULL,
+  client_info         TEXT,               -- JSON object from initialize
+  client_capabilities TEXT,               -- JSON object from initialize
+  log_level           TEXT,               -- from logging/setLevel
+  subscriptions       TEXT    NOT NULL DEFAULT '[]'  -- JSON array of subscribed URIs
+) WITHOUT ROWID;

@@ -1,0 +1,32 @@
+/*
+ * buf_t: a growable byte buffer, always NUL-terminated so that text can be
+ * handed to C string functions. Growth goes through mem_realloc (aborting);
+ * callers that fill a buffer from peer input check their own bound first.
+ */
+#ifndef MCPSUB_BUF_H
+#define MCPSUB_BUF_H
+
+#include <stdarg.h>
+#include <stddef.h>
+
+typedef struct buf {
+  char *data; /* NULL until the first append */
+  size_t len;
+  size_t cap;
+} buf_t;
+
+void buf_init(buf_t *b);
+void buf_finish(buf_t *b); /* frees the storage; b can be reused after buf_init */
+void buf_reserve(buf_t *b, size_t extra);
+void buf_append(buf_t *b, const void *data, size_t len);
+void buf_append_str(buf_t *b, const char *s);
+void buf_printf(buf_t *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void buf_vprintf(buf_t *b, const char *fmt, va_list ap);
+/* Appends s as a JSON string literal, quotes included. */
+void buf_append_json_string(buf_t *b, const char *s, size_t len);
+void buf_reset(buf_t *b);                /* len = 0, keeps storage */
+void buf_consume(buf_t *b, size_t n);    /* drops the first n bytes */
+/* Hands the storage to the caller (who frees it) and resets b. Never NULL. */
+char *buf_steal(buf_t *b);
+
+#endif

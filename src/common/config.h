@@ -1,0 +1,52 @@
+/*
+ * mcpsubd's configuration: command-line flags, their defaults and their
+ * validation. Pure: parsing touches no file and no socket.
+ */
+#ifndef MCPSUB_CONFIG_H
+#define MCPSUB_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "common/log.h"
+#include "common/mem.h"
+
+#define CONFIG_MAX_ORIGINS 32
+
+typedef struct config {
+  char listen_host[64];        /* --listen host part, default 127.0.0.1 */
+  int listen_port;             /* --listen port part, default 9926 */
+  const char *db_path;         /* --db, default data/mcpsub.db */
+  const char *schema_path;     /* --schema, default schema/example.sql; "" = none */
+  char public_url[512];        /* --public-url without trailing '/' */
+  enum log_level log_level;    /* --log-level */
+  const char *allowed_origins[CONFIG_MAX_ORIGINS]; /* --allowed-origins (comma list), extra to localhost */
+  size_t n_allowed_origins;
+  uint64_t idle_timeout_ms;    /* --idle-timeout seconds, default 1800 */
+  size_t max_body;             /* --max-body bytes, default 1 MiB */
+  size_t max_header;           /* header block bound, 16 KiB */
+  uint64_t header_timeout_ms;  /* slow-header bound, 10 s */
+  uint64_t keepalive_ms;       /* --sse-keepalive seconds, SSE comment interval, default 15 */
+  unsigned sse_retry_ms;       /* retry: field of SSE streams, default 1000 */
+  size_t max_sessions;         /* --max-sessions, default 10000 */
+  int page_size;               /* --page-size: rows per collection read / list page, default 100 */
+  int64_t audit_retain_rows;   /* --audit-retain-rows, default 1000000, 0 = unbounded */
+  int64_t audit_retain_ms;     /* --audit-retain-age seconds, default 7 days, 0 = unbounded */
+  const char *control_socket;  /* reserved for the master; unused in one process */
+  char *origins_storage;       /* owned copy of the --allowed-origins list */
+} config_t;
+
+void config_defaults(config_t *cfg);
+/*
+ * Parses argv into cfg (which config_defaults has filled). Returns 0, 1 when
+ * --help or --version was given and printed on out, or -EINVAL with a
+ * message in err.
+ */
+int config_parse(config_t *cfg, int argc, char **argv, FILE *out, char *err, size_t errlen)
+    MCPSUB_NODISCARD;
+void config_usage(FILE *out);
+void config_finish(config_t *cfg);
+
+#endif

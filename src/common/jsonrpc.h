@@ -1,0 +1,50 @@
+/*
+ * JSON-RPC 2.0 message classification and replies, over cJSON. Pure: no
+ * I/O. The JSON depth check runs on the raw text before cJSON parses it,
+ * so a peer cannot make the parser recurse deeply.
+ */
+#ifndef MCPSUB_JSONRPC_H
+#define MCPSUB_JSONRPC_H
+
+#include <cjson/cJSON.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#define JSONRPC_PARSE_ERROR -32700
+#define JSONRPC_INVALID_REQUEST -32600
+#define JSONRPC_METHOD_NOT_FOUND -32601
+#define JSONRPC_INVALID_PARAMS -32602
+#define JSONRPC_INTERNAL_ERROR -32603
+#define MCP_SESSION_NOT_FOUND -32001
+#define MCP_RESOURCE_NOT_FOUND -32002
+
+#define JSONRPC_MAX_DEPTH 64
+
+typedef enum jsonrpc_kind {
+  JSONRPC_INVALID = 0,
+  JSONRPC_REQUEST,      /* method + id */
+  JSONRPC_NOTIFICATION, /* method, no id */
+  JSONRPC_RESPONSE,     /* result or error + id */
+} jsonrpc_kind;
+
+/*
+ * True when the nesting of arrays and objects in text (outside strings)
+ * never exceeds max_depth. Does not validate the JSON otherwise.
+ */
+bool jsonrpc_depth_ok(const char *text, size_t len, int max_depth);
+
+/*
+ * Classifies one parsed message. On JSONRPC_INVALID, *why (if not NULL) is
+ * set to a static explanation. An id must be a string or an integer
+ * (MCP forbids null ids); params, when present, must be an object or array.
+ */
+jsonrpc_kind jsonrpc_classify(const cJSON *msg, const char **why);
+
+/* Builds {"jsonrpc":"2.0","id":id,"result":result}; takes ownership of result. id may be NULL (-> null). */
+cJSON *jsonrpc_result(const cJSON *id, cJSON *result);
+/* Builds {"jsonrpc":"2.0","id":id,"error":{"code":..,"message":..}}; id may be NULL (-> null). */
+cJSON *jsonrpc_error(const cJSON *id, int code, const char *message);
+/* Builds a notification {"jsonrpc":"2.0","method":m,"params":p}; takes ownership of params (may be NULL). */
+cJSON *jsonrpc_notification(const char *method, cJSON *params);
+
+#endif

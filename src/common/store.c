@@ -1,0 +1,2 @@
+/* placeholder */
+typedef int placeholder_unit;

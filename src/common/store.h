@@ -1,0 +1,171 @@
+/*
+ * The SQLite store: one connection per worker (never shared across fork),
+ * WAL mode with a busy timeout. It owns the system schema (audit_log,
+ * mcp_session), the export of application tables as resources, the audit
+ * triggers on those tables, and every SQL statement mcpsub runs. All SQL is
+ * parameterised; table and column names only ever come from the schema
+ * this module read, and are quoted as identifiers.
+ *
+ * Functions return 0 or a negative errno-style code:
+ *   -ENOENT  no such row / session
+ *   -EINVAL  bad input (unknown column, value of the wrong shape); *err says why
+ *   -EEXIST  a constraint (UNIQUE, NOT NULL, CHECK...) refused the write; *err says which
+ *   -EBUSY   the database stayed locked past the busy timeout
+ *   -EIO     any other SQLite failure (logged)
+ * Where a function takes `char *err, size_t errlen`, err may be NULL.
+ */
+#ifndef MCPSUB_STORE_H
+#define MCPSUB_STORE_H
+
+#include <cjson/cJSON.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/mem.h"
+#include "common/session_id.h"
+
+typedef struct store store_t;
+
+typedef struct store_column {
+  char *name;
+  char *decl_type;  /* as declared, may be "" */
+  bool notnull;
+} store_column;
+
+typedef struct store_table {
+  char *name;
+  store_column *cols;
+  int n_cols;
+  int key_col;       /* index of the single-column primary key, or -1 when the key is the rowid */
+  bool key_integer;  /* key is an INTEGER PRIMARY KEY or the rowid: compared and bound as an integer */
+} store_table;
+
+/* Opening and schema --------------------------------------------------- */
+
+/*
+ * Opens (creating if needed) the database at path, sets WAL and a busy
+ * timeout, applies the system schema, applies the file at schema_path when
+ * the database has no application table yet (schema_path NULL or "" = never),
+ * reads the exported tables and installs their audit triggers.
+ * On failure *out is NULL and err holds a message.
+ */
+int store_open(const char *path, const char *schema_path, store_t **out, char *err, size_t errlen)
+    MCPSUB_NODISCARD;
+/* Opens read-only, for the CLI on a stopped server: no schema change, no triggers. */
+int store_open_readonly(const char *path, store_t **out, char *err, size_t errlen) MCPSUB_NODISCARD;
+void store_close(store_t *s); /* NULL is a no-op */
+
+/*
+ * Cheap when nothing changed (one PRAGMA schema_version). When the schema
+ * moved, re-reads the exported tables and (unless read-only) reinstalls the
+ * audit triggers. *tables_changed (may be NULL) is set when the set of
+ * exported tables or their columns changed. Pointers to store_table from
+ * before a change are invalid after it.
+ */
+int store_refresh_schema(store_t *s, bool *tables_changed) MCPSUB_NODISCARD;
+/* Exported tables, sorted by name. */
+const store_table *store_tables(const store_t *s, int *n);
+/* Exact name match; NULL when not exported. */
+const store_table *store_find_table(const store_t *s, const char *name);
+/* Index of the column named name in t, or -1. */
+int store_column_index(const store_table *t, const char *name);
+
+/* Reads ------------------------------------------------------------------ */
+
+typedef struct store_filter {
+  int col;              /* column index in the table */
+  const cJSON *value;   /* string, number, bool or null (IS NULL) */
+} store_filter;
+
+/*
+ * One record by key. *row gets a new JSON object of every column (the caller
+ * frees it); *version the record's version (seq of its last audited change,
+ * 0 when none is known). -ENOENT when there is no such row.
+ */
+int store_get_record(store_t *s, const store_table *t, const char *key, cJSON **row,
+                     int64_t *version) MCPSUB_NODISCARD;
+
+/*
+ * Rows matching every filter (equality), in key order, after after_key
+ * (exclusive; NULL = from the start), at most limit. *rows gets a new JSON
+ * array; *next_key a new string (caller frees) when more rows follow, else
+ * NULL.
+ */
+int store_query(store_t *s, const store_table *t, const store_filter *filters, size_t n_filters,
+                int limit, const char *after_key, cJSON **rows, char **next_key) MCPSUB_NODISCARD;
+
+/* The key of a row as returned by store_get_record/store_query, as text. New string. */
+char *store_row_key(const store_table *t, const cJSON *row);
+
+/* Version of a collection: seq of the last audited change to any row of t (0 if none). */
+int store_table_version(store_t *s, const store_table *t, int64_t *version) MCPSUB_NODISCARD;
+/* Row count of t. */
+int store_table_count(store_t *s, const store_table *t, int64_t *count) MCPSUB_NODISCARD;
+
+/* Writes (each its own transaction; the audit triggers record them) ------ */
+
+typedef enum store_write_mode {
+  STORE_WRITE_REPLACE, /* PUT: insert, or replace every column; columns not given take their default */
+  STORE_WRITE_PATCH,   /* PATCH: update the given columns of an existing row; -ENOENT if none */
+  STORE_WRITE_INSERT,  /* POST: insert a new row; key from obj or generated; -EEXIST if taken */
+} store_write_mode;
+
+/*
+ * Writes obj (a JSON object of column -> value) to t. key is the record key
+ * (required for REPLACE and PATCH; NULL for INSERT). A key column inside obj
+ * must equal key when both are given (-EINVAL otherwise). Object and array
+ * values are stored as JSON text; booleans as 0/1. *out_key (may be NULL)
+ * gets the written row's key (new string); *created (may be NULL) whether a
+ * row was inserted.
+ */
+int store_write(store_t *s, const store_table *t, const char *key, const cJSON *obj,
+                store_write_mode mode, char **out_key, bool *created, char *err, size_t errlen)
+    MCPSUB_NODISCARD;
+/* Deletes the record; -ENOENT if there was none. */
+int store_delete(store_t *s, const store_table *t, const char *key) MCPSUB_NODISCARD;
+
+/* Audit log ---------------------------------------------------------------- */
+
+int store_audit_max_seq(store_t *s, int64_t *seq) MCPSUB_NODISCARD;
+/*
+ * Retention: deletes audit rows older than retain_ms or beyond the newest
+ * retain_rows (0 disables either bound), but never the newest change of a
+ * row that still exists (it carries the row's version). *deleted may be NULL.
+ */
+int store_audit_prune(store_t *s, int64_t retain_rows, int64_t retain_ms, int64_t now_ms,
+                      int64_t *deleted) MCPSUB_NODISCARD;
+
+/* Sessions (mcp_session) ------------------------------------------------------ */
+
+typedef struct store_session {
+  char id[SESSION_ID_LEN + 1];
+  int64_t created_at;         /* Unix ms */
+  int64_t last_seen;          /* Unix ms */
+  char protocol_version[16];
+  char *client_info;          /* JSON text or NULL */
+  char *client_capabilities;  /* JSON text or NULL */
+  char *log_level;            /* or NULL */
+  char *subscriptions;        /* JSON array text, never NULL after a load */
+} store_session;
+
+void store_session_finish(store_session *ss); /* frees the strings */
+int store_session_insert(store_t *s, const store_session *ss) MCPSUB_NODISCARD;
+/* Fills *ss (release with store_session_finish). -ENOENT if unknown. */
+int store_session_load(store_t *s, const char *id, store_session *ss) MCPSUB_NODISCARD;
+int store_session_touch(store_t *s, const char *id, int64_t last_seen) MCPSUB_NODISCARD;
+int store_session_set_log_level(store_t *s, const char *id, const char *level) MCPSUB_NODISCARD;
+int store_session_set_subscriptions(store_t *s, const char *id, const char *json_array)
+    MCPSUB_NODISCARD;
+/* -ENOENT if unknown. */
+int store_session_delete(store_t *s, const char *id) MCPSUB_NODISCARD;
+/* Deletes rows with last_seen < before_ms. *deleted may be NULL. */
+int store_session_prune(store_t *s, int64_t before_ms, int64_t *deleted) MCPSUB_NODISCARD;
+/* Calls fn for every row, newest last_seen first; fn returning non-zero stops. */
+int store_session_foreach(store_t *s, int (*fn)(const store_session *ss, void *data), void *data)
+    MCPSUB_NODISCARD;
+
+/* Unix time in milliseconds (CLOCK_REALTIME). */
+int64_t store_now_ms(void);
+
+#endif

@@ -1,0 +1,70 @@
+/*
+ * Resource URIs and percent-encoding. Pure: no I/O, no schema knowledge
+ * (callers check table and column names against the store).
+ *
+ *   {base}/{Table}                 collection
+ *   {base}/{Table}/{key}           record; key percent-encoded
+ *   {base}/{Table}?col=v&col2=v2   filtered collection (equality on each)
+ *   mcpsub://about                 metadata
+ *   mcpsub://schema/{Table}        metadata
+ *
+ * In a collection URI, the reserved query parameters "_limit" and
+ * "_cursor" page a read; they are not filters. A parameter repeated, an
+ * empty name, or a "/" in a table name is malformed.
+ */
+#ifndef MCPSUB_URI_H
+#define MCPSUB_URI_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "common/buf.h"
+#include "common/mem.h"
+
+#define URI_MAX_LEN 4096
+#define URI_MAX_FILTERS 16
+
+typedef enum uri_kind {
+  URI_COLLECTION,
+  URI_RECORD,
+  URI_FILTERED,
+  URI_ABOUT,
+  URI_SCHEMA,
+} uri_kind;
+
+typedef struct uri_filter {
+  char *column; /* decoded */
+  char *value;  /* decoded */
+} uri_filter;
+
+typedef struct uri {
+  uri_kind kind;
+  char *table;              /* decoded; NULL for URI_ABOUT */
+  char *key;                /* decoded; URI_RECORD only */
+  uri_filter filters[URI_MAX_FILTERS]; /* URI_FILTERED; sorted by column */
+  size_t n_filters;
+  long limit;               /* _limit, or 0 when absent */
+  char *cursor;             /* _cursor, or NULL */
+} uri_t;
+
+/*
+ * Parses text against the public base URL (no trailing '/').
+ * Returns 0 and fills out (release with uri_finish), -EINVAL when text is
+ * malformed, -ENOENT when it is well-formed but not one of ours (another
+ * base, another scheme, an unknown mcpsub:// path).
+ */
+int uri_parse(const char *base, const char *text, uri_t *out) MCPSUB_NODISCARD;
+void uri_finish(uri_t *u);
+
+/* Percent-encodes s (RFC 3986 unreserved characters pass) onto out. */
+void uri_encode_component(buf_t *out, const char *s, size_t len);
+/* Decodes %XX and returns a new string, or NULL for a bad escape or an encoded NUL. */
+char *uri_decode_component(const char *s, size_t len);
+
+/* New strings (caller frees): {base}/{Table}, {base}/{Table}/{key}. */
+char *uri_format_collection(const char *base, const char *table);
+char *uri_format_record(const char *base, const char *table, const char *key);
+/* Canonical form of a parsed URI (filters sorted); new string. */
+char *uri_format(const char *base, const uri_t *u);
+
+#endif

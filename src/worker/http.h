@@ -1,0 +1,119 @@
+/*
+ * HTTP/1.1 server connections on libuv + llhttp. Keep-alive, chunked and
+ * Content-Length bodies, pipelined requests answered strictly in order (a
+ * connection handles one request at a time; later bytes wait in its input
+ * buffer). Every input is bounded here, before anything above sees it:
+ *   header block over max_header        -> 431, close
+ *   body over max_body                  -> 413, close
+ *   header block not complete in time   -> 408, close
+ *   bytes llhttp rejects                -> 400, close
+ * A connection's memory is its input buffer (bounded by max_header +
+ * max_body + one read) and its output queue (bounded for streams by
+ * max_stream_queue).
+ *
+ * Lifetime: the server owns its connections. A request handed to the
+ * callback stays valid until its response is complete (http_respond, or
+ * http_stream_end for streams, or the connection closes — see
+ * http_conn_set_close_cb). Connections are freed only from their libuv close
+ * callback, never from inside one of their own callbacks.
+ */
+#ifndef MCPSUB_HTTP_H
+#define MCPSUB_HTTP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "common/mem.h"
+
+typedef struct http_server http_server_t;
+typedef struct http_conn http_conn_t;
+
+typedef struct http_header {
+  const char *name;  /* in requests: lowercased */
+  const char *value; /* in requests: leading/trailing whitespace trimmed */
+} http_header;
+
+typedef struct http_request {
+  int method;              /* llhttp_method_t (HTTP_GET, HTTP_POST, ...) */
+  const char *method_name; /* "GET", ... */
+  char *target;            /* raw request-target */
+  char *path;              /* target up to '?', not decoded */
+  char *query;             /* after '?', not decoded, or NULL */
+  http_header *headers;
+  size_t n_headers;
+  char *body;              /* NUL-terminated; "" when none */
+  size_t body_len;
+  bool keep_alive;         /* false when the client asked to close or spoke HTTP/1.0 without keep-alive */
+} http_request_t;
+
+/* Value of the first header named lname (lowercase), or NULL. */
+const char *http_request_header(const http_request_t *req, const char *lname);
+
+typedef void (*http_request_cb)(http_conn_t *c, http_request_t *req, void *data);
+
+typedef struct http_server_options {
+  size_t max_header;           /* bytes of request line + headers; 16 KiB */
+  size_t max_body;             /* bytes of decoded body */
+  uint64_t header_timeout_ms;  /* from first byte of a request (or connect) to end of headers */
+  uint64_t keepalive_idle_ms;  /* an idle kept-alive connection is closed after this (0 = never) */
+  size_t max_stream_queue;     /* queued bytes allowed on a stream before it is cut */
+} http_server_options;
+
+/* Creates a server on loop; cb is called once per complete request. */
+http_server_t *http_server_create(uv_loop_t *loop, const http_server_options *opts,
+                                  http_request_cb cb, void *data);
+/* Binds and listens on host:port (IPv4 or IPv6 literal). 0 or -errno (uv error). */
+int http_server_listen(http_server_t *srv, const char *host, int port) MCPSUB_NODISCARD;
+/*
+ * Takes an accepted socket and the bytes already read from it (copied), as
+ * if they had just arrived. The fd is owned by the server from here on,
+ * even on failure (it is closed). 0 or -errno.
+ */
+int http_server_adopt(http_server_t *srv, uv_os_sock_t fd, const char *bytes, size_t n)
+    MCPSUB_NODISCARD;
+/* Stops listening and closes every connection; done(data) runs once all are freed. */
+void http_server_close(http_server_t *srv, void (*done)(void *data), void *data);
+/* Frees the server after http_server_close completed. NULL is a no-op. */
+void http_server_destroy(http_server_t *srv);
+/* Number of open connections. */
+size_t http_server_connections(const http_server_t *srv);
+
+/*
+ * Sends one complete response to the current request. Adds Content-Length
+ * and, when the request asked to close, "Connection: close". body is copied.
+ * After it returns, req is gone; the next pipelined request (if any) is
+ * dispatched from a later loop turn.
+ */
+void http_respond(http_conn_t *c, int status, const http_header *headers, size_t n_headers,
+                  const char *body, size_t body_len);
+
+/*
+ * Starts a streamed response (SSE): status line and headers, no length;
+ * the connection is dedicated to it and reads no further requests (bytes a
+ * peer sends are discarded; EOF closes the stream).
+ */
+void http_stream_begin(http_conn_t *c, int status, const http_header *headers, size_t n_headers);
+/*
+ * Queues bytes on a stream (copied). Returns 0, or -ENOBUFS when the queue
+ * would pass max_stream_queue: the stream is then closed (its close callback
+ * runs later) and the bytes dropped. -EPIPE when the stream is closing.
+ */
+int http_stream_write(http_conn_t *c, const char *data, size_t len) MCPSUB_NODISCARD;
+/* Flushes what is queued, then closes the connection. */
+void http_stream_end(http_conn_t *c);
+/* Bytes queued and not yet written by the kernel. */
+size_t http_conn_queued(const http_conn_t *c);
+
+/*
+ * cb(c, data) runs once when the connection closes for any reason (peer
+ * gone, error, limit, server close, http_stream_end). After it, c is
+ * invalid. Used by a stream's owner to detach; set NULL to clear.
+ */
+void http_conn_set_close_cb(http_conn_t *c, void (*cb)(http_conn_t *c, void *data), void *data);
+
+/* Reason phrase for a status code ("OK", "Not Found", ...). */
+const char *http_status_text(int status);
+
+#endif

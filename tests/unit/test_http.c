@@ -1,0 +1,2 @@
+/* placeholder until written */
+int main(void) { return 77; }
