@@ -1,2 +1,174 @@
-/* placeholder */
-typedef int placeholder_unit;
+/*
+ * buf_t, the growable byte buffer every formatter in mcpsub writes into:
+ * JSON replies, SSE frames, HTTP heads, log lines. The invariant is that
+ * once anything was appended, data[len] is a NUL, so the content can be
+ * read as a C string. Growth aborts on OOM through mem_realloc; callers
+ * that fill a buffer from peer input must check their own bound first —
+ * this module never refuses to grow.
+ */
+#include "common/buf.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/mem.h"
+
+/* Starts b empty; no allocation until the first append. */
+void buf_init(buf_t *b)
+{
+  b->data = NULL;
+  b->len = 0;
+  b->cap = 0;
+}
+
+/* Frees b's storage and leaves it empty; NULL-safe on b->data. */
+void buf_finish(buf_t *b)
+{
+  free(b->data);
+  buf_init(b);
+}
+
+/*
+ * Ensures room for extra more bytes plus the terminating NUL. Grows
+ * geometrically so that a sequence of appends is amortised O(1).
+ */
+void buf_reserve(buf_t *b, size_t extra)
+{
+  size_t need = b->len + extra + 1;
+  if (need <= b->cap)
+    return;
+  size_t cap = b->cap ? b->cap : 64;
+  while (cap < need)
+    cap = cap > SIZE_MAX / 2 ? need : cap * 2;
+  b->data = mem_realloc(b->data, cap);
+  b->cap = cap;
+}
+
+/* Appends len bytes of data (which may contain NULs). */
+void buf_append(buf_t *b, const void *data, size_t len)
+{
+  buf_reserve(b, len);
+  if (len)
+    memcpy(b->data + b->len, data, len);
+  b->len += len;
+  b->data[b->len] = '\0';
+}
+
+/* Appends the NUL-terminated s without its NUL. */
+void buf_append_str(buf_t *b, const char *s)
+{
+  buf_append(b, s, strlen(s));
+}
+
+/* Appends printf-formatted text. */
+void buf_printf(buf_t *b, const char *fmt, ...)
+{
+  va_list ap;
+  va_start(ap, fmt);
+  buf_vprintf(b, fmt, ap);
+  va_end(ap);
+}
+
+/* Appends vprintf-formatted text; ap is consumed. */
+void buf_vprintf(buf_t *b, const char *fmt, va_list ap)
+{
+  va_list ap2;
+  va_copy(ap2, ap);
+  buf_reserve(b, 0);
+  size_t room = b->cap - b->len;
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wformat-nonliteral"
+  int n = vsnprintf(b->data + b->len, room, fmt, ap);
+  if (n < 0) {
+    b->data[b->len] = '\0';
+    va_end(ap2);
+    return;
+  }
+  if ((size_t)n >= room) {
+    buf_reserve(b, (size_t)n);
+    vsnprintf(b->data + b->len, (size_t)n + 1, fmt, ap2);
+  }
+#pragma GCC diagnostic pop
+  va_end(ap2);
+  b->len += (size_t)n;
+}
+
+/*
+ * Appends s[0..len) as a JSON string literal with its quotes. Escapes the
+ * quote, the backslash and every control character below 0x20 (short forms
+ * where JSON has them); bytes >= 0x80 pass through, so valid UTF-8 stays
+ * valid and readable.
+ */
+void buf_append_json_string(buf_t *b, const char *s, size_t len)
+{
+  static const char hex[] = "0123456789abcdef";
+  buf_reserve(b, len + 2);
+  buf_append(b, "\"", 1);
+  size_t run = 0; /* start of the pending run of bytes needing no escape */
+  for (size_t i = 0; i < len; i++) {
+    unsigned char c = (unsigned char)s[i];
+    const char *esc = NULL;
+    char u[6];
+    switch (c) {
+    case '"': esc = "\\\""; break;
+    case '\\': esc = "\\\\"; break;
+    case '\n': esc = "\\n"; break;
+    case '\r': esc = "\\r"; break;
+    case '\t': esc = "\\t"; break;
+    case '\b': esc = "\\b"; break;
+    case '\f': esc = "\\f"; break;
+    default:
+      if (c >= 0x20)
+        continue;
+      break;
+    }
+    buf_append(b, s + run, i - run);
+    run = i + 1;
+    if (esc) {
+      buf_append(b, esc, 2);
+    } else {
+      memcpy(u, "\\u00", 4);
+      u[4] = hex[c >> 4];
+      u[5] = hex[c & 0xf];
+      buf_append(b, u, 6);
+    }
+  }
+  buf_append(b, s + run, len - run);
+  buf_append(b, "\"", 1);
+}
+
+/* Empties b but keeps its storage for reuse. */
+void buf_reset(buf_t *b)
+{
+  b->len = 0;
+  if (b->data)
+    b->data[0] = '\0';
+}
+
+/* Drops the first n bytes (all of them when n >= len), keeping the rest. */
+void buf_consume(buf_t *b, size_t n)
+{
+  if (n >= b->len) {
+    buf_reset(b);
+    return;
+  }
+  memmove(b->data, b->data + n, b->len - n);
+  b->len -= n;
+  b->data[b->len] = '\0';
+}
+
+/*
+ * Returns b's NUL-terminated content as a malloc'd string the caller frees
+ * (an empty string when nothing was appended, never NULL), and leaves b
+ * empty and reusable.
+ */
+char *buf_steal(buf_t *b)
+{
+  char *p = b->data;
+  if (p == NULL)
+    p = mem_strdup("");
+  buf_init(b);
+  return p;
+}

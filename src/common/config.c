@@ -1,2 +1,476 @@
-/* placeholder */
-typedef int placeholder_unit;
+/*
+ * mcpsubd's command line: the defaults, one table of flags, and the checks
+ * that turn argv into a config_t or a one-line error naming the offending
+ * flag. The same table drives parsing and the --help text, so a flag cannot
+ * be accepted without being documented. This module is pure: it touches no
+ * file and no socket (the database path is not opened, the listen address
+ * is not resolved); main() does that with the result.
+ */
+#include "common/config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/buf.h"
+
+#define CONFIG_DEFAULT_HOST "127.0.0.1"
+#define CONFIG_DEFAULT_PORT 9926
+#define CONFIG_DEFAULT_DB "data/mcpsub.db"
+#define CONFIG_DEFAULT_SCHEMA "schema/example.sql"
+#define CONFIG_DEFAULT_IDLE_S 1800
+#define CONFIG_DEFAULT_MAX_BODY (1024 * 1024)
+#define CONFIG_MIN_MAX_BODY 1024
+#define CONFIG_MAX_MAX_BODY (1024ULL * 1024 * 1024)
+#define CONFIG_DEFAULT_KEEPALIVE_S 15
+#define CONFIG_DEFAULT_MAX_SESSIONS 10000
+#define CONFIG_DEFAULT_PAGE_SIZE 100
+#define CONFIG_MAX_PAGE_SIZE 1000
+#define CONFIG_DEFAULT_RETAIN_ROWS 1000000
+#define CONFIG_DEFAULT_RETAIN_AGE_S 604800
+
+typedef int (*config_setter)(config_t *cfg, const char *flag, const char *value, char *err,
+                             size_t errlen);
+
+typedef struct config_flag {
+  const char *name;     /* "--listen" */
+  const char *metavar;  /* NULL for flags without a value */
+  const char *defval;   /* shown in --help; NULL when there is none */
+  const char *help;     /* one line */
+  config_setter set;    /* NULL for --help and --version */
+} config_flag;
+
+/* Formats an error into err (if given) and returns -EINVAL. */
+static int config_fail(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int config_fail(char *err, size_t errlen, const char *fmt, ...)
+{
+  if (err && errlen) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+  }
+  return -EINVAL;
+}
+
+/*
+ * Parses a decimal unsigned integer in [min, max]; with size_suffix, a
+ * trailing k/K (KiB) or m/M (MiB) multiplies it. Rejects signs, blanks,
+ * junk and overflow with a message naming flag.
+ */
+static int config_parse_uint(const char *flag, const char *value, uint64_t min, uint64_t max,
+                             bool size_suffix, uint64_t *out, char *err, size_t errlen)
+{
+  const char *p = value;
+  if (!isdigit((unsigned char)*p))
+    goto bad;
+  errno = 0;
+  char *end;
+  unsigned long long n = strtoull(p, &end, 10);
+  if (errno == ERANGE)
+    goto range;
+  uint64_t mult = 1;
+  if (size_suffix && *end != '\0' && end[1] == '\0') {
+    if (*end == 'k' || *end == 'K')
+      mult = 1024;
+    else if (*end == 'm' || *end == 'M')
+      mult = 1024 * 1024;
+    else
+      goto bad;
+    end++;
+  }
+  if (*end != '\0')
+    goto bad;
+  if (n > UINT64_MAX / mult)
+    goto range;
+  n *= mult;
+  if (n < min || n > max)
+    goto range;
+  *out = n;
+  return 0;
+bad:
+  return config_fail(err, errlen, "%s: expected a non-negative integer%s, got \"%s\"", flag,
+                     size_suffix ? " (optionally with k or m suffix)" : "", value);
+range:
+  return config_fail(err, errlen, "%s: %s is out of range (%" PRIu64 "..%" PRIu64 ")", flag,
+                     value, min, max);
+}
+
+/* Splits "HOST:PORT", "[V6]:PORT" or "PORT" into cfg's listen fields. */
+static int config_set_listen(config_t *cfg, const char *flag, const char *value, char *err,
+                             size_t errlen)
+{
+  const char *host = CONFIG_DEFAULT_HOST, *port = value;
+  size_t host_len = strlen(CONFIG_DEFAULT_HOST);
+  if (value[0] == '[') {
+    const char *close = strchr(value, ']');
+    if (close == NULL || close[1] != ':')
+      return config_fail(err, errlen, "%s: expected [IPV6]:PORT, got \"%s\"", flag, value);
+    host = value + 1;
+    host_len = (size_t)(close - host);
+    port = close + 2;
+  } else {
+    const char *colon = strrchr(value, ':');
+    if (colon) {
+      if (memchr(value, ':', (size_t)(colon - value)))
+        return config_fail(err, errlen, "%s: write an IPv6 address in brackets, as [::1]:9926",
+                           flag);
+      host = value;
+      host_len = (size_t)(colon - value);
+      port = colon + 1;
+    }
+  }
+  if (host_len == 0)
+    return config_fail(err, errlen, "%s: empty host in \"%s\"", flag, value);
+  if (host_len >= sizeof(cfg->listen_host))
+    return config_fail(err, errlen, "%s: host is too long", flag);
+  uint64_t n;
+  if (config_parse_uint(flag, port, 0, 65535, false, &n, NULL, 0) < 0)
+    return config_fail(err, errlen, "%s: expected HOST:PORT, [IPV6]:PORT or PORT (0..65535), got \"%s\"",
+                       flag, value);
+  memcpy(cfg->listen_host, host, host_len);
+  cfg->listen_host[host_len] = '\0';
+  cfg->listen_port = (int)n;
+  return 0;
+}
+
+static int config_set_db(config_t *cfg, const char *flag, const char *value, char *err,
+                         size_t errlen)
+{
+  if (value[0] == '\0')
+    return config_fail(err, errlen, "%s: the database path must not be empty", flag);
+  cfg->db_path = value;
+  return 0;
+}
+
+static int config_set_schema(config_t *cfg, const char *flag, const char *value, char *err,
+                             size_t errlen)
+{
+  cfg->schema_path = strcmp(value, "none") == 0 ? "" : value;
+  return 0;
+}
+
+/* Checks and stores an explicit base URL, without trailing slashes. */
+static int config_set_public_url(config_t *cfg, const char *flag, const char *value, char *err,
+                                 size_t errlen)
+{
+  size_t len = strlen(value);
+  while (len > 0 && value[len - 1] == '/')
+    len--;
+  size_t scheme = strncmp(value, "http://", 7) == 0    ? 7
+                  : strncmp(value, "https://", 8) == 0 ? 8
+                                                       : 0;
+  if (scheme == 0)
+    return config_fail(err, errlen, "%s: must start with http:// or https://, got \"%s\"", flag,
+                       value);
+  if (len <= scheme)
+    return config_fail(err, errlen, "%s: no host in \"%s\"", flag, value);
+  for (size_t i = 0; i < len; i++) {
+    unsigned char c = (unsigned char)value[i];
+    if (c <= 0x20 || c == 0x7f || c == '?' || c == '#')
+      return config_fail(err, errlen,
+                         "%s: must not contain spaces, control characters, '?' or '#'", flag);
+  }
+  if (len >= sizeof(cfg->public_url))
+    return config_fail(err, errlen, "%s: longer than %zu bytes", flag,
+                       sizeof(cfg->public_url) - 1);
+  memcpy(cfg->public_url, value, len);
+  cfg->public_url[len] = '\0';
+  return 0;
+}
+
+static int config_set_log_level(config_t *cfg, const char *flag, const char *value, char *err,
+                                size_t errlen)
+{
+  if (log_level_parse(value, &cfg->log_level) < 0)
+    return config_fail(err, errlen, "%s: expected debug, info, warn or error, got \"%s\"", flag,
+                       value);
+  return 0;
+}
+
+/*
+ * Appends the comma-separated origins in value to the ones already held.
+ * Entries are trimmed of blanks and trailing '/'; empty entries are
+ * skipped. The storage is rebuilt so that every pointer stays valid.
+ */
+static int config_set_origins(config_t *cfg, const char *flag, const char *value, char *err,
+                              size_t errlen)
+{
+  buf_t all;
+  buf_init(&all);
+  size_t n = cfg->n_allowed_origins;
+  for (size_t i = 0; i < n; i++)
+    buf_append(&all, cfg->allowed_origins[i], strlen(cfg->allowed_origins[i]) + 1);
+  const char *p = value;
+  while (*p) {
+    const char *end = strchr(p, ',');
+    if (end == NULL)
+      end = p + strlen(p);
+    const char *s = p, *e = end;
+    while (s < e && isspace((unsigned char)*s))
+      s++;
+    while (e > s && (isspace((unsigned char)e[-1]) || e[-1] == '/'))
+      e--;
+    if (e > s) {
+      if (n == CONFIG_MAX_ORIGINS) {
+        buf_finish(&all);
+        return config_fail(err, errlen, "%s: at most %d origins", flag, CONFIG_MAX_ORIGINS);
+      }
+      buf_append(&all, s, (size_t)(e - s));
+      buf_append(&all, "", 1);
+      n++;
+    }
+    p = *end ? end + 1 : end;
+  }
+  free(cfg->origins_storage);
+  cfg->origins_storage = buf_steal(&all);
+  const char *q = cfg->origins_storage;
+  for (size_t i = 0; i < n; i++) {
+    cfg->allowed_origins[i] = q;
+    q += strlen(q) + 1;
+  }
+  cfg->n_allowed_origins = n;
+  return 0;
+}
+
+static int config_set_idle_timeout(config_t *cfg, const char *flag, const char *value, char *err,
+                                   size_t errlen)
+{
+  uint64_t n;
+  int rc = config_parse_uint(flag, value, 1, UINT32_MAX, false, &n, err, errlen);
+  if (rc == 0)
+    cfg->idle_timeout_ms = n * 1000;
+  return rc;
+}
+
+static int config_set_max_body(config_t *cfg, const char *flag, const char *value, char *err,
+                               size_t errlen)
+{
+  uint64_t n;
+  int rc = config_parse_uint(flag, value, CONFIG_MIN_MAX_BODY, CONFIG_MAX_MAX_BODY, true, &n, err,
+                             errlen);
+  if (rc == 0)
+    cfg->max_body = (size_t)n;
+  return rc;
+}
+
+static int config_set_keepalive(config_t *cfg, const char *flag, const char *value, char *err,
+                                size_t errlen)
+{
+  uint64_t n;
+  int rc = config_parse_uint(flag, value, 1, 86400, false, &n, err, errlen);
+  if (rc == 0)
+    cfg->keepalive_ms = n * 1000;
+  return rc;
+}
+
+static int config_set_max_sessions(config_t *cfg, const char *flag, const char *value, char *err,
+                                   size_t errlen)
+{
+  uint64_t n;
+  int rc = config_parse_uint(flag, value, 1, 100000000, false, &n, err, errlen);
+  if (rc == 0)
+    cfg->max_sessions = (size_t)n;
+  return rc;
+}
+
+static int config_set_page_size(config_t *cfg, const char *flag, const char *value, char *err,
+                                size_t errlen)
+{
+  uint64_t n;
+  int rc = config_parse_uint(flag, value, 1, CONFIG_MAX_PAGE_SIZE, false, &n, err, errlen);
+  if (rc == 0)
+    cfg->page_size = (int)n;
+  return rc;
+}
+
+static int config_set_retain_rows(config_t *cfg, const char *flag, const char *value, char *err,
+                                  size_t errlen)
+{
+  uint64_t n;
+  int rc = config_parse_uint(flag, value, 0, INT64_MAX, false, &n, err, errlen);
+  if (rc == 0)
+    cfg->audit_retain_rows = (int64_t)n;
+  return rc;
+}
+
+static int config_set_retain_age(config_t *cfg, const char *flag, const char *value, char *err,
+                                 size_t errlen)
+{
+  uint64_t n;
+  int rc = config_parse_uint(flag, value, 0, INT64_MAX / 1000, false, &n, err, errlen);
+  if (rc == 0)
+    cfg->audit_retain_ms = (int64_t)n * 1000;
+  return rc;
+}
+
+#define STR2(x) #x
+#define STR(x) STR2(x)
+
+static const config_flag config_flags[] = {
+  {"--listen", "HOST:PORT", CONFIG_DEFAULT_HOST ":" STR(CONFIG_DEFAULT_PORT),
+   "address to listen on; IPv6 as [::1]:PORT; a bare PORT\n"
+   "means 127.0.0.1:PORT; port 0 picks a free port",
+   config_set_listen},
+  {"--db", "PATH", CONFIG_DEFAULT_DB, "SQLite database file", config_set_db},
+  {"--schema", "PATH", CONFIG_DEFAULT_SCHEMA,
+   "SQL run at start to create the application tables;\n"
+   "\"none\" or \"\" runs nothing",
+   config_set_schema},
+  {"--public-url", "URL", "http://HOST:PORT of --listen",
+   "base of resource URIs as clients reach the server:\n"
+   "http:// or https://, no query; a trailing '/' is dropped",
+   config_set_public_url},
+  {"--log-level", "LEVEL", "info", "least severe level logged: debug, info, warn, error",
+   config_set_log_level},
+  {"--allowed-origins", "LIST", "none",
+   "comma-separated Origin values accepted besides\n"
+   "localhost ones; repeatable; at most " STR(CONFIG_MAX_ORIGINS),
+   config_set_origins},
+  {"--idle-timeout", "SECONDS", STR(CONFIG_DEFAULT_IDLE_S),
+   "end a session idle this long (no request, no stream)", config_set_idle_timeout},
+  {"--max-body", "BYTES", "1m",
+   "largest request body (suffix k or m; 1k to 1024m);\n"
+   "a larger one is refused with 413",
+   config_set_max_body},
+  {"--sse-keepalive", "SECONDS", STR(CONFIG_DEFAULT_KEEPALIVE_S),
+   "interval of keep-alive comments on idle SSE streams", config_set_keepalive},
+  {"--max-sessions", "N", STR(CONFIG_DEFAULT_MAX_SESSIONS),
+   "most live sessions; a new initialize beyond it fails", config_set_max_sessions},
+  {"--page-size", "N", STR(CONFIG_DEFAULT_PAGE_SIZE),
+   "rows per collection read and per list page (1-" STR(CONFIG_MAX_PAGE_SIZE) ")",
+   config_set_page_size},
+  {"--audit-retain-rows", "N", STR(CONFIG_DEFAULT_RETAIN_ROWS),
+   "audit-log rows kept for resumption; 0 = no limit", config_set_retain_rows},
+  {"--audit-retain-age", "SECONDS", STR(CONFIG_DEFAULT_RETAIN_AGE_S) " (7 days)",
+   "audit-log rows older than this are pruned; 0 = no limit", config_set_retain_age},
+  {"--help", NULL, NULL, "print this help and exit (also -h)", NULL},
+  {"--version", NULL, NULL, "print the version and exit (also -V)", NULL},
+};
+
+/* Fills cfg with every default; allocates nothing. */
+void config_defaults(config_t *cfg)
+{
+  memset(cfg, 0, sizeof(*cfg));
+  snprintf(cfg->listen_host, sizeof(cfg->listen_host), "%s", CONFIG_DEFAULT_HOST);
+  cfg->listen_port = CONFIG_DEFAULT_PORT;
+  cfg->db_path = CONFIG_DEFAULT_DB;
+  cfg->schema_path = CONFIG_DEFAULT_SCHEMA;
+  snprintf(cfg->public_url, sizeof(cfg->public_url), "http://%s:%d", CONFIG_DEFAULT_HOST,
+           CONFIG_DEFAULT_PORT);
+  cfg->log_level = LOG_INFO;
+  cfg->n_allowed_origins = 0;
+  cfg->idle_timeout_ms = (uint64_t)CONFIG_DEFAULT_IDLE_S * 1000;
+  cfg->max_body = CONFIG_DEFAULT_MAX_BODY;
+  cfg->max_header = 16384;
+  cfg->header_timeout_ms = 10000;
+  cfg->keepalive_ms = (uint64_t)CONFIG_DEFAULT_KEEPALIVE_S * 1000;
+  cfg->sse_retry_ms = 1000;
+  cfg->max_sessions = CONFIG_DEFAULT_MAX_SESSIONS;
+  cfg->page_size = CONFIG_DEFAULT_PAGE_SIZE;
+  cfg->audit_retain_rows = CONFIG_DEFAULT_RETAIN_ROWS;
+  cfg->audit_retain_ms = (int64_t)CONFIG_DEFAULT_RETAIN_AGE_S * 1000;
+  cfg->control_socket = NULL;
+  cfg->origins_storage = NULL;
+}
+
+/* Finds the flag named by arg up to name_len bytes; NULL when unknown. */
+static const config_flag *config_find_flag(const char *arg, size_t name_len)
+{
+  for (size_t i = 0; i < ARRAY_LEN(config_flags); i++) {
+    if (strlen(config_flags[i].name) == name_len &&
+        memcmp(config_flags[i].name, arg, name_len) == 0)
+      return &config_flags[i];
+  }
+  return NULL;
+}
+
+int config_parse(config_t *cfg, int argc, char **argv, FILE *out, char *err, size_t errlen)
+{
+  bool explicit_url = false;
+  if (err && errlen)
+    err[0] = '\0';
+  for (int i = 1; i < argc; i++) {
+    const char *arg = argv[i];
+    if (strcmp(arg, "-h") == 0)
+      arg = "--help";
+    else if (strcmp(arg, "-V") == 0)
+      arg = "--version";
+    const char *eq = strchr(arg, '=');
+    size_t name_len = eq ? (size_t)(eq - arg) : strlen(arg);
+    const config_flag *f = strncmp(arg, "--", 2) == 0 ? config_find_flag(arg, name_len) : NULL;
+    if (f == NULL) {
+      if (strncmp(arg, "-", 1) != 0)
+        return config_fail(err, errlen, "unexpected argument \"%s\" (try --help)", arg);
+      return config_fail(err, errlen, "unknown flag %.*s (try --help)", (int)name_len, arg);
+    }
+    if (f->metavar == NULL) {
+      if (eq)
+        return config_fail(err, errlen, "%s takes no value", f->name);
+      if (strcmp(f->name, "--help") == 0)
+        config_usage(out);
+      else
+        fprintf(out, "mcpsubd %s\n", MCPSUB_VERSION);
+      return 1;
+    }
+    const char *value;
+    if (eq) {
+      value = eq + 1;
+    } else {
+      if (i + 1 >= argc || strncmp(argv[i + 1], "--", 2) == 0)
+        return config_fail(err, errlen, "%s: missing value %s", f->name, f->metavar);
+      value = argv[++i];
+    }
+    int rc = f->set(cfg, f->name, value, err, errlen);
+    if (rc < 0)
+      return rc;
+    if (f->set == config_set_public_url)
+      explicit_url = true;
+  }
+  if (!explicit_url) {
+    bool v6 = strchr(cfg->listen_host, ':') != NULL;
+    snprintf(cfg->public_url, sizeof(cfg->public_url), "http://%s%s%s:%d", v6 ? "[" : "",
+             cfg->listen_host, v6 ? "]" : "", cfg->listen_port);
+  }
+  return 0;
+}
+
+/* Prints the --help text: a synopsis and every flag with its default. */
+void config_usage(FILE *out)
+{
+  fprintf(out,
+          "Usage: mcpsubd [FLAGS]\n"
+          "\n"
+          "MCP server (Streamable HTTP, endpoint /mcp) with live, resumable\n"
+          "subscriptions to the tables of a SQLite database.\n"
+          "Flags take a value as \"--flag VALUE\" or \"--flag=VALUE\".\n"
+          "\n");
+  for (size_t i = 0; i < ARRAY_LEN(config_flags); i++) {
+    const config_flag *f = &config_flags[i];
+    char head[64];
+    snprintf(head, sizeof(head), "%s%s%s", f->name, f->metavar ? " " : "",
+             f->metavar ? f->metavar : "");
+    const char *line = f->help;
+    fprintf(out, "  %s\n", head);
+    while (*line) {
+      size_t n = strcspn(line, "\n");
+      fprintf(out, "      %.*s\n", (int)n, line);
+      line += n + (line[n] == '\n');
+    }
+    if (f->defval)
+      fprintf(out, "      default: %s\n", f->defval);
+  }
+  fprintf(out, "\nmcpsubd %s\n", MCPSUB_VERSION);
+}
+
+/* Frees what config_parse allocated; cfg's origin pointers become invalid. */
+void config_finish(config_t *cfg)
+{
+  free(cfg->origins_storage);
+  cfg->origins_storage = NULL;
+  cfg->n_allowed_origins = 0;
+}

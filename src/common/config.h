@@ -15,6 +15,10 @@
 
 #define CONFIG_MAX_ORIGINS 32
 
+#ifndef MCPSUB_VERSION
+#define MCPSUB_VERSION "0.1.0"
+#endif
+
 typedef struct config {
   char listen_host[64];        /* --listen host part, default 127.0.0.1 */
   int listen_port;             /* --listen port part, default 9926 */
@@ -43,6 +47,10 @@ void config_defaults(config_t *cfg);
  * Parses argv into cfg (which config_defaults has filled). Returns 0, 1 when
  * --help or --version was given and printed on out, or -EINVAL with a
  * message in err.
+ * Flags take "--flag value" or "--flag=value". argv[0] is skipped. String
+ * fields (db_path, schema_path) point into argv, which must outlive cfg.
+ * public_url is derived from --listen after all flags are read unless
+ * --public-url was given. Release with config_finish.
  */
 int config_parse(config_t *cfg, int argc, char **argv, FILE *out, char *err, size_t errlen)
     MCPSUB_NODISCARD;

@@ -1,2 +1,181 @@
-/* placeholder */
-typedef int placeholder_unit;
+/*
+ * JSON-RPC 2.0 for the MCP endpoint: a depth check that runs on the raw
+ * body before cJSON sees it (cJSON recurses, so a body of 100000 '[' must
+ * be refused first), the classification of one parsed message into
+ * request / notification / response / invalid with a human reason, and the
+ * builders of the three message shapes we send. Pure: no I/O, no session
+ * state. Building a reply aborts on out-of-memory (small internal
+ * allocations, see mem.h).
+ */
+#include "common/jsonrpc.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Aborts when cJSON failed to allocate; returns p otherwise. */
+static void *jsonrpc_must(void *p)
+{
+  if (p == NULL) {
+    fprintf(stderr, "mcpsub: out of memory building a JSON-RPC message\n");
+    abort();
+  }
+  return p;
+}
+
+/*
+ * Counts '[' and '{' against ']' and '}' outside string literals (a
+ * backslash inside a string escapes the next byte). Malformed text is not
+ * rejected here: cJSON does that once the depth is known to be safe.
+ */
+bool jsonrpc_depth_ok(const char *text, size_t len, int max_depth)
+{
+  int depth = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < len; i++) {
+    char c = text[i];
+    if (in_string) {
+      if (c == '\\')
+        i++;
+      else if (c == '"')
+        in_string = false;
+      continue;
+    }
+    switch (c) {
+    case '"':
+      in_string = true;
+      break;
+    case '[':
+    case '{':
+      if (++depth > max_depth)
+        return false;
+      break;
+    case ']':
+    case '}':
+      if (depth > 0)
+        depth--;
+      break;
+    default:
+      break;
+    }
+  }
+  return true;
+}
+
+/* True for a number with an integral value in the exactly representable range. */
+static bool jsonrpc_is_integer(const cJSON *item)
+{
+  if (!cJSON_IsNumber(item))
+    return false;
+  double d = item->valuedouble;
+  if (!(d >= -9007199254740992.0 && d <= 9007199254740992.0))
+    return false;
+  return (double)(int64_t)d == d;
+}
+
+/* True for an id MCP allows: a string or an integer (never null). */
+static bool jsonrpc_id_ok(const cJSON *id)
+{
+  return cJSON_IsString(id) || jsonrpc_is_integer(id);
+}
+
+/* Sets *why and returns JSONRPC_INVALID. */
+static jsonrpc_kind jsonrpc_invalid(const char **why, const char *reason)
+{
+  if (why)
+    *why = reason;
+  return JSONRPC_INVALID;
+}
+
+/* Checks an error member: an object with an integer code and a string message. */
+static bool jsonrpc_error_object_ok(const cJSON *error)
+{
+  if (!cJSON_IsObject(error))
+    return false;
+  const cJSON *code = cJSON_GetObjectItemCaseSensitive(error, "code");
+  const cJSON *message = cJSON_GetObjectItemCaseSensitive(error, "message");
+  return jsonrpc_is_integer(code) && cJSON_IsString(message);
+}
+
+/*
+ * Classifies msg. Member names are matched case-sensitively; a request is
+ * "method" + "id", a notification "method" without an "id" member, a
+ * response "result" xor "error" + "id" and no "method". *why (when not
+ * NULL) is set only for JSONRPC_INVALID, to a static string.
+ */
+jsonrpc_kind jsonrpc_classify(const cJSON *msg, const char **why)
+{
+  if (!cJSON_IsObject(msg))
+    return jsonrpc_invalid(why, "a JSON-RPC message must be a JSON object");
+  const cJSON *version = cJSON_GetObjectItemCaseSensitive(msg, "jsonrpc");
+  if (!cJSON_IsString(version) || strcmp(version->valuestring, "2.0") != 0)
+    return jsonrpc_invalid(why, "jsonrpc must be \"2.0\"");
+  const cJSON *id = cJSON_GetObjectItemCaseSensitive(msg, "id");
+  const cJSON *method = cJSON_GetObjectItemCaseSensitive(msg, "method");
+  const cJSON *params = cJSON_GetObjectItemCaseSensitive(msg, "params");
+  const cJSON *result = cJSON_GetObjectItemCaseSensitive(msg, "result");
+  const cJSON *error = cJSON_GetObjectItemCaseSensitive(msg, "error");
+  if (id && !jsonrpc_id_ok(id))
+    return jsonrpc_invalid(why, "id must be a string or an integer");
+  if (method) {
+    if (!cJSON_IsString(method))
+      return jsonrpc_invalid(why, "method must be a string");
+    if (result || error)
+      return jsonrpc_invalid(why, "a request must not carry result or error");
+    if (params && !cJSON_IsObject(params) && !cJSON_IsArray(params))
+      return jsonrpc_invalid(why, "params must be an object or an array");
+    return id ? JSONRPC_REQUEST : JSONRPC_NOTIFICATION;
+  }
+  if (result && error)
+    return jsonrpc_invalid(why, "a response must not carry both result and error");
+  if (!result && !error)
+    return jsonrpc_invalid(why, "a message needs a method, a result or an error");
+  if (!id)
+    return jsonrpc_invalid(why, "a response needs an id");
+  if (error && !jsonrpc_error_object_ok(error))
+    return jsonrpc_invalid(why, "error must be an object with an integer code and a string message");
+  return JSONRPC_RESPONSE;
+}
+
+/* Starts {"jsonrpc":"2.0","id":<copy of id or null>}. */
+static cJSON *jsonrpc_start(const cJSON *id)
+{
+  cJSON *msg = jsonrpc_must(cJSON_CreateObject());
+  jsonrpc_must(cJSON_AddStringToObject(msg, "jsonrpc", "2.0"));
+  cJSON *copy = id ? cJSON_Duplicate(id, true) : cJSON_CreateNull();
+  jsonrpc_must(copy);
+  cJSON_AddItemToObject(msg, "id", copy);
+  return msg;
+}
+
+/* result NULL becomes {} (e.g. the reply to subscribe). Never returns NULL. */
+cJSON *jsonrpc_result(const cJSON *id, cJSON *result)
+{
+  cJSON *msg = jsonrpc_start(id);
+  if (result == NULL)
+    result = jsonrpc_must(cJSON_CreateObject());
+  cJSON_AddItemToObject(msg, "result", result);
+  return msg;
+}
+
+/* message NULL becomes "". Never returns NULL. */
+cJSON *jsonrpc_error(const cJSON *id, int code, const char *message)
+{
+  cJSON *msg = jsonrpc_start(id);
+  cJSON *error = jsonrpc_must(cJSON_AddObjectToObject(msg, "error"));
+  jsonrpc_must(cJSON_AddNumberToObject(error, "code", code));
+  jsonrpc_must(cJSON_AddStringToObject(error, "message", message ? message : ""));
+  return msg;
+}
+
+/* params NULL omits the member. Never returns NULL. */
+cJSON *jsonrpc_notification(const char *method, cJSON *params)
+{
+  cJSON *msg = jsonrpc_must(cJSON_CreateObject());
+  jsonrpc_must(cJSON_AddStringToObject(msg, "jsonrpc", "2.0"));
+  jsonrpc_must(cJSON_AddStringToObject(msg, "method", method));
+  if (params)
+    cJSON_AddItemToObject(msg, "params", params);
+  return msg;
+}

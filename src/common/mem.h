@@ -10,6 +10,7 @@
 #define MCPSUB_MEM_H
 
 #include <stddef.h>
+#include <stdlib.h>
 
 #define MCPSUB_NODISCARD __attribute__((warn_unused_result))
 #define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))

@@ -31,6 +31,7 @@ typedef struct store_column {
   char *name;
   char *decl_type;  /* as declared, may be "" */
   bool notnull;
+  bool generated;   /* GENERATED ALWAYS AS: read like any column, never written (-EINVAL) */
 } store_column;
 
 typedef struct store_table {
@@ -82,6 +83,13 @@ typedef struct store_filter {
  * One record by key. *row gets a new JSON object of every column (the caller
  * frees it); *version the record's version (seq of its last audited change,
  * 0 when none is known). -ENOENT when there is no such row.
+ *
+ * Rows (here and in store_query) map INTEGER to a number (to a decimal
+ * string beyond +-2^53), REAL to a number, TEXT to a string, BLOB to an
+ * uppercase hex string, NULL to null. A rowid-keyed table's rows also carry
+ * their key as member "rowid" (such a table never has a column of that
+ * name: it is not exported). Keys of integer-keyed tables are canonical
+ * base-10 text ("7", not "07" or "+7"); any other spelling is not found.
  */
 int store_get_record(store_t *s, const store_table *t, const char *key, cJSON **row,
                      int64_t *version) MCPSUB_NODISCARD;
@@ -95,7 +103,11 @@ int store_get_record(store_t *s, const store_table *t, const char *key, cJSON **
 int store_query(store_t *s, const store_table *t, const store_filter *filters, size_t n_filters,
                 int limit, const char *after_key, cJSON **rows, char **next_key) MCPSUB_NODISCARD;
 
-/* The key of a row as returned by store_get_record/store_query, as text. New string. */
+/*
+ * The key of a row as returned by store_get_record/store_query, as text
+ * (the same text the audit log records). New string; NULL when row lacks
+ * its key member.
+ */
 char *store_row_key(const store_table *t, const cJSON *row);
 
 /* Version of a collection: seq of the last audited change to any row of t (0 if none). */
@@ -127,11 +139,46 @@ int store_delete(store_t *s, const store_table *t, const char *key) MCPSUB_NODIS
 
 /* Audit log ---------------------------------------------------------------- */
 
+/* The highest seq ever written (pruning never lowers it); 0 for an empty log. */
 int store_audit_max_seq(store_t *s, int64_t *seq) MCPSUB_NODISCARD;
+
+/*
+ * One audit_log row. An UPDATE that changes a row's key is logged as a
+ * DELETE of the old key followed by an INSERT of the new one, so key is
+ * the only key a row names. The strings and JSON are valid only during the
+ * callback.
+ */
+typedef struct store_audit_row {
+  int64_t seq;
+  const char *table;
+  const char *key;
+  const char *op;          /* "INSERT", "UPDATE" or "DELETE" */
+  const char *old_json;    /* row image before the change; NULL for INSERT */
+  const char *new_json;    /* row image after the change; NULL for DELETE */
+  const cJSON *old_row;    /* old_json parsed (NULL when NULL or unparsable) */
+  const cJSON *new_row;    /* new_json parsed (NULL when NULL or unparsable) */
+  int64_t committed_at;    /* Unix ms */
+} store_audit_row;
+
+/*
+ * Calls fn for each audit row with seq > after_seq, in seq order, at most
+ * limit (1..10000) of them; fn returning non-zero stops early. *n (may be
+ * NULL) gets the number of rows handed to fn. Commits are serialised by
+ * SQLite, so a row never becomes visible after a row with a greater seq.
+ */
+int store_audit_read(store_t *s, int64_t after_seq, int limit,
+                     int (*fn)(const store_audit_row *row, void *data), void *data, int *n)
+    MCPSUB_NODISCARD;
+
+/* PRAGMA data_version: moves whenever another connection commits to the file. */
+int store_data_version(store_t *s, int64_t *version) MCPSUB_NODISCARD;
+
 /*
  * Retention: deletes audit rows older than retain_ms or beyond the newest
  * retain_rows (0 disables either bound), but never the newest change of a
- * row that still exists (it carries the row's version). *deleted may be NULL.
+ * row that still exists (it carries the row's version) nor the newest
+ * change of an exported table (the collection's version must not move
+ * back). *deleted may be NULL.
  */
 int store_audit_prune(store_t *s, int64_t retain_rows, int64_t retain_ms, int64_t now_ms,
                       int64_t *deleted) MCPSUB_NODISCARD;

@@ -1,2 +1,354 @@
-/* placeholder */
-typedef int placeholder_unit;
+/*
+ * Resource URIs: parsing a URI a client sent (resources/read, subscribe,
+ * wait_and_read) into a uri_t, and formatting the canonical text we send
+ * back in lists and notifications. Every URI a peer sends passes through
+ * uri_parse, so it is strict: bounded length, bounded filters, no
+ * ambiguous shapes (unencoded '/' in a key, repeated parameters, a
+ * fragment), and it never consults the schema — table and column names
+ * are checked by the caller against the store. Canonical form: table, key,
+ * filter names and values percent-encoded with only RFC 3986 unreserved
+ * characters left bare, filters sorted by column, then _limit and _cursor;
+ * uri_format(uri_parse(x)) is a fixed point.
+ */
+#include "common/uri.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define URI_META_SCHEME "mcpsub://"
+#define URI_ABOUT_TEXT "mcpsub://about"
+#define URI_SCHEMA_PREFIX "mcpsub://schema/"
+
+/* Value of one hex digit, or -1. */
+static int uri_hex_value(char c)
+{
+  if (c >= '0' && c <= '9')
+    return c - '0';
+  if (c >= 'a' && c <= 'f')
+    return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F')
+    return c - 'A' + 10;
+  return -1;
+}
+
+/* RFC 3986 unreserved: ALPHA / DIGIT / "-" / "." / "_" / "~". */
+static bool uri_unreserved(unsigned char c)
+{
+  return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+         c == '-' || c == '.' || c == '_' || c == '~';
+}
+
+/*
+ * Appends s[0..len) with every byte but the unreserved ones written as
+ * %XX (uppercase hex). Bytes of UTF-8 sequences are encoded one by one.
+ */
+void uri_encode_component(buf_t *out, const char *s, size_t len)
+{
+  static const char hex[] = "0123456789ABCDEF";
+  buf_reserve(out, len);
+  for (size_t i = 0; i < len; i++) {
+    unsigned char c = (unsigned char)s[i];
+    if (uri_unreserved(c)) {
+      buf_append(out, &s[i], 1);
+    } else {
+      char esc[3] = {'%', hex[c >> 4], hex[c & 0xf]};
+      buf_append(out, esc, 3);
+    }
+  }
+}
+
+/*
+ * Returns a new NUL-terminated string with each %XX of s[0..len) decoded
+ * (either hex case). '+' is not a space. NULL when a '%' is not followed by
+ * two hex digits or when the result would contain a NUL byte.
+ */
+char *uri_decode_component(const char *s, size_t len)
+{
+  char *out = mem_alloc(len + 1);
+  size_t n = 0;
+  for (size_t i = 0; i < len; i++) {
+    char c = s[i];
+    if (c == '\0')
+      goto bad;
+    if (c == '%') {
+      if (len - i < 3)
+        goto bad;
+      int h = uri_hex_value(s[i + 1]), l = uri_hex_value(s[i + 2]);
+      if (h < 0 || l < 0 || (h == 0 && l == 0))
+        goto bad;
+      c = (char)(h << 4 | l);
+      i += 2;
+    }
+    out[n++] = c;
+  }
+  out[n] = '\0';
+  return out;
+bad:
+  free(out);
+  return NULL;
+}
+
+/* Decodes s[0..len) as a table name: non-empty, no '/'. NULL when not. */
+static char *uri_decode_table(const char *s, size_t len)
+{
+  char *table = uri_decode_component(s, len);
+  if (table && (table[0] == '\0' || strchr(table, '/'))) {
+    free(table);
+    return NULL;
+  }
+  return table;
+}
+
+/* Parses a _limit value: a positive decimal integer within long. */
+static int uri_parse_limit(const char *v, long *out)
+{
+  if (*v < '0' || *v > '9')
+    return -EINVAL;
+  long n = 0;
+  for (; *v; v++) {
+    if (*v < '0' || *v > '9')
+      return -EINVAL;
+    if (n > (LONG_MAX - (*v - '0')) / 10)
+      return -EINVAL;
+    n = n * 10 + (*v - '0');
+  }
+  if (n <= 0)
+    return -EINVAL;
+  *out = n;
+  return 0;
+}
+
+static int uri_filter_cmp(const void *a, const void *b)
+{
+  const uri_filter *fa = a, *fb = b;
+  return strcmp(fa->column, fb->column);
+}
+
+/*
+ * Parses one "name=value" query parameter (undecoded, len bytes) into out:
+ * _limit, _cursor or a filter. Rejects repeats, empty names, bad escapes.
+ */
+static int uri_parse_param(const char *p, size_t len, uri_t *out)
+{
+  const char *eq = memchr(p, '=', len);
+  if (eq == NULL || eq == p)
+    return -EINVAL;
+  char *name = uri_decode_component(p, (size_t)(eq - p));
+  char *value = uri_decode_component(eq + 1, len - (size_t)(eq - p) - 1);
+  int rc = -EINVAL;
+  if (name == NULL || value == NULL)
+    goto out;
+  if (strcmp(name, "_limit") == 0) {
+    if (out->limit != 0 || uri_parse_limit(value, &out->limit) < 0)
+      goto out;
+  } else if (strcmp(name, "_cursor") == 0) {
+    if (out->cursor)
+      goto out;
+    out->cursor = value;
+    value = NULL;
+  } else {
+    for (size_t i = 0; i < out->n_filters; i++) {
+      if (strcmp(out->filters[i].column, name) == 0)
+        goto out;
+    }
+    if (out->n_filters == URI_MAX_FILTERS)
+      goto out;
+    out->filters[out->n_filters].column = name;
+    out->filters[out->n_filters].value = value;
+    out->n_filters++;
+    name = value = NULL;
+  }
+  rc = 0;
+out:
+  free(name);
+  free(value);
+  return rc;
+}
+
+/* Parses the part after "{base}/": Table, Table/key, or Table?query. */
+static int uri_parse_path(const char *path, uri_t *out)
+{
+  if (strchr(path, '#'))
+    return -EINVAL;
+  const char *query = strchr(path, '?');
+  size_t path_len = query ? (size_t)(query - path) : strlen(path);
+  const char *slash = memchr(path, '/', path_len);
+  size_t table_len = slash ? (size_t)(slash - path) : path_len;
+  out->table = uri_decode_table(path, table_len);
+  if (out->table == NULL)
+    return -EINVAL;
+  if (slash) {
+    const char *key = slash + 1;
+    size_t key_len = path_len - table_len - 1;
+    if (key_len == 0 || memchr(key, '/', key_len) || query)
+      return -EINVAL;
+    out->key = uri_decode_component(key, key_len);
+    if (out->key == NULL)
+      return -EINVAL;
+    out->kind = URI_RECORD;
+    return 0;
+  }
+  if (query) {
+    const char *p = query + 1;
+    for (;;) {
+      const char *amp = strchr(p, '&');
+      size_t len = amp ? (size_t)(amp - p) : strlen(p);
+      int rc = uri_parse_param(p, len, out);
+      if (rc < 0)
+        return rc;
+      if (amp == NULL)
+        break;
+      p = amp + 1;
+    }
+    qsort(out->filters, out->n_filters, sizeof(out->filters[0]), uri_filter_cmp);
+  }
+  out->kind = out->n_filters > 0 ? URI_FILTERED : URI_COLLECTION;
+  return 0;
+}
+
+/* Parses the mcpsub:// metadata URIs. */
+static int uri_parse_meta(const char *text, uri_t *out)
+{
+  if (strcmp(text, URI_ABOUT_TEXT) == 0) {
+    out->kind = URI_ABOUT;
+    return 0;
+  }
+  size_t plen = strlen(URI_SCHEMA_PREFIX);
+  if (strncmp(text, URI_SCHEMA_PREFIX, plen) != 0)
+    return -ENOENT;
+  const char *name = text + plen;
+  if (strpbrk(name, "/?#"))
+    return -EINVAL;
+  out->table = uri_decode_table(name, strlen(name));
+  if (out->table == NULL)
+    return -EINVAL;
+  out->kind = URI_SCHEMA;
+  return 0;
+}
+
+/*
+ * See uri.h. Raw control characters are malformed; other bytes that should
+ * have been percent-encoded (a space, UTF-8) are tolerated as they are and
+ * encoded by uri_format. On failure out is left zeroed (uri_finish on it
+ * is harmless).
+ */
+int uri_parse(const char *base, const char *text, uri_t *out)
+{
+  memset(out, 0, sizeof(*out));
+  if (text == NULL || strnlen(text, URI_MAX_LEN + 1) > URI_MAX_LEN)
+    return -EINVAL;
+  for (const char *p = text; *p; p++) {
+    if ((unsigned char)*p < 0x20 || *p == 0x7f)
+      return -EINVAL;
+  }
+  int rc;
+  size_t blen = base ? strlen(base) : 0;
+  if (strncmp(text, URI_META_SCHEME, strlen(URI_META_SCHEME)) == 0)
+    rc = uri_parse_meta(text, out);
+  else if (strncmp(text, base ? base : "", blen) == 0 && text[blen] == '/')
+    rc = uri_parse_path(text + blen + 1, out);
+  else
+    rc = -ENOENT;
+  if (rc < 0)
+    uri_finish(out);
+  return rc;
+}
+
+/* Frees every string in u and zeroes it; safe on a zeroed or finished u. */
+void uri_finish(uri_t *u)
+{
+  if (u == NULL)
+    return;
+  free(u->table);
+  free(u->key);
+  free(u->cursor);
+  for (size_t i = 0; i < u->n_filters; i++) {
+    free(u->filters[i].column);
+    free(u->filters[i].value);
+  }
+  memset(u, 0, sizeof(*u));
+}
+
+/* Appends base + "/" + encoded table. */
+static void uri_append_collection(buf_t *b, const char *base, const char *table)
+{
+  buf_append_str(b, base);
+  buf_append(b, "/", 1);
+  uri_encode_component(b, table, strlen(table));
+}
+
+char *uri_format_collection(const char *base, const char *table)
+{
+  buf_t b;
+  buf_init(&b);
+  uri_append_collection(&b, base, table);
+  return buf_steal(&b);
+}
+
+char *uri_format_record(const char *base, const char *table, const char *key)
+{
+  buf_t b;
+  buf_init(&b);
+  uri_append_collection(&b, base, table);
+  buf_append(&b, "/", 1);
+  uri_encode_component(&b, key, strlen(key));
+  return buf_steal(&b);
+}
+
+/* Appends "?" or "&" then name=value, both encoded. */
+static void uri_append_param(buf_t *b, bool *first, const char *name, const char *value)
+{
+  buf_append(b, *first ? "?" : "&", 1);
+  *first = false;
+  uri_encode_component(b, name, strlen(name));
+  buf_append(b, "=", 1);
+  uri_encode_component(b, value, strlen(value));
+}
+
+/*
+ * Canonical text of u. Filters are written sorted by column whatever their
+ * order in u (a caller may fill a uri_t by hand); _limit only when > 0,
+ * _cursor only when not NULL. A record ignores query fields.
+ */
+char *uri_format(const char *base, const uri_t *u)
+{
+  buf_t b;
+  buf_init(&b);
+  switch (u->kind) {
+  case URI_ABOUT:
+    buf_append_str(&b, URI_ABOUT_TEXT);
+    break;
+  case URI_SCHEMA:
+    buf_append_str(&b, URI_SCHEMA_PREFIX);
+    uri_encode_component(&b, u->table, strlen(u->table));
+    break;
+  case URI_RECORD:
+    uri_append_collection(&b, base, u->table);
+    buf_append(&b, "/", 1);
+    uri_encode_component(&b, u->key, strlen(u->key));
+    break;
+  case URI_COLLECTION:
+  case URI_FILTERED: {
+    uri_append_collection(&b, base, u->table);
+    uri_filter sorted[URI_MAX_FILTERS];
+    size_t n = u->n_filters < URI_MAX_FILTERS ? u->n_filters : URI_MAX_FILTERS;
+    memcpy(sorted, u->filters, n * sizeof(sorted[0]));
+    qsort(sorted, n, sizeof(sorted[0]), uri_filter_cmp);
+    bool first = true;
+    for (size_t i = 0; i < n; i++)
+      uri_append_param(&b, &first, sorted[i].column, sorted[i].value);
+    if (u->limit > 0) {
+      char num[24];
+      snprintf(num, sizeof(num), "%ld", u->limit);
+      uri_append_param(&b, &first, "_limit", num);
+    }
+    if (u->cursor)
+      uri_append_param(&b, &first, "_cursor", u->cursor);
+    break;
+  }
+  }
+  return buf_steal(&b);
+}

@@ -48,7 +48,8 @@ typedef struct uri {
 } uri_t;
 
 /*
- * Parses text against the public base URL (no trailing '/').
+ * Parses text against the public base URL (no trailing '/'); an empty
+ * base parses server-relative paths ("/Table/key"), as the REST API does.
  * Returns 0 and fills out (release with uri_finish), -EINVAL when text is
  * malformed, -ENOENT when it is well-formed but not one of ours (another
  * base, another scheme, an unknown mcpsub:// path).

@@ -1,2 +1,1195 @@
-/* placeholder */
-typedef int placeholder_unit;
+/*
+ * HTTP/1.1 server connections for a worker: libuv sockets, llhttp parsing,
+ * and the bounds that protect everything above from its peers. A
+ * connection reads into its own input buffer, lets llhttp parse as much as
+ * it may, and hands exactly one complete request at a time to the server's
+ * callback; bytes of pipelined requests wait in the buffer until the
+ * response is done and are parsed on a later loop turn, never from inside
+ * http_respond. Streams (SSE) take the connection over: their bytes are
+ * queued, coalesced and written once per loop turn, and a stream whose
+ * queue passes max_stream_queue is cut.
+ *
+ * Deferred work (parsing pipelined bytes after a response, flushing stream
+ * queues) runs from one uv_idle handle per server, started on demand. An
+ * idle handle, unlike a check handle, makes the loop poll without blocking,
+ * so work queued from a timer or from an idle callback still runs on the
+ * very next turn instead of waiting for unrelated I/O.
+ *
+ * Closing is graceful by default: the last response is flushed, the write
+ * side is shut down, and the peer's remaining bytes are read and dropped
+ * for a short while (lingering close) so the peer sees the response rather
+ * than a reset. The memory of a connection is freed only from its last
+ * libuv close callback, after its owner's close callback ran; this file
+ * must never free a connection from inside one of its own callbacks, and
+ * never call back into user code from inside a call user code made.
+ */
+#include "worker/http.h"
+
+#include <errno.h>
+#include <llhttp.h>
+#include <netinet/in.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include "common/buf.h"
+#include "common/log.h"
+
+/* One read from the socket; also the step the input buffer grows by. */
+#define HTTP_READ_CHUNK ((size_t)64 * 1024)
+/* Header lines per request, beyond which the request gets a 431. */
+#define HTTP_MAX_HEADERS 100
+#define HTTP_LISTEN_BACKLOG 511
+/* Time a closing connection gets to take its last response (then reset). */
+#define HTTP_DRAIN_MS 10000
+/* After our FIN, how long the peer's leftover bytes are read and dropped. */
+#define HTTP_LINGER_MS 2000
+/* Defaults applied to options left at zero. */
+#define HTTP_DEFAULT_MAX_HEADER ((size_t)16 * 1024)
+#define HTTP_DEFAULT_MAX_BODY ((size_t)4 * 1024 * 1024)
+#define HTTP_DEFAULT_HEADER_TIMEOUT_MS 10000
+#define HTTP_DEFAULT_MAX_STREAM_QUEUE ((size_t)1024 * 1024)
+
+enum conn_phase {
+  PHASE_IDLE,       /* kept alive between requests; no byte of the next one parsed */
+  PHASE_HEADERS,    /* request line and headers arriving (header timeout runs) */
+  PHASE_BODY,       /* body arriving (the same timeout, as an inactivity bound) */
+  PHASE_DISPATCHED, /* request handed to the callback, response pending */
+  PHASE_STREAM,     /* streamed response; the peer's bytes are discarded */
+};
+
+enum conn_pause {
+  PAUSE_NONE,
+  PAUSE_HEADERS, /* on_headers_complete: check the header block, then resume */
+  PAUSE_MESSAGE, /* on_message_complete: dispatch */
+};
+
+struct http_conn {
+  http_server_t *srv;
+  http_conn_t *prev, *next;  /* the server's list of connections */
+  http_conn_t *pending_next; /* the server's deferred-work lists */
+  bool pending;              /* on one of them */
+
+  uv_tcp_t tcp;
+  uv_timer_t timer; /* header, body, keep-alive, drain and linger timeouts */
+  uv_shutdown_t shutdown_req;
+  int handles_open;
+
+  llhttp_t parser;
+  enum conn_phase phase;
+  enum conn_pause pause;
+  buf_t in;             /* received, not yet parsed */
+  size_t hdr_raw;       /* raw bytes of the current header block */
+  size_t hdr_copied;    /* bytes of url, names and values copied from it */
+  size_t chunk_ext;     /* bytes of chunk extensions in the current body */
+  int fail_status;      /* set by an llhttp callback that rejects the request */
+  bool msg_keep_alive;  /* llhttp's verdict at on_message_complete */
+  uint8_t http_major, http_minor;
+
+  bool reading;         /* uv_read_start in effect */
+  bool peer_eof;        /* the peer shut down its side */
+  bool closing;         /* no more requests or stream bytes; on the way out */
+  bool shutdown_done;   /* our FIN went out; lingering */
+  bool handle_closing;  /* uv_close called */
+  bool owner_holds;     /* the request was dispatched and its owner has not finished */
+  bool zombie;          /* handles closed, waiting for the owner (no close_cb) */
+
+  http_request_t req;   /* being built, then dispatched */
+  size_t headers_cap;
+  buf_t url, field, value, body;
+
+  buf_t out;            /* stream bytes queued during this loop turn */
+  size_t queued;        /* out.len plus bytes in unfinished uv_write requests */
+
+  void (*close_cb)(http_conn_t *c, void *data);
+  void *close_data;
+};
+
+struct http_server {
+  uv_loop_t *loop;
+  http_server_options opts;
+  http_request_cb cb;
+  void *cb_data;
+  llhttp_settings_t settings; /* must outlive every parser */
+
+  uv_tcp_t listener;
+  bool listener_init;
+  uv_idle_t idle; /* runs deferred connection work */
+  int handles_open;
+
+  http_conn_t *conns;
+  size_t n_conns;
+  http_conn_t *pending; /* deferred work for the next idle callback */
+  http_conn_t *running; /* what the idle callback has not reached yet */
+
+  bool closing;
+  bool done_called;
+  void (*done)(void *data);
+  void *done_data;
+
+  char scratch[4096]; /* where discarded input is read to */
+};
+
+typedef struct http_write {
+  uv_write_t req;
+  http_conn_t *conn;
+  char *data;
+  size_t len;
+} http_write_t;
+
+static void conn_parse(http_conn_t *c);
+static void conn_settle(http_conn_t *c);
+static void conn_on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *b);
+static void conn_on_timer(uv_timer_t *t);
+static void conn_on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *b);
+static void server_on_idle(uv_idle_t *h);
+
+/* ---- status texts and request accessors -------------------------------- */
+
+const char *http_status_text(int status)
+{
+  switch (status) {
+  case 100: return "Continue";
+  case 101: return "Switching Protocols";
+  case 200: return "OK";
+  case 201: return "Created";
+  case 202: return "Accepted";
+  case 204: return "No Content";
+  case 206: return "Partial Content";
+  case 301: return "Moved Permanently";
+  case 302: return "Found";
+  case 303: return "See Other";
+  case 304: return "Not Modified";
+  case 307: return "Temporary Redirect";
+  case 308: return "Permanent Redirect";
+  case 400: return "Bad Request";
+  case 401: return "Unauthorized";
+  case 403: return "Forbidden";
+  case 404: return "Not Found";
+  case 405: return "Method Not Allowed";
+  case 406: return "Not Acceptable";
+  case 408: return "Request Timeout";
+  case 409: return "Conflict";
+  case 410: return "Gone";
+  case 411: return "Length Required";
+  case 412: return "Precondition Failed";
+  case 413: return "Content Too Large";
+  case 414: return "URI Too Long";
+  case 415: return "Unsupported Media Type";
+  case 416: return "Range Not Satisfiable";
+  case 417: return "Expectation Failed";
+  case 421: return "Misdirected Request";
+  case 422: return "Unprocessable Content";
+  case 426: return "Upgrade Required";
+  case 428: return "Precondition Required";
+  case 429: return "Too Many Requests";
+  case 431: return "Request Header Fields Too Large";
+  case 500: return "Internal Server Error";
+  case 501: return "Not Implemented";
+  case 502: return "Bad Gateway";
+  case 503: return "Service Unavailable";
+  case 504: return "Gateway Timeout";
+  case 505: return "HTTP Version Not Supported";
+  case 511: return "Network Authentication Required";
+  default: return "Unknown";
+  }
+}
+
+const char *http_request_header(const http_request_t *req, const char *lname)
+{
+  if (req == NULL || lname == NULL)
+    return NULL;
+  for (size_t i = 0; i < req->n_headers; i++)
+    if (strcmp(req->headers[i].name, lname) == 0)
+      return req->headers[i].value;
+  return NULL;
+}
+
+/* Frees everything the current request holds and empties its builders. */
+static void conn_request_clear(http_conn_t *c)
+{
+  http_request_t *r = &c->req;
+  free(r->target);
+  free(r->path);
+  free(r->query);
+  free(r->body);
+  for (size_t i = 0; i < r->n_headers; i++) {
+    free((char *)r->headers[i].name);
+    free((char *)r->headers[i].value);
+  }
+  free(r->headers);
+  memset(r, 0, sizeof *r);
+  c->headers_cap = 0;
+  buf_finish(&c->url);
+  buf_finish(&c->field);
+  buf_finish(&c->value);
+  buf_finish(&c->body);
+}
+
+/* ---- server-level bookkeeping ------------------------------------------ */
+
+/* Runs the server's done callback once the listener, the idle handle and
+ * every connection are gone. */
+static void server_check_done(http_server_t *srv)
+{
+  if (!srv->closing || srv->done_called || srv->handles_open > 0 || srv->n_conns > 0)
+    return;
+  srv->done_called = true;
+  if (srv->done)
+    srv->done(srv->done_data);
+}
+
+static void server_on_handle_closed(uv_handle_t *h)
+{
+  http_server_t *srv = h->data;
+  srv->handles_open--;
+  server_check_done(srv);
+}
+
+/* Puts c on the deferred-work list; the idle callback picks it up on the
+ * next loop turn. A zombie is scheduled only to run a late close callback. */
+static void conn_schedule(http_conn_t *c)
+{
+  http_server_t *srv = c->srv;
+  if (c->pending || (c->handle_closing && !c->zombie) || srv->closing)
+    return;
+  c->pending = true;
+  c->pending_next = srv->pending;
+  srv->pending = c;
+  (void)uv_idle_start(&srv->idle, server_on_idle); /* fails only on a closing handle */
+}
+
+/* Takes c off whichever deferred-work list holds it, so that freeing c
+ * (even from user code inside the idle callback) leaves no dangling entry. */
+static void conn_pending_unlink(http_conn_t *c)
+{
+  if (!c->pending)
+    return;
+  http_conn_t **lists[] = {&c->srv->pending, &c->srv->running};
+  for (size_t i = 0; i < ARRAY_LEN(lists); i++) {
+    for (http_conn_t **p = lists[i]; *p; p = &(*p)->pending_next) {
+      if (*p == c) {
+        *p = c->pending_next;
+        goto unlinked;
+      }
+    }
+  }
+unlinked:
+  c->pending = false;
+  c->pending_next = NULL;
+}
+
+/* ---- connection lifetime ----------------------------------------------- */
+
+/* Frees c; its handles are closed and no owner holds it any more. */
+static void conn_free(http_conn_t *c)
+{
+  http_server_t *srv = c->srv;
+  conn_pending_unlink(c);
+  conn_request_clear(c);
+  buf_finish(&c->in);
+  buf_finish(&c->out);
+  if (c->prev)
+    c->prev->next = c->next;
+  else
+    srv->conns = c->next;
+  if (c->next)
+    c->next->prev = c->prev;
+  srv->n_conns--;
+  free(c);
+  server_check_done(srv);
+}
+
+/*
+ * The last handle closed: tell the owner, then free. Without a close
+ * callback, a connection whose request is still held by its owner stays
+ * allocated (a zombie) until the owner's http_respond or http_stream_end,
+ * so that a late response never touches freed memory.
+ */
+static void conn_on_handle_closed(uv_handle_t *h)
+{
+  http_conn_t *c = h->data;
+  if (--c->handles_open > 0)
+    return;
+  conn_pending_unlink(c);
+  if (c->close_cb) {
+    void (*cb)(http_conn_t *, void *) = c->close_cb;
+    c->close_cb = NULL;
+    cb(c, c->close_data);
+  } else if (c->owner_holds) {
+    c->zombie = true;
+    return;
+  }
+  conn_free(c);
+}
+
+/* Closes c's handles now; in-flight writes are cancelled. Idempotent. */
+static void conn_close_now(http_conn_t *c)
+{
+  if (c->handle_closing)
+    return;
+  c->handle_closing = true;
+  c->closing = true;
+  c->reading = false;
+  uv_close((uv_handle_t *)&c->tcp, conn_on_handle_closed);
+  uv_close((uv_handle_t *)&c->timer, conn_on_handle_closed);
+}
+
+static void conn_timer_start(http_conn_t *c, uint64_t ms)
+{
+  if (c->handle_closing)
+    return;
+  if (ms == 0)
+    (void)uv_timer_stop(&c->timer); /* cannot fail */
+  else
+    (void)uv_timer_start(&c->timer, conn_on_timer, ms, 0); /* fails only on a closing handle */
+}
+
+static void conn_on_write(uv_write_t *req, int status)
+{
+  http_write_t *w = (http_write_t *)req;
+  http_conn_t *c = w->conn;
+  c->queued -= w->len;
+  free(w->data);
+  free(w);
+  if (status < 0 && status != UV_ECANCELED)
+    conn_close_now(c);
+}
+
+/* Writes data (takes ownership; len bytes already counted in c->queued).
+ * The buffer stays alive until the write callback frees it. */
+static void conn_write_owned(http_conn_t *c, char *data, size_t len)
+{
+  http_write_t *w = mem_alloc(sizeof *w);
+  w->conn = c;
+  w->data = data;
+  w->len = len;
+  uv_buf_t b = uv_buf_init(data, (unsigned int)len);
+  int r = uv_write(&w->req, (uv_stream_t *)&c->tcp, &b, 1, conn_on_write);
+  if (r < 0) {
+    c->queued -= len;
+    free(data);
+    free(w);
+    conn_close_now(c);
+  }
+}
+
+/* Sends the content of b (emptied) as one write. */
+static void conn_send(http_conn_t *c, buf_t *b)
+{
+  size_t len = b->len;
+  c->queued += len;
+  conn_write_owned(c, buf_steal(b), len);
+}
+
+/* Writes everything the stream queued during this loop turn, as one write. */
+static void conn_flush(http_conn_t *c)
+{
+  if (c->out.len == 0 || c->handle_closing)
+    return;
+  size_t len = c->out.len;
+  conn_write_owned(c, buf_steal(&c->out), len); /* already counted in queued */
+}
+
+static void conn_on_shutdown(uv_shutdown_t *req, int status)
+{
+  http_conn_t *c = req->data;
+  if (status == UV_ECANCELED || c->handle_closing)
+    return;
+  if (status < 0 || c->peer_eof) {
+    conn_close_now(c);
+    return;
+  }
+  c->shutdown_done = true;
+  conn_timer_start(c, HTTP_LINGER_MS);
+}
+
+/*
+ * Graceful close: with flush, what is queued still goes out, otherwise it
+ * is dropped; then FIN once the writes are done, and the peer's remaining
+ * bytes are read and dropped until its EOF or the linger timeout. Bounded
+ * by HTTP_DRAIN_MS while a slow peer takes the last response.
+ */
+static void conn_finish(http_conn_t *c, bool flush)
+{
+  if (c->closing)
+    return;
+  c->closing = true;
+  if (flush) {
+    conn_flush(c);
+  } else {
+    c->queued -= c->out.len;
+    buf_finish(&c->out);
+  }
+  if (c->handle_closing)
+    return;
+  buf_finish(&c->in);
+  c->shutdown_req.data = c;
+  if (uv_shutdown(&c->shutdown_req, (uv_stream_t *)&c->tcp, conn_on_shutdown) < 0) {
+    conn_close_now(c);
+    return;
+  }
+  conn_timer_start(c, HTTP_DRAIN_MS);
+  conn_settle(c);
+}
+
+/* ---- responses --------------------------------------------------------- */
+
+static bool header_text_ok(const char *s)
+{
+  return strpbrk(s, "\r\n") == NULL;
+}
+
+/*
+ * Appends the status line and the caller's headers to b. The framing
+ * headers (Content-Length, Transfer-Encoding, Connection) belong to this
+ * layer and are skipped; a caller's "Connection: close" sets *want_close.
+ * Headers with CR or LF in them are dropped (no response splitting).
+ */
+static void http_format_head(buf_t *b, int status, const http_header *headers, size_t n,
+                             bool *want_close)
+{
+  buf_printf(b, "HTTP/1.1 %d %s\r\n", status, http_status_text(status));
+  for (size_t i = 0; i < n; i++) {
+    const char *name = headers[i].name, *value = headers[i].value;
+    if (name == NULL || value == NULL || !header_text_ok(name) || !header_text_ok(value)) {
+      log_warn("http: dropped invalid response header", "name", name ? name : "(null)");
+      continue;
+    }
+    if (strcasecmp(name, "content-length") == 0 || strcasecmp(name, "transfer-encoding") == 0)
+      continue;
+    if (strcasecmp(name, "connection") == 0) {
+      if (strcasestr(value, "close"))
+        *want_close = true;
+      continue;
+    }
+    buf_append_str(b, name);
+    buf_append(b, ": ", 2);
+    buf_append_str(b, value);
+    buf_append(b, "\r\n", 2);
+  }
+}
+
+/* Sends an error of this layer's own (400, 408, 413, 431) and closes. */
+static void conn_fail(http_conn_t *c, int status)
+{
+  if (c->closing)
+    return;
+  const char *reason = http_status_text(status);
+  buf_t body, b;
+  buf_init(&body);
+  buf_init(&b);
+  buf_append_str(&body, "{\"error\":\"");
+  for (const char *p = reason; *p; p++) {
+    char ch = *p;
+    if (ch >= 'A' && ch <= 'Z')
+      ch = (char)(ch - 'A' + 'a');
+    buf_append(&body, &ch, 1);
+  }
+  buf_append_str(&body, "\"}");
+  buf_printf(&b,
+             "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
+             "Connection: close\r\n\r\n",
+             status, reason, body.len);
+  buf_append(&b, body.data, body.len);
+  buf_finish(&body);
+  conn_send(c, &b);
+  conn_finish(c, true);
+}
+
+void http_respond(http_conn_t *c, int status, const http_header *headers, size_t n_headers,
+                  const char *body, size_t body_len)
+{
+  if (c == NULL || c->phase != PHASE_DISPATCHED || !c->owner_holds)
+    return;
+  c->owner_holds = false;
+  if (c->closing) {
+    conn_request_clear(c);
+    c->phase = PHASE_IDLE;
+    if (c->zombie)
+      conn_free(c);
+    return;
+  }
+
+  bool want_close = !c->req.keep_alive || (c->peer_eof && c->in.len == 0);
+  buf_t b;
+  buf_init(&b);
+  http_format_head(&b, status, headers, n_headers, &want_close);
+  bool no_length = (status >= 100 && status < 200) || status == 204;
+  bool no_body = no_length || status == 304 || c->req.method == HTTP_HEAD;
+  if (!no_length)
+    buf_printf(&b, "Content-Length: %zu\r\n", body_len);
+  if (want_close)
+    buf_append_str(&b, "Connection: close\r\n");
+  else if (c->http_major == 1 && c->http_minor == 0)
+    buf_append_str(&b, "Connection: keep-alive\r\n");
+  buf_append(&b, "\r\n", 2);
+  if (!no_body && body_len > 0)
+    buf_append(&b, body, body_len);
+  conn_send(c, &b);
+  conn_request_clear(c);
+  c->phase = PHASE_IDLE;
+  if (c->handle_closing)
+    return; /* the write failed */
+  if (want_close) {
+    conn_finish(c, true);
+    return;
+  }
+  llhttp_resume(&c->parser);
+  if (c->in.len > 0)
+    conn_schedule(c); /* the next request is parsed from a later loop turn */
+  else
+    conn_timer_start(c, c->srv->opts.keepalive_idle_ms);
+  conn_settle(c);
+}
+
+/* ---- streams ----------------------------------------------------------- */
+
+void http_stream_begin(http_conn_t *c, int status, const http_header *headers, size_t n_headers)
+{
+  if (c == NULL || c->phase != PHASE_DISPATCHED || !c->owner_holds)
+    return;
+  c->phase = PHASE_STREAM;
+  if (c->closing)
+    return;
+  bool want_close = true; /* the stream is delimited by the connection's close */
+  http_format_head(&c->out, status, headers, n_headers, &want_close);
+  buf_append_str(&c->out, "Connection: close\r\n\r\n");
+  c->queued += c->out.len;
+  conn_timer_start(c, 0);
+  buf_finish(&c->in); /* pipelined bytes after a stream request are dropped */
+  if (c->peer_eof) {
+    conn_finish(c, true);
+    return;
+  }
+  conn_schedule(c); /* head and first events go out together */
+  conn_settle(c);
+}
+
+int http_stream_write(http_conn_t *c, const char *data, size_t len)
+{
+  if (c == NULL)
+    return -EINVAL;
+  if (c->closing)
+    return -EPIPE;
+  if (c->phase != PHASE_STREAM)
+    return -EINVAL;
+  size_t max = c->srv->opts.max_stream_queue;
+  if (c->queued > max || len > max - c->queued) {
+    conn_finish(c, false);
+    return -ENOBUFS;
+  }
+  if (len == 0)
+    return 0;
+  buf_append(&c->out, data, len);
+  c->queued += len;
+  conn_schedule(c);
+  return 0;
+}
+
+void http_stream_end(http_conn_t *c)
+{
+  if (c == NULL)
+    return;
+  bool was_held = c->owner_holds;
+  c->owner_holds = false;
+  if (c->zombie) {
+    if (was_held)
+      conn_free(c);
+    return;
+  }
+  conn_finish(c, true);
+}
+
+size_t http_conn_queued(const http_conn_t *c)
+{
+  return c ? c->queued : 0;
+}
+
+void http_conn_set_close_cb(http_conn_t *c, void (*cb)(http_conn_t *c, void *data), void *data)
+{
+  if (c == NULL)
+    return;
+  c->close_cb = cb;
+  c->close_data = cb ? data : NULL;
+  if (c->zombie && cb)
+    conn_schedule(c); /* closed already: tell the owner from the loop */
+}
+
+/* ---- llhttp callbacks -------------------------------------------------- */
+
+/* Counts bytes copied out of a header block against max_header, so that
+ * memory stays bounded even inside one large llhttp_execute call. */
+static int conn_count_head(http_conn_t *c, size_t len)
+{
+  c->hdr_copied += len;
+  if (c->hdr_copied > c->srv->opts.max_header) {
+    c->fail_status = 431;
+    return HPE_USER;
+  }
+  return 0;
+}
+
+static int on_message_begin(llhttp_t *p)
+{
+  http_conn_t *c = p->data;
+  c->pause = PAUSE_NONE;
+  c->chunk_ext = 0;
+  return 0;
+}
+
+static int on_url(llhttp_t *p, const char *at, size_t len)
+{
+  http_conn_t *c = p->data;
+  if (conn_count_head(c, len))
+    return HPE_USER;
+  buf_append(&c->url, at, len);
+  return 0;
+}
+
+/* Header names and values; in the body phase these are chunked trailers,
+ * which count against max_header but are not kept. */
+static int on_header_field(llhttp_t *p, const char *at, size_t len)
+{
+  http_conn_t *c = p->data;
+  if (conn_count_head(c, len))
+    return HPE_USER;
+  if (c->phase != PHASE_BODY)
+    buf_append(&c->field, at, len);
+  return 0;
+}
+
+static int on_header_value(llhttp_t *p, const char *at, size_t len)
+{
+  http_conn_t *c = p->data;
+  if (conn_count_head(c, len))
+    return HPE_USER;
+  if (c->phase != PHASE_BODY)
+    buf_append(&c->value, at, len);
+  return 0;
+}
+
+static int on_header_value_complete(llhttp_t *p)
+{
+  http_conn_t *c = p->data;
+  if (c->phase == PHASE_BODY)
+    return 0;
+  http_request_t *r = &c->req;
+  if (r->n_headers >= HTTP_MAX_HEADERS) {
+    c->fail_status = 431;
+    return HPE_USER;
+  }
+  if (r->n_headers == c->headers_cap) {
+    c->headers_cap = c->headers_cap ? c->headers_cap * 2 : 8;
+    r->headers = mem_realloc(r->headers, c->headers_cap * sizeof *r->headers);
+  }
+  char *name = buf_steal(&c->field);
+  for (char *s = name; *s; s++)
+    if (*s >= 'A' && *s <= 'Z')
+      *s = (char)(*s - 'A' + 'a');
+  const char *v = c->value.data ? c->value.data : "";
+  size_t start = 0, end = c->value.len;
+  while (start < end && (v[start] == ' ' || v[start] == '\t'))
+    start++;
+  while (end > start && (v[end - 1] == ' ' || v[end - 1] == '\t'))
+    end--;
+  r->headers[r->n_headers].name = name;
+  r->headers[r->n_headers].value = mem_strndup(v + start, end - start);
+  r->n_headers++;
+  buf_reset(&c->value);
+  return 0;
+}
+
+static int on_headers_complete(llhttp_t *p)
+{
+  http_conn_t *c = p->data;
+  c->phase = PHASE_BODY;
+  c->pause = PAUSE_HEADERS;
+  return HPE_PAUSED;
+}
+
+static int on_body(llhttp_t *p, const char *at, size_t len)
+{
+  http_conn_t *c = p->data;
+  if (len > c->srv->opts.max_body - c->body.len) {
+    c->fail_status = 413;
+    return HPE_USER;
+  }
+  buf_append(&c->body, at, len);
+  return 0;
+}
+
+/* Chunk extensions are skipped, but bounded like a header block. */
+static int on_chunk_extension(llhttp_t *p, const char *at, size_t len)
+{
+  http_conn_t *c = p->data;
+  c->chunk_ext += len;
+  return c->chunk_ext > c->srv->opts.max_header ? HPE_USER : 0;
+}
+
+static int on_message_complete(llhttp_t *p)
+{
+  http_conn_t *c = p->data;
+  /* An Upgrade or CONNECT is answered as a plain request, then the
+   * connection closes: the bytes after it are not HTTP we could parse. */
+  c->msg_keep_alive = llhttp_should_keep_alive(p) && !llhttp_get_upgrade(p);
+  c->http_major = llhttp_get_http_major(p);
+  c->http_minor = llhttp_get_http_minor(p);
+  c->pause = PAUSE_MESSAGE;
+  return HPE_PAUSED;
+}
+
+/* ---- parsing and dispatch ---------------------------------------------- */
+
+/* Starts the clock for the next request's header block. */
+static void conn_begin_request(http_conn_t *c)
+{
+  c->phase = PHASE_HEADERS;
+  c->hdr_raw = 0;
+  c->hdr_copied = 0;
+  c->fail_status = 0;
+  conn_timer_start(c, c->srv->opts.header_timeout_ms);
+}
+
+/* The header block is complete: check its bounds. 0, or a status to fail with. */
+static int conn_headers_done(http_conn_t *c)
+{
+  const http_server_options *o = &c->srv->opts;
+  llhttp_t *p = &c->parser;
+  if (c->hdr_raw > o->max_header)
+    return 431;
+  if ((p->flags & F_CONTENT_LENGTH) && p->content_length > o->max_body)
+    return 413;
+  conn_timer_start(c, o->header_timeout_ms); /* now an inactivity bound on the body */
+  bool has_body = (p->flags & F_CHUNKED) || ((p->flags & F_CONTENT_LENGTH) && p->content_length > 0);
+  const char *expect = http_request_header(&c->req, "expect");
+  if (has_body && expect && strcasecmp(expect, "100-continue") == 0 && p->http_major == 1 &&
+      p->http_minor >= 1) {
+    buf_t b;
+    buf_init(&b);
+    buf_append_str(&b, "HTTP/1.1 100 Continue\r\n\r\n");
+    conn_send(c, &b);
+  }
+  return 0;
+}
+
+static void conn_dispatch(http_conn_t *c)
+{
+  http_request_t *r = &c->req;
+  r->method = llhttp_get_method(&c->parser);
+  r->method_name = llhttp_method_name((llhttp_method_t)r->method);
+  r->target = buf_steal(&c->url);
+  const char *q = strchr(r->target, '?');
+  r->path = mem_strndup(r->target, q ? (size_t)(q - r->target) : strlen(r->target));
+  r->query = q ? mem_strdup(q + 1) : NULL;
+  r->body_len = c->body.len;
+  r->body = buf_steal(&c->body);
+  r->keep_alive = c->msg_keep_alive;
+  buf_finish(&c->field);
+  buf_finish(&c->value);
+  c->phase = PHASE_DISPATCHED;
+  c->owner_holds = true;
+  conn_timer_start(c, 0);
+  c->srv->cb(c, r, c->srv->cb_data);
+}
+
+/*
+ * Runs llhttp over the buffered input until a request is dispatched, the
+ * input runs out, or the connection fails. Parsed bytes leave c->in. The
+ * parser pauses after each header block (to check it before any body is
+ * read) and after each message (one request at a time).
+ */
+static void conn_parse(http_conn_t *c)
+{
+  const http_server_options *o = &c->srv->opts;
+  bool resumed = false; /* llhttp must run again, even on no bytes, after a pause */
+  while (!c->closing && (c->in.len > 0 || resumed) &&
+         (c->phase == PHASE_IDLE || c->phase == PHASE_HEADERS || c->phase == PHASE_BODY)) {
+    resumed = false;
+    if (c->phase == PHASE_IDLE)
+      conn_begin_request(c);
+    bool in_head = c->phase == PHASE_HEADERS;
+    const char *start = c->in.data ? c->in.data : "";
+    llhttp_errno_t err = llhttp_execute(&c->parser, start, c->in.len);
+    size_t used = err == HPE_OK ? c->in.len : (size_t)(llhttp_get_error_pos(&c->parser) - start);
+    buf_consume(&c->in, used);
+    if (in_head)
+      c->hdr_raw += used;
+    if (err == HPE_OK) {
+      if (in_head && c->hdr_raw > o->max_header)
+        conn_fail(c, 431);
+      break;
+    }
+    if (err != HPE_PAUSED) {
+      conn_fail(c, c->fail_status ? c->fail_status : 400);
+      return;
+    }
+    enum conn_pause why = c->pause;
+    c->pause = PAUSE_NONE;
+    if (why == PAUSE_MESSAGE) {
+      conn_dispatch(c); /* resumed by http_respond */
+      return;
+    }
+    llhttp_resume(&c->parser);
+    int status = conn_headers_done(c);
+    if (status) {
+      conn_fail(c, status);
+      return;
+    }
+    resumed = true;
+  }
+  /* The peer is gone and what it left is not a complete request. */
+  if (c->peer_eof && !c->closing && c->phase != PHASE_DISPATCHED && c->phase != PHASE_STREAM)
+    conn_finish(c, true);
+}
+
+/*
+ * Reconciles reading with c's state: read unless the peer finished or the
+ * buffer of a dispatched connection passed max_header + max_body
+ * (back-pressure), and release the input buffer while it is empty and the
+ * connection is between requests.
+ */
+static void conn_settle(http_conn_t *c)
+{
+  if (c->handle_closing)
+    return;
+  const http_server_options *o = &c->srv->opts;
+  bool want = !c->peer_eof && c->in.len <= o->max_header + o->max_body;
+  if (want && !c->reading) {
+    if (uv_read_start((uv_stream_t *)&c->tcp, conn_on_alloc, conn_on_read) < 0) {
+      conn_close_now(c);
+      return;
+    }
+    c->reading = true;
+  } else if (!want && c->reading) {
+    (void)uv_read_stop((uv_stream_t *)&c->tcp); /* cannot fail */
+    c->reading = false;
+  }
+  if (c->in.len == 0 && c->in.data &&
+      (c->closing || c->phase == PHASE_IDLE || c->phase == PHASE_DISPATCHED ||
+       c->phase == PHASE_STREAM))
+    buf_finish(&c->in);
+}
+
+/* ---- libuv callbacks --------------------------------------------------- */
+
+/* Deferred work for every connection scheduled since the last turn. */
+static void server_on_idle(uv_idle_t *h)
+{
+  http_server_t *srv = h->data;
+  /* Work scheduled while this runs waits for the next turn: a connection
+   * answering synchronously cannot starve the others. */
+  srv->running = srv->pending;
+  srv->pending = NULL;
+  while (srv->running) {
+    http_conn_t *c = srv->running;
+    srv->running = c->pending_next;
+    c->pending_next = NULL;
+    c->pending = false;
+    if (c->zombie) {
+      if (c->close_cb) { /* set after the connection had closed */
+        void (*cb)(http_conn_t *, void *) = c->close_cb;
+        c->close_cb = NULL;
+        c->owner_holds = false;
+        c->zombie = false; /* calls from inside cb must not free c */
+        cb(c, c->close_data);
+        conn_free(c);
+      }
+      continue;
+    }
+    if (c->handle_closing)
+      continue;
+    if (!c->closing)
+      conn_flush(c);
+    if (!c->closing && c->in.len > 0 &&
+        (c->phase == PHASE_IDLE || c->phase == PHASE_HEADERS || c->phase == PHASE_BODY)) {
+      conn_parse(c);
+      conn_settle(c);
+    }
+  }
+  if (srv->pending == NULL && !srv->closing)
+    (void)uv_idle_stop(h); /* cannot fail */
+}
+
+static void conn_on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *b)
+{
+  http_conn_t *c = h->data;
+  if (c->closing || c->phase == PHASE_STREAM) {
+    *b = uv_buf_init(c->srv->scratch, sizeof c->srv->scratch);
+    return;
+  }
+  /* Reserving one byte less keeps the allocation a power of two with the
+   * buffer's NUL; the read never touches that last byte. */
+  buf_reserve(&c->in, HTTP_READ_CHUNK - 1);
+  size_t room = c->in.cap - c->in.len - 1;
+  if (room > HTTP_READ_CHUNK)
+    room = HTTP_READ_CHUNK;
+  *b = uv_buf_init(c->in.data + c->in.len, (unsigned int)room);
+}
+
+static void conn_on_eof(http_conn_t *c)
+{
+  c->peer_eof = true;
+  c->reading = false; /* libuv stopped reading */
+  if (c->phase == PHASE_STREAM) {
+    conn_close_now(c);
+  } else if (c->closing) {
+    if (c->shutdown_done)
+      conn_close_now(c); /* else conn_on_shutdown closes */
+  } else if (c->phase != PHASE_DISPATCHED && c->in.len == 0) {
+    conn_finish(c, true); /* a half-finished request or none: nothing to answer */
+  }
+  /* Otherwise the request in hand (or buffered) is answered, then closed. */
+}
+
+static void conn_on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *b)
+{
+  http_conn_t *c = s->data;
+  if (nread == 0 || c->handle_closing)
+    return;
+  if (nread < 0) {
+    if (nread == UV_EOF)
+      conn_on_eof(c);
+    else
+      conn_close_now(c);
+    return;
+  }
+  if (c->closing || c->phase == PHASE_STREAM)
+    return; /* discarded */
+  c->in.len += (size_t)nread;
+  c->in.data[c->in.len] = '\0';
+  if (c->phase == PHASE_BODY)
+    conn_timer_start(c, c->srv->opts.header_timeout_ms);
+  if (c->phase != PHASE_DISPATCHED)
+    conn_parse(c);
+  conn_settle(c);
+}
+
+static void conn_on_timer(uv_timer_t *t)
+{
+  http_conn_t *c = t->data;
+  if (c->closing) {
+    conn_close_now(c); /* drain or linger time is up */
+    return;
+  }
+  switch (c->phase) {
+  case PHASE_IDLE:
+    conn_finish(c, true); /* idle keep-alive: closed without a word */
+    break;
+  case PHASE_HEADERS:
+  case PHASE_BODY:
+    conn_fail(c, 408);
+    break;
+  default:
+    break;
+  }
+}
+
+/* ---- connections: creation --------------------------------------------- */
+
+/* A new connection with its handles initialised and linked into srv;
+ * NULL if libuv refused the handles. */
+static http_conn_t *conn_create(http_server_t *srv)
+{
+  http_conn_t *c = mem_calloc(1, sizeof *c);
+  c->srv = srv;
+  if (uv_tcp_init(srv->loop, &c->tcp) < 0) {
+    free(c);
+    return NULL;
+  }
+  (void)uv_timer_init(srv->loop, &c->timer); /* cannot fail */
+  c->handles_open = 2;
+  c->tcp.data = c;
+  c->timer.data = c;
+  buf_init(&c->in);
+  buf_init(&c->out);
+  buf_init(&c->url);
+  buf_init(&c->field);
+  buf_init(&c->value);
+  buf_init(&c->body);
+  llhttp_init(&c->parser, HTTP_REQUEST, &srv->settings);
+  c->parser.data = c;
+  c->next = srv->conns;
+  if (srv->conns)
+    srv->conns->prev = c;
+  srv->conns = c;
+  srv->n_conns++;
+  return c;
+}
+
+/* Starts reading and the header timeout (which runs from connect). 0, or
+ * -errno with c already closing (it owns its socket either way). */
+static int conn_start(http_conn_t *c) MCPSUB_NODISCARD;
+static int conn_start(http_conn_t *c)
+{
+  (void)uv_tcp_nodelay(&c->tcp, 1); /* best effort: a latency tweak */
+  conn_begin_request(c);
+  int r = uv_read_start((uv_stream_t *)&c->tcp, conn_on_alloc, conn_on_read);
+  if (r < 0) {
+    conn_close_now(c);
+    return r;
+  }
+  c->reading = true;
+  return 0;
+}
+
+static void server_on_connection(uv_stream_t *listener, int status)
+{
+  http_server_t *srv = listener->data;
+  if (status < 0) {
+    log_warn("http: accept failed", "error", uv_strerror(status));
+    return;
+  }
+  if (srv->closing)
+    return;
+  http_conn_t *c = conn_create(srv);
+  if (c == NULL)
+    return;
+  if (uv_accept(listener, (uv_stream_t *)&c->tcp) < 0) {
+    conn_close_now(c);
+    return;
+  }
+  if (conn_start(c) < 0)
+    log_warn("http: cannot read from an accepted connection");
+}
+
+/* ---- server API -------------------------------------------------------- */
+
+http_server_t *http_server_create(uv_loop_t *loop, const http_server_options *opts,
+                                  http_request_cb cb, void *data)
+{
+  http_server_t *srv = mem_calloc(1, sizeof *srv);
+  srv->loop = loop;
+  if (opts)
+    srv->opts = *opts;
+  if (srv->opts.max_header == 0)
+    srv->opts.max_header = HTTP_DEFAULT_MAX_HEADER;
+  if (srv->opts.max_body == 0)
+    srv->opts.max_body = HTTP_DEFAULT_MAX_BODY;
+  if (srv->opts.header_timeout_ms == 0)
+    srv->opts.header_timeout_ms = HTTP_DEFAULT_HEADER_TIMEOUT_MS;
+  if (srv->opts.max_stream_queue == 0)
+    srv->opts.max_stream_queue = HTTP_DEFAULT_MAX_STREAM_QUEUE;
+  srv->cb = cb;
+  srv->cb_data = data;
+
+  llhttp_settings_init(&srv->settings);
+  srv->settings.on_message_begin = on_message_begin;
+  srv->settings.on_url = on_url;
+  srv->settings.on_header_field = on_header_field;
+  srv->settings.on_header_value = on_header_value;
+  srv->settings.on_header_value_complete = on_header_value_complete;
+  srv->settings.on_headers_complete = on_headers_complete;
+  srv->settings.on_body = on_body;
+  srv->settings.on_chunk_extension_name = on_chunk_extension;
+  srv->settings.on_chunk_extension_value = on_chunk_extension;
+  srv->settings.on_message_complete = on_message_complete;
+
+  (void)uv_idle_init(loop, &srv->idle); /* cannot fail */
+  srv->idle.data = srv;
+  srv->handles_open = 1;
+  return srv;
+}
+
+int http_server_listen(http_server_t *srv, const char *host, int port)
+{
+  struct sockaddr_storage ss;
+  int r;
+  if (srv->closing || srv->listener_init)
+    return UV_EINVAL;
+  memset(&ss, 0, sizeof ss);
+  if (uv_ip4_addr(host, port, (struct sockaddr_in *)&ss) != 0) {
+    r = uv_ip6_addr(host, port, (struct sockaddr_in6 *)&ss);
+    if (r < 0)
+      return r;
+  }
+  r = uv_tcp_init(srv->loop, &srv->listener);
+  if (r < 0)
+    return r;
+  srv->listener_init = true;
+  srv->handles_open++;
+  srv->listener.data = srv;
+  r = uv_tcp_bind(&srv->listener, (const struct sockaddr *)&ss, 0);
+  if (r < 0)
+    return r;
+  return uv_listen((uv_stream_t *)&srv->listener, HTTP_LISTEN_BACKLOG, server_on_connection);
+}
+
+int http_server_port(const http_server_t *srv)
+{
+  struct sockaddr_storage ss;
+  int len = (int)sizeof ss;
+  if (!srv->listener_init)
+    return UV_EINVAL;
+  int r = uv_tcp_getsockname(&srv->listener, (struct sockaddr *)&ss, &len);
+  if (r < 0)
+    return r;
+  if (ss.ss_family == AF_INET)
+    return ntohs(((const struct sockaddr_in *)&ss)->sin_port);
+  if (ss.ss_family == AF_INET6)
+    return ntohs(((const struct sockaddr_in6 *)&ss)->sin6_port);
+  return UV_EAFNOSUPPORT;
+}
+
+int http_server_adopt(http_server_t *srv, uv_os_sock_t fd, const char *bytes, size_t n)
+{
+  if (srv->closing) {
+    close(fd);
+    return UV_ECANCELED;
+  }
+  http_conn_t *c = conn_create(srv);
+  if (c == NULL) {
+    close(fd);
+    return UV_ENOMEM;
+  }
+  int r = uv_tcp_open(&c->tcp, fd);
+  if (r < 0) {
+    close(fd);
+    conn_close_now(c);
+    return r;
+  }
+  if (n > 0)
+    buf_append(&c->in, bytes, n);
+  r = conn_start(c);
+  if (r < 0)
+    return r; /* c is closing and owns fd */
+  if (c->in.len > 0)
+    conn_schedule(c); /* parsed from the loop, not from inside this call */
+  return 0;
+}
+
+void http_server_close(http_server_t *srv, void (*done)(void *data), void *data)
+{
+  if (srv == NULL || srv->closing)
+    return;
+  srv->closing = true;
+  srv->done = done;
+  srv->done_data = data;
+  if (srv->listener_init)
+    uv_close((uv_handle_t *)&srv->listener, server_on_handle_closed);
+  uv_close((uv_handle_t *)&srv->idle, server_on_handle_closed);
+  http_conn_t **lists[] = {&srv->pending, &srv->running};
+  for (size_t i = 0; i < ARRAY_LEN(lists); i++) {
+    while (*lists[i]) {
+      http_conn_t *c = *lists[i];
+      *lists[i] = c->pending_next;
+      c->pending_next = NULL;
+      c->pending = false;
+    }
+  }
+  for (http_conn_t *c = srv->conns; c; c = c->next)
+    conn_close_now(c);
+}
+
+void http_server_destroy(http_server_t *srv)
+{
+  free(srv);
+}
+
+size_t http_server_connections(const http_server_t *srv)
+{
+  return srv ? srv->n_conns : 0;
+}

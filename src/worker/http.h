@@ -53,6 +53,9 @@ const char *http_request_header(const http_request_t *req, const char *lname);
 
 typedef void (*http_request_cb)(http_conn_t *c, http_request_t *req, void *data);
 
+/* A size or header timeout left at 0 takes the default (16 KiB header,
+ * 4 MiB body, 10 s header timeout, 1 MiB stream queue). header_timeout_ms
+ * also bounds silence in the middle of a body. */
 typedef struct http_server_options {
   size_t max_header;           /* bytes of request line + headers; 16 KiB */
   size_t max_body;             /* bytes of decoded body */
@@ -79,6 +82,8 @@ void http_server_close(http_server_t *srv, void (*done)(void *data), void *data)
 void http_server_destroy(http_server_t *srv);
 /* Number of open connections. */
 size_t http_server_connections(const http_server_t *srv);
+/* The port the listener is bound to (useful after listening on port 0), or -errno. */
+int http_server_port(const http_server_t *srv);
 
 /*
  * Sends one complete response to the current request. Adds Content-Length
@@ -110,6 +115,9 @@ size_t http_conn_queued(const http_conn_t *c);
  * cb(c, data) runs once when the connection closes for any reason (peer
  * gone, error, limit, server close, http_stream_end). After it, c is
  * invalid. Used by a stream's owner to detach; set NULL to clear.
+ * Without a close callback, a connection whose request (or stream) the
+ * owner still holds stays allocated after it closed, until the owner's
+ * http_respond or http_stream_end, which then only frees it.
  */
 void http_conn_set_close_cb(http_conn_t *c, void (*cb)(http_conn_t *c, void *data), void *data);
 

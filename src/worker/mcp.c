@@ -1,2 +1,422 @@
-/* placeholder */
-typedef int placeholder_unit;
+/*
+ * The MCP Streamable HTTP endpoint. POST validates the HTTP envelope
+ * (Accept, Content-Type, protocol version, session), parses one JSON-RPC
+ * message (or, for 2025-03-26, a batch) and dispatches each request through
+ * a const method table; the reply is one application/json body. GET turns
+ * the connection into the session's SSE stream; DELETE ends the session.
+ *
+ * Requests are answered synchronously from the loop: every handler runs to
+ * completion (SQLite reads are local and short), so nothing here is ever
+ * pending across loop turns and there is nothing to cancel.
+ */
+#include "worker/mcp.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
+#include "common/jsonrpc.h"
+#include "common/log.h"
+#include "common/mem.h"
+#include "common/session_id.h"
+
+#include <llhttp.h>
+
+static const char *const supported_versions[] = {"2025-11-25", "2025-06-18", "2025-03-26"};
+
+static bool version_supported(const char *v) {
+  for (size_t i = 0; i < ARRAY_LEN(supported_versions); i++) {
+    if (strcmp(v, supported_versions[i]) == 0) return true;
+  }
+  return false;
+}
+
+cJSON *mcp_call_fail(mcp_call *call, int code, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(call->err_msg, sizeof(call->err_msg), fmt, ap);
+  va_end(ap);
+  call->err_code = code;
+  return NULL;
+}
+
+/* Method handlers ----------------------------------------------------------- */
+
+static cJSON *mcp_capabilities(void) {
+  cJSON *caps = cJSON_CreateObject();
+  cJSON *res = cJSON_AddObjectToObject(caps, "resources");
+  cJSON_AddTrueToObject(res, "subscribe");
+  cJSON_AddTrueToObject(res, "listChanged");
+  cJSON_AddTrueToObject(cJSON_AddObjectToObject(caps, "tools"), "listChanged");
+  cJSON_AddFalseToObject(cJSON_AddObjectToObject(caps, "prompts"), "listChanged");
+  cJSON_AddObjectToObject(caps, "completions");
+  cJSON_AddObjectToObject(caps, "logging");
+  return caps;
+}
+
+static char *json_text_or_null(const cJSON *item) {
+  return cJSON_IsObject(item) ? cJSON_PrintUnformatted(item) : NULL;
+}
+
+static cJSON *mcp_initialize(mcp_call *call) {
+  worker_t *w = call->w;
+  const cJSON *requested = cJSON_GetObjectItemCaseSensitive(call->params, "protocolVersion");
+  if (!cJSON_IsString(requested))
+    return mcp_call_fail(call, JSONRPC_INVALID_PARAMS, "initialize requires params.protocolVersion");
+  if (w->sessions.count >= w->cfg->max_sessions)
+    return mcp_call_fail(call, -32000, "too many sessions (limit %zu)", w->cfg->max_sessions);
+  /* Negotiation: the client's version when we speak it, else our latest. */
+  const char *version =
+      version_supported(requested->valuestring) ? requested->valuestring : MCP_LATEST_VERSION;
+
+  store_session row = {0};
+  if (session_id_generate(row.id, w->slot) != 0)
+    return mcp_call_fail(call, JSONRPC_INTERNAL_ERROR, "cannot generate a session id");
+  int64_t now = store_now_ms();
+  row.created_at = row.last_seen = now;
+  snprintf(row.protocol_version, sizeof(row.protocol_version), "%s", version);
+  row.client_info = json_text_or_null(cJSON_GetObjectItemCaseSensitive(call->params, "clientInfo"));
+  row.client_capabilities =
+      json_text_or_null(cJSON_GetObjectItemCaseSensitive(call->params, "capabilities"));
+  row.subscriptions = (char *)"[]";
+  int rc = store_session_insert(w->store, &row);
+  cJSON_free(row.client_info);
+  cJSON_free(row.client_capabilities);
+  if (rc != 0) return mcp_call_fail(call, JSONRPC_INTERNAL_ERROR, "cannot store the session");
+  call->created = session_registry_add(&w->sessions, row.id, version, now);
+
+  cJSON *result = cJSON_CreateObject();
+  cJSON_AddStringToObject(result, "protocolVersion", version);
+  cJSON_AddItemToObject(result, "capabilities", mcp_capabilities());
+  cJSON *info = cJSON_AddObjectToObject(result, "serverInfo");
+  cJSON_AddStringToObject(info, "name", "mcpsub");
+  cJSON_AddStringToObject(info, "version", MCPSUB_VERSION);
+  cJSON_AddStringToObject(result, "instructions",
+                          "Database tables as MCP resources. Read a record, a collection or a "
+                          "filtered collection; the tools query and write records.");
+  return result;
+}
+
+static cJSON *mcp_ping(mcp_call *call) {
+  return cJSON_CreateObject();
+}
+
+static cJSON *mcp_set_level(mcp_call *call) {
+  const cJSON *level = cJSON_GetObjectItemCaseSensitive(call->params, "level");
+  enum session_log_level parsed;
+  if (!cJSON_IsString(level) || session_log_level_parse(level->valuestring, &parsed) != 0)
+    return mcp_call_fail(call, JSONRPC_INVALID_PARAMS,
+                         "logging/setLevel requires params.level, one of debug, info, notice, "
+                         "warning, error, critical, alert, emergency");
+  call->session->log_level = parsed;
+  if (store_session_set_log_level(call->w->store, call->session->id, level->valuestring) != 0)
+    log_warn("cannot store the session log level", "session", call->session->id);
+  return cJSON_CreateObject();
+}
+
+static cJSON *mcp_prompts_list(mcp_call *call) {
+  cJSON *result = cJSON_CreateObject();
+  cJSON_AddArrayToObject(result, "prompts");
+  return result;
+}
+
+static cJSON *mcp_prompts_get(mcp_call *call) {
+  const cJSON *name = cJSON_GetObjectItemCaseSensitive(call->params, "name");
+  return mcp_call_fail(call, JSONRPC_INVALID_PARAMS, "unknown prompt: %s",
+                       cJSON_IsString(name) ? name->valuestring : "(none)");
+}
+
+static const struct mcp_method {
+  const char *name;
+  mcp_handler handler;
+} mcp_methods[] = {
+    {"initialize", mcp_initialize},
+    {"ping", mcp_ping},
+    {"logging/setLevel", mcp_set_level},
+    {"resources/list", resources_list},
+    {"resources/templates/list", resources_templates_list},
+    {"resources/read", resources_read},
+    {"tools/list", tools_list},
+    {"tools/call", tools_call},
+    {"completion/complete", completion_complete},
+    {"prompts/list", mcp_prompts_list},
+    {"prompts/get", mcp_prompts_get},
+};
+
+/* HTTP envelope --------------------------------------------------------------- */
+
+/* Does the Accept header allow type ("application/json")? Wildcards count. */
+static bool accept_allows(const char *accept, const char *type) {
+  if (accept == NULL) return false;
+  size_t slash = strcspn(type, "/");
+  const char *p = accept;
+  while (*p != '\0') {
+    p += strspn(p, " \t,");
+    size_t len = strcspn(p, ",;");
+    while (len > 0 && (p[len - 1] == ' ' || p[len - 1] == '\t')) len--;
+    if ((len == strlen(type) && strncasecmp(p, type, len) == 0) || (len == 3 && strncmp(p, "*/*", 3) == 0) ||
+        (len == slash + 2 && strncasecmp(p, type, slash + 1) == 0 && p[slash + 1] == '*'))
+      return true;
+    p += strcspn(p, ",");
+  }
+  return false;
+}
+
+static bool content_type_is_json(const char *ct) {
+  if (ct == NULL) return false;
+  size_t len = strcspn(ct, "; \t");
+  return len == 16 && strncasecmp(ct, "application/json", 16) == 0;
+}
+
+/* Answers an envelope failure with a JSON-RPC error body. */
+static void mcp_respond_error(http_conn_t *c, int status, const cJSON *id, int code,
+                              const char *message) {
+  cJSON *err = jsonrpc_error(id, code, message);
+  worker_respond_json(c, status, err, NULL, 0);
+  cJSON_Delete(err);
+}
+
+/*
+ * Finds the live session for id, restoring it from its mcp_session row when
+ * this process holds no live state for it (a restart). -ENOENT when unknown
+ * or expired.
+ */
+static int mcp_session_lookup(worker_t *w, const char *id, session_t **out) {
+  size_t len = strlen(id);
+  session_t *s = session_registry_find(&w->sessions, id, len);
+  if (s != NULL) {
+    *out = s;
+    return 0;
+  }
+  if (!session_id_valid(id, len)) return -ENOENT;
+  store_session row;
+  if (store_session_load(w->store, id, &row) != 0) return -ENOENT;
+  int64_t now = store_now_ms();
+  int rc = -ENOENT;
+  if (now - row.last_seen < (int64_t)w->cfg->idle_timeout_ms &&
+      w->sessions.count < w->cfg->max_sessions) {
+    s = session_registry_add(&w->sessions, row.id, row.protocol_version, now);
+    s->created_ms = row.created_at;
+    s->persisted_seen_ms = row.last_seen;
+    if (row.log_level != NULL && session_log_level_parse(row.log_level, &s->log_level) != 0)
+      s->log_level = SESSION_LOG_INFO;
+    log_info("session restored", "session", s->id);
+    *out = s;
+    rc = 0;
+  }
+  store_session_finish(&row);
+  return rc;
+}
+
+/* Resolves the request's session or answers 400/404. NULL when answered. */
+static session_t *mcp_require_session(worker_t *w, http_conn_t *c, const http_request_t *req) {
+  const char *id = http_request_header(req, "mcp-session-id");
+  if (id == NULL) {
+    mcp_respond_error(c, 400, NULL, -32000, "Bad Request: Mcp-Session-Id header is required");
+    return NULL;
+  }
+  session_t *s;
+  if (mcp_session_lookup(w, id, &s) != 0) {
+    mcp_respond_error(c, 404, NULL, MCP_SESSION_NOT_FOUND, "Session not found");
+    return NULL;
+  }
+  return s;
+}
+
+/* Dispatch ---------------------------------------------------------------------- */
+
+static void mcp_notification(worker_t *w, session_t *s, const cJSON *msg) {
+  /* notifications/initialized and notifications/cancelled need no action:
+   * requests complete synchronously, so none is ever in flight to cancel. */
+  const cJSON *method = cJSON_GetObjectItemCaseSensitive(msg, "method");
+  if (s != NULL) session_log(s, SESSION_LOG_DEBUG, "mcpsub", method->valuestring);
+}
+
+/* Runs one request; returns its response message. */
+static cJSON *mcp_request(worker_t *w, session_t *s, const cJSON *msg, session_t **created) {
+  const cJSON *id = cJSON_GetObjectItemCaseSensitive(msg, "id");
+  const char *method = cJSON_GetObjectItemCaseSensitive(msg, "method")->valuestring;
+  const cJSON *params = cJSON_GetObjectItemCaseSensitive(msg, "params");
+  if (params != NULL && !cJSON_IsObject(params))
+    return jsonrpc_error(id, JSONRPC_INVALID_PARAMS, "params must be an object");
+  mcp_call call = {.w = w, .session = s, .method = method, .params = params};
+  if (s != NULL) session_log(s, SESSION_LOG_DEBUG, "mcpsub", method);
+  for (size_t i = 0; i < ARRAY_LEN(mcp_methods); i++) {
+    if (strcmp(method, mcp_methods[i].name) != 0) continue;
+    bool is_init = mcp_methods[i].handler == mcp_initialize;
+    if (is_init != (s == NULL)) {
+      return jsonrpc_error(id, JSONRPC_INVALID_REQUEST,
+                           is_init ? "initialize must not carry an Mcp-Session-Id"
+                                   : "Bad Request: Mcp-Session-Id header is required");
+    }
+    cJSON *result = mcp_methods[i].handler(&call);
+    if (call.created != NULL) *created = call.created;
+    if (result == NULL) return jsonrpc_error(id, call.err_code, call.err_msg);
+    return jsonrpc_result(id, result);
+  }
+  char text[300];
+  snprintf(text, sizeof(text), "Method not found: %.256s", method);
+  return jsonrpc_error(id, JSONRPC_METHOD_NOT_FOUND, text);
+}
+
+/*
+ * Handles one message of a POST. Returns the response to send (requests,
+ * invalid messages) or NULL (notifications, responses). *invalid is set when
+ * the message was not valid JSON-RPC.
+ */
+static cJSON *mcp_message(worker_t *w, session_t *s, const cJSON *msg, session_t **created,
+                          bool *invalid) {
+  const char *why = NULL;
+  switch (jsonrpc_classify(msg, &why)) {
+  case JSONRPC_REQUEST:
+    return mcp_request(w, s, msg, created);
+  case JSONRPC_NOTIFICATION:
+    mcp_notification(w, s, msg);
+    return NULL;
+  case JSONRPC_RESPONSE:
+    return NULL; /* we send no requests to clients yet: nothing awaits a reply */
+  case JSONRPC_INVALID:
+  default: {
+    *invalid = true;
+    const cJSON *id = cJSON_GetObjectItemCaseSensitive(msg, "id");
+    bool usable = cJSON_IsString(id) || cJSON_IsNumber(id);
+    char text[200];
+    snprintf(text, sizeof(text), "Invalid Request: %s", why != NULL ? why : "not JSON-RPC 2.0");
+    return jsonrpc_error(usable ? id : NULL, JSONRPC_INVALID_REQUEST, text);
+  }
+  }
+}
+
+static bool message_is_initialize(const cJSON *msg) {
+  const cJSON *m = cJSON_GetObjectItemCaseSensitive(msg, "method");
+  return cJSON_IsString(m) && strcmp(m->valuestring, "initialize") == 0;
+}
+
+static void mcp_post(worker_t *w, http_conn_t *c, http_request_t *req) {
+  if (!accept_allows(http_request_header(req, "accept"), "application/json") ||
+      !accept_allows(http_request_header(req, "accept"), "text/event-stream")) {
+    mcp_respond_error(c, 406, NULL, -32000,
+                      "Not Acceptable: Accept must allow application/json and text/event-stream");
+    return;
+  }
+  if (!content_type_is_json(http_request_header(req, "content-type"))) {
+    mcp_respond_error(c, 415, NULL, -32000,
+                      "Unsupported Media Type: Content-Type must be application/json");
+    return;
+  }
+  const char *version = http_request_header(req, "mcp-protocol-version");
+  if (version != NULL && !version_supported(version)) {
+    mcp_respond_error(c, 400, NULL, -32000, "Bad Request: unsupported MCP-Protocol-Version");
+    return;
+  }
+  if (!jsonrpc_depth_ok(req->body, req->body_len, JSONRPC_MAX_DEPTH)) {
+    mcp_respond_error(c, 400, NULL, JSONRPC_PARSE_ERROR, "Parse error: JSON nested too deeply");
+    return;
+  }
+  cJSON *root = cJSON_ParseWithLength(req->body, req->body_len);
+  if (root == NULL) {
+    mcp_respond_error(c, 400, NULL, JSONRPC_PARSE_ERROR, "Parse error: invalid JSON");
+    return;
+  }
+
+  bool batch = cJSON_IsArray(root);
+  bool has_init = false;
+  const cJSON *item;
+  if (batch) {
+    cJSON_ArrayForEach(item, root) has_init |= message_is_initialize(item);
+  } else {
+    has_init = message_is_initialize(root);
+  }
+
+  if (!batch && jsonrpc_classify(root, NULL) == JSONRPC_INVALID) {
+    bool unused_invalid = false;
+    session_t *unused = NULL;
+    cJSON *reply = mcp_message(w, NULL, root, &unused, &unused_invalid);
+    worker_respond_json(c, 400, reply, NULL, 0);
+    cJSON_Delete(reply);
+    goto done;
+  }
+
+  session_t *s = NULL;
+  if (!has_init || batch) {
+    s = mcp_require_session(w, c, req);
+    if (s == NULL) goto done;
+    worker_session_touch(w, s);
+  } else if (http_request_header(req, "mcp-session-id") != NULL) {
+    mcp_respond_error(c, 400, cJSON_GetObjectItemCaseSensitive(root, "id"), JSONRPC_INVALID_REQUEST,
+                      "Invalid Request: initialize must not carry an Mcp-Session-Id");
+    goto done;
+  }
+
+  if (batch) {
+    const char *v = version != NULL ? version : s->protocol_version;
+    if (strcmp(v, "2025-03-26") != 0 || cJSON_GetArraySize(root) == 0 || has_init) {
+      mcp_respond_error(c, 400, NULL, JSONRPC_INVALID_REQUEST,
+                        has_init ? "Invalid Request: initialize cannot be batched"
+                                 : "Invalid Request: JSON-RPC batches need protocol 2025-03-26 "
+                                   "and at least one message");
+      goto done;
+    }
+    cJSON *replies = cJSON_CreateArray();
+    cJSON_ArrayForEach(item, root) {
+      bool invalid = false;
+      session_t *unused = NULL;
+      cJSON *reply = mcp_message(w, s, item, &unused, &invalid);
+      if (reply != NULL) cJSON_AddItemToArray(replies, reply);
+    }
+    if (cJSON_GetArraySize(replies) == 0) http_respond(c, 202, NULL, 0, NULL, 0);
+    else worker_respond_json(c, 200, replies, NULL, 0);
+    cJSON_Delete(replies);
+    goto done;
+  }
+
+  bool invalid = false;
+  session_t *created = NULL;
+  cJSON *reply = mcp_message(w, s, root, &created, &invalid);
+  if (reply == NULL) {
+    http_respond(c, 202, NULL, 0, NULL, 0);
+  } else if (created != NULL) {
+    http_header h = {"Mcp-Session-Id", created->id};
+    worker_respond_json(c, 200, reply, &h, 1);
+    log_info("session created", "session", created->id, "protocol", created->protocol_version);
+  } else {
+    worker_respond_json(c, invalid ? 400 : 200, reply, NULL, 0);
+  }
+  cJSON_Delete(reply);
+done:
+  cJSON_Delete(root);
+}
+
+static void mcp_get(worker_t *w, http_conn_t *c, http_request_t *req) {
+  if (!accept_allows(http_request_header(req, "accept"), "text/event-stream")) {
+    mcp_respond_error(c, 406, NULL, -32000, "Not Acceptable: Accept must allow text/event-stream");
+    return;
+  }
+  const char *version = http_request_header(req, "mcp-protocol-version");
+  if (version != NULL && !version_supported(version)) {
+    mcp_respond_error(c, 400, NULL, -32000, "Bad Request: unsupported MCP-Protocol-Version");
+    return;
+  }
+  session_t *s = mcp_require_session(w, c, req);
+  if (s == NULL) return;
+  worker_session_touch(w, s);
+  session_stream_open(s, c);
+}
+
+static void mcp_delete(worker_t *w, http_conn_t *c, http_request_t *req) {
+  session_t *s = mcp_require_session(w, c, req);
+  if (s == NULL) return;
+  log_info("session deleted", "session", s->id);
+  worker_session_end(w, s);
+  http_respond(c, 204, NULL, 0, NULL, 0);
+}
+
+void mcp_handle_http(worker_t *w, http_conn_t *c, http_request_t *req) {
+  switch (req->method) {
+  case HTTP_POST: mcp_post(w, c, req); break;
+  case HTTP_GET: mcp_get(w, c, req); break;
+  case HTTP_DELETE: mcp_delete(w, c, req); break;
+  default: worker_respond_not_allowed(c, "GET, POST, DELETE"); break;
+  }
+}

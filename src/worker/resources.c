@@ -1,2 +1,392 @@
-/* placeholder */
-typedef int placeholder_unit;
+/*
+ * MCP resources over the store: resources/list (metadata and collection
+ * URIs, paged), resources/templates/list (one record template per table,
+ * plus a generic one), resources/read of records, collections, filtered
+ * collections and metadata, and completion/complete for template
+ * arguments. Every read carries the resource's version in _meta.
+ *
+ * Records are not listed one by one: a table can hold millions of rows, and
+ * the templates (with completion of keys) are how a client finds them.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "common/jsonrpc.h"
+#include "common/mem.h"
+#include "common/uri.h"
+#include "worker/mcp.h"
+
+#define READ_MAX_LIMIT 1000
+#define COMPLETION_MAX 100
+
+static const char *base_url(const mcp_call *call) {
+  return call->w->cfg->public_url;
+}
+
+static void add_version(cJSON *obj, int64_t version) {
+  char text[32];
+  snprintf(text, sizeof(text), "%lld", (long long)version);
+  cJSON *meta = cJSON_GetObjectItemCaseSensitive(obj, "_meta");
+  if (meta == NULL) meta = cJSON_AddObjectToObject(obj, "_meta");
+  cJSON_AddStringToObject(meta, "version", text);
+}
+
+/* A metadata document's version: a hash of its text, so it moves exactly when the text does. */
+static int64_t text_version(const char *text) {
+  uint64_t h = 1469598103934665603ULL;
+  for (const char *p = text; *p != '\0'; p++) {
+    h ^= (unsigned char)*p;
+    h *= 1099511628211ULL;
+  }
+  return (int64_t)(h >> 12);
+}
+
+/* resources/list ------------------------------------------------------------- */
+
+static cJSON *resource_item(const char *uri, const char *name, const char *description) {
+  cJSON *item = cJSON_CreateObject();
+  cJSON_AddStringToObject(item, "uri", uri);
+  cJSON_AddStringToObject(item, "name", name);
+  cJSON_AddStringToObject(item, "description", description);
+  cJSON_AddStringToObject(item, "mimeType", "application/json");
+  return item;
+}
+
+/* The i-th listed resource: 0 is mcpsub://about, then a collection and a schema per table. */
+static cJSON *resource_list_item(const mcp_call *call, const store_table *tables, int i) {
+  if (i == 0) return resource_item("mcpsub://about", "about", "Server, protocol and table overview");
+  const store_table *t = &tables[(i - 1) / 2];
+  buf_t b;
+  buf_init(&b);
+  cJSON *item;
+  if ((i - 1) % 2 == 0) {
+    char *uri = uri_format_collection(base_url(call), t->name);
+    buf_printf(&b, "All rows of table %s", t->name);
+    item = resource_item(uri, t->name, b.data);
+    free(uri);
+  } else {
+    buf_append_str(&b, "mcpsub://schema/");
+    uri_encode_component(&b, t->name, strlen(t->name));
+    char *uri = buf_steal(&b);
+    buf_printf(&b, "Columns and key of table %s", t->name);
+    char name[300];
+    snprintf(name, sizeof(name), "%.280s schema", t->name);
+    item = resource_item(uri, name, b.data);
+    free(uri);
+  }
+  buf_finish(&b);
+  return item;
+}
+
+/* Cursors are "o<offset>"; anything else is an invalid cursor. */
+static int parse_cursor(const cJSON *params, long *offset) {
+  const cJSON *cursor = cJSON_GetObjectItemCaseSensitive(params, "cursor");
+  *offset = 0;
+  if (cursor == NULL || cJSON_IsNull(cursor)) return 0;
+  if (!cJSON_IsString(cursor) || cursor->valuestring[0] != 'o') return -EINVAL;
+  char *end;
+  *offset = strtol(cursor->valuestring + 1, &end, 10);
+  return (*end != '\0' || *offset < 0 || end == cursor->valuestring + 1) ? -EINVAL : 0;
+}
+
+cJSON *resources_list(mcp_call *call) {
+  long offset;
+  if (parse_cursor(call->params, &offset) != 0)
+    return mcp_call_fail(call, JSONRPC_INVALID_PARAMS, "invalid cursor");
+  int n_tables;
+  const store_table *tables = store_tables(call->w->store, &n_tables);
+  long total = 1 + 2L * n_tables;
+  long end = offset + call->w->cfg->page_size;
+  if (end > total) end = total;
+  cJSON *result = cJSON_CreateObject();
+  cJSON *list = cJSON_AddArrayToObject(result, "resources");
+  for (long i = offset; i < end; i++) cJSON_AddItemToArray(list, resource_list_item(call, tables, (int)i));
+  if (end < total) {
+    char next[32];
+    snprintf(next, sizeof(next), "o%ld", end);
+    cJSON_AddStringToObject(result, "nextCursor", next);
+  }
+  return result;
+}
+
+cJSON *resources_templates_list(mcp_call *call) {
+  int n_tables;
+  const store_table *tables = store_tables(call->w->store, &n_tables);
+  cJSON *result = cJSON_CreateObject();
+  cJSON *list = cJSON_AddArrayToObject(result, "resourceTemplates");
+  buf_t b;
+  buf_init(&b);
+  for (int i = 0; i < n_tables; i++) {
+    char *coll = uri_format_collection(base_url(call), tables[i].name);
+    buf_printf(&b, "%s/{key}", coll);
+    free(coll);
+    cJSON *item = cJSON_CreateObject();
+    cJSON_AddStringToObject(item, "uriTemplate", b.data);
+    buf_reset(&b);
+    buf_printf(&b, "%s record", tables[i].name);
+    cJSON_AddStringToObject(item, "name", b.data);
+    buf_reset(&b);
+    buf_printf(&b, "One row of %s by its key (%s), percent-encoded", tables[i].name,
+               tables[i].key_col >= 0 ? tables[i].cols[tables[i].key_col].name : "rowid");
+    cJSON_AddStringToObject(item, "description", b.data);
+    buf_reset(&b);
+    cJSON_AddStringToObject(item, "mimeType", "application/json");
+    cJSON_AddItemToArray(list, item);
+  }
+  buf_printf(&b, "%s/{table}/{key}", base_url(call));
+  cJSON *item = cJSON_CreateObject();
+  cJSON_AddStringToObject(item, "uriTemplate", b.data);
+  cJSON_AddStringToObject(item, "name", "record");
+  cJSON_AddStringToObject(item, "description", "One row of any exported table by its key");
+  cJSON_AddStringToObject(item, "mimeType", "application/json");
+  cJSON_AddItemToArray(list, item);
+  buf_finish(&b);
+  return result;
+}
+
+/* resources/read -------------------------------------------------------------- */
+
+static cJSON *read_result(const char *uri, char *text, int64_t version) {
+  cJSON *result = cJSON_CreateObject();
+  cJSON *contents = cJSON_AddArrayToObject(result, "contents");
+  cJSON *item = cJSON_CreateObject();
+  cJSON_AddStringToObject(item, "uri", uri);
+  cJSON_AddStringToObject(item, "mimeType", "application/json");
+  cJSON_AddStringToObject(item, "text", text);
+  add_version(item, version);
+  cJSON_AddItemToArray(contents, item);
+  add_version(result, version);
+  return result;
+}
+
+static cJSON *table_schema_json(const store_table *t) {
+  cJSON *doc = cJSON_CreateObject();
+  cJSON_AddStringToObject(doc, "table", t->name);
+  cJSON_AddStringToObject(doc, "key", t->key_col >= 0 ? t->cols[t->key_col].name : "rowid");
+  cJSON_AddStringToObject(doc, "keyType", t->key_integer ? "integer" : "text");
+  cJSON *cols = cJSON_AddArrayToObject(doc, "columns");
+  for (int i = 0; i < t->n_cols; i++) {
+    cJSON *c = cJSON_CreateObject();
+    cJSON_AddStringToObject(c, "name", t->cols[i].name);
+    cJSON_AddStringToObject(c, "type", t->cols[i].decl_type);
+    cJSON_AddBoolToObject(c, "notNull", t->cols[i].notnull);
+    cJSON_AddBoolToObject(c, "key", i == t->key_col);
+    cJSON_AddItemToArray(cols, c);
+  }
+  return doc;
+}
+
+static cJSON *about_json(const mcp_call *call) {
+  cJSON *doc = cJSON_CreateObject();
+  cJSON_AddStringToObject(doc, "server", "mcpsub");
+  cJSON_AddStringToObject(doc, "version", MCPSUB_VERSION);
+  cJSON_AddStringToObject(doc, "publicUrl", base_url(call));
+  cJSON *versions = cJSON_AddArrayToObject(doc, "protocolVersions");
+  cJSON_AddItemToArray(versions, cJSON_CreateString("2025-03-26"));
+  cJSON_AddItemToArray(versions, cJSON_CreateString("2025-06-18"));
+  cJSON_AddItemToArray(versions, cJSON_CreateString("2025-11-25"));
+  cJSON *list = cJSON_AddArrayToObject(doc, "tables");
+  int n;
+  const store_table *tables = store_tables(call->w->store, &n);
+  for (int i = 0; i < n; i++) {
+    cJSON *t = cJSON_CreateObject();
+    cJSON_AddStringToObject(t, "name", tables[i].name);
+    char *uri = uri_format_collection(base_url(call), tables[i].name);
+    cJSON_AddStringToObject(t, "uri", uri);
+    free(uri);
+    cJSON_AddStringToObject(t, "key", tables[i].key_col >= 0 ? tables[i].cols[tables[i].key_col].name : "rowid");
+    cJSON_AddItemToArray(list, t);
+  }
+  return doc;
+}
+
+/* Reads a metadata document; takes ownership of doc. */
+static cJSON *read_document(const char *uri, cJSON *doc) {
+  char *text = cJSON_PrintUnformatted(doc);
+  cJSON_Delete(doc);
+  cJSON *result = read_result(uri, text, text_version(text));
+  cJSON_free(text);
+  return result;
+}
+
+static cJSON *read_collection(mcp_call *call, const char *uri_text, const uri_t *u,
+                              const store_table *t) {
+  store_filter filters[URI_MAX_FILTERS];
+  cJSON *values = cJSON_CreateArray();
+  cJSON *result = NULL;
+  for (size_t i = 0; i < u->n_filters; i++) {
+    int col = store_column_index(t, u->filters[i].column);
+    if (col < 0) {
+      mcp_call_fail(call, JSONRPC_INVALID_PARAMS, "unknown column %s in table %s",
+                    u->filters[i].column, t->name);
+      goto done;
+    }
+    cJSON *v = cJSON_CreateString(u->filters[i].value);
+    cJSON_AddItemToArray(values, v);
+    filters[i] = (store_filter){col, v};
+  }
+  long limit = u->limit > 0 ? u->limit : call->w->cfg->page_size;
+  if (limit > READ_MAX_LIMIT) limit = READ_MAX_LIMIT;
+  cJSON *rows = NULL;
+  char *next = NULL;
+  int64_t version = 0;
+  int rc = store_query(call->w->store, t, filters, u->n_filters, (int)limit, u->cursor, &rows, &next);
+  if (rc == 0) rc = store_table_version(call->w->store, t, &version);
+  if (rc == -EINVAL) {
+    mcp_call_fail(call, JSONRPC_INVALID_PARAMS, "invalid cursor");
+  } else if (rc != 0) {
+    mcp_call_fail(call, JSONRPC_INTERNAL_ERROR, "database error reading %s", t->name);
+  } else {
+    char *text = cJSON_PrintUnformatted(rows);
+    result = read_result(uri_text, text, version);
+    cJSON_free(text);
+    if (next != NULL) {
+      cJSON *meta = cJSON_GetObjectItemCaseSensitive(result, "_meta");
+      cJSON_AddStringToObject(meta, "nextCursor", next);
+      uri_t page = *u;
+      page.cursor = next;
+      page.limit = limit;
+      char *next_uri = uri_format(base_url(call), &page);
+      cJSON_AddStringToObject(meta, "nextUri", next_uri);
+      free(next_uri);
+    }
+  }
+  cJSON_Delete(rows);
+  free(next);
+done:
+  cJSON_Delete(values);
+  return result;
+}
+
+cJSON *resources_read(mcp_call *call) {
+  const cJSON *uri_item = cJSON_GetObjectItemCaseSensitive(call->params, "uri");
+  if (!cJSON_IsString(uri_item))
+    return mcp_call_fail(call, JSONRPC_INVALID_PARAMS, "resources/read requires params.uri");
+  const char *text = uri_item->valuestring;
+  uri_t u;
+  int rc = uri_parse(base_url(call), text, &u);
+  if (rc == -ENOENT) return mcp_call_fail(call, MCP_RESOURCE_NOT_FOUND, "Resource not found: %s", text);
+  if (rc != 0) return mcp_call_fail(call, JSONRPC_INVALID_PARAMS, "malformed resource URI: %s", text);
+
+  cJSON *result = NULL;
+  const store_table *t = u.table != NULL ? store_find_table(call->w->store, u.table) : NULL;
+  if (u.kind == URI_ABOUT) {
+    result = read_document(text, about_json(call));
+  } else if (t == NULL) {
+    mcp_call_fail(call, MCP_RESOURCE_NOT_FOUND, "Resource not found: %s", text);
+  } else if (u.kind == URI_SCHEMA) {
+    result = read_document(text, table_schema_json(t));
+  } else if (u.kind == URI_RECORD) {
+    cJSON *row = NULL;
+    int64_t version = 0;
+    rc = store_get_record(call->w->store, t, u.key, &row, &version);
+    if (rc == -ENOENT) {
+      mcp_call_fail(call, MCP_RESOURCE_NOT_FOUND, "Resource not found: %s", text);
+    } else if (rc != 0) {
+      mcp_call_fail(call, JSONRPC_INTERNAL_ERROR, "database error reading %s", text);
+    } else {
+      char *json = cJSON_PrintUnformatted(row);
+      result = read_result(text, json, version);
+      cJSON_free(json);
+    }
+    cJSON_Delete(row);
+  } else {
+    result = read_collection(call, text, &u, t);
+  }
+  uri_finish(&u);
+  return result;
+}
+
+/* completion/complete ------------------------------------------------------------ */
+
+static void add_completion(cJSON *values, int *total, const char *candidate, const char *prefix) {
+  if (strncmp(candidate, prefix, strlen(prefix)) != 0) return;
+  if (*total < COMPLETION_MAX) cJSON_AddItemToArray(values, cJSON_CreateString(candidate));
+  (*total)++;
+}
+
+/* Keys of t starting with prefix, in key order, bounded. */
+static void complete_keys(mcp_call *call, const store_table *t, const char *prefix, cJSON *values,
+                          int *total) {
+  cJSON *rows = NULL;
+  char *next = NULL;
+  char *after = NULL;
+  /* Scan in pages; stop once past COMPLETION_MAX matches or 10 pages. */
+  for (int page = 0; page < 10 && *total <= COMPLETION_MAX; page++) {
+    if (store_query(call->w->store, t, NULL, 0, 1000, after, &rows, &next) != 0) break;
+    const cJSON *row;
+    cJSON_ArrayForEach(row, rows) {
+      char *key = store_row_key(t, row);
+      add_completion(values, total, key, prefix);
+      free(key);
+    }
+    cJSON_Delete(rows);
+    rows = NULL;
+    free(after);
+    after = next;
+    next = NULL;
+    if (after == NULL) break;
+  }
+  free(after);
+}
+
+cJSON *completion_complete(mcp_call *call) {
+  const cJSON *ref = cJSON_GetObjectItemCaseSensitive(call->params, "ref");
+  const cJSON *arg = cJSON_GetObjectItemCaseSensitive(call->params, "argument");
+  const cJSON *type = cJSON_GetObjectItemCaseSensitive(ref, "type");
+  const cJSON *name = cJSON_GetObjectItemCaseSensitive(arg, "name");
+  const cJSON *value = cJSON_GetObjectItemCaseSensitive(arg, "value");
+  if (!cJSON_IsString(type) || !cJSON_IsString(name) || !cJSON_IsString(value))
+    return mcp_call_fail(call, JSONRPC_INVALID_PARAMS,
+                         "completion/complete requires params.ref.type and params.argument {name, value}");
+  if (strcmp(type->valuestring, "ref/resource") != 0)
+    return mcp_call_fail(call, JSONRPC_INVALID_PARAMS, "no completions for %s", type->valuestring);
+  const cJSON *tmpl = cJSON_GetObjectItemCaseSensitive(ref, "uri");
+  if (!cJSON_IsString(tmpl))
+    return mcp_call_fail(call, JSONRPC_INVALID_PARAMS, "ref/resource requires ref.uri");
+
+  /* Which table: from the template ({base}/{Table}/{key}) or from context.arguments.table. */
+  const char *base = base_url(call);
+  size_t blen = strlen(base);
+  const store_table *t = NULL;
+  const cJSON *ctx_table = cJSON_GetObjectItemCaseSensitive(
+      cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(call->params, "context"),
+                                       "arguments"),
+      "table");
+  if (strncmp(tmpl->valuestring, base, blen) != 0 || tmpl->valuestring[blen] != '/')
+    return mcp_call_fail(call, JSONRPC_INVALID_PARAMS, "unknown template: %s", tmpl->valuestring);
+  const char *rest = tmpl->valuestring + blen + 1;
+  bool generic = strcmp(rest, "{table}/{key}") == 0;
+  if (generic) {
+    if (cJSON_IsString(ctx_table)) t = store_find_table(call->w->store, ctx_table->valuestring);
+  } else {
+    size_t tlen = strlen(rest);
+    if (tlen < 6 || strcmp(rest + tlen - 6, "/{key}") != 0)
+      return mcp_call_fail(call, JSONRPC_INVALID_PARAMS, "unknown template: %s", tmpl->valuestring);
+    char *table = uri_decode_component(rest, tlen - 6);
+    t = table != NULL ? store_find_table(call->w->store, table) : NULL;
+    free(table);
+    if (t == NULL)
+      return mcp_call_fail(call, JSONRPC_INVALID_PARAMS, "unknown template: %s", tmpl->valuestring);
+  }
+
+  cJSON *values = cJSON_CreateArray();
+  int total = 0;
+  if (generic && strcmp(name->valuestring, "table") == 0) {
+    int n;
+    const store_table *tables = store_tables(call->w->store, &n);
+    for (int i = 0; i < n; i++) add_completion(values, &total, tables[i].name, value->valuestring);
+  } else if (strcmp(name->valuestring, "key") == 0 && t != NULL) {
+    complete_keys(call, t, value->valuestring, values, &total);
+  } else if (strcmp(name->valuestring, "key") != 0) {
+    cJSON_Delete(values);
+    return mcp_call_fail(call, JSONRPC_INVALID_PARAMS, "unknown argument: %s", name->valuestring);
+  }
+  cJSON *result = cJSON_CreateObject();
+  cJSON *completion = cJSON_AddObjectToObject(result, "completion");
+  cJSON_AddItemToObject(completion, "values", values);
+  cJSON_AddNumberToObject(completion, "total", total);
+  cJSON_AddBoolToObject(completion, "hasMore", total > cJSON_GetArraySize(values));
+  return result;
+}

@@ -1,2 +1,182 @@
-/* placeholder */
-typedef int placeholder_unit;
+/*
+ * The REST API: the same tables as the MCP resources, at the same paths as
+ * their URIs under the public base ({base}/{Table}/{key} is both a resource
+ * URI and, relative to the server, a REST path). Paths are parsed with the
+ * URI parser, so filters, paging and percent-encoding mean the same in
+ * both. Writes are plain store writes: the audit triggers record them like
+ * any other writer's.
+ */
+#include "worker/rest.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "common/buf.h"
+#include "common/mem.h"
+#include "common/uri.h"
+
+#include <llhttp.h>
+
+#define REST_MAX_LIMIT 1000
+
+/* Answers a failed store call. */
+static void rest_store_error(http_conn_t *c, int rc, const char *err) {
+  switch (rc) {
+  case -ENOENT: worker_respond_error(c, 404, "no such record"); break;
+  case -EINVAL: worker_respond_error(c, 400, err[0] != '\0' ? err : "invalid request"); break;
+  case -EEXIST: worker_respond_error(c, 409, err[0] != '\0' ? err : "constraint violated"); break;
+  case -EBUSY: worker_respond_error(c, 503, "database busy"); break;
+  default: worker_respond_error(c, 500, "database error"); break;
+  }
+}
+
+/* Sends the record (as stored now) with its version as ETag. */
+static void rest_send_record(worker_t *w, http_conn_t *c, int status, const store_table *t,
+                             const char *key, const char *location) {
+  cJSON *row = NULL;
+  int64_t version = 0;
+  int rc = store_get_record(w->store, t, key, &row, &version);
+  if (rc != 0) {
+    rest_store_error(c, rc, "");
+    return;
+  }
+  char etag[40];
+  snprintf(etag, sizeof(etag), "\"%lld\"", (long long)version);
+  http_header h[2] = {{"ETag", etag}, {"Location", location}};
+  worker_respond_json(c, status, row, h, location != NULL ? 2 : 1);
+  cJSON_Delete(row);
+}
+
+static cJSON *rest_parse_body(http_conn_t *c, const http_request_t *req) {
+  cJSON *body = cJSON_ParseWithLength(req->body, req->body_len);
+  if (body == NULL || !cJSON_IsObject(body)) {
+    cJSON_Delete(body);
+    worker_respond_error(c, 400, "request body must be a JSON object");
+    return NULL;
+  }
+  return body;
+}
+
+static void rest_collection_get(worker_t *w, http_conn_t *c, const uri_t *u, const store_table *t) {
+  store_filter filters[URI_MAX_FILTERS];
+  cJSON *values = cJSON_CreateArray();
+  for (size_t i = 0; i < u->n_filters; i++) {
+    int col = store_column_index(t, u->filters[i].column);
+    if (col < 0) {
+      char msg[300];
+      snprintf(msg, sizeof(msg), "unknown column %.200s", u->filters[i].column);
+      worker_respond_error(c, 400, msg);
+      cJSON_Delete(values);
+      return;
+    }
+    cJSON *v = cJSON_CreateString(u->filters[i].value);
+    cJSON_AddItemToArray(values, v);
+    filters[i] = (store_filter){col, v};
+  }
+  long limit = u->limit > 0 ? u->limit : w->cfg->page_size;
+  if (limit > REST_MAX_LIMIT) limit = REST_MAX_LIMIT;
+  cJSON *rows = NULL;
+  char *next = NULL;
+  int rc = store_query(w->store, t, filters, u->n_filters, (int)limit, u->cursor, &rows, &next);
+  cJSON_Delete(values);
+  if (rc != 0) {
+    rest_store_error(c, rc, rc == -EINVAL ? "invalid cursor" : "");
+    return;
+  }
+  if (next != NULL) {
+    /* RFC 8288 Link to the next page, relative to this server. */
+    uri_t page = *u;
+    page.cursor = next;
+    page.limit = limit;
+    char *uri = uri_format("", &page);
+    buf_t link;
+    buf_init(&link);
+    buf_printf(&link, "<%s>; rel=\"next\"", uri);
+    free(uri);
+    http_header h = {"Link", link.data};
+    worker_respond_json(c, 200, rows, &h, 1);
+    buf_finish(&link);
+  } else {
+    worker_respond_json(c, 200, rows, NULL, 0);
+  }
+  cJSON_Delete(rows);
+  free(next);
+}
+
+static void rest_collection_post(worker_t *w, http_conn_t *c, const http_request_t *req,
+                                 const store_table *t) {
+  cJSON *body = rest_parse_body(c, req);
+  if (body == NULL) return;
+  char err[256] = "";
+  char *key = NULL;
+  int rc = store_write(w->store, t, NULL, body, STORE_WRITE_INSERT, &key, NULL, err, sizeof(err));
+  cJSON_Delete(body);
+  if (rc != 0) {
+    rest_store_error(c, rc, err);
+    return;
+  }
+  char *location = uri_format_record("", t->name, key);
+  rest_send_record(w, c, 201, t, key, location);
+  free(location);
+  free(key);
+}
+
+static void rest_record(worker_t *w, http_conn_t *c, const http_request_t *req, const store_table *t,
+                        const char *key) {
+  char err[256] = "";
+  int rc;
+  switch (req->method) {
+  case HTTP_GET:
+    rest_send_record(w, c, 200, t, key, NULL);
+    return;
+  case HTTP_PUT:
+  case HTTP_PATCH: {
+    cJSON *body = rest_parse_body(c, req);
+    if (body == NULL) return;
+    bool created = false;
+    rc = store_write(w->store, t, key, body,
+                     req->method == HTTP_PUT ? STORE_WRITE_REPLACE : STORE_WRITE_PATCH, NULL,
+                     &created, err, sizeof(err));
+    cJSON_Delete(body);
+    if (rc != 0) rest_store_error(c, rc, err);
+    else rest_send_record(w, c, created ? 201 : 200, t, key, NULL);
+    return;
+  }
+  case HTTP_DELETE:
+    rc = store_delete(w->store, t, key);
+    if (rc != 0) rest_store_error(c, rc, "");
+    else http_respond(c, 204, NULL, 0, NULL, 0);
+    return;
+  default:
+    worker_respond_not_allowed(c, "GET, PUT, PATCH, DELETE");
+  }
+}
+
+void rest_handle(worker_t *w, http_conn_t *c, http_request_t *req) {
+  /* Parse "/{Table}[/{key}][?query]" as a resource URI under an empty base. */
+  uri_t u;
+  int rc = uri_parse("", req->target, &u);
+  if (rc == -ENOENT || (rc == 0 && (u.kind == URI_ABOUT || u.kind == URI_SCHEMA))) {
+    if (rc == 0) uri_finish(&u);
+    worker_respond_error(c, 404, "not found");
+    return;
+  }
+  if (rc != 0) {
+    worker_respond_error(c, 400, "malformed path");
+    return;
+  }
+  const store_table *t = store_find_table(w->store, u.table);
+  if (t == NULL) {
+    worker_respond_error(c, 404, "not found");
+  } else if (u.kind == URI_RECORD) {
+    rest_record(w, c, req, t, u.key);
+  } else if (req->method == HTTP_GET) {
+    rest_collection_get(w, c, &u, t);
+  } else if (req->method == HTTP_POST) {
+    rest_collection_post(w, c, req, t);
+  } else {
+    worker_respond_not_allowed(c, "GET, POST");
+  }
+  uri_finish(&u);
+}

@@ -1,2 +1,253 @@
-/* placeholder */
-typedef int placeholder_unit;
+/*
+ * MCP tools over the store: list_tables, get_record, query_records,
+ * put_record and delete_record. Each tool is a row of a const table: its
+ * name, description, JSON Schema of its input (as text, parsed on demand),
+ * and handler. Wrong arguments (missing, wrong type) are JSON-RPC -32602;
+ * everything the database refuses (unknown table or column, constraint,
+ * missing record) is an isError result with a message a model can act on.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "common/jsonrpc.h"
+#include "common/log.h"
+#include "common/mem.h"
+#include "common/uri.h"
+#include "worker/mcp.h"
+
+#define QUERY_MAX_LIMIT 1000
+
+typedef struct tool_args {
+  const cJSON *args;         /* the arguments object */
+  const store_table *table;  /* resolved "table", when the tool has one */
+  char key[512];             /* "key" as text, when the tool has one */
+} tool_args;
+
+/* A tool returns a result (text JSON or isError), or NULL after mcp_call_fail. */
+typedef cJSON *(*tool_handler)(mcp_call *call, tool_args *a);
+
+static cJSON *tool_text(const char *text, bool is_error) {
+  cJSON *result = cJSON_CreateObject();
+  cJSON *content = cJSON_AddArrayToObject(result, "content");
+  cJSON *item = cJSON_CreateObject();
+  cJSON_AddStringToObject(item, "type", "text");
+  cJSON_AddStringToObject(item, "text", text);
+  cJSON_AddItemToArray(content, item);
+  if (is_error) cJSON_AddTrueToObject(result, "isError");
+  return result;
+}
+
+/* Success: the JSON value as text content. Takes ownership of value. */
+static cJSON *tool_json(cJSON *value) {
+  char *text = cJSON_PrintUnformatted(value);
+  cJSON_Delete(value);
+  cJSON *result = tool_text(text != NULL ? text : "null", false);
+  cJSON_free(text);
+  return result;
+}
+
+static cJSON *tool_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static cJSON *tool_error(const char *fmt, ...) {
+  char text[600];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(text, sizeof(text), fmt, ap);
+  va_end(ap);
+  return tool_text(text, true);
+}
+
+/* Maps a store failure to a tool error. */
+static cJSON *tool_store_error(int rc, const char *err, const store_table *t, const char *key) {
+  switch (rc) {
+  case -ENOENT: return tool_error("no record %s/%s", t->name, key);
+  case -EINVAL:
+  case -EEXIST: return tool_error("%s", err[0] != '\0' ? err : "invalid record");
+  case -EBUSY: return tool_error("the database is busy; retry");
+  default: return tool_error("database error: %s", err[0] != '\0' ? err : "unknown");
+  }
+}
+
+static cJSON *tool_list_tables(mcp_call *call, tool_args *a) {
+  int n;
+  const store_table *tables = store_tables(call->w->store, &n);
+  cJSON *list = cJSON_CreateArray();
+  for (int i = 0; i < n; i++) {
+    const store_table *t = &tables[i];
+    cJSON *item = cJSON_CreateObject();
+    cJSON_AddStringToObject(item, "name", t->name);
+    cJSON_AddStringToObject(item, "key", t->key_col >= 0 ? t->cols[t->key_col].name : "rowid");
+    cJSON *cols = cJSON_AddArrayToObject(item, "columns");
+    for (int j = 0; j < t->n_cols; j++) cJSON_AddItemToArray(cols, cJSON_CreateString(t->cols[j].name));
+    int64_t count = 0;
+    if (store_table_count(call->w->store, t, &count) == 0) cJSON_AddNumberToObject(item, "rows", (double)count);
+    char *uri = uri_format_collection(call->w->cfg->public_url, t->name);
+    cJSON_AddStringToObject(item, "uri", uri);
+    free(uri);
+    cJSON_AddItemToArray(list, item);
+  }
+  return tool_json(list);
+}
+
+static cJSON *tool_get_record(mcp_call *call, tool_args *a) {
+  cJSON *row = NULL;
+  int64_t version = 0;
+  int rc = store_get_record(call->w->store, a->table, a->key, &row, &version);
+  if (rc != 0) return tool_store_error(rc, "", a->table, a->key);
+  return tool_json(row);
+}
+
+static cJSON *tool_query_records(mcp_call *call, tool_args *a) {
+  const cJSON *where = cJSON_GetObjectItemCaseSensitive(a->args, "where");
+  const cJSON *limit_item = cJSON_GetObjectItemCaseSensitive(a->args, "limit");
+  const cJSON *cursor = cJSON_GetObjectItemCaseSensitive(a->args, "cursor");
+  if ((where != NULL && !cJSON_IsObject(where)) ||
+      (limit_item != NULL && (!cJSON_IsNumber(limit_item) || limit_item->valuedouble < 1 ||
+                              limit_item->valuedouble != floor(limit_item->valuedouble))) ||
+      (cursor != NULL && !cJSON_IsString(cursor)))
+    return mcp_call_fail(call, JSONRPC_INVALID_PARAMS,
+                         "query_records: where must be an object, limit a positive integer, "
+                         "cursor a string");
+  store_filter filters[32];
+  size_t n = 0;
+  const cJSON *f;
+  cJSON_ArrayForEach(f, where) {
+    if (n == ARRAY_LEN(filters)) return tool_error("too many filters (at most 32)");
+    if (cJSON_IsObject(f) || cJSON_IsArray(f))
+      return tool_error("filter on %s: value must be a string, number, boolean or null", f->string);
+    int col = store_column_index(a->table, f->string);
+    if (col < 0) return tool_error("unknown column %s in table %s", f->string, a->table->name);
+    filters[n++] = (store_filter){col, f};
+  }
+  int limit = call->w->cfg->page_size;
+  if (limit_item != NULL) limit = limit_item->valuedouble > QUERY_MAX_LIMIT ? QUERY_MAX_LIMIT : (int)limit_item->valuedouble;
+  cJSON *rows = NULL;
+  char *next = NULL;
+  int rc = store_query(call->w->store, a->table, filters, n, limit,
+                       cursor != NULL ? cursor->valuestring : NULL, &rows, &next);
+  if (rc == -EINVAL) return tool_error("invalid cursor");
+  if (rc != 0) return tool_store_error(rc, "", a->table, "");
+  cJSON *out = cJSON_CreateObject();
+  cJSON_AddItemToObject(out, "rows", rows);
+  if (next != NULL) cJSON_AddStringToObject(out, "nextCursor", next);
+  free(next);
+  return tool_json(out);
+}
+
+static cJSON *tool_put_record(mcp_call *call, tool_args *a) {
+  const cJSON *record = cJSON_GetObjectItemCaseSensitive(a->args, "record");
+  if (!cJSON_IsObject(record))
+    return mcp_call_fail(call, JSONRPC_INVALID_PARAMS, "put_record requires arguments.record (an object)");
+  char err[256] = "";
+  bool created = false;
+  int rc = store_write(call->w->store, a->table, a->key, record, STORE_WRITE_REPLACE, NULL, &created,
+                       err, sizeof(err));
+  if (rc != 0) return tool_store_error(rc, err, a->table, a->key);
+  cJSON *row = NULL;
+  int64_t version = 0;
+  rc = store_get_record(call->w->store, a->table, a->key, &row, &version);
+  if (rc != 0) return tool_store_error(rc, "", a->table, a->key);
+  if (call->session != NULL) {
+    char note[600];
+    snprintf(note, sizeof(note), "put_record %s %s/%s", created ? "inserted" : "replaced", a->table->name, a->key);
+    session_log(call->session, SESSION_LOG_INFO, "mcpsub.tools", note);
+  }
+  cJSON *out = cJSON_CreateObject();
+  cJSON_AddBoolToObject(out, "created", created);
+  cJSON_AddItemToObject(out, "record", row);
+  return tool_json(out);
+}
+
+static cJSON *tool_delete_record(mcp_call *call, tool_args *a) {
+  int rc = store_delete(call->w->store, a->table, a->key);
+  if (rc != 0) return tool_store_error(rc, "", a->table, a->key);
+  cJSON *out = cJSON_CreateObject();
+  cJSON_AddTrueToObject(out, "deleted");
+  return tool_json(out);
+}
+
+#define TABLE_PROP "\"table\":{\"type\":\"string\",\"description\":\"Table name (see list_tables)\"}"
+#define KEY_PROP "\"key\":{\"type\":[\"string\",\"integer\"],\"description\":\"Primary key of the record\"}"
+
+static const struct tool {
+  const char *name;
+  const char *description;
+  const char *input_schema;
+  bool needs_table;
+  bool needs_key;
+  tool_handler handler;
+} tools[] = {
+    {"list_tables", "List the exported tables with their key, columns, row count and collection URI.",
+     "{\"type\":\"object\",\"properties\":{}}", false, false, tool_list_tables},
+    {"get_record", "Read one record by table and primary key.",
+     "{\"type\":\"object\",\"properties\":{" TABLE_PROP "," KEY_PROP "},\"required\":[\"table\",\"key\"]}",
+     true, true, tool_get_record},
+    {"query_records",
+     "Query records of a table with equality filters, in key order, paged with a cursor.",
+     "{\"type\":\"object\",\"properties\":{" TABLE_PROP
+     ",\"where\":{\"type\":\"object\",\"description\":\"column: value equality filters\"},"
+     "\"limit\":{\"type\":\"integer\",\"minimum\":1,\"maximum\":1000},"
+     "\"cursor\":{\"type\":\"string\",\"description\":\"nextCursor of the previous page\"}},"
+     "\"required\":[\"table\"]}",
+     true, false, tool_query_records},
+    {"put_record",
+     "Insert a record or replace it whole: columns not given take their default.",
+     "{\"type\":\"object\",\"properties\":{" TABLE_PROP "," KEY_PROP
+     ",\"record\":{\"type\":\"object\",\"description\":\"column: value\"}},"
+     "\"required\":[\"table\",\"key\",\"record\"]}",
+     true, true, tool_put_record},
+    {"delete_record", "Delete one record by table and primary key.",
+     "{\"type\":\"object\",\"properties\":{" TABLE_PROP "," KEY_PROP "},\"required\":[\"table\",\"key\"]}",
+     true, true, tool_delete_record},
+};
+
+cJSON *tools_list(mcp_call *call) {
+  cJSON *result = cJSON_CreateObject();
+  cJSON *list = cJSON_AddArrayToObject(result, "tools");
+  for (size_t i = 0; i < ARRAY_LEN(tools); i++) {
+    cJSON *item = cJSON_CreateObject();
+    cJSON_AddStringToObject(item, "name", tools[i].name);
+    cJSON_AddStringToObject(item, "description", tools[i].description);
+    cJSON_AddItemToObject(item, "inputSchema", cJSON_Parse(tools[i].input_schema));
+    cJSON_AddItemToArray(list, item);
+  }
+  return result;
+}
+
+cJSON *tools_call(mcp_call *call) {
+  const cJSON *name = cJSON_GetObjectItemCaseSensitive(call->params, "name");
+  const cJSON *args = cJSON_GetObjectItemCaseSensitive(call->params, "arguments");
+  if (!cJSON_IsString(name))
+    return mcp_call_fail(call, JSONRPC_INVALID_PARAMS, "tools/call requires params.name");
+  if (args != NULL && !cJSON_IsObject(args))
+    return mcp_call_fail(call, JSONRPC_INVALID_PARAMS, "tools/call: arguments must be an object");
+  const struct tool *tool = NULL;
+  for (size_t i = 0; i < ARRAY_LEN(tools); i++) {
+    if (strcmp(tools[i].name, name->valuestring) == 0) tool = &tools[i];
+  }
+  if (tool == NULL) return mcp_call_fail(call, JSONRPC_INVALID_PARAMS, "Unknown tool: %s", name->valuestring);
+
+  tool_args a = {.args = args};
+  if (tool->needs_table) {
+    const cJSON *table = cJSON_GetObjectItemCaseSensitive(args, "table");
+    if (!cJSON_IsString(table))
+      return mcp_call_fail(call, JSONRPC_INVALID_PARAMS, "%s requires arguments.table (a string)", tool->name);
+    a.table = store_find_table(call->w->store, table->valuestring);
+    if (a.table == NULL) return tool_error("unknown table: %s", table->valuestring);
+  }
+  if (tool->needs_key) {
+    const cJSON *key = cJSON_GetObjectItemCaseSensitive(args, "key");
+    if (cJSON_IsString(key) && strlen(key->valuestring) < sizeof(a.key)) {
+      snprintf(a.key, sizeof(a.key), "%s", key->valuestring);
+    } else if (cJSON_IsNumber(key) && key->valuedouble == floor(key->valuedouble) &&
+               fabs(key->valuedouble) < 9007199254740992.0) {
+      snprintf(a.key, sizeof(a.key), "%.0f", key->valuedouble);
+    } else {
+      return mcp_call_fail(call, JSONRPC_INVALID_PARAMS,
+                           "%s requires arguments.key (a string or an integer, under 512 bytes)", tool->name);
+    }
+  }
+  return tool->handler(call, &a);
+}

@@ -1,2 +1,303 @@
-/* placeholder */
-typedef int placeholder_unit;
+/*
+ * The worker: owns a loop's HTTP server, SQLite connection and live
+ * sessions, routes each request to its endpoint, and runs the periodic
+ * work (idle-session sweep, audit retention, SSE keepalives). Routing is a
+ * few string compares; the Host/Origin check guards every endpoint against
+ * DNS rebinding before anything else runs.
+ */
+#include "worker/worker.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
+#include "common/log.h"
+#include "common/mem.h"
+#include "worker/mcp.h"
+#include "worker/rest.h"
+
+#include <llhttp.h>
+
+/* Response helpers ---------------------------------------------------------- */
+
+void worker_respond_json(http_conn_t *c, int status, const cJSON *json, const http_header *extra,
+                         size_t n_extra) {
+  http_header headers[8];
+  size_t n = 0;
+  headers[n++] = (http_header){"Content-Type", "application/json"};
+  for (size_t i = 0; i < n_extra && n < ARRAY_LEN(headers); i++) headers[n++] = extra[i];
+  char *text = cJSON_PrintUnformatted(json);
+  if (text == NULL) {
+    http_respond(c, 500, NULL, 0, NULL, 0);
+    return;
+  }
+  http_respond(c, status, headers, n, text, strlen(text));
+  cJSON_free(text);
+}
+
+void worker_respond_error(http_conn_t *c, int status, const char *message) {
+  cJSON *body = cJSON_CreateObject();
+  cJSON_AddStringToObject(body, "error", message);
+  worker_respond_json(c, status, body, NULL, 0);
+  cJSON_Delete(body);
+}
+
+void worker_respond_not_allowed(http_conn_t *c, const char *allow) {
+  http_header h = {"Allow", allow};
+  cJSON *body = cJSON_CreateObject();
+  cJSON_AddStringToObject(body, "error", "method not allowed");
+  worker_respond_json(c, 405, body, &h, 1);
+  cJSON_Delete(body);
+}
+
+/* Host and Origin ----------------------------------------------------------- */
+
+/* Length of the host part of "host[:port]" or "[v6]:port". */
+static size_t host_part_len(const char *hostport) {
+  if (hostport[0] == '[') {
+    const char *end = strchr(hostport, ']');
+    return end != NULL ? (size_t)(end - hostport) + 1 : strlen(hostport);
+  }
+  const char *colon = strchr(hostport, ':');
+  return colon != NULL ? (size_t)(colon - hostport) : strlen(hostport);
+}
+
+static bool host_is_loopback(const char *host, size_t len) {
+  static const char *const names[] = {"localhost", "127.0.0.1", "[::1]"};
+  for (size_t i = 0; i < ARRAY_LEN(names); i++) {
+    if (len == strlen(names[i]) && strncasecmp(host, names[i], len) == 0) return true;
+  }
+  return false;
+}
+
+/* The authority ("host[:port]") of an http(s) URL, or NULL. */
+static const char *url_authority(const char *url, size_t *len) {
+  const char *p = NULL;
+  if (strncasecmp(url, "http://", 7) == 0) p = url + 7;
+  else if (strncasecmp(url, "https://", 8) == 0) p = url + 8;
+  if (p == NULL) return NULL;
+  *len = strcspn(p, "/?#");
+  return p;
+}
+
+/* Is host (without port) the host of the public URL or of an allowed origin? */
+static bool host_is_configured(const config_t *cfg, const char *host, size_t len) {
+  size_t alen;
+  const char *auth = url_authority(cfg->public_url, &alen);
+  if (auth != NULL && host_part_len(auth) == len && strncasecmp(auth, host, len) == 0) return true;
+  for (size_t i = 0; i < cfg->n_allowed_origins; i++) {
+    auth = url_authority(cfg->allowed_origins[i], &alen);
+    if (auth != NULL && host_part_len(auth) == len && strncasecmp(auth, host, len) == 0)
+      return true;
+  }
+  return false;
+}
+
+static bool origin_allowed(const config_t *cfg, const char *origin) {
+  size_t alen;
+  const char *auth = url_authority(origin, &alen);
+  if (auth == NULL || auth[alen] != '\0') return false; /* "null", paths, other schemes */
+  if (host_is_loopback(auth, host_part_len(auth))) return true;
+  for (size_t i = 0; i < cfg->n_allowed_origins; i++) {
+    if (strcasecmp(origin, cfg->allowed_origins[i]) == 0) return true;
+  }
+  size_t plen = strlen(cfg->public_url);
+  const char *pauth = url_authority(cfg->public_url, &alen);
+  plen = (size_t)(pauth - cfg->public_url) + alen; /* scheme://authority of the public URL */
+  return strlen(origin) == plen && strncasecmp(origin, cfg->public_url, plen) == 0;
+}
+
+/* DNS-rebinding guard: a page served from another name must not reach us. */
+static bool worker_request_allowed(const worker_t *w, const http_request_t *req) {
+  const char *host = http_request_header(req, "host");
+  if (host != NULL) {
+    size_t len = host_part_len(host);
+    if (!host_is_loopback(host, len) && !host_is_configured(w->cfg, host, len)) return false;
+  }
+  const char *origin = http_request_header(req, "origin");
+  return origin == NULL || origin_allowed(w->cfg, origin);
+}
+
+/* Health and status ----------------------------------------------------------- */
+
+static void worker_handle_status(worker_t *w, http_conn_t *c, http_request_t *req,
+                                 const char *which) {
+  if (req->method != HTTP_GET) {
+    worker_respond_not_allowed(c, "GET");
+    return;
+  }
+  cJSON *body = cJSON_CreateObject();
+  int status = 200;
+  if (strcmp(which, "healthz") == 0) {
+    cJSON_AddStringToObject(body, "status", "ok");
+  } else if (strcmp(which, "readyz") == 0) {
+    int64_t seq;
+    bool ready = !w->closing && store_audit_max_seq(w->store, &seq) == 0;
+    cJSON_AddStringToObject(body, "status", ready ? "ready" : "unavailable");
+    status = ready ? 200 : 503;
+  } else {
+    cJSON_AddNumberToObject(body, "sessions", (double)w->sessions.count);
+    cJSON_AddNumberToObject(body, "streams", (double)w->sessions.n_streams);
+    cJSON_AddNumberToObject(body, "connections", (double)http_server_connections(w->http));
+    cJSON_AddNumberToObject(body, "requests", (double)w->requests);
+  }
+  worker_respond_json(c, status, body, NULL, 0);
+  cJSON_Delete(body);
+}
+
+static void worker_on_request(http_conn_t *c, http_request_t *req, void *data) {
+  worker_t *w = data;
+  w->requests++;
+  if (log_enabled(LOG_DEBUG)) log_debug("request", "method", req->method_name, "target", req->target);
+  if (!worker_request_allowed(w, req)) {
+    worker_respond_error(c, 403, "forbidden: Host or Origin not allowed");
+    return;
+  }
+  const char *p = req->path;
+  bool tables_changed = false;
+  if (store_refresh_schema(w->store, &tables_changed) != 0) {
+    worker_respond_error(c, 503, "database unavailable");
+    return;
+  }
+  if (tables_changed) log_info("exported tables changed");
+  if (strcmp(p, "/mcp") == 0) {
+    mcp_handle_http(w, c, req);
+  } else if (strcmp(p, "/healthz") == 0 || strcmp(p, "/readyz") == 0 || strcmp(p, "/status") == 0) {
+    worker_handle_status(w, c, req, p + 1);
+  } else {
+    rest_handle(w, c, req);
+  }
+}
+
+/* Sessions: durable bookkeeping ---------------------------------------------- */
+
+/* Writes last_seen to the row when it is a quarter idle-timeout newer. */
+static void worker_session_persist_seen(worker_t *w, session_t *s) {
+  if (s->last_seen_ms - s->persisted_seen_ms < (int64_t)(w->cfg->idle_timeout_ms / 4)) return;
+  if (store_session_touch(w->store, s->id, s->last_seen_ms) == 0) s->persisted_seen_ms = s->last_seen_ms;
+}
+
+void worker_session_touch(worker_t *w, session_t *s) {
+  /*
+   * The row is written at most every quarter of the idle timeout: a bounded
+   * write rate, and the sweep below brings every live row up to date before
+   * it prunes, so no live session loses its row.
+   */
+  s->last_seen_ms = store_now_ms();
+  worker_session_persist_seen(w, s);
+}
+
+void worker_session_end(worker_t *w, session_t *s) {
+  if (store_session_delete(w->store, s->id) != 0) {
+    /* Already gone (another process ended it): nothing durable to remove. */
+  }
+  session_registry_remove(&w->sessions, s);
+}
+
+/* Periodic work ------------------------------------------------------------------ */
+
+static void worker_sweep(uv_timer_t *t) {
+  worker_t *w = t->data;
+  int64_t now = store_now_ms();
+  int64_t idle = (int64_t)w->cfg->idle_timeout_ms;
+  size_t evicted = 0;
+  for (size_t i = 0; i < w->sessions.n_buckets; i++) {
+    session_t *s = w->sessions.buckets[i];
+    while (s != NULL) {
+      session_t *next = s->hash_next;
+      if (s->stream != NULL) s->last_seen_ms = now; /* an open stream keeps it alive */
+      if (now - s->last_seen_ms >= idle) {
+        worker_session_end(w, s);
+        evicted++;
+      } else if (s->last_seen_ms != s->persisted_seen_ms && now - s->persisted_seen_ms >= idle / 2) {
+        /* Rows older than the idle timeout are pruned below: refresh in time. */
+        if (store_session_touch(w->store, s->id, s->last_seen_ms) == 0)
+          s->persisted_seen_ms = s->last_seen_ms;
+      }
+      s = next;
+    }
+  }
+  int64_t pruned = 0;
+  if (store_session_prune(w->store, now - idle, &pruned) != 0) log_warn("session prune failed");
+  if (evicted > 0 || pruned > 0) {
+    char a[32], b[32];
+    snprintf(a, sizeof(a), "%zu", evicted);
+    snprintf(b, sizeof(b), "%lld", (long long)pruned);
+    log_info("idle sessions ended", "live", a, "rows", b);
+  }
+  if (now - w->last_audit_prune_ms >= 60000) {
+    w->last_audit_prune_ms = now;
+    int64_t deleted = 0;
+    if (store_audit_prune(w->store, w->cfg->audit_retain_rows, w->cfg->audit_retain_ms, now,
+                          &deleted) != 0) {
+      log_warn("audit retention failed");
+    } else if (deleted > 0) {
+      char d[32];
+      snprintf(d, sizeof(d), "%lld", (long long)deleted);
+      log_info("audit log pruned", "rows", d);
+    }
+  }
+}
+
+static void worker_keepalive(uv_timer_t *t) {
+  worker_t *w = t->data;
+  session_registry_keepalive(&w->sessions);
+}
+
+/* Lifecycle ---------------------------------------------------------------------- */
+
+int worker_init(worker_t *w, uv_loop_t *loop, const config_t *cfg, unsigned slot, char *err,
+                size_t errlen) {
+  memset(w, 0, sizeof(*w));
+  w->loop = loop;
+  w->cfg = cfg;
+  w->slot = slot;
+  int rc = store_open(cfg->db_path, cfg->schema_path, &w->store, err, errlen);
+  if (rc != 0) return rc;
+  session_registry_init(&w->sessions, cfg->sse_retry_ms);
+  http_server_options opts = {
+      .max_header = cfg->max_header,
+      .max_body = cfg->max_body,
+      .header_timeout_ms = cfg->header_timeout_ms,
+      .keepalive_idle_ms = 5 * 60 * 1000,
+      .max_stream_queue = 1024 * 1024,
+  };
+  w->http = http_server_create(loop, &opts, worker_on_request, w);
+  w->last_audit_prune_ms = store_now_ms() - 60000; /* first sweep applies retention */
+
+  uint64_t sweep_ms = cfg->idle_timeout_ms / 4;
+  if (sweep_ms > 60000) sweep_ms = 60000;
+  if (sweep_ms < 100) sweep_ms = 100;
+  uv_timer_init(loop, &w->sweep_timer);
+  w->sweep_timer.data = w;
+  uv_timer_start(&w->sweep_timer, worker_sweep, sweep_ms, sweep_ms);
+  uv_timer_init(loop, &w->keepalive_timer);
+  w->keepalive_timer.data = w;
+  uv_timer_start(&w->keepalive_timer, worker_keepalive, cfg->keepalive_ms, cfg->keepalive_ms);
+  return 0;
+}
+
+int worker_listen(worker_t *w) {
+  return http_server_listen(w->http, w->cfg->listen_host, w->cfg->listen_port);
+}
+
+void worker_shutdown(worker_t *w) {
+  if (w->closing) return;
+  w->closing = true;
+  /* Streams end first so their close callbacks find their sessions alive. */
+  while (w->sessions.streams != NULL) session_stream_close(w->sessions.streams);
+  uv_timer_stop(&w->sweep_timer);
+  uv_timer_stop(&w->keepalive_timer);
+  uv_close((uv_handle_t *)&w->sweep_timer, NULL);
+  uv_close((uv_handle_t *)&w->keepalive_timer, NULL);
+  http_server_close(w->http, NULL, NULL);
+}
+
+void worker_finish(worker_t *w) {
+  http_server_destroy(w->http);
+  w->http = NULL;
+  session_registry_finish(&w->sessions);
+  store_close(w->store);
+  w->store = NULL;
+}

@@ -1,2 +1,324 @@
-/* placeholder until written */
-int main(void) { return 77; }
+/*
+ * Unit tests of resource URIs: every accepted form (collection, record
+ * with encoded keys, filtered, paged, about, schema), every malformed
+ * case (-EINVAL), foreign URIs (-ENOENT), percent-coding both ways, and
+ * that uri_format(uri_parse(x)) is canonical and a fixed point.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "common/uri.h"
+
+#define BASE "http://127.0.0.1:9926"
+
+static void expect_rc(const char *text, int want)
+{
+  uri_t u;
+  int rc = uri_parse(BASE, text, &u);
+  if (rc != want) {
+    fprintf(stderr, "uri_parse(\"%s\") = %d, wanted %d\n", text, rc, want);
+    CHECK(rc == want);
+  }
+  uri_finish(&u);
+}
+
+/* Parses text, formats it, checks the canonical text and that it is a fixed point. */
+static void expect_canonical(const char *text, const char *want)
+{
+  uri_t u, v;
+  CHECK_INT_EQ(uri_parse(BASE, text, &u), 0);
+  char *once = uri_format(BASE, &u);
+  CHECK_STR_EQ(once, want);
+  CHECK_INT_EQ(uri_parse(BASE, once, &v), 0);
+  char *twice = uri_format(BASE, &v);
+  CHECK_STR_EQ(twice, once);
+  CHECK_INT_EQ(u.kind, v.kind);
+  free(once);
+  free(twice);
+  uri_finish(&u);
+  uri_finish(&v);
+}
+
+static void test_collection(void)
+{
+  uri_t u;
+  CHECK_INT_EQ(uri_parse(BASE, BASE "/Dog", &u), 0);
+  CHECK_INT_EQ(u.kind, URI_COLLECTION);
+  CHECK_STR_EQ(u.table, "Dog");
+  CHECK(u.key == NULL);
+  CHECK_INT_EQ(u.n_filters, 0);
+  CHECK_INT_EQ(u.limit, 0);
+  CHECK(u.cursor == NULL);
+  uri_finish(&u);
+  CHECK(u.table == NULL);
+
+  CHECK_INT_EQ(uri_parse(BASE, BASE "/My%20Table", &u), 0);
+  CHECK_STR_EQ(u.table, "My Table");
+  uri_finish(&u);
+}
+
+static void test_record(void)
+{
+  uri_t u;
+  CHECK_INT_EQ(uri_parse(BASE, BASE "/Dog/42", &u), 0);
+  CHECK_INT_EQ(u.kind, URI_RECORD);
+  CHECK_STR_EQ(u.table, "Dog");
+  CHECK_STR_EQ(u.key, "42");
+  uri_finish(&u);
+
+  /* encoded '/', space, '+', '%' and UTF-8 in the key */
+  CHECK_INT_EQ(uri_parse(BASE, BASE "/Doc/a%2Fb%20c+d%25e%C3%A9", &u), 0);
+  CHECK_INT_EQ(u.kind, URI_RECORD);
+  CHECK_STR_EQ(u.key, "a/b c+d%e\xc3\xa9");
+  uri_finish(&u);
+
+  /* lowercase hex decodes too */
+  CHECK_INT_EQ(uri_parse(BASE, BASE "/Doc/%c3%a9", &u), 0);
+  CHECK_STR_EQ(u.key, "\xc3\xa9");
+  uri_finish(&u);
+
+  /* uri_format_record encodes what parse decodes */
+  char *s = uri_format_record(BASE, "Doc", "a/b c+d%e\xc3\xa9");
+  CHECK_STR_EQ(s, BASE "/Doc/a%2Fb%20c%2Bd%25e%C3%A9");
+  CHECK_INT_EQ(uri_parse(BASE, s, &u), 0);
+  CHECK_STR_EQ(u.key, "a/b c+d%e\xc3\xa9");
+  uri_finish(&u);
+  free(s);
+
+  s = uri_format_collection(BASE, "My Table");
+  CHECK_STR_EQ(s, BASE "/My%20Table");
+  free(s);
+}
+
+static void test_filtered_and_paging(void)
+{
+  uri_t u;
+  CHECK_INT_EQ(uri_parse(BASE, BASE "/Dog?owner=Ann&breed=lab%20mix&age=", &u), 0);
+  CHECK_INT_EQ(u.kind, URI_FILTERED);
+  CHECK_STR_EQ(u.table, "Dog");
+  CHECK_INT_EQ(u.n_filters, 3);
+  CHECK_STR_EQ(u.filters[0].column, "age");
+  CHECK_STR_EQ(u.filters[0].value, "");
+  CHECK_STR_EQ(u.filters[1].column, "breed");
+  CHECK_STR_EQ(u.filters[1].value, "lab mix");
+  CHECK_STR_EQ(u.filters[2].column, "owner");
+  CHECK_STR_EQ(u.filters[2].value, "Ann");
+  uri_finish(&u);
+
+  /* '+' is not a space; '=' inside an encoded value is kept */
+  CHECK_INT_EQ(uri_parse(BASE, BASE "/T?q=a+b%3Dc&x=1=2", &u), 0);
+  CHECK_STR_EQ(u.filters[0].column, "q");
+  CHECK_STR_EQ(u.filters[0].value, "a+b=c");
+  CHECK_STR_EQ(u.filters[1].value, "1=2");
+  uri_finish(&u);
+
+  /* _limit and _cursor page a collection and are not filters */
+  CHECK_INT_EQ(uri_parse(BASE, BASE "/Dog?_limit=10&_cursor=abc%3D", &u), 0);
+  CHECK_INT_EQ(u.kind, URI_COLLECTION);
+  CHECK_INT_EQ(u.n_filters, 0);
+  CHECK_INT_EQ(u.limit, 10);
+  CHECK_STR_EQ(u.cursor, "abc=");
+  uri_finish(&u);
+
+  CHECK_INT_EQ(uri_parse(BASE, BASE "/Dog?_cursor=c&name=Rex&_limit=5", &u), 0);
+  CHECK_INT_EQ(u.kind, URI_FILTERED);
+  CHECK_INT_EQ(u.n_filters, 1);
+  CHECK_STR_EQ(u.filters[0].column, "name");
+  CHECK_INT_EQ(u.limit, 5);
+  CHECK_STR_EQ(u.cursor, "c");
+  uri_finish(&u);
+
+  /* an encoded reserved name is still reserved */
+  CHECK_INT_EQ(uri_parse(BASE, BASE "/Dog?%5Flimit=3", &u), 0);
+  CHECK_INT_EQ(u.limit, 3);
+  CHECK_INT_EQ(u.kind, URI_COLLECTION);
+  uri_finish(&u);
+
+  /* exactly URI_MAX_FILTERS filters are accepted */
+  char text[1024] = BASE "/T?";
+  for (int i = 0; i < URI_MAX_FILTERS; i++)
+    sprintf(text + strlen(text), "%sc%02d=%d", i ? "&" : "", URI_MAX_FILTERS - i, i);
+  CHECK_INT_EQ(uri_parse(BASE, text, &u), 0);
+  CHECK_INT_EQ(u.n_filters, URI_MAX_FILTERS);
+  CHECK_STR_EQ(u.filters[0].column, "c01");
+  uri_finish(&u);
+  strcat(text, "&c99=x");
+  expect_rc(text, -EINVAL);
+}
+
+static void test_meta(void)
+{
+  uri_t u;
+  CHECK_INT_EQ(uri_parse(BASE, "mcpsub://about", &u), 0);
+  CHECK_INT_EQ(u.kind, URI_ABOUT);
+  CHECK(u.table == NULL);
+  uri_finish(&u);
+  CHECK_INT_EQ(uri_parse(BASE, "mcpsub://schema/Dog", &u), 0);
+  CHECK_INT_EQ(u.kind, URI_SCHEMA);
+  CHECK_STR_EQ(u.table, "Dog");
+  uri_finish(&u);
+  CHECK_INT_EQ(uri_parse(BASE, "mcpsub://schema/My%20Table", &u), 0);
+  CHECK_STR_EQ(u.table, "My Table");
+  uri_finish(&u);
+  /* the metadata URIs do not depend on the base */
+  CHECK_INT_EQ(uri_parse("https://other.example", "mcpsub://about", &u), 0);
+  uri_finish(&u);
+
+  expect_rc("mcpsub://schema/", -EINVAL);
+  expect_rc("mcpsub://schema/A/B", -EINVAL);
+  expect_rc("mcpsub://schema/A%2FB", -EINVAL);
+  expect_rc("mcpsub://schema/A?x=1", -EINVAL);
+  expect_rc("mcpsub://schema/%zz", -EINVAL);
+  expect_rc("mcpsub://nothing", -ENOENT);
+  expect_rc("mcpsub://schema", -ENOENT);
+  expect_rc("mcpsub://about/more", -ENOENT);
+  expect_rc("mcpsub://aboutx", -ENOENT);
+}
+
+static void test_malformed(void)
+{
+  expect_rc(BASE "/", -EINVAL);              /* empty table */
+  expect_rc(BASE "//42", -EINVAL);           /* empty table with key */
+  expect_rc(BASE "/?a=1", -EINVAL);          /* empty table with query */
+  expect_rc(BASE "/Dog/", -EINVAL);          /* empty key */
+  expect_rc(BASE "/Dog/a/b", -EINVAL);       /* unencoded '/' in key */
+  expect_rc(BASE "/Dog%2FCat", -EINVAL);     /* '/' in a table name */
+  expect_rc(BASE "/Dog#frag", -EINVAL);
+  expect_rc(BASE "/Dog/1#frag", -EINVAL);
+  expect_rc(BASE "/Dog?a=1#frag", -EINVAL);
+  expect_rc(BASE "/Dog/1?a=1", -EINVAL);     /* query on a record */
+  expect_rc(BASE "/Dog/1?_limit=1", -EINVAL);
+  expect_rc(BASE "/Dog?a", -EINVAL);         /* no '=' */
+  expect_rc(BASE "/Dog?", -EINVAL);
+  expect_rc(BASE "/Dog?a=1&", -EINVAL);
+  expect_rc(BASE "/Dog?a=1&&b=2", -EINVAL);
+  expect_rc(BASE "/Dog?=1", -EINVAL);        /* empty name */
+  expect_rc(BASE "/Dog?a=1&a=2", -EINVAL);   /* repeated */
+  expect_rc(BASE "/Dog?a=1&%61=2", -EINVAL); /* repeated once decoded */
+  expect_rc(BASE "/Dog?_limit=0", -EINVAL);
+  expect_rc(BASE "/Dog?_limit=-1", -EINVAL);
+  expect_rc(BASE "/Dog?_limit=abc", -EINVAL);
+  expect_rc(BASE "/Dog?_limit=", -EINVAL);
+  expect_rc(BASE "/Dog?_limit=5x", -EINVAL);
+  expect_rc(BASE "/Dog?_limit=99999999999999999999999", -EINVAL);
+  expect_rc(BASE "/Dog?_limit=1&_limit=2", -EINVAL);
+  expect_rc(BASE "/Dog?_cursor=a&_cursor=b", -EINVAL);
+  expect_rc(BASE "/Dog/%", -EINVAL);         /* bad escapes */
+  expect_rc(BASE "/Dog/%4", -EINVAL);
+  expect_rc(BASE "/Dog/%G0", -EINVAL);
+  expect_rc(BASE "/Dog/a%00b", -EINVAL);     /* encoded NUL */
+  expect_rc(BASE "/D%og", -EINVAL);
+  expect_rc(BASE "/Dog?a=%ZZ", -EINVAL);
+  expect_rc(BASE "/Dog?a%=1", -EINVAL);
+  expect_rc(BASE "/Dog/a\nb", -EINVAL);      /* raw control character */
+
+  /* length bound */
+  size_t n = URI_MAX_LEN + 1;
+  char *big = malloc(n + 1);
+  memset(big, 'k', n);
+  memcpy(big, BASE "/T/", strlen(BASE "/T/"));
+  big[n] = '\0';
+  expect_rc(big, -EINVAL);
+  big[n - 1] = '\0'; /* exactly URI_MAX_LEN */
+  expect_rc(big, 0);
+  free(big);
+}
+
+static void test_foreign(void)
+{
+  expect_rc("http://127.0.0.1:9927/Dog", -ENOENT);
+  expect_rc("https://127.0.0.1:9926/Dog", -ENOENT);
+  expect_rc("http://127.0.0.1:99261/Dog", -ENOENT); /* base is a prefix, not a match */
+  expect_rc(BASE, -ENOENT);
+  expect_rc(BASE "?a=1", -ENOENT);
+  expect_rc("file:///etc/passwd", -ENOENT);
+  expect_rc("", -ENOENT);
+  expect_rc("Dog", -ENOENT);
+  expect_rc("MCPSUB://about", -ENOENT);
+
+  /* a base with a path works the same */
+  uri_t u;
+  CHECK_INT_EQ(uri_parse("https://h.example/api", "https://h.example/api/T/1", &u), 0);
+  CHECK_INT_EQ(u.kind, URI_RECORD);
+  CHECK_STR_EQ(u.key, "1");
+  uri_finish(&u);
+  CHECK_INT_EQ(uri_parse("https://h.example/api", "https://h.example/T/1", &u), -ENOENT);
+  uri_finish(&u);
+}
+
+static void test_codec(void)
+{
+  buf_t b;
+  buf_init(&b);
+  const char *all = "AZaz09-._~ /?#[]@!$&'()*+,;=%\"<>\\^`{|}";
+  uri_encode_component(&b, all, strlen(all));
+  CHECK_STR_EQ(b.data, "AZaz09-._~%20%2F%3F%23%5B%5D%40%21%24%26%27%28%29%2A%2B%2C%3B%3D%25"
+                       "%22%3C%3E%5C%5E%60%7B%7C%7D");
+  char *back = uri_decode_component(b.data, b.len);
+  CHECK_STR_EQ(back, all);
+  free(back);
+  buf_reset(&b);
+  uri_encode_component(&b, "\xc3\xa9\x01\x7f\xff", 5);
+  CHECK_STR_EQ(b.data, "%C3%A9%01%7F%FF");
+  buf_finish(&b);
+
+  char *d = uri_decode_component("a%2fb+c", 7);
+  CHECK_STR_EQ(d, "a/b+c");
+  free(d);
+  d = uri_decode_component("abc%41", 6);
+  CHECK_STR_EQ(d, "abcA");
+  free(d);
+  CHECK(uri_decode_component("abc%41", 4) == NULL); /* len honoured: "%" cut short */
+  d = uri_decode_component("abcdef", 3);
+  CHECK_STR_EQ(d, "abc");
+  free(d);
+  d = uri_decode_component("", 0);
+  CHECK_STR_EQ(d, "");
+  free(d);
+  CHECK(uri_decode_component("%", 1) == NULL);
+  CHECK(uri_decode_component("%a", 2) == NULL);
+  CHECK(uri_decode_component("%ag", 3) == NULL);
+  CHECK(uri_decode_component("%00", 3) == NULL);
+}
+
+static void test_canonical(void)
+{
+  expect_canonical(BASE "/Dog", BASE "/Dog");
+  expect_canonical(BASE "/Dog/42", BASE "/Dog/42");
+  expect_canonical(BASE "/My%20Table/a%2fb", BASE "/My%20Table/a%2Fb");
+  expect_canonical(BASE "/Doc/%7Euser%2Dx", BASE "/Doc/~user-x");
+  expect_canonical(BASE "/Doc/caf\xc3\xa9 x", BASE "/Doc/caf%C3%A9%20x"); /* raw bytes tolerated */
+  expect_canonical(BASE "/Dog?z=1&a=b%20c&m=%2B", BASE "/Dog?a=b%20c&m=%2B&z=1");
+  expect_canonical(BASE "/Dog?_cursor=xy%3D&_limit=20&b=1",
+                   BASE "/Dog?b=1&_limit=20&_cursor=xy%3D");
+  expect_canonical(BASE "/Dog?_limit=007", BASE "/Dog?_limit=7");
+  expect_canonical(BASE "/Dog?a=", BASE "/Dog?a=");
+  expect_canonical("mcpsub://about", "mcpsub://about");
+  expect_canonical("mcpsub://schema/My%20Table", "mcpsub://schema/My%20Table");
+
+  /* uri_format sorts filters of a hand-built uri_t */
+  uri_t u = {0};
+  u.kind = URI_FILTERED;
+  u.table = "T";
+  u.n_filters = 2;
+  u.filters[0] = (uri_filter){.column = "z", .value = "1"};
+  u.filters[1] = (uri_filter){.column = "a", .value = "2"};
+  char *s = uri_format(BASE, &u);
+  CHECK_STR_EQ(s, BASE "/T?a=2&z=1");
+  free(s);
+}
+
+int main(void)
+{
+  RUN(test_collection);
+  RUN(test_record);
+  RUN(test_filtered_and_paging);
+  RUN(test_meta);
+  RUN(test_malformed);
+  RUN(test_foreign);
+  RUN(test_codec);
+  RUN(test_canonical);
+  return 0;
+}

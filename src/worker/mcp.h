@@ -1,0 +1,51 @@
+/*
+ * The MCP endpoint (/mcp, Streamable HTTP): POST carries JSON-RPC messages
+ * (JSON responses), GET opens the session's SSE stream, DELETE ends the
+ * session. Method handlers live in a const table; resources.c and tools.c
+ * provide the resource and tool families through the mcp_call interface
+ * declared here.
+ */
+#ifndef MCPSUB_MCP_H
+#define MCPSUB_MCP_H
+
+#include <cjson/cJSON.h>
+#include <stdarg.h>
+
+#include "worker/session.h"
+#include "worker/worker.h"
+
+#define MCP_LATEST_VERSION "2025-11-25"
+#define MCP_DEFAULT_VERSION "2025-03-26" /* assumed without MCP-Protocol-Version */
+
+/* One JSON-RPC request being handled. */
+typedef struct mcp_call {
+  worker_t *w;
+  session_t *session;      /* NULL only for initialize */
+  const char *method;
+  const cJSON *params;     /* object, or NULL when absent */
+  int err_code;            /* set with err_msg when a handler returns NULL */
+  char err_msg[512];
+  session_t *created;      /* initialize: the new session */
+} mcp_call;
+
+/* A handler returns the result (a new cJSON), or NULL after mcp_call_fail. */
+typedef cJSON *(*mcp_handler)(mcp_call *call);
+
+/* Records a JSON-RPC error on call and returns NULL, for `return mcp_call_fail(...)`. */
+cJSON *mcp_call_fail(mcp_call *call, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Serves a request for /mcp. */
+void mcp_handle_http(worker_t *w, http_conn_t *c, http_request_t *req);
+
+/* resources.c */
+cJSON *resources_list(mcp_call *call);
+cJSON *resources_templates_list(mcp_call *call);
+cJSON *resources_read(mcp_call *call);
+cJSON *completion_complete(mcp_call *call);
+
+/* tools.c */
+cJSON *tools_list(mcp_call *call);
+cJSON *tools_call(mcp_call *call);
+
+#endif

@@ -1,0 +1,63 @@
+/*
+ * A worker: one libuv loop serving HTTP connections, with its own SQLite
+ * connection and its live sessions. All live state of the server hangs off
+ * a worker_t; nothing is global, so that several workers (processes) can
+ * each own one. Requests are routed here to the MCP endpoint, the REST
+ * API and the health/status endpoints, after the Host/Origin check.
+ */
+#ifndef MCPSUB_WORKER_H
+#define MCPSUB_WORKER_H
+
+#include <cjson/cJSON.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "common/config.h"
+#include "common/store.h"
+#include "worker/http.h"
+#include "worker/session.h"
+
+typedef struct worker {
+  uv_loop_t *loop;
+  const config_t *cfg;
+  store_t *store;
+  http_server_t *http;
+  session_registry_t sessions;
+  uv_timer_t sweep_timer;     /* idle-session prune and audit retention */
+  uv_timer_t keepalive_timer; /* SSE keepalive comments */
+  unsigned slot;              /* worker number, encoded in session ids */
+  int64_t last_audit_prune_ms;
+  uint64_t requests;          /* requests served */
+  bool closing;
+} worker_t;
+
+/*
+ * Opens the store and creates the HTTP server on loop. err gets a message on
+ * failure. Does not listen yet.
+ */
+int worker_init(worker_t *w, uv_loop_t *loop, const config_t *cfg, unsigned slot, char *err,
+                size_t errlen) MCPSUB_NODISCARD;
+/* Listens on cfg's address (one-process mode). */
+int worker_listen(worker_t *w) MCPSUB_NODISCARD;
+/* Stops listening, ends streams, closes connections and timers; run the loop to finish. */
+void worker_shutdown(worker_t *w);
+/* Frees what worker_init made, after the loop has run the closes. */
+void worker_finish(worker_t *w);
+
+/* Response helpers shared by the endpoint modules. ------------------------- */
+
+/* Sends json (not consumed) with Content-Type application/json and extra headers. */
+void worker_respond_json(http_conn_t *c, int status, const cJSON *json, const http_header *extra,
+                         size_t n_extra);
+/* Sends {"error": message} with status. */
+void worker_respond_error(http_conn_t *c, int status, const char *message);
+/* Sends 405 with an Allow header. */
+void worker_respond_not_allowed(http_conn_t *c, const char *allow);
+
+/* Durable session bookkeeping shared by MCP and the sweep. */
+void worker_session_touch(worker_t *w, session_t *s);
+/* Removes the live session and its row. */
+void worker_session_end(worker_t *w, session_t *s);
+
+#endif
