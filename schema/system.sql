@@ -32,3 +32,11 @@ CREATE TABLE IF NOT EXISTS mcp_session (
   log_level           TEXT,               -- from logging/setLevel
   subscriptions       TEXT    NOT NULL DEFAULT '[]'  -- JSON array of subscribed URIs
 ) WITHOUT ROWID;
+
+-- Small named values mcpsub keeps about itself, e.g. 'audit_pruned_through':
+-- the highest audit seq retention has deleted (resumption from below it
+-- cannot be exact).
+CREATE TABLE IF NOT EXISTS mcpsub_state (
+  name  TEXT PRIMARY KEY,
+  value INTEGER
+) WITHOUT ROWID;

@@ -311,6 +311,53 @@ static int config_set_retain_age(config_t *cfg, const char *flag, const char *va
 #define STR2(x) #x
 #define STR(x) STR2(x)
 
+static int config_set_max_stream_queue(config_t *cfg, const char *flag, const char *value,
+                                       char *err, size_t errlen)
+{
+  uint64_t n;
+  int rc = config_parse_uint(flag, value, 4096, CONFIG_MAX_MAX_BODY, true, &n, err, errlen);
+  if (rc == 0)
+    cfg->max_stream_queue = (size_t)n;
+  return rc;
+}
+
+static int config_set_max_subscriptions(config_t *cfg, const char *flag, const char *value,
+                                        char *err, size_t errlen)
+{
+  uint64_t n;
+  int rc = config_parse_uint(flag, value, 1, 1000000, false, &n, err, errlen);
+  if (rc == 0)
+    cfg->max_subscriptions = (size_t)n;
+  return rc;
+}
+
+static int config_set_coalesce(config_t *cfg, const char *flag, const char *value, char *err,
+                               size_t errlen)
+{
+  uint64_t n;
+  int rc = config_parse_uint(flag, value, 0, 3600000, false, &n, err, errlen);
+  if (rc == 0)
+    cfg->coalesce_ms = n;
+  return rc;
+}
+
+static int config_set_max_wait(config_t *cfg, const char *flag, const char *value, char *err,
+                               size_t errlen)
+{
+  uint64_t n;
+  int rc = config_parse_uint(flag, value, 1, 86400, false, &n, err, errlen);
+  if (rc == 0)
+    cfg->max_wait_ms = n * 1000;
+  return rc;
+}
+
+static int config_set_strict(config_t *cfg, const char *flag, const char *value, char *err,
+                             size_t errlen)
+{
+  cfg->strict_subscribe = true;
+  return 0;
+}
+
 static const config_flag config_flags[] = {
   {"--listen", "HOST:PORT", CONFIG_DEFAULT_HOST ":" STR(CONFIG_DEFAULT_PORT),
    "address to listen on; IPv6 as [::1]:PORT; a bare PORT\n"
@@ -348,6 +395,20 @@ static const config_flag config_flags[] = {
    "audit-log rows kept for resumption; 0 = no limit", config_set_retain_rows},
   {"--audit-retain-age", "SECONDS", STR(CONFIG_DEFAULT_RETAIN_AGE_S) " (7 days)",
    "audit-log rows older than this are pruned; 0 = no limit", config_set_retain_age},
+  {"--max-subscriptions", "N", "1000", "most subscriptions per session", config_set_max_subscriptions},
+  {"--max-stream-queue", "BYTES", "1m",
+   "bytes queued on one SSE stream before it is cut (the\n"
+   "client resumes with Last-Event-ID); suffix k or m",
+   config_set_max_stream_queue},
+  {"--coalesce-ms", "MS", "0 (off)",
+   "at most one update per URI per subscription in this\n"
+   "window; the last change is always sent",
+   config_set_coalesce},
+  {"--strict-subscribe", NULL, NULL,
+   "refuse resources/subscribe before the session's GET\n"
+   "stream is open (Harper's behaviour)",
+   config_set_strict},
+  {"--max-wait", "SECONDS", "300", "longest wait of the wait_and_read tool", config_set_max_wait},
   {"--help", NULL, NULL, "print this help and exit (also -h)", NULL},
   {"--version", NULL, NULL, "print the version and exit (also -V)", NULL},
 };
@@ -374,6 +435,11 @@ void config_defaults(config_t *cfg)
   cfg->page_size = CONFIG_DEFAULT_PAGE_SIZE;
   cfg->audit_retain_rows = CONFIG_DEFAULT_RETAIN_ROWS;
   cfg->audit_retain_ms = (int64_t)CONFIG_DEFAULT_RETAIN_AGE_S * 1000;
+  cfg->max_subscriptions = 1000;
+  cfg->max_stream_queue = 1024 * 1024;
+  cfg->coalesce_ms = 0;
+  cfg->strict_subscribe = false;
+  cfg->max_wait_ms = 300000;
   cfg->control_socket = NULL;
   cfg->origins_storage = NULL;
 }
@@ -411,6 +477,12 @@ int config_parse(config_t *cfg, int argc, char **argv, FILE *out, char *err, siz
     if (f->metavar == NULL) {
       if (eq)
         return config_fail(err, errlen, "%s takes no value", f->name);
+      if (f->set != NULL) { /* a switch */
+        int rc = f->set(cfg, f->name, NULL, err, errlen);
+        if (rc < 0)
+          return rc;
+        continue;
+      }
       if (strcmp(f->name, "--help") == 0)
         config_usage(out);
       else

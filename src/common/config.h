@@ -38,6 +38,11 @@ typedef struct config {
   int page_size;               /* --page-size: rows per collection read / list page, default 100 */
   int64_t audit_retain_rows;   /* --audit-retain-rows, default 1000000, 0 = unbounded */
   int64_t audit_retain_ms;     /* --audit-retain-age seconds, default 7 days, 0 = unbounded */
+  size_t max_subscriptions;    /* --max-subscriptions per session, default 1000 */
+  size_t max_stream_queue;     /* --max-stream-queue bytes, default 1 MiB */
+  uint64_t coalesce_ms;        /* --coalesce-ms, 0 = off */
+  bool strict_subscribe;       /* --strict-subscribe */
+  uint64_t max_wait_ms;        /* --max-wait seconds: cap of wait_and_read's timeoutMs, default 300 */
   const char *control_socket;  /* reserved for the master; unused in one process */
   char *origins_storage;       /* owned copy of the --allowed-origins list */
 } config_t;

@@ -1849,13 +1849,16 @@ int store_audit_prune(store_t *s, int64_t retain_rows, int64_t retain_ms, int64_
                       int64_t *deleted)
 {
   sqlite3_stmt *st;
-  int64_t changes = 0;
+  int64_t changes = 0, highest = 0;
   int ret = 0;
 
   if (deleted != NULL)
     *deleted = 0;
   if (retain_rows <= 0 && retain_ms <= 0)
     return 0;
+  ret = store_begin(s, true, NULL, 0);
+  if (ret < 0)
+    return ret;
   ret = store_stmt_get(
       s,
       "DELETE FROM audit_log WHERE "
@@ -1864,17 +1867,64 @@ int store_audit_prune(store_t *s, int64_t retain_rows, int64_t retain_ms, int64_
       "AND NOT (tbl IN (SELECT name FROM sqlite_schema WHERE type = 'table') AND ("
       " seq = (SELECT max(t.seq) FROM audit_log AS t WHERE t.tbl = audit_log.tbl)"
       " OR (op <> 'DELETE' AND seq = (SELECT max(k.seq) FROM audit_log AS k"
-      "  WHERE k.tbl = audit_log.tbl AND k.key = audit_log.key))))",
+      "  WHERE k.tbl = audit_log.tbl AND k.key = audit_log.key)))) RETURNING seq",
       &st, NULL, 0);
   if (ret < 0)
-    return ret;
+    goto fail;
   sqlite3_bind_int64(st, 1, retain_rows > 0 ? retain_rows : 0);
   sqlite3_bind_int64(st, 2, retain_ms > 0 ? retain_ms : 0);
   sqlite3_bind_int64(st, 3, now_ms);
-  ret = store_step_done(s, st, &changes, NULL, 0);
+  int rc;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    int64_t seq = sqlite3_column_int64(st, 0);
+    if (seq > highest)
+      highest = seq;
+    changes++;
+  }
   store_stmt_put(s, st);
-  if (ret == 0 && deleted != NULL)
+  if (rc != SQLITE_DONE) {
+    ret = store_error(s, rc, NULL, 0);
+    goto fail;
+  }
+  if (highest > 0) {
+    /* Remember how far the log has holes, for resumption to know what it cannot replay. */
+    ret = store_stmt_get(s,
+                         "INSERT INTO mcpsub_state(name, value) VALUES('audit_pruned_through', ?1) "
+                         "ON CONFLICT(name) DO UPDATE SET value = max(value, excluded.value)",
+                         &st, NULL, 0);
+    if (ret < 0)
+      goto fail;
+    sqlite3_bind_int64(st, 1, highest);
+    ret = store_step_done(s, st, NULL, NULL, 0);
+    store_stmt_put(s, st);
+    if (ret < 0)
+      goto fail;
+  }
+  ret = store_commit(s, NULL, 0);
+  if (ret < 0)
+    goto fail;
+  if (deleted != NULL)
     *deleted = changes;
+  return 0;
+fail:
+  store_rollback(s);
+  return ret;
+}
+
+int store_audit_pruned_through(store_t *s, int64_t *seq)
+{
+  sqlite3_stmt *st;
+  *seq = 0;
+  int ret = store_stmt_get(s, "SELECT value FROM mcpsub_state WHERE name = 'audit_pruned_through'",
+                           &st, NULL, 0);
+  if (ret < 0)
+    return ret;
+  int rc = sqlite3_step(st);
+  if (rc == SQLITE_ROW)
+    *seq = sqlite3_column_int64(st, 0);
+  else if (rc != SQLITE_DONE)
+    ret = store_error(s, rc, NULL, 0);
+  store_stmt_put(s, st);
   return ret;
 }
 

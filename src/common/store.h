@@ -183,6 +183,13 @@ int store_data_version(store_t *s, int64_t *version) MCPSUB_NODISCARD;
 int store_audit_prune(store_t *s, int64_t retain_rows, int64_t retain_ms, int64_t now_ms,
                       int64_t *deleted) MCPSUB_NODISCARD;
 
+/*
+ * The highest seq retention has ever deleted (0 if none): changes at or
+ * below it may be missing from the log, so a resumption from there cannot
+ * be exact.
+ */
+int store_audit_pruned_through(store_t *s, int64_t *seq) MCPSUB_NODISCARD;
+
 /* Sessions (mcp_session) ------------------------------------------------------ */
 
 typedef struct store_session {

@@ -102,6 +102,10 @@ struct http_conn {
   buf_t url, field, value, body;
 
   buf_t out;            /* stream bytes queued during this loop turn */
+  buf_t inflight;       /* stream bytes being written; swapped with out, so that a
+                           busy stream reuses two buffers instead of allocating */
+  uv_write_t stream_write;
+  bool stream_writing;  /* inflight is in a uv_write */
   size_t queued;        /* out.len plus bytes in unfinished uv_write requests */
 
   void (*close_cb)(http_conn_t *c, void *data);
@@ -141,6 +145,7 @@ typedef struct http_write {
 } http_write_t;
 
 static void conn_parse(http_conn_t *c);
+static void conn_flush(http_conn_t *c);
 static void conn_settle(http_conn_t *c);
 static void conn_on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *b);
 static void conn_on_timer(uv_timer_t *t);
@@ -292,6 +297,7 @@ static void conn_free(http_conn_t *c)
   conn_request_clear(c);
   buf_finish(&c->in);
   buf_finish(&c->out);
+  buf_finish(&c->inflight);
   if (c->prev)
     c->prev->next = c->next;
   else
@@ -385,13 +391,56 @@ static void conn_send(http_conn_t *c, buf_t *b)
   conn_write_owned(c, buf_steal(b), len);
 }
 
-/* Writes everything the stream queued during this loop turn, as one write. */
+static void conn_on_stream_write(uv_write_t *req, int status)
+{
+  http_conn_t *c = req->data;
+  c->stream_writing = false;
+  c->queued -= c->inflight.len;
+  /* Keep a small buffer for the next turn; give back what a burst grew. */
+  if (c->inflight.cap > HTTP_READ_CHUNK)
+    buf_finish(&c->inflight);
+  else
+    buf_reset(&c->inflight);
+  if (status == UV_ECANCELED)
+    return;
+  if (status < 0) {
+    conn_close_now(c);
+    return;
+  }
+  if (c->out.len > 0)
+    conn_flush(c);
+}
+
+/*
+ * Writes everything the stream queued during this loop turn, as one write.
+ * While a write is in flight, new bytes wait in out and go when it
+ * completes; only a closing stream writes a second buffer concurrently
+ * (its FIN must follow every byte).
+ */
 static void conn_flush(http_conn_t *c)
 {
   if (c->out.len == 0 || c->handle_closing)
     return;
-  size_t len = c->out.len;
-  conn_write_owned(c, buf_steal(&c->out), len); /* already counted in queued */
+  if (c->stream_writing) {
+    if (c->closing) {
+      size_t len = c->out.len;
+      conn_write_owned(c, buf_steal(&c->out), len); /* already counted in queued */
+    }
+    return;
+  }
+  buf_t tmp = c->inflight;
+  c->inflight = c->out;
+  c->out = tmp;
+  buf_reset(&c->out);
+  c->stream_writing = true;
+  c->stream_write.data = c;
+  uv_buf_t b = uv_buf_init(c->inflight.data, (unsigned int)c->inflight.len);
+  if (uv_write(&c->stream_write, (uv_stream_t *)&c->tcp, &b, 1, conn_on_stream_write) < 0) {
+    c->stream_writing = false;
+    c->queued -= c->inflight.len;
+    buf_reset(&c->inflight);
+    conn_close_now(c);
+  }
 }
 
 static void conn_on_shutdown(uv_shutdown_t *req, int status)
@@ -588,6 +637,18 @@ int http_stream_write(http_conn_t *c, const char *data, size_t len)
   c->queued += len;
   conn_schedule(c);
   return 0;
+}
+
+void http_stream_flush(http_conn_t *c)
+{
+  if (c == NULL || c->phase != PHASE_STREAM || c->handle_closing || c->out.len == 0)
+    return;
+  if (c->stream_writing) {
+    size_t len = c->out.len;
+    conn_write_owned(c, buf_steal(&c->out), len); /* queued behind the write in flight */
+  } else {
+    conn_flush(c);
+  }
 }
 
 void http_stream_end(http_conn_t *c)
@@ -1006,6 +1067,7 @@ static http_conn_t *conn_create(http_server_t *srv)
   c->timer.data = c;
   buf_init(&c->in);
   buf_init(&c->out);
+  buf_init(&c->inflight);
   buf_init(&c->url);
   buf_init(&c->field);
   buf_init(&c->value);

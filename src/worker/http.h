@@ -106,6 +106,12 @@ void http_stream_begin(http_conn_t *c, int status, const http_header *headers, s
  * runs later) and the bytes dropped. -EPIPE when the stream is closing.
  */
 int http_stream_write(http_conn_t *c, const char *data, size_t len) MCPSUB_NODISCARD;
+/*
+ * Hands what the stream queued this turn to the kernel now instead of at
+ * the end of the loop turn (used to order a stream's bytes before another
+ * connection's response).
+ */
+void http_stream_flush(http_conn_t *c);
 /* Flushes what is queued, then closes the connection. */
 void http_stream_end(http_conn_t *c);
 /* Bytes queued and not yet written by the kernel. */

@@ -20,6 +20,7 @@
 #include "common/log.h"
 #include "common/mem.h"
 #include "common/session_id.h"
+#include "worker/subscriptions.h"
 
 #include <llhttp.h>
 
@@ -137,6 +138,8 @@ static const struct mcp_method {
     {"resources/list", resources_list},
     {"resources/templates/list", resources_templates_list},
     {"resources/read", resources_read},
+    {"resources/subscribe", subs_subscribe},
+    {"resources/unsubscribe", subs_unsubscribe},
     {"tools/list", tools_list},
     {"tools/call", tools_call},
     {"completion/complete", completion_complete},
@@ -201,6 +204,7 @@ static int mcp_session_lookup(worker_t *w, const char *id, session_t **out) {
     s->persisted_seen_ms = row.last_seen;
     if (row.log_level != NULL && session_log_level_parse(row.log_level, &s->log_level) != 0)
       s->log_level = SESSION_LOG_INFO;
+    subs_session_restore(w, s, row.subscriptions);
     log_info("session restored", "session", s->id);
     *out = s;
     rc = 0;
@@ -233,14 +237,24 @@ static void mcp_notification(worker_t *w, session_t *s, const cJSON *msg) {
   if (s != NULL) session_log(s, SESSION_LOG_DEBUG, "mcpsub", method->valuestring);
 }
 
-/* Runs one request; returns its response message. */
-static cJSON *mcp_request(worker_t *w, session_t *s, const cJSON *msg, session_t **created) {
+void mcp_answer(http_conn_t *c, const cJSON *id, cJSON *result, int code, const char *message) {
+  cJSON *msg = result != NULL ? jsonrpc_result(id, result) : jsonrpc_error(id, code, message);
+  worker_respond_json(c, 200, msg, NULL, 0);
+  cJSON_Delete(msg);
+}
+
+/*
+ * Runs one request; returns its response message, or NULL when the
+ * handler will answer later on conn (*pending). conn is NULL in a batch.
+ */
+static cJSON *mcp_request(worker_t *w, session_t *s, const cJSON *msg, session_t **created,
+                          http_conn_t *conn, bool *pending) {
   const cJSON *id = cJSON_GetObjectItemCaseSensitive(msg, "id");
   const char *method = cJSON_GetObjectItemCaseSensitive(msg, "method")->valuestring;
   const cJSON *params = cJSON_GetObjectItemCaseSensitive(msg, "params");
   if (params != NULL && !cJSON_IsObject(params))
     return jsonrpc_error(id, JSONRPC_INVALID_PARAMS, "params must be an object");
-  mcp_call call = {.w = w, .session = s, .method = method, .params = params};
+  mcp_call call = {.w = w, .session = s, .method = method, .params = params, .conn = conn, .id = id};
   if (s != NULL) session_log(s, SESSION_LOG_DEBUG, "mcpsub", method);
   for (size_t i = 0; i < ARRAY_LEN(mcp_methods); i++) {
     if (strcmp(method, mcp_methods[i].name) != 0) continue;
@@ -252,6 +266,10 @@ static cJSON *mcp_request(worker_t *w, session_t *s, const cJSON *msg, session_t
     }
     cJSON *result = mcp_methods[i].handler(&call);
     if (call.created != NULL) *created = call.created;
+    if (result == NULL && call.pending) {
+      *pending = true;
+      return NULL;
+    }
     if (result == NULL) return jsonrpc_error(id, call.err_code, call.err_msg);
     return jsonrpc_result(id, result);
   }
@@ -266,11 +284,11 @@ static cJSON *mcp_request(worker_t *w, session_t *s, const cJSON *msg, session_t
  * the message was not valid JSON-RPC.
  */
 static cJSON *mcp_message(worker_t *w, session_t *s, const cJSON *msg, session_t **created,
-                          bool *invalid) {
+                          bool *invalid, http_conn_t *conn, bool *pending) {
   const char *why = NULL;
   switch (jsonrpc_classify(msg, &why)) {
   case JSONRPC_REQUEST:
-    return mcp_request(w, s, msg, created);
+    return mcp_request(w, s, msg, created, conn, pending);
   case JSONRPC_NOTIFICATION:
     mcp_notification(w, s, msg);
     return NULL;
@@ -330,9 +348,9 @@ static void mcp_post(worker_t *w, http_conn_t *c, http_request_t *req) {
   }
 
   if (!batch && jsonrpc_classify(root, NULL) == JSONRPC_INVALID) {
-    bool unused_invalid = false;
+    bool unused_invalid = false, unused_pending = false;
     session_t *unused = NULL;
-    cJSON *reply = mcp_message(w, NULL, root, &unused, &unused_invalid);
+    cJSON *reply = mcp_message(w, NULL, root, &unused, &unused_invalid, NULL, &unused_pending);
     worker_respond_json(c, 400, reply, NULL, 0);
     cJSON_Delete(reply);
     goto done;
@@ -360,9 +378,9 @@ static void mcp_post(worker_t *w, http_conn_t *c, http_request_t *req) {
     }
     cJSON *replies = cJSON_CreateArray();
     cJSON_ArrayForEach(item, root) {
-      bool invalid = false;
+      bool invalid = false, pending = false;
       session_t *unused = NULL;
-      cJSON *reply = mcp_message(w, s, item, &unused, &invalid);
+      cJSON *reply = mcp_message(w, s, item, &unused, &invalid, NULL, &pending);
       if (reply != NULL) cJSON_AddItemToArray(replies, reply);
     }
     if (cJSON_GetArraySize(replies) == 0) http_respond(c, 202, NULL, 0, NULL, 0);
@@ -371,10 +389,12 @@ static void mcp_post(worker_t *w, http_conn_t *c, http_request_t *req) {
     goto done;
   }
 
-  bool invalid = false;
+  bool invalid = false, pending = false;
   session_t *created = NULL;
-  cJSON *reply = mcp_message(w, s, root, &created, &invalid);
-  if (reply == NULL) {
+  cJSON *reply = mcp_message(w, s, root, &created, &invalid, c, &pending);
+  if (pending) {
+    /* The handler holds the request and answers it later. */
+  } else if (reply == NULL) {
     http_respond(c, 202, NULL, 0, NULL, 0);
   } else if (created != NULL) {
     http_header h = {"Mcp-Session-Id", created->id};
@@ -401,7 +421,7 @@ static void mcp_get(worker_t *w, http_conn_t *c, http_request_t *req) {
   session_t *s = mcp_require_session(w, c, req);
   if (s == NULL) return;
   worker_session_touch(w, s);
-  session_stream_open(s, c);
+  subs_stream_open(w, s, c, http_request_header(req, "last-event-id"));
 }
 
 static void mcp_delete(worker_t *w, http_conn_t *c, http_request_t *req) {

@@ -26,6 +26,9 @@ typedef struct mcp_call {
   int err_code;            /* set with err_msg when a handler returns NULL */
   char err_msg[512];
   session_t *created;      /* initialize: the new session */
+  http_conn_t *conn;       /* where the answer goes; NULL inside a batch (no waiting) */
+  const cJSON *id;         /* the request id */
+  bool pending;            /* the handler will answer later (it returned NULL) */
 } mcp_call;
 
 /* A handler returns the result (a new cJSON), or NULL after mcp_call_fail. */
@@ -34,6 +37,9 @@ typedef cJSON *(*mcp_handler)(mcp_call *call);
 /* Records a JSON-RPC error on call and returns NULL, for `return mcp_call_fail(...)`. */
 cJSON *mcp_call_fail(mcp_call *call, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+/* Answers a pending call later: result (consumed) or, when NULL, the error code/message. */
+void mcp_answer(http_conn_t *c, const cJSON *id, cJSON *result, int code, const char *message);
 
 /* Serves a request for /mcp. */
 void mcp_handle_http(worker_t *w, http_conn_t *c, http_request_t *req);
@@ -47,5 +53,7 @@ cJSON *completion_complete(mcp_call *call);
 /* tools.c */
 cJSON *tools_list(mcp_call *call);
 cJSON *tools_call(mcp_call *call);
+/* A successful tool result whose text content is value as JSON; consumes value. */
+cJSON *tools_result_json(cJSON *value);
 
 #endif

@@ -15,6 +15,7 @@
 #include "common/buf.h"
 #include "common/mem.h"
 #include "common/uri.h"
+#include "worker/subscriptions.h"
 
 #include <llhttp.h>
 
@@ -116,6 +117,7 @@ static void rest_collection_post(worker_t *w, http_conn_t *c, const http_request
     rest_store_error(c, rc, err);
     return;
   }
+  subs_after_write(w);
   char *location = uri_format_record("", t->name, key);
   rest_send_record(w, c, 201, t, key, location);
   free(location);
@@ -139,14 +141,22 @@ static void rest_record(worker_t *w, http_conn_t *c, const http_request_t *req, 
                      req->method == HTTP_PUT ? STORE_WRITE_REPLACE : STORE_WRITE_PATCH, NULL,
                      &created, err, sizeof(err));
     cJSON_Delete(body);
-    if (rc != 0) rest_store_error(c, rc, err);
-    else rest_send_record(w, c, created ? 201 : 200, t, key, NULL);
+    if (rc != 0) {
+      rest_store_error(c, rc, err);
+      return;
+    }
+    subs_after_write(w);
+    rest_send_record(w, c, created ? 201 : 200, t, key, NULL);
     return;
   }
   case HTTP_DELETE:
     rc = store_delete(w->store, t, key);
-    if (rc != 0) rest_store_error(c, rc, "");
-    else http_respond(c, 204, NULL, 0, NULL, 0);
+    if (rc != 0) {
+      rest_store_error(c, rc, "");
+      return;
+    }
+    subs_after_write(w);
+    http_respond(c, 204, NULL, 0, NULL, 0);
     return;
   default:
     worker_respond_not_allowed(c, "GET, PUT, PATCH, DELETE");

@@ -1,10 +1,11 @@
 /*
- * Live session registry and the SSE side of a session. A session is found
- * by id through a chained hash table sized to grow with the count; a
- * session with an open GET stream is also on a doubly linked list so that
- * keepalives and shutdown touch only streaming sessions. Frames are
- * formatted into one buffer and handed to the HTTP layer, which bounds each
- * stream's queue; a stream over its bound is cut and the client resumes.
+ * Live session registry and the SSE side of a session. Sessions are found
+ * by id through a strmap; a session with an open GET stream is also on a
+ * doubly linked list so that keepalives and shutdown touch only streaming
+ * sessions. Frames are shared (see frame.h): delivering one to a session
+ * stores a reference in its ring and copies its bytes into the stream's
+ * output buffer, which the HTTP layer flushes once per loop turn and
+ * bounds; a stream over its bound is cut and the client resumes.
  */
 #include "worker/session.h"
 
@@ -34,98 +35,81 @@ const char *session_log_level_name(enum session_log_level level) {
   return (size_t)level < ARRAY_LEN(level_names) ? level_names[level] : "info";
 }
 
-/* FNV-1a over the id: ids are random, so any cheap mix spreads them. */
-static size_t session_hash(const char *id, size_t len) {
-  uint64_t h = 1469598103934665603ULL;
-  for (size_t i = 0; i < len; i++) {
-    h ^= (unsigned char)id[i];
-    h *= 1099511628211ULL;
-  }
-  return (size_t)h;
-}
-
-void session_registry_init(session_registry_t *reg, unsigned sse_retry_ms) {
+void session_registry_init(session_registry_t *reg, unsigned sse_retry_ms,
+                           int64_t (*position)(void *data), void *position_data) {
   memset(reg, 0, sizeof(*reg));
-  reg->n_buckets = 64;
-  reg->buckets = mem_calloc(reg->n_buckets, sizeof(*reg->buckets));
+  strmap_init(&reg->by_id);
   reg->sse_retry_ms = sse_retry_ms;
+  reg->position = position;
+  reg->position_data = position_data;
 }
 
 static void session_free(session_t *s) {
   session_stream_close(s);
+  if (s->ring != NULL) {
+    for (unsigned i = 0; i < s->ring_count; i++)
+      frame_unref(s->ring[(s->ring_start + i) % SESSION_RING_SIZE]);
+    free(s->ring);
+  }
   free(s);
 }
 
-void session_registry_finish(session_registry_t *reg) {
-  for (size_t i = 0; i < reg->n_buckets; i++) {
-    session_t *s = reg->buckets[i];
-    while (s != NULL) {
-      session_t *next = s->hash_next;
-      session_free(s);
-      s = next;
-    }
-  }
-  free(reg->buckets);
-  memset(reg, 0, sizeof(*reg));
+static void free_session_cb(const char *key, size_t len, void *value, void *data) {
+  session_free(value);
 }
 
-static void session_registry_grow(session_registry_t *reg) {
-  size_t n = reg->n_buckets * 2;
-  session_t **buckets = mem_calloc(n, sizeof(*buckets));
-  for (size_t i = 0; i < reg->n_buckets; i++) {
-    session_t *s = reg->buckets[i];
-    while (s != NULL) {
-      session_t *next = s->hash_next;
-      size_t b = session_hash(s->id, strlen(s->id)) & (n - 1);
-      s->hash_next = buckets[b];
-      buckets[b] = s;
-      s = next;
-    }
-  }
-  free(reg->buckets);
-  reg->buckets = buckets;
-  reg->n_buckets = n;
+void session_registry_finish(session_registry_t *reg) {
+  strmap_foreach(&reg->by_id, free_session_cb, NULL);
+  strmap_finish(&reg->by_id);
+  memset(reg, 0, sizeof(*reg));
 }
 
 session_t *session_registry_add(session_registry_t *reg, const char *id,
                                 const char *protocol_version, int64_t now_ms) {
-  if (reg->count + 1 > reg->n_buckets) session_registry_grow(reg);
   session_t *s = mem_calloc(1, sizeof(*s));
+  s->owner.kind = SUB_OWNER_SESSION;
   snprintf(s->id, sizeof(s->id), "%s", id);
   snprintf(s->protocol_version, sizeof(s->protocol_version), "%s", protocol_version);
   s->log_level = SESSION_LOG_INFO;
   s->created_ms = now_ms;
   s->last_seen_ms = now_ms;
   s->persisted_seen_ms = now_ms;
-  s->next_event = 1;
+  s->next_frame = 1;
+  s->lost_from_seq = -1;
   s->registry = reg;
-  size_t b = session_hash(s->id, strlen(s->id)) & (reg->n_buckets - 1);
-  s->hash_next = reg->buckets[b];
-  reg->buckets[b] = s;
+  strmap_put(&reg->by_id, s->id, strlen(s->id), s);
   reg->count++;
   return s;
 }
 
 session_t *session_registry_find(session_registry_t *reg, const char *id, size_t len) {
-  if (len != SESSION_ID_LEN) return NULL;
-  size_t b = session_hash(id, len) & (reg->n_buckets - 1);
-  for (session_t *s = reg->buckets[b]; s != NULL; s = s->hash_next) {
-    if (memcmp(s->id, id, len) == 0) return s;
-  }
-  return NULL;
+  return strmap_get(&reg->by_id, id, len);
 }
 
 void session_registry_remove(session_registry_t *reg, session_t *s) {
-  size_t b = session_hash(s->id, strlen(s->id)) & (reg->n_buckets - 1);
-  for (session_t **p = &reg->buckets[b]; *p != NULL; p = &(*p)->hash_next) {
-    if (*p == s) {
-      *p = s->hash_next;
-      reg->count--;
-      break;
-    }
-  }
+  if (strmap_remove(&reg->by_id, s->id, strlen(s->id)) != NULL) reg->count--;
   session_free(s);
 }
+
+typedef struct foreach_ctx {
+  session_t **list;
+  size_t n;
+} foreach_ctx;
+
+static void collect_cb(const char *key, size_t len, void *value, void *data) {
+  foreach_ctx *ctx = data;
+  ctx->list[ctx->n++] = value;
+}
+
+void session_registry_foreach(session_registry_t *reg, void (*fn)(session_t *s, void *data), void *data) {
+  /* A snapshot, so that fn may remove sessions. */
+  foreach_ctx ctx = {mem_alloc((reg->count + 1) * sizeof(session_t *)), 0};
+  strmap_foreach(&reg->by_id, collect_cb, &ctx);
+  for (size_t i = 0; i < ctx.n; i++) fn(ctx.list[i], data);
+  free(ctx.list);
+}
+
+/* Streams ------------------------------------------------------------------- */
 
 static void session_stream_unlink(session_t *s) {
   session_registry_t *reg = s->registry;
@@ -151,10 +135,6 @@ void session_stream_close(session_t *s) {
   http_stream_end(c);
 }
 
-static void session_event_id(session_t *s, char *out, size_t n) {
-  snprintf(out, n, "%llu", (unsigned long long)s->next_event++);
-}
-
 void session_stream_open(session_t *s, http_conn_t *c) {
   session_stream_close(s); /* a new GET supersedes the old stream */
   static const http_header head[] = {
@@ -171,29 +151,80 @@ void session_stream_open(session_t *s, http_conn_t *c) {
   reg->n_streams++;
   http_conn_set_close_cb(c, session_stream_on_close, s);
 
-  /* retry: first, then a priming event whose id a reconnect can name. */
   buf_t b;
   buf_init(&b);
-  char id[32];
-  session_event_id(s, id, sizeof(id));
   sse_format_retry(&b, reg->sse_retry_ms);
-  sse_format_event(&b, id, NULL, "", 0);
   if (http_stream_write(c, b.data, b.len) != 0) {
     /* Cut already; the close callback detaches the stream. */
   }
   buf_finish(&b);
 }
 
+/* Writes f to the open stream. false when there is none or it was cut. */
+static bool session_write(session_t *s, const frame_t *f) {
+  if (s->stream == NULL) return false;
+  if (http_stream_write(s->stream, f->data, f->len) != 0) return false;
+  s->registry->frames_sent++;
+  return true;
+}
+
+void session_stream_prime(session_t *s) {
+  if (s->stream == NULL) return;
+  frame_t *f = frame_create(s->registry->position(s->registry->position_data), 's', s->next_frame++, "", 0);
+  (void)session_write(s, f); /* a cut stream recovers by itself */
+  frame_unref(f);
+}
+
+static frame_t *ring_at(const session_t *s, unsigned i) {
+  return s->ring[(s->ring_start + i) % SESSION_RING_SIZE];
+}
+
+void session_deliver(session_t *s, frame_t *f) {
+  if (s->ring == NULL) s->ring = mem_calloc(SESSION_RING_SIZE, sizeof(frame_t *));
+  if (s->ring_count == SESSION_RING_SIZE) {
+    frame_t *oldest = s->ring[s->ring_start];
+    if (s->undelivered == s->ring_count) { /* it never reached a stream */
+      s->undelivered--;
+      s->registry->frames_dropped++;
+      if (s->lost_from_seq < 0 || oldest->seq < s->lost_from_seq) s->lost_from_seq = oldest->seq;
+    }
+    frame_unref(oldest);
+    s->ring_start = (s->ring_start + 1) % SESSION_RING_SIZE;
+    s->ring_count--;
+  }
+  s->ring[(s->ring_start + s->ring_count) % SESSION_RING_SIZE] = frame_ref(f);
+  s->ring_count++;
+  /* A frame behind undelivered ones waits with them, in order. */
+  if (s->undelivered > 0 || !session_write(s, f)) s->undelivered++;
+}
+
+static void session_replay_from(session_t *s, unsigned first) {
+  for (unsigned i = first; i < s->ring_count; i++) {
+    if (!session_write(s, ring_at(s, i))) return;
+  }
+  s->undelivered = 0;
+}
+
+bool session_replay_after(session_t *s, const char *id, size_t len) {
+  for (unsigned i = s->ring_count; i-- > 0;) {
+    if (frame_id_is(ring_at(s, i), id, len)) {
+      session_replay_from(s, i + 1);
+      return true;
+    }
+  }
+  return false;
+}
+
+void session_replay_undelivered(session_t *s) {
+  session_replay_from(s, s->ring_count - s->undelivered);
+}
+
 int session_send(session_t *s, const char *json, size_t len) {
   if (s->stream == NULL) return -ENOTCONN;
-  buf_t b;
-  buf_init(&b);
-  char id[32];
-  session_event_id(s, id, sizeof(id));
-  sse_format_event(&b, id, NULL, json, len);
-  int rc = http_stream_write(s->stream, b.data, b.len);
-  buf_finish(&b);
-  return rc;
+  frame_t *f = frame_create(s->registry->position(s->registry->position_data), 's', s->next_frame++, json, len);
+  session_deliver(s, f);
+  frame_unref(f);
+  return 0;
 }
 
 void session_log(session_t *s, enum session_log_level level, const char *logger, const char *data) {
@@ -207,7 +238,7 @@ void session_log(session_t *s, enum session_log_level level, const char *logger,
   cJSON_Delete(msg);
   if (text == NULL) return;
   if (session_send(s, text, strlen(text)) != 0) {
-    /* No stream, or cut for its queue: the client resumes; nothing to do here. */
+    /* No stream: log messages are only worth sending live. */
   }
   cJSON_free(text);
 }

@@ -1,13 +1,16 @@
 /*
  * Live MCP sessions of one worker: an id-keyed registry of session_t, each
- * with its negotiated protocol version, log level, activity time and, while
- * the client holds one open, its GET SSE stream. Everything here is the
- * live half of a session; the durable half is its mcp_session row (see
- * store.h), from which a session is restored when this worker has no live
- * state for an id the database still knows.
+ * with its negotiated protocol version, log level, activity time, its
+ * subscriptions, its replay ring and, while the client holds one open, its
+ * GET SSE stream. Everything here is the live half of a session; the
+ * durable half is its mcp_session row (see store.h), from which a session
+ * is restored when this worker has no live state for an id the database
+ * still knows.
  *
- * The registry never does I/O besides writing frames to streams; callers
- * persist rows.
+ * The replay ring keeps the session's last SESSION_RING_SIZE frames,
+ * whether or not a stream was open when they were sent: it is how a
+ * reconnect with Last-Event-ID is replayed exactly, and how updates for a
+ * subscription made before the stream opened wait (bounded) for it.
  */
 #ifndef MCPSUB_SESSION_H
 #define MCPSUB_SESSION_H
@@ -18,7 +21,12 @@
 
 #include "common/buf.h"
 #include "common/session_id.h"
+#include "common/strmap.h"
+#include "worker/frame.h"
 #include "worker/http.h"
+#include "worker/sub_index.h"
+
+#define SESSION_RING_SIZE 100
 
 /* MCP logging levels, in increasing severity (RFC 5424 names). */
 enum session_log_level {
@@ -35,30 +43,41 @@ enum session_log_level {
 typedef struct session_registry session_registry_t;
 
 typedef struct session {
+  sub_owner owner;            /* SUB_OWNER_SESSION; first, so a sub's owner is the session */
   char id[SESSION_ID_LEN + 1];
   char protocol_version[16];
   enum session_log_level log_level;
   int64_t created_ms;         /* Unix ms */
   int64_t last_seen_ms;       /* Unix ms of the last request or stream activity */
   int64_t persisted_seen_ms;  /* last_seen as last written to mcp_session */
-  uint64_t next_event;        /* number of the next SSE frame */
+  uint64_t next_frame;        /* number for the session's own frames' ids */
   http_conn_t *stream;        /* open GET stream, or NULL */
+  sub_t *subs;                /* subscriptions, through sub_t.owner_next */
+  size_t n_subs;
+  frame_t **ring;             /* SESSION_RING_SIZE slots, allocated on first use */
+  unsigned ring_start, ring_count;
+  unsigned undelivered;       /* newest ring frames no stream has taken yet */
+  int64_t lost_from_seq;      /* undelivered frames fell off the ring from here; -1 none */
   session_registry_t *registry;
-  struct session *hash_next;
   struct session *stream_prev, *stream_next; /* registry's list of streaming sessions */
 } session_t;
 
 struct session_registry {
-  session_t **buckets;
-  size_t n_buckets;
+  strmap by_id;
   size_t count;
-  session_t *streams; /* sessions with an open stream */
+  session_t *streams;   /* sessions with an open stream */
   size_t n_streams;
   unsigned sse_retry_ms;
+  /* The feed's audit position, for the ids of a session's own frames. */
+  int64_t (*position)(void *data);
+  void *position_data;
+  uint64_t frames_sent;    /* frames written to streams */
+  uint64_t frames_dropped; /* frames no stream took before they left the ring */
 };
 
-void session_registry_init(session_registry_t *reg, unsigned sse_retry_ms);
-/* Ends every stream and frees every session. */
+void session_registry_init(session_registry_t *reg, unsigned sse_retry_ms,
+                           int64_t (*position)(void *data), void *position_data);
+/* Ends every stream and frees every session (their subscriptions must be gone). */
 void session_registry_finish(session_registry_t *reg);
 
 /* Adds a new session with id (which must not be registered). Never NULL. */
@@ -66,23 +85,37 @@ session_t *session_registry_add(session_registry_t *reg, const char *id,
                                 const char *protocol_version, int64_t now_ms);
 /* The live session with this id, or NULL. len is the id's length. */
 session_t *session_registry_find(session_registry_t *reg, const char *id, size_t len);
-/* Ends the session's stream (if any) and frees it. */
+/* Ends the session's stream (if any), drops its ring and frees it. Its subscriptions must be gone. */
 void session_registry_remove(session_registry_t *reg, session_t *s);
+/* Calls fn for every session; fn may remove the session it is given. */
+void session_registry_foreach(session_registry_t *reg, void (*fn)(session_t *s, void *data), void *data);
 
 /*
- * Makes c the session's SSE stream: sends the 200 response head, the
- * retry field and a priming event. An older stream of the session is ended
- * (superseded). The stream detaches itself when its connection closes.
+ * Makes c the session's SSE stream: sends the 200 response head and the
+ * retry field. An older stream of the session is ended (superseded). The
+ * stream detaches itself when its connection closes. The caller then
+ * replays what the client missed and calls session_stream_prime.
  */
 void session_stream_open(session_t *s, http_conn_t *c);
+/* Sends the priming event (an id naming the current position, empty data). */
+void session_stream_prime(session_t *s);
 /* Ends the session's stream, if any (flushes, then closes the connection). */
 void session_stream_close(session_t *s);
 
+/* Keeps frame (a new reference is taken) in the ring and writes it to the stream, if open. */
+void session_deliver(session_t *s, frame_t *f);
 /*
- * Writes one JSON-RPC message (text, len) as an SSE event with the next
- * event id. Returns 0; -ENOTCONN when the session has no stream (the
- * message is dropped); -ENOBUFS when the stream was over its queue limit and
- * has been cut.
+ * When the ring holds the frame whose event id is id, writes every frame
+ * after it to the stream and returns true; else writes nothing, false.
+ */
+bool session_replay_after(session_t *s, const char *id, size_t len);
+/* Writes the ring's frames no stream has taken yet. */
+void session_replay_undelivered(session_t *s);
+
+/*
+ * Sends one JSON-RPC message (text, len) as a frame of the session's own
+ * (ring and stream). Returns 0, or -ENOTCONN (no stream: the message is
+ * dropped, it is only worth sending live).
  */
 int session_send(session_t *s, const char *json, size_t len);
 /*

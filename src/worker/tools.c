@@ -17,6 +17,8 @@
 #include "common/mem.h"
 #include "common/uri.h"
 #include "worker/mcp.h"
+#include "worker/subscriptions.h"
+#include "worker/wait.h"
 
 #define QUERY_MAX_LIMIT 1000
 
@@ -40,8 +42,7 @@ static cJSON *tool_text(const char *text, bool is_error) {
   return result;
 }
 
-/* Success: the JSON value as text content. Takes ownership of value. */
-static cJSON *tool_json(cJSON *value) {
+cJSON *tools_result_json(cJSON *value) {
   char *text = cJSON_PrintUnformatted(value);
   cJSON_Delete(value);
   cJSON *result = tool_text(text != NULL ? text : "null", false);
@@ -88,7 +89,7 @@ static cJSON *tool_list_tables(mcp_call *call, tool_args *a) {
     free(uri);
     cJSON_AddItemToArray(list, item);
   }
-  return tool_json(list);
+  return tools_result_json(list);
 }
 
 static cJSON *tool_get_record(mcp_call *call, tool_args *a) {
@@ -96,7 +97,7 @@ static cJSON *tool_get_record(mcp_call *call, tool_args *a) {
   int64_t version = 0;
   int rc = store_get_record(call->w->store, a->table, a->key, &row, &version);
   if (rc != 0) return tool_store_error(rc, "", a->table, a->key);
-  return tool_json(row);
+  return tools_result_json(row);
 }
 
 static cJSON *tool_query_records(mcp_call *call, tool_args *a) {
@@ -133,7 +134,7 @@ static cJSON *tool_query_records(mcp_call *call, tool_args *a) {
   cJSON_AddItemToObject(out, "rows", rows);
   if (next != NULL) cJSON_AddStringToObject(out, "nextCursor", next);
   free(next);
-  return tool_json(out);
+  return tools_result_json(out);
 }
 
 static cJSON *tool_put_record(mcp_call *call, tool_args *a) {
@@ -145,6 +146,7 @@ static cJSON *tool_put_record(mcp_call *call, tool_args *a) {
   int rc = store_write(call->w->store, a->table, a->key, record, STORE_WRITE_REPLACE, NULL, &created,
                        err, sizeof(err));
   if (rc != 0) return tool_store_error(rc, err, a->table, a->key);
+  subs_after_write(call->w);
   cJSON *row = NULL;
   int64_t version = 0;
   rc = store_get_record(call->w->store, a->table, a->key, &row, &version);
@@ -157,15 +159,20 @@ static cJSON *tool_put_record(mcp_call *call, tool_args *a) {
   cJSON *out = cJSON_CreateObject();
   cJSON_AddBoolToObject(out, "created", created);
   cJSON_AddItemToObject(out, "record", row);
-  return tool_json(out);
+  return tools_result_json(out);
 }
 
 static cJSON *tool_delete_record(mcp_call *call, tool_args *a) {
   int rc = store_delete(call->w->store, a->table, a->key);
   if (rc != 0) return tool_store_error(rc, "", a->table, a->key);
+  subs_after_write(call->w);
   cJSON *out = cJSON_CreateObject();
   cJSON_AddTrueToObject(out, "deleted");
-  return tool_json(out);
+  return tools_result_json(out);
+}
+
+static cJSON *tool_wait_and_read(mcp_call *call, tool_args *a) {
+  return wait_tool(call, a->args);
 }
 
 #define TABLE_PROP "\"table\":{\"type\":\"string\",\"description\":\"Table name (see list_tables)\"}"
@@ -201,6 +208,11 @@ static const struct tool {
     {"delete_record", "Delete one record by table and primary key.",
      "{\"type\":\"object\",\"properties\":{" TABLE_PROP "," KEY_PROP "},\"required\":[\"table\",\"key\"]}",
      true, true, tool_delete_record},
+    {"wait_and_read",
+     "Wait for any of several resources to change: returns at once those whose version differs "
+     "from sinceVersion (all of them when none is given), else waits up to timeoutMs for one to "
+     "change. For clients that cannot keep an SSE stream open.",
+     wait_input_schema, false, false, tool_wait_and_read},
 };
 
 cJSON *tools_list(mcp_call *call) {

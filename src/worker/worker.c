@@ -16,6 +16,7 @@
 #include "common/mem.h"
 #include "worker/mcp.h"
 #include "worker/rest.h"
+#include "worker/subscriptions.h"
 
 #include <llhttp.h>
 
@@ -140,7 +141,13 @@ static void worker_handle_status(worker_t *w, http_conn_t *c, http_request_t *re
     cJSON_AddNumberToObject(body, "sessions", (double)w->sessions.count);
     cJSON_AddNumberToObject(body, "streams", (double)w->sessions.n_streams);
     cJSON_AddNumberToObject(body, "connections", (double)http_server_connections(w->http));
+    cJSON_AddNumberToObject(body, "subscriptions", (double)w->subs.n_subs);
+    cJSON_AddNumberToObject(body, "waiters", (double)w->n_waiters);
     cJSON_AddNumberToObject(body, "requests", (double)w->requests);
+    cJSON_AddNumberToObject(body, "notifications", (double)w->notifications);
+    cJSON_AddNumberToObject(body, "framesSent", (double)w->sessions.frames_sent);
+    cJSON_AddNumberToObject(body, "framesDropped", (double)w->sessions.frames_dropped);
+    cJSON_AddNumberToObject(body, "auditPosition", (double)subs_position(w));
   }
   worker_respond_json(c, status, body, NULL, 0);
   cJSON_Delete(body);
@@ -155,12 +162,7 @@ static void worker_on_request(http_conn_t *c, http_request_t *req, void *data) {
     return;
   }
   const char *p = req->path;
-  bool tables_changed = false;
-  if (store_refresh_schema(w->store, &tables_changed) != 0) {
-    worker_respond_error(c, 503, "database unavailable");
-    return;
-  }
-  if (tables_changed) log_info("exported tables changed");
+  subs_refresh_schema(w);
   if (strcmp(p, "/mcp") == 0) {
     mcp_handle_http(w, c, req);
   } else if (strcmp(p, "/healthz") == 0 || strcmp(p, "/readyz") == 0 || strcmp(p, "/status") == 0) {
@@ -189,6 +191,7 @@ void worker_session_touch(worker_t *w, session_t *s) {
 }
 
 void worker_session_end(worker_t *w, session_t *s) {
+  subs_session_drop(w, s);
   if (store_session_delete(w->store, s->id) != 0) {
     /* Already gone (another process ended it): nothing durable to remove. */
   }
@@ -197,27 +200,34 @@ void worker_session_end(worker_t *w, session_t *s) {
 
 /* Periodic work ------------------------------------------------------------------ */
 
+typedef struct sweep_ctx {
+  worker_t *w;
+  int64_t now;
+  size_t evicted;
+} sweep_ctx;
+
+static void worker_sweep_session(session_t *s, void *data) {
+  sweep_ctx *ctx = data;
+  worker_t *w = ctx->w;
+  int64_t idle = (int64_t)w->cfg->idle_timeout_ms;
+  if (s->stream != NULL) s->last_seen_ms = ctx->now; /* an open stream keeps it alive */
+  if (ctx->now - s->last_seen_ms >= idle) {
+    worker_session_end(w, s);
+    ctx->evicted++;
+  } else if (s->last_seen_ms != s->persisted_seen_ms && ctx->now - s->persisted_seen_ms >= idle / 2) {
+    /* Rows older than the idle timeout are pruned below: refresh in time. */
+    if (store_session_touch(w->store, s->id, s->last_seen_ms) == 0) s->persisted_seen_ms = s->last_seen_ms;
+  }
+}
+
 static void worker_sweep(uv_timer_t *t) {
   worker_t *w = t->data;
   int64_t now = store_now_ms();
   int64_t idle = (int64_t)w->cfg->idle_timeout_ms;
-  size_t evicted = 0;
-  for (size_t i = 0; i < w->sessions.n_buckets; i++) {
-    session_t *s = w->sessions.buckets[i];
-    while (s != NULL) {
-      session_t *next = s->hash_next;
-      if (s->stream != NULL) s->last_seen_ms = now; /* an open stream keeps it alive */
-      if (now - s->last_seen_ms >= idle) {
-        worker_session_end(w, s);
-        evicted++;
-      } else if (s->last_seen_ms != s->persisted_seen_ms && now - s->persisted_seen_ms >= idle / 2) {
-        /* Rows older than the idle timeout are pruned below: refresh in time. */
-        if (store_session_touch(w->store, s->id, s->last_seen_ms) == 0)
-          s->persisted_seen_ms = s->last_seen_ms;
-      }
-      s = next;
-    }
-  }
+  sweep_ctx ctx = {w, now, 0};
+  session_registry_foreach(&w->sessions, worker_sweep_session, &ctx);
+  size_t evicted = ctx.evicted;
+  subs_update_active(w); /* streams that ended since */
   int64_t pruned = 0;
   if (store_session_prune(w->store, now - idle, &pruned) != 0) log_warn("session prune failed");
   if (evicted > 0 || pruned > 0) {
@@ -255,15 +265,16 @@ int worker_init(worker_t *w, uv_loop_t *loop, const config_t *cfg, unsigned slot
   w->slot = slot;
   int rc = store_open(cfg->db_path, cfg->schema_path, &w->store, err, errlen);
   if (rc != 0) return rc;
-  session_registry_init(&w->sessions, cfg->sse_retry_ms);
+  session_registry_init(&w->sessions, cfg->sse_retry_ms, NULL, NULL);
   http_server_options opts = {
       .max_header = cfg->max_header,
       .max_body = cfg->max_body,
       .header_timeout_ms = cfg->header_timeout_ms,
       .keepalive_idle_ms = 5 * 60 * 1000,
-      .max_stream_queue = 1024 * 1024,
+      .max_stream_queue = cfg->max_stream_queue,
   };
   w->http = http_server_create(loop, &opts, worker_on_request, w);
+  subs_init(w);
   w->last_audit_prune_ms = store_now_ms() - 60000; /* first sweep applies retention */
 
   uint64_t sweep_ms = cfg->idle_timeout_ms / 4;
@@ -287,6 +298,7 @@ void worker_shutdown(worker_t *w) {
   w->closing = true;
   /* Streams end first so their close callbacks find their sessions alive. */
   while (w->sessions.streams != NULL) session_stream_close(w->sessions.streams);
+  subs_close(w);
   uv_timer_stop(&w->sweep_timer);
   uv_timer_stop(&w->keepalive_timer);
   uv_close((uv_handle_t *)&w->sweep_timer, NULL);
@@ -294,10 +306,16 @@ void worker_shutdown(worker_t *w) {
   http_server_close(w->http, NULL, NULL);
 }
 
+static void worker_drop_subs(session_t *s, void *data) {
+  subs_session_drop(data, s);
+}
+
 void worker_finish(worker_t *w) {
   http_server_destroy(w->http);
   w->http = NULL;
+  session_registry_foreach(&w->sessions, worker_drop_subs, w);
   session_registry_finish(&w->sessions);
+  subs_finish(w);
   store_close(w->store);
   w->store = NULL;
 }

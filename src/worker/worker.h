@@ -17,6 +17,11 @@
 #include "common/store.h"
 #include "worker/http.h"
 #include "worker/session.h"
+#include "worker/sub_index.h"
+#include "worker/tailer.h"
+
+typedef struct waiter waiter_t;
+typedef struct coalesce_entry coalesce_entry;
 
 typedef struct worker {
   uv_loop_t *loop;
@@ -24,6 +29,15 @@ typedef struct worker {
   store_t *store;
   http_server_t *http;
   session_registry_t sessions;
+  sub_index subs;             /* every subscription of every owner */
+  tailer_t tailer;            /* the audit-log feed */
+  waiter_t *waiters;          /* pending wait_and_read calls */
+  waiter_t *waiters_ready;    /* of which saw a change in the current tailer batch */
+  size_t n_waiters;
+  strmap coalesce;            /* "<topic id> <uri>" -> coalesce_entry (--coalesce-ms) */
+  coalesce_entry *coalesce_head, *coalesce_tail; /* by window start, oldest first */
+  uv_timer_t coalesce_timer;
+  uint64_t notifications;     /* resource-update frames formatted */
   uv_timer_t sweep_timer;     /* idle-session prune and audit retention */
   uv_timer_t keepalive_timer; /* SSE keepalive comments */
   unsigned slot;              /* worker number, encoded in session ids */

@@ -1,0 +1,243 @@
+/*
+ * Subscription index (see sub_index.h). Topics are refcounted by their
+ * subscriptions: the first subscription to a URI creates the topic and
+ * files it under its table (collection and filtered lists) or its record
+ * bucket; the last one out frees it. Everything here runs on the worker's
+ * loop; nothing blocks and nothing allocates per subscriber when matching.
+ */
+#include "worker/sub_index.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/buf.h"
+#include "common/mem.h"
+
+typedef struct sub_table {
+  sub_topic *collections;
+  sub_topic *filtered;
+  size_t n_topics; /* all topics on the table, records included */
+} sub_table;
+
+void sub_index_init(sub_index *idx) {
+  memset(idx, 0, sizeof(*idx));
+  strmap_init(&idx->topics);
+  strmap_init(&idx->tables);
+  strmap_init(&idx->records);
+  idx->next_topic_id = 1;
+}
+
+static void free_topic_cb(const char *key, size_t len, void *value, void *data) {
+  sub_topic *t = value;
+  sub_t *s = t->subs;
+  while (s != NULL) {
+    sub_t *next = s->topic_next;
+    free(s);
+    s = next;
+  }
+  uri_finish(&t->parsed);
+  free(t->uri);
+  free(t);
+}
+
+static void free_value_cb(const char *key, size_t len, void *value, void *data) {
+  free(value);
+}
+
+void sub_index_finish(sub_index *idx) {
+  strmap_foreach(&idx->topics, free_topic_cb, NULL);
+  strmap_foreach(&idx->tables, free_value_cb, NULL);
+  strmap_finish(&idx->topics);
+  strmap_finish(&idx->tables);
+  strmap_finish(&idx->records);
+}
+
+/* "table\0key": the records map's key. */
+static void record_key(buf_t *b, const char *table, const char *key) {
+  buf_append(b, table, strlen(table) + 1);
+  buf_append_str(b, key);
+}
+
+static uri_t uri_copy(const uri_t *u) {
+  uri_t c = *u;
+  c.table = u->table != NULL ? mem_strdup(u->table) : NULL;
+  c.key = u->key != NULL ? mem_strdup(u->key) : NULL;
+  c.cursor = NULL;
+  c.limit = 0;
+  for (size_t i = 0; i < u->n_filters; i++) {
+    c.filters[i].column = mem_strdup(u->filters[i].column);
+    c.filters[i].value = mem_strdup(u->filters[i].value);
+  }
+  return c;
+}
+
+/* Pushes t on the front of the list at *head. */
+static void topic_link(sub_topic **head, sub_topic *t) {
+  t->prev = NULL;
+  t->next = *head;
+  if (*head != NULL) (*head)->prev = t;
+  *head = t;
+}
+
+static void topic_unlink(sub_topic **head, sub_topic *t) {
+  if (t->prev != NULL) t->prev->next = t->next;
+  else *head = t->next;
+  if (t->next != NULL) t->next->prev = t->prev;
+  t->next = t->prev = NULL;
+}
+
+static sub_topic *topic_create(sub_index *idx, const char *uri, const uri_t *parsed) {
+  sub_topic *t = mem_calloc(1, sizeof(*t));
+  t->id = idx->next_topic_id++;
+  t->uri = mem_strdup(uri);
+  t->parsed = uri_copy(parsed);
+  strmap_put(&idx->topics, uri, strlen(uri), t);
+  const char *table = t->parsed.table;
+  sub_table *st = strmap_get(&idx->tables, table, strlen(table));
+  if (st == NULL) {
+    st = mem_calloc(1, sizeof(*st));
+    strmap_put(&idx->tables, table, strlen(table), st);
+  }
+  st->n_topics++;
+  if (t->parsed.kind == URI_RECORD) {
+    buf_t k;
+    buf_init(&k);
+    record_key(&k, table, t->parsed.key);
+    sub_topic *head = strmap_get(&idx->records, k.data, k.len);
+    topic_link(&head, t);
+    strmap_put(&idx->records, k.data, k.len, head);
+    buf_finish(&k);
+  } else if (t->parsed.kind == URI_FILTERED) {
+    topic_link(&st->filtered, t);
+  } else {
+    topic_link(&st->collections, t);
+  }
+  return t;
+}
+
+static void topic_destroy(sub_index *idx, sub_topic *t) {
+  const char *table = t->parsed.table;
+  sub_table *st = strmap_get(&idx->tables, table, strlen(table));
+  if (t->parsed.kind == URI_RECORD) {
+    buf_t k;
+    buf_init(&k);
+    record_key(&k, table, t->parsed.key);
+    sub_topic *head = strmap_get(&idx->records, k.data, k.len);
+    topic_unlink(&head, t);
+    if (head != NULL) strmap_put(&idx->records, k.data, k.len, head);
+    else strmap_remove(&idx->records, k.data, k.len);
+    buf_finish(&k);
+  } else {
+    topic_unlink(t->parsed.kind == URI_FILTERED ? &st->filtered : &st->collections, t);
+  }
+  if (--st->n_topics == 0) free(strmap_remove(&idx->tables, table, strlen(table)));
+  strmap_remove(&idx->topics, t->uri, strlen(t->uri));
+  uri_finish(&t->parsed);
+  free(t->uri);
+  free(t);
+}
+
+sub_t *sub_index_add(sub_index *idx, const char *uri, const uri_t *parsed, sub_owner *owner,
+                     int64_t since_seq) {
+  sub_topic *t = strmap_get(&idx->topics, uri, strlen(uri));
+  if (t == NULL) t = topic_create(idx, uri, parsed);
+  sub_t *s = mem_calloc(1, sizeof(*s));
+  s->topic = t;
+  s->owner = owner;
+  s->since_seq = since_seq;
+  s->topic_next = t->subs;
+  if (t->subs != NULL) t->subs->topic_prev = s;
+  t->subs = s;
+  t->n_subs++;
+  if (owner->kind == SUB_OWNER_SESSION) t->n_session_subs++;
+  idx->n_subs++;
+  return s;
+}
+
+void sub_index_remove(sub_index *idx, sub_t *s) {
+  sub_topic *t = s->topic;
+  if (s->topic_prev != NULL) s->topic_prev->topic_next = s->topic_next;
+  else t->subs = s->topic_next;
+  if (s->topic_next != NULL) s->topic_next->topic_prev = s->topic_prev;
+  if (s->owner->kind == SUB_OWNER_SESSION) t->n_session_subs--;
+  free(s);
+  idx->n_subs--;
+  if (--t->n_subs == 0) topic_destroy(idx, t);
+}
+
+bool sub_index_needs_rows(const sub_index *idx, const char *table) {
+  const sub_table *st = strmap_get(&idx->tables, table, strlen(table));
+  return st != NULL && st->filtered != NULL;
+}
+
+bool sub_index_watches(const sub_index *idx, const char *table) {
+  return strmap_get(&idx->tables, table, strlen(table)) != NULL;
+}
+
+/*
+ * Does a column value (from a row as JSON) equal a filter's text? Strings
+ * compare as text; numbers compare numerically when the text is a number
+ * (so "5" and "5.0" both match 5), as SQLite's numeric affinity would.
+ * NULL equals nothing.
+ */
+static bool value_matches(const cJSON *v, const char *text) {
+  if (cJSON_IsString(v)) return strcmp(v->valuestring, text) == 0;
+  if (cJSON_IsNumber(v)) {
+    char *end;
+    double d = strtod(text, &end);
+    return end != text && *end == '\0' && d == v->valuedouble;
+  }
+  if (cJSON_IsBool(v)) return strcmp(text, cJSON_IsTrue(v) ? "1" : "0") == 0;
+  return false;
+}
+
+bool sub_filters_match(const uri_t *parsed, const cJSON *row) {
+  if (!cJSON_IsObject(row)) return false;
+  for (size_t i = 0; i < parsed->n_filters; i++) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(row, parsed->filters[i].column);
+    if (v == NULL || !value_matches(v, parsed->filters[i].value)) return false;
+  }
+  return true;
+}
+
+static void match_records(const sub_index *idx, const char *table, const char *key,
+                          void (*fn)(sub_topic *, void *), void *data) {
+  buf_t k;
+  buf_init(&k);
+  record_key(&k, table, key);
+  for (sub_topic *t = strmap_get(&idx->records, k.data, k.len); t != NULL; t = t->next) fn(t, data);
+  buf_finish(&k);
+}
+
+void sub_index_match(const sub_index *idx, const sub_change *change,
+                     void (*fn)(sub_topic *topic, void *data), void *data) {
+  const sub_table *st = strmap_get(&idx->tables, change->table, strlen(change->table));
+  if (st == NULL) return;
+  match_records(idx, change->table, change->key, fn, data);
+  if (change->old_key != NULL && strcmp(change->old_key, change->key) != 0)
+    match_records(idx, change->table, change->old_key, fn, data);
+  for (sub_topic *t = st->collections; t != NULL; t = t->next) fn(t, data);
+  for (sub_topic *t = st->filtered; t != NULL; t = t->next) {
+    if (sub_filters_match(&t->parsed, change->old_row) || sub_filters_match(&t->parsed, change->new_row))
+      fn(t, data);
+  }
+}
+
+bool sub_topic_matches(const sub_topic *t, const sub_change *change) {
+  if (strcmp(t->parsed.table, change->table) != 0) return false;
+  switch (t->parsed.kind) {
+  case URI_RECORD:
+    return strcmp(t->parsed.key, change->key) == 0 ||
+           (change->old_key != NULL && strcmp(t->parsed.key, change->old_key) == 0);
+  case URI_FILTERED:
+    return sub_filters_match(&t->parsed, change->old_row) || sub_filters_match(&t->parsed, change->new_row);
+  default:
+    return true;
+  }
+}
+
+sub_topic *sub_index_find(const sub_index *idx, const char *uri) {
+  return strmap_get(&idx->topics, uri, strlen(uri));
+}

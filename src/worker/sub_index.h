@@ -1,0 +1,110 @@
+/*
+ * The subscription index of one worker: which subscriptions a committed
+ * change matches. A topic is one subscribed URI, exactly as clients wrote
+ * it; every subscription to that text shares the topic, so a notification
+ * is formatted once per topic and the same frame goes to every subscriber.
+ * Topics are found per change through:
+ *   table name          -> collection topics and filtered topics
+ *   (table, record key) -> record topics
+ * Matching a change costs one hash lookup per kind plus one filter test per
+ * filtered topic of the table: no SQL, no allocation per subscriber.
+ *
+ * The index knows nothing of sessions or streams: a subscription's owner is
+ * an opaque pointer, so a session's GET stream, a wait_and_read call or a
+ * future listen stream subscribe alike.
+ */
+#ifndef MCPSUB_SUB_INDEX_H
+#define MCPSUB_SUB_INDEX_H
+
+#include <cjson/cJSON.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/strmap.h"
+#include "common/uri.h"
+
+typedef struct sub_topic sub_topic;
+typedef struct sub sub_t;
+
+/* What a subscription's owner is; every owner struct starts with one. */
+typedef enum sub_owner_kind {
+  SUB_OWNER_SESSION, /* a session: updates go to its stream and replay ring */
+  SUB_OWNER_WAITER,  /* a wait_and_read call: the first update completes it */
+} sub_owner_kind;
+
+typedef struct sub_owner {
+  sub_owner_kind kind;
+} sub_owner;
+
+struct sub_topic {
+  uint32_t id;         /* unique within the index's lifetime; names the topic in event ids */
+  char *uri;           /* exactly as subscribed */
+  uri_t parsed;        /* kind, table, key, filters */
+  sub_t *subs;         /* subscribers (doubly linked through topic_prev/next) */
+  size_t n_session_subs; /* of which owned by sessions */
+  size_t n_subs;
+  sub_topic *next, *prev; /* in its table's collection or filtered list, or its record bucket */
+};
+
+struct sub {
+  sub_topic *topic;
+  sub_owner *owner;
+  int64_t since_seq;  /* omitCurrent: only changes with a greater audit seq notify */
+  sub_t *topic_prev, *topic_next;
+  sub_t *owner_next;   /* the owner's own list; maintained by the owner */
+};
+
+typedef struct sub_index {
+  strmap topics;    /* uri -> sub_topic */
+  strmap tables;    /* table name -> struct sub_table (collection + filtered lists) */
+  strmap records;   /* table \0 key -> sub_topic list head */
+  uint32_t next_topic_id;
+  size_t n_subs;
+} sub_index;
+
+/* One committed change, as the tailer read it from audit_log. */
+typedef struct sub_change {
+  int64_t seq;
+  const char *table;
+  const char *key;      /* key after the change (before it, for a DELETE) */
+  const char *old_key;  /* key before an UPDATE that changed it, else NULL */
+  const cJSON *old_row; /* NULL for INSERT, or when not needed */
+  const cJSON *new_row; /* NULL for DELETE, or when not needed */
+} sub_change;
+
+void sub_index_init(sub_index *idx);
+/* Frees every topic and subscription (owners must have dropped theirs). */
+void sub_index_finish(sub_index *idx);
+
+/*
+ * Adds a subscription of owner to uri (parsed: its parsed form, which the
+ * index copies). Never fails; the caller checked the URI is subscribable.
+ * The new sub is returned for the owner's list.
+ */
+sub_t *sub_index_add(sub_index *idx, const char *uri, const uri_t *parsed, sub_owner *owner,
+                     int64_t since_seq);
+/* Removes and frees one subscription; frees its topic when it was the last. */
+void sub_index_remove(sub_index *idx, sub_t *s);
+
+/* True when some filtered topic exists on table (the change's rows are then needed). */
+bool sub_index_needs_rows(const sub_index *idx, const char *table);
+/* True when any topic exists on table. */
+bool sub_index_watches(const sub_index *idx, const char *table);
+
+/*
+ * Calls fn once per topic the change matches (record, collection, and
+ * filtered topics whose filters match the old or the new row).
+ */
+void sub_index_match(const sub_index *idx, const sub_change *change,
+                     void (*fn)(sub_topic *topic, void *data), void *data);
+
+/* Does the change concern topic t (the same test sub_index_match applies)? */
+bool sub_topic_matches(const sub_topic *t, const sub_change *change);
+/* The topic subscribed as uri, or NULL. */
+sub_topic *sub_index_find(const sub_index *idx, const char *uri);
+
+/* True when the filtered topic's filters all hold on row (a JSON object). */
+bool sub_filters_match(const uri_t *parsed, const cJSON *row);
+
+#endif

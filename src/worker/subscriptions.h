@@ -1,0 +1,57 @@
+/*
+ * The subscription engine of a worker: resources/subscribe and
+ * unsubscribe, the audit-log tailer's consumer that turns committed
+ * changes into notifications/resources/updated, per-topic coalescing, the
+ * resumption of a session's stream (replay ring, then the audit log), the
+ * restore of a session's subscriptions from its mcp_session row, and
+ * notifications/resources/list_changed. Owners of subscriptions are
+ * sessions and wait_and_read waiters (wait.c); the engine does not care
+ * how a stream was opened.
+ */
+#ifndef MCPSUB_SUBSCRIPTIONS_H
+#define MCPSUB_SUBSCRIPTIONS_H
+
+#include "worker/mcp.h"
+
+/* Largest number of distinct URIs a resumption replays from the audit log. */
+#define SUBS_RECOVER_MAX 1000
+
+void subs_init(worker_t *w);
+void subs_close(worker_t *w);
+void subs_finish(worker_t *w);
+
+/* resources/subscribe and resources/unsubscribe. */
+cJSON *subs_subscribe(mcp_call *call);
+cJSON *subs_unsubscribe(mcp_call *call);
+
+/*
+ * Parses text as a subscribable resource URI: a record, collection or
+ * filtered collection of an exported table, filters on its columns. A
+ * record key of an integer-keyed table is normalised. 0, or -EINVAL.
+ * Release u with uri_finish.
+ */
+int subs_resolve(worker_t *w, const char *text, uri_t *u) MCPSUB_NODISCARD;
+
+/* Restores subscriptions from a session row's JSON array of URIs. */
+void subs_session_restore(worker_t *w, session_t *s, const char *subscriptions);
+/* Drops every subscription of the session (it is ending). */
+void subs_session_drop(worker_t *w, session_t *s);
+
+/*
+ * Opens the session's stream on c and sends what the client missed:
+ * frames after Last-Event-ID from the ring, or the changes since the
+ * position it names from the audit log; without Last-Event-ID, the frames
+ * no stream has taken yet. Then the priming event.
+ */
+void subs_stream_open(worker_t *w, session_t *s, http_conn_t *c, const char *last_event_id);
+
+/* This process committed: have the tailer read it promptly. */
+void subs_after_write(worker_t *w);
+/* Re-checks the schema now (a request is about to use it). */
+void subs_refresh_schema(worker_t *w);
+/* Starts or stops the tailer to match whether anything listens. */
+void subs_update_active(worker_t *w);
+/* The feed's audit position. */
+int64_t subs_position(worker_t *w);
+
+#endif

@@ -1,0 +1,143 @@
+/*
+ * Audit-log tailer (see tailer.h). A run reads batches of TAILER_BATCH rows
+ * after the cursor until a short batch says it is caught up, at most a few
+ * batches per loop turn so that a burst of commits cannot starve the
+ * sockets; the rest is picked up on the next turn.
+ */
+#include "worker/tailer.h"
+
+#include <libgen.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "common/mem.h"
+
+#define TAILER_MAX_BATCHES_PER_TURN 16
+
+static void tailer_on_kick(uv_timer_t *h);
+static void tailer_on_poll(uv_timer_t *h);
+static void tailer_on_fs(uv_fs_event_t *h, const char *filename, int events, int status);
+
+void tailer_init(tailer_t *t, uv_loop_t *loop, store_t *store, const char *db_path,
+                 const tailer_ops *ops, void *data) {
+  memset(t, 0, sizeof(*t));
+  t->loop = loop;
+  t->store = store;
+  t->ops = ops;
+  t->data = data;
+  char *a = mem_strdup(db_path), *b = mem_strdup(db_path);
+  t->db_dir = mem_strdup(dirname(a));
+  t->db_name = mem_strdup(basename(b));
+  size_t n = strlen(t->db_name) + 5;
+  t->wal_name = mem_alloc(n);
+  snprintf(t->wal_name, n, "%s-wal", t->db_name);
+  free(a);
+  free(b);
+  uv_fs_event_init(loop, &t->watch);
+  uv_timer_init(loop, &t->poll);
+  uv_timer_init(loop, &t->kick);
+  t->watch.data = t->poll.data = t->kick.data = t;
+}
+
+/* Re-reads the schema; tells the owner when the exported tables changed. */
+static void tailer_check_schema(tailer_t *t) {
+  bool changed = false;
+  if (store_refresh_schema(t->store, &changed) != 0) return;
+  if (changed && t->ops->on_schema_change != NULL) t->ops->on_schema_change(t->data);
+}
+
+static int tailer_on_row(const store_audit_row *row, void *data) {
+  tailer_t *t = data;
+  t->cursor = row->seq;
+  t->changes++;
+  t->ops->on_change(row, t->data);
+  return 0;
+}
+
+void tailer_run(tailer_t *t) {
+  if (!t->active) return;
+  tailer_check_schema(t);
+  int batches = 0;
+  for (;;) {
+    int64_t before = t->cursor;
+    int n = 0;
+    int rc = store_audit_read(t->store, t->cursor, TAILER_BATCH, tailer_on_row, t, &n);
+    if (rc != 0) {
+      log_warn("audit log read failed; retrying on the next wake-up");
+      break;
+    }
+    if (n > 0 && t->ops->on_batch_end != NULL) t->ops->on_batch_end(t->data);
+    if (n < TAILER_BATCH || t->cursor == before) break;
+    if (++batches == TAILER_MAX_BATCHES_PER_TURN) {
+      tailer_kick(t); /* more to read: yield to the sockets, continue next turn */
+      break;
+    }
+  }
+}
+
+void tailer_kick(tailer_t *t) {
+  if (t->active && !uv_is_active((uv_handle_t *)&t->kick)) uv_timer_start(&t->kick, tailer_on_kick, 0, 0);
+}
+
+static void tailer_on_kick(uv_timer_t *h) {
+  tailer_run(h->data);
+}
+
+/* Another connection committed iff data_version moved. */
+static void tailer_wake_external(tailer_t *t) {
+  int64_t v;
+  if (store_data_version(t->store, &v) != 0 || v == t->data_version) return;
+  t->data_version = v;
+  tailer_run(t);
+}
+
+static void tailer_on_poll(uv_timer_t *h) {
+  tailer_wake_external(h->data);
+}
+
+static void tailer_on_fs(uv_fs_event_t *h, const char *filename, int events, int status) {
+  tailer_t *t = h->data;
+  if (status < 0 || filename == NULL) return;
+  if (strcmp(filename, t->wal_name) == 0 || strcmp(filename, t->db_name) == 0) tailer_wake_external(t);
+}
+
+void tailer_set_active(tailer_t *t, bool active) {
+  if (t->closing || active == t->active) return;
+  t->active = active;
+  if (!active) {
+    uv_timer_stop(&t->poll);
+    uv_timer_stop(&t->kick);
+    if (t->watching) uv_fs_event_stop(&t->watch);
+    t->watching = false;
+    return;
+  }
+  if (store_audit_max_seq(t->store, &t->cursor) != 0) t->cursor = 0;
+  if (store_data_version(t->store, &t->data_version) != 0) t->data_version = 0;
+  int rc = uv_fs_event_start(&t->watch, tailer_on_fs, t->db_dir, 0);
+  t->watching = rc == 0;
+  if (rc != 0) log_warn("cannot watch the database directory; polling only", "error", uv_strerror(rc));
+  uv_timer_start(&t->poll, tailer_on_poll, TAILER_SAFETY_POLL_MS, TAILER_SAFETY_POLL_MS);
+}
+
+int64_t tailer_position(tailer_t *t) {
+  if (t->active) return t->cursor;
+  int64_t seq = 0;
+  if (store_audit_max_seq(t->store, &seq) != 0) seq = 0;
+  return seq;
+}
+
+void tailer_close(tailer_t *t) {
+  tailer_set_active(t, false);
+  t->closing = true;
+  uv_close((uv_handle_t *)&t->watch, NULL);
+  uv_close((uv_handle_t *)&t->poll, NULL);
+  uv_close((uv_handle_t *)&t->kick, NULL);
+}
+
+void tailer_finish(tailer_t *t) {
+  free(t->db_dir);
+  free(t->db_name);
+  free(t->wal_name);
+  t->db_dir = t->db_name = t->wal_name = NULL;
+}

@@ -1,0 +1,77 @@
+/*
+ * The audit-log tailer: one per worker. It keeps a cursor (the last audit
+ * seq it has handed on) and reads audit_log forward in batches, handing
+ * each change to its owner, which matches it against the subscription
+ * index. It does not poll in a loop:
+ *   - the worker's own commits kick it (tailer_kick), so they are read in
+ *     the next loop turn;
+ *   - another process's commits touch the database's -wal file; a libuv
+ *     fs watcher on the database directory wakes the tailer, which
+ *     confirms with PRAGMA data_version that the database really changed;
+ *   - a slow safety poll (1 s) covers file systems without notifications.
+ * Every wake-up also checks the schema, so the owner hears of tables
+ * created or dropped by anyone.
+ *
+ * It runs only while its owner says so (tailer_set_active): a worker with
+ * no subscription, waiter or stream reads nothing.
+ */
+#ifndef MCPSUB_TAILER_H
+#define MCPSUB_TAILER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "common/store.h"
+
+#define TAILER_BATCH 256
+#define TAILER_SAFETY_POLL_MS 1000
+
+typedef struct tailer_ops {
+  /* One committed change; row may be used only during the call. */
+  void (*on_change)(const store_audit_row *row, void *data);
+  /* After each batch of changes (a good time to flush streams and waiters). */
+  void (*on_batch_end)(void *data);
+  /* The set of exported tables changed. */
+  void (*on_schema_change)(void *data);
+} tailer_ops;
+
+typedef struct tailer {
+  uv_loop_t *loop;
+  store_t *store;
+  const tailer_ops *ops;
+  void *data;
+  char *db_dir;       /* directory watched */
+  char *wal_name;     /* basename of the -wal file */
+  char *db_name;      /* basename of the database file */
+  uv_fs_event_t watch;
+  uv_timer_t poll;
+  uv_timer_t kick;    /* zero-delay timer: runs the tailer on the next loop turn */
+  int64_t cursor;     /* last seq handed on */
+  int64_t data_version;
+  bool active;
+  bool watching;
+  bool closing;
+  uint64_t changes;   /* changes handed on since start */
+} tailer_t;
+
+/* Sets up handles (inactive). db_path is the database file. */
+void tailer_init(tailer_t *t, uv_loop_t *loop, store_t *store, const char *db_path,
+                 const tailer_ops *ops, void *data);
+/*
+ * Starts or stops following the log. Starting positions the cursor at the
+ * newest change (omitCurrent: nothing older is handed on).
+ */
+void tailer_set_active(tailer_t *t, bool active);
+/* Reads new changes on the next loop turn (after this process committed). */
+void tailer_kick(tailer_t *t);
+/* Reads everything committed so far, now. */
+void tailer_run(tailer_t *t);
+/* The position of the feed: the cursor when active, else the newest seq. */
+int64_t tailer_position(tailer_t *t);
+/* Closes the handles; the loop finishes them. */
+void tailer_close(tailer_t *t);
+/* Frees strings after the loop ran the closes. */
+void tailer_finish(tailer_t *t);
+
+#endif

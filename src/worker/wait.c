@@ -1,0 +1,293 @@
+/*
+ * wait_and_read (see wait.h). A waiter is a subscription owner like a
+ * session: each resource it waits on is a subscription in the index, made
+ * with the audit position read before the versions were compared, so a
+ * change landing between the comparison and the wait still wakes it. The
+ * call's HTTP request is held open meanwhile; the waiter answers it when a
+ * tailer batch brought a change, when its timer fires, or at shutdown, and
+ * vanishes quietly if the client goes away first.
+ */
+#include "worker/wait.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "common/jsonrpc.h"
+#include "common/log.h"
+#include "common/mem.h"
+#include "worker/subscriptions.h"
+
+#define WAIT_DEFAULT_TIMEOUT_MS 30000
+
+typedef struct wait_item {
+  char *uri;
+  uri_t parsed;
+  char *since;   /* sinceVersion, or NULL */
+  sub_t *sub;
+  bool changed;
+} wait_item;
+
+struct waiter {
+  sub_owner owner; /* SUB_OWNER_WAITER */
+  worker_t *w;
+  waiter_t *prev, *next;  /* the worker's pending waiters */
+  waiter_t *ready_next;   /* on the worker's ready list */
+  bool ready;
+  http_conn_t *conn;
+  cJSON *id;
+  bool include_state;
+  uv_timer_t timer;
+  size_t n;
+  wait_item items[];
+};
+
+const char wait_input_schema[] =
+    "{\"type\":\"object\",\"properties\":{"
+    "\"resources\":{\"type\":\"array\",\"minItems\":1,\"maxItems\":100,\"items\":{\"type\":\"object\","
+    "\"properties\":{\"uri\":{\"type\":\"string\"},\"sinceVersion\":{\"type\":\"string\","
+    "\"description\":\"version last seen (from _meta.version of a read, or an earlier wait)\"}},"
+    "\"required\":[\"uri\"]}},"
+    "\"timeoutMs\":{\"type\":\"integer\",\"minimum\":0,\"description\":\"how long to wait for a "
+    "change (capped by the server); 0 = do not wait\"},"
+    "\"includeState\":{\"type\":\"boolean\",\"description\":\"include each changed resource's "
+    "content\"}},\"required\":[\"resources\"]}";
+
+/* Current version (and, if state is not NULL, content) of a resolved URI. */
+static int resource_version(worker_t *w, const uri_t *u, int64_t *version, cJSON **state) {
+  const store_table *t = store_find_table(w->store, u->table);
+  if (t == NULL) return -ENOENT;
+  if (u->kind == URI_RECORD) {
+    cJSON *row = NULL;
+    int rc = store_get_record(w->store, t, u->key, &row, version);
+    if (rc == -ENOENT) {
+      *version = 0; /* absent */
+      row = cJSON_CreateNull();
+      rc = 0;
+    }
+    if (state != NULL) *state = row;
+    else cJSON_Delete(row);
+    return rc;
+  }
+  int rc = store_table_version(w->store, t, version);
+  if (rc != 0 || state == NULL) return rc;
+  store_filter filters[URI_MAX_FILTERS];
+  cJSON *values = cJSON_CreateArray();
+  for (size_t i = 0; i < u->n_filters; i++) {
+    cJSON *v = cJSON_CreateString(u->filters[i].value);
+    cJSON_AddItemToArray(values, v);
+    filters[i] = (store_filter){store_column_index(t, u->filters[i].column), v};
+  }
+  char *next = NULL;
+  rc = store_query(w->store, t, filters, u->n_filters, w->cfg->page_size, NULL, state, &next);
+  free(next);
+  cJSON_Delete(values);
+  return rc;
+}
+
+/* {uri, version[, state]} */
+static cJSON *result_row(worker_t *w, const char *uri, const uri_t *u, bool include_state) {
+  int64_t version = 0;
+  cJSON *state = NULL;
+  cJSON *row = cJSON_CreateObject();
+  cJSON_AddStringToObject(row, "uri", uri);
+  if (resource_version(w, u, &version, include_state ? &state : NULL) != 0) {
+    cJSON_AddStringToObject(row, "error", "cannot read the resource");
+    return row;
+  }
+  char text[32];
+  snprintf(text, sizeof(text), "%lld", (long long)version);
+  cJSON_AddStringToObject(row, "version", text);
+  if (state != NULL) cJSON_AddItemToObject(row, "state", state);
+  return row;
+}
+
+static cJSON *wait_result(cJSON *rows, bool timed_out) {
+  cJSON *out = cJSON_CreateObject();
+  cJSON_AddItemToObject(out, "resources", rows);
+  cJSON_AddBoolToObject(out, "timedOut", timed_out);
+  return tools_result_json(out);
+}
+
+static void waiter_on_timer_closed(uv_handle_t *h) {
+  waiter_t *wt = h->data;
+  for (size_t i = 0; i < wt->n; i++) {
+    free(wt->items[i].uri);
+    free(wt->items[i].since);
+    uri_finish(&wt->items[i].parsed);
+  }
+  cJSON_Delete(wt->id);
+  free(wt);
+}
+
+/* Leaves the index and the worker's lists; frees once the timer closed. */
+static void waiter_destroy(waiter_t *wt) {
+  worker_t *w = wt->w;
+  for (size_t i = 0; i < wt->n; i++) {
+    if (wt->items[i].sub != NULL) sub_index_remove(&w->subs, wt->items[i].sub);
+    wt->items[i].sub = NULL;
+  }
+  if (wt->prev != NULL) wt->prev->next = wt->next;
+  else w->waiters = wt->next;
+  if (wt->next != NULL) wt->next->prev = wt->prev;
+  w->n_waiters--;
+  if (wt->ready) {
+    waiter_t **p = &w->waiters_ready;
+    while (*p != wt) p = &(*p)->ready_next;
+    *p = wt->ready_next;
+  }
+  if (wt->conn != NULL) http_conn_set_close_cb(wt->conn, NULL, NULL);
+  uv_close((uv_handle_t *)&wt->timer, waiter_on_timer_closed);
+  subs_update_active(w);
+}
+
+static void waiter_complete(waiter_t *wt, bool timed_out) {
+  worker_t *w = wt->w;
+  cJSON *rows = cJSON_CreateArray();
+  for (size_t i = 0; i < wt->n; i++) {
+    if (wt->items[i].changed)
+      cJSON_AddItemToArray(rows, result_row(w, wt->items[i].uri, &wt->items[i].parsed, wt->include_state));
+  }
+  http_conn_t *c = wt->conn;
+  cJSON *id = cJSON_Duplicate(wt->id, true);
+  waiter_destroy(wt);
+  mcp_answer(c, id, wait_result(rows, timed_out), 0, NULL);
+  cJSON_Delete(id);
+}
+
+static void waiter_on_timeout(uv_timer_t *h) {
+  waiter_complete(h->data, true);
+}
+
+/* The client went away: nothing to answer. */
+static void waiter_on_close(http_conn_t *c, void *data) {
+  waiter_t *wt = data;
+  wt->conn = NULL;
+  waiter_destroy(wt);
+}
+
+void wait_on_match(worker_t *w, sub_t *sub) {
+  waiter_t *wt = (waiter_t *)sub->owner;
+  for (size_t i = 0; i < wt->n; i++) {
+    if (wt->items[i].sub == sub) wt->items[i].changed = true;
+  }
+  if (!wt->ready) {
+    wt->ready = true;
+    wt->ready_next = w->waiters_ready;
+    w->waiters_ready = wt;
+  }
+}
+
+void wait_flush(worker_t *w) {
+  while (w->waiters_ready != NULL) waiter_complete(w->waiters_ready, false);
+}
+
+void wait_finish_all(worker_t *w) {
+  while (w->waiters != NULL) waiter_complete(w->waiters, true);
+}
+
+/* Reads arguments.resources into items (uri, parsed, since). -32602 on failure. */
+static int parse_items(mcp_call *call, const cJSON *resources, wait_item *items, size_t *n) {
+  const cJSON *r;
+  *n = 0;
+  cJSON_ArrayForEach(r, resources) {
+    const cJSON *uri = cJSON_GetObjectItemCaseSensitive(r, "uri");
+    const cJSON *since = cJSON_GetObjectItemCaseSensitive(r, "sinceVersion");
+    if (!cJSON_IsString(uri) || (since != NULL && !cJSON_IsString(since) && !cJSON_IsNull(since))) {
+      mcp_call_fail(call, JSONRPC_INVALID_PARAMS,
+                    "wait_and_read: each resource needs a string uri and an optional string sinceVersion");
+      return -EINVAL;
+    }
+    wait_item *it = &items[*n];
+    if (subs_resolve(call->w, uri->valuestring, &it->parsed) != 0) {
+      mcp_call_fail(call, JSONRPC_INVALID_PARAMS, "wait_and_read: not a record or collection URI: %.400s",
+                    uri->valuestring);
+      return -EINVAL;
+    }
+    it->uri = mem_strdup(uri->valuestring);
+    it->since = cJSON_IsString(since) ? mem_strdup(since->valuestring) : NULL;
+    (*n)++;
+  }
+  return 0;
+}
+
+static void free_items(wait_item *items, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    free(items[i].uri);
+    free(items[i].since);
+    uri_finish(&items[i].parsed);
+  }
+}
+
+cJSON *wait_tool(mcp_call *call, const cJSON *args) {
+  worker_t *w = call->w;
+  const cJSON *resources = cJSON_GetObjectItemCaseSensitive(args, "resources");
+  const cJSON *timeout = cJSON_GetObjectItemCaseSensitive(args, "timeoutMs");
+  const cJSON *include = cJSON_GetObjectItemCaseSensitive(args, "includeState");
+  int count = cJSON_GetArraySize(resources);
+  if (!cJSON_IsArray(resources) || count < 1 || count > WAIT_MAX_RESOURCES ||
+      (timeout != NULL && (!cJSON_IsNumber(timeout) || timeout->valuedouble < 0 ||
+                           timeout->valuedouble != floor(timeout->valuedouble))) ||
+      (include != NULL && !cJSON_IsBool(include)))
+    return mcp_call_fail(call, JSONRPC_INVALID_PARAMS,
+                         "wait_and_read requires resources (1 to %d of {uri, sinceVersion}), an optional "
+                         "integer timeoutMs >= 0 and an optional boolean includeState",
+                         WAIT_MAX_RESOURCES);
+  uint64_t timeout_ms = timeout != NULL ? (uint64_t)timeout->valuedouble : WAIT_DEFAULT_TIMEOUT_MS;
+  if (timeout_ms > w->cfg->max_wait_ms) timeout_ms = w->cfg->max_wait_ms;
+  bool include_state = cJSON_IsTrue(include);
+
+  waiter_t *wt = mem_calloc(1, sizeof(*wt) + (size_t)count * sizeof(wait_item));
+  if (parse_items(call, resources, wt->items, &wt->n) != 0) {
+    free_items(wt->items, wt->n);
+    free(wt);
+    return NULL;
+  }
+  /* The position first, then the versions: a change in between shows in both. */
+  int64_t since_seq = 0;
+  if (store_audit_max_seq(w->store, &since_seq) != 0) {
+    free_items(wt->items, wt->n);
+    free(wt);
+    return mcp_call_fail(call, JSONRPC_INTERNAL_ERROR, "database unavailable");
+  }
+  bool any = false;
+  for (size_t i = 0; i < wt->n; i++) {
+    wait_item *it = &wt->items[i];
+    int64_t version = 0;
+    char text[32];
+    if (resource_version(w, &it->parsed, &version, NULL) != 0) continue;
+    snprintf(text, sizeof(text), "%lld", (long long)version);
+    it->changed = it->since == NULL || strcmp(it->since, text) != 0;
+    any |= it->changed;
+  }
+  if (any || timeout_ms == 0 || call->conn == NULL) {
+    cJSON *rows = cJSON_CreateArray();
+    for (size_t i = 0; i < wt->n; i++) {
+      if (wt->items[i].changed)
+        cJSON_AddItemToArray(rows, result_row(w, wt->items[i].uri, &wt->items[i].parsed, include_state));
+    }
+    free_items(wt->items, wt->n);
+    free(wt);
+    return wait_result(rows, !any);
+  }
+
+  wt->owner.kind = SUB_OWNER_WAITER;
+  wt->w = w;
+  wt->conn = call->conn;
+  wt->id = cJSON_Duplicate(call->id, true);
+  wt->include_state = include_state;
+  for (size_t i = 0; i < wt->n; i++)
+    wt->items[i].sub = sub_index_add(&w->subs, wt->items[i].uri, &wt->items[i].parsed, &wt->owner, since_seq);
+  wt->next = w->waiters;
+  if (w->waiters != NULL) w->waiters->prev = wt;
+  w->waiters = wt;
+  w->n_waiters++;
+  uv_timer_init(w->loop, &wt->timer);
+  wt->timer.data = wt;
+  uv_timer_start(&wt->timer, waiter_on_timeout, timeout_ms, 0);
+  http_conn_set_close_cb(call->conn, waiter_on_close, wt);
+  subs_update_active(w);
+  call->pending = true;
+  return NULL;
+}
