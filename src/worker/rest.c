@@ -173,7 +173,12 @@ void rest_handle(worker_t *w, http_conn_t *c, http_request_t *req) {
     return;
   }
   if (rc != 0) {
-    worker_respond_error(c, 400, "malformed path");
+    /* Malformed under a table we export is the client's error; elsewhere, nothing is here. */
+    size_t seg = strcspn(req->path + 1, "/?");
+    char *table = uri_decode_component(req->path + 1, seg);
+    bool known = table != NULL && store_find_table(w->store, table) != NULL;
+    free(table);
+    worker_respond_error(c, known ? 400 : 404, known ? "malformed path" : "not found");
     return;
   }
   const store_table *t = store_find_table(w->store, u.table);
