@@ -1,0 +1,235 @@
+// Starts the real mcpsubd on 127.0.0.1 for one test file, with its own
+// temporary database, and stops it checking that it exits cleanly (under
+// ASan a leak or an error report turns the exit status non-zero, which must
+// fail the test that stops it).
+//
+// Environment (set by tests/integration/meson.build; the fallbacks let a
+// developer run one file by hand from the repo after `ninja -C build`):
+//   MCPSUBD             path of the server binary
+//   MCPSUBCTL           path of the CLI binary
+//   MCPSUB_SOURCE_ROOT  the repository (for schema/example.sql)
+
+import { spawn } from 'node:child_process';
+import fs from 'node:fs';
+import http from 'node:http';
+import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+import { sleep, withTimeout } from './wait.mjs';
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+
+export const SOURCE_ROOT = process.env.MCPSUB_SOURCE_ROOT || path.resolve(here, '..', '..', '..');
+export const MCPSUBD = process.env.MCPSUBD || path.join(SOURCE_ROOT, 'build', 'mcpsubd');
+export const MCPSUBCTL = process.env.MCPSUBCTL || path.join(SOURCE_ROOT, 'build', 'mcpsubctl');
+export const EXAMPLE_SCHEMA = path.join(SOURCE_ROOT, 'schema', 'example.sql');
+
+const STDERR_KEEP = 1 << 20; // bytes of server stderr kept for messages
+const live = new Set(); // servers not yet stopped, killed if the test process dies
+
+process.on('exit', () => {
+  for (const s of live) {
+    try {
+      s.child.kill('SIGKILL');
+    } catch {
+      /* already gone */
+    }
+  }
+});
+
+/* A port that was free a moment ago on 127.0.0.1. */
+export function freePort() {
+  return new Promise((resolve, reject) => {
+    const srv = net.createServer();
+    srv.unref();
+    srv.on('error', reject);
+    srv.listen(0, '127.0.0.1', () => {
+      const { port } = srv.address();
+      srv.close(() => resolve(port));
+    });
+  });
+}
+
+export function makeTempDir(prefix = 'mcpsub-it-') {
+  return fs.mkdtempSync(path.join(os.tmpdir(), prefix));
+}
+
+/* One GET with a fresh connection (no keep-alive pool): { status, body }. */
+export function httpGet(port, urlPath, { timeoutMs = 2000, headers = {} } = {}) {
+  return new Promise((resolve, reject) => {
+    const req = http.request(
+      { host: '127.0.0.1', port, path: urlPath, method: 'GET', agent: false, headers: { Connection: 'close', ...headers } },
+      (res) => {
+        const chunks = [];
+        res.on('data', (c) => chunks.push(c));
+        res.on('end', () => resolve({ status: res.statusCode, headers: res.headers, body: Buffer.concat(chunks).toString('utf8') }));
+        res.on('error', reject);
+      },
+    );
+    req.setTimeout(timeoutMs, () => req.destroy(new Error(`GET ${urlPath} timed out`)));
+    req.on('error', reject);
+    req.end();
+  });
+}
+
+/* GET /status parsed. */
+export async function getStatus(port) {
+  const res = await httpGet(port, '/status');
+  if (res.status !== 200) throw new Error(`/status answered ${res.status}: ${res.body}`);
+  return JSON.parse(res.body);
+}
+
+function tail(text, n = 8000) {
+  return text.length > n ? `…${text.slice(-n)}` : text;
+}
+
+class ServerHandle {
+  constructor({ child, port, dir, dbPath, argv }) {
+    this.child = child;
+    this.port = port;
+    this.dir = dir;
+    this.dbPath = dbPath;
+    this.argv = argv;
+    this.base = `http://127.0.0.1:${port}`;
+    this.url = `${this.base}/mcp`;
+    this._stderr = '';
+    this.exit = null; // { code, signal } once exited
+    this.exited = new Promise((resolve) => {
+      child.on('exit', (code, signal) => {
+        this.exit = { code, signal };
+        live.delete(this);
+        resolve(this.exit);
+      });
+    });
+    child.stderr.setEncoding('utf8');
+    child.stderr.on('data', (d) => {
+      this._stderr += d;
+      if (this._stderr.length > 2 * STDERR_KEEP) this._stderr = this._stderr.slice(-STDERR_KEEP);
+    });
+    child.stdout.setEncoding('utf8');
+    child.stdout.on('data', (d) => {
+      this._stderr += d;
+    });
+    this._stopped = null;
+  }
+
+  stderr() {
+    return this._stderr;
+  }
+
+  /* Last part of stderr, for assertion messages. */
+  stderrTail(n = 8000) {
+    return tail(this._stderr, n);
+  }
+
+  describe() {
+    return `mcpsubd ${this.argv.join(' ')}`;
+  }
+
+  /*
+   * SIGTERM, then requires exit code 0 within timeoutMs. Throws (failing the
+   * calling test) otherwise, with the server's stderr. Idempotent: later
+   * calls return the first call's outcome.
+   */
+  stop({ timeoutMs = 10000, keepDir = false } = {}) {
+    if (!this._stopped) this._stopped = this._stop(timeoutMs, keepDir);
+    return this._stopped;
+  }
+
+  async _stop(timeoutMs, keepDir) {
+    if (!this.exit) this.child.kill('SIGTERM');
+    let result;
+    try {
+      result = await withTimeout(this.exited, timeoutMs, 'server exit after SIGTERM');
+    } catch {
+      this.child.kill('SIGKILL');
+      await this.exited;
+      throw new Error(`${this.describe()} did not exit within ${timeoutMs} ms of SIGTERM\n--- stderr ---\n${this.stderrTail()}`);
+    }
+    if (!keepDir) fs.rmSync(this.dir, { recursive: true, force: true });
+    if (result.code !== 0) {
+      throw new Error(
+        `${this.describe()} exited with code ${result.code} signal ${result.signal} (expected 0)\n--- stderr ---\n${this.stderrTail(20000)}`,
+      );
+    }
+    return result;
+  }
+
+  /* Kills without checking (cleanup after a failure). */
+  kill() {
+    if (!this.exit) this.child.kill('SIGKILL');
+    return this.exited;
+  }
+}
+
+/*
+ * Starts mcpsubd. Options:
+ *   args    extra command-line arguments (e.g. ['--max-body', '2048'])
+ *   db      database path (default <tmp>/test.db)
+ *   schema  schema file (default schema/example.sql of the source tree)
+ *   env     extra environment variables
+ * Resolves once GET /healthz answers 200; rejects with the server's stderr
+ * if it exits first or is not healthy within 10 s.
+ */
+export async function startServer({ args = [], db, schema, env = {}, healthTimeoutMs = 10000 } = {}) {
+  let lastErr;
+  for (let attempt = 0; attempt < 3; attempt++) {
+    const port = await freePort();
+    try {
+      return await startOnPort(port, { args, db, schema, env, healthTimeoutMs });
+    } catch (err) {
+      lastErr = err;
+      // Another process took the port between our probe and the server's
+      // bind: try another one. Anything else is a real failure.
+      if (!/address already in use|EADDRINUSE/i.test(String(err.message))) throw err;
+    }
+  }
+  throw lastErr;
+}
+
+async function startOnPort(port, { args, db, schema, env, healthTimeoutMs }) {
+  const dir = makeTempDir();
+  const dbPath = db || path.join(dir, 'test.db');
+  const argv = [
+    '--listen', `127.0.0.1:${port}`,
+    '--db', dbPath,
+    '--schema', schema ?? EXAMPLE_SCHEMA,
+    '--log-level', 'debug',
+    ...args,
+  ];
+  const child = spawn(MCPSUBD, argv, {
+    cwd: dir,
+    env: { ...process.env, ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  const server = new ServerHandle({ child, port, dir, dbPath, argv });
+  live.add(server);
+  const spawnError = new Promise((_, reject) => child.on('error', reject));
+
+  const deadline = Date.now() + healthTimeoutMs;
+  for (;;) {
+    if (server.exit) {
+      fs.rmSync(dir, { recursive: true, force: true });
+      throw new Error(
+        `${server.describe()} exited early (code ${server.exit.code}, signal ${server.exit.signal})\n--- stderr ---\n${server.stderrTail()}`,
+      );
+    }
+    try {
+      const res = await Promise.race([httpGet(port, '/healthz', { timeoutMs: 1000 }), spawnError]);
+      if (res.status === 200) return server;
+    } catch (err) {
+      if (err && err.code === 'ENOENT' && err.syscall && err.syscall.startsWith('spawn')) {
+        throw new Error(`cannot run ${MCPSUBD}: ${err.message} (build first, or set MCPSUBD)`);
+      }
+      /* not listening yet */
+    }
+    if (Date.now() >= deadline) {
+      await server.kill();
+      fs.rmSync(dir, { recursive: true, force: true });
+      throw new Error(`${server.describe()} not healthy within ${healthTimeoutMs} ms\n--- stderr ---\n${server.stderrTail()}`);
+    }
+    await sleep(20);
+  }
+}

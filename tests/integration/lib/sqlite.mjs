@@ -1,0 +1,34 @@
+// The sqlite3 CLI as an independent reader and writer of the server's
+// database: what an operator or another application would do. A busy
+// timeout rides out the server's own write transactions (WAL mode).
+
+import { execFileSync } from 'node:child_process';
+
+const BUSY_MS = 5000;
+
+/* Runs sql on db with the sqlite3 CLI; returns stdout (text). Throws with stderr on failure. */
+export function sqlite(db, sql, { json = false } = {}) {
+  const args = ['-batch', '-bail', '-cmd', `.timeout ${BUSY_MS}`];
+  if (json) args.push('-json');
+  args.push(db, sql);
+  try {
+    return execFileSync('sqlite3', args, { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'], timeout: 20000 });
+  } catch (err) {
+    throw new Error(`sqlite3 ${db} ${JSON.stringify(sql)} failed: ${err.stderr || err.message}`);
+  }
+}
+
+/* Runs a query and returns its rows as objects (sqlite3 -json). */
+export function sqliteRows(db, sql) {
+  const out = sqlite(db, sql, { json: true }).trim();
+  return out === '' ? [] : JSON.parse(out);
+}
+
+/* SQL string literal. */
+export function q(s) {
+  return `'${String(s).replace(/'/g, "''")}'`;
+}
+
+export function sessionRow(db, id) {
+  return sqliteRows(db, `SELECT * FROM mcp_session WHERE id = ${q(id)}`)[0];
+}
