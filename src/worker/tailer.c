@@ -37,7 +37,8 @@ void tailer_init(tailer_t *t, uv_loop_t *loop, store_t *store, const char *db_pa
   uv_fs_event_init(loop, &t->watch);
   uv_timer_init(loop, &t->poll);
   uv_timer_init(loop, &t->kick);
-  t->watch.data = t->poll.data = t->kick.data = t;
+  uv_timer_init(loop, &t->recheck);
+  t->watch.data = t->poll.data = t->kick.data = t->recheck.data = t;
 }
 
 /* Re-reads the schema; tells the owner when the exported tables changed. */
@@ -84,12 +85,19 @@ static void tailer_on_kick(uv_timer_t *h) {
   tailer_run(h->data);
 }
 
-/* Another connection committed iff data_version moved. */
-static void tailer_wake_external(tailer_t *t) {
+/* Another connection committed iff data_version moved. Returns whether it did. */
+static bool tailer_wake_external(tailer_t *t) {
   int64_t v;
-  if (store_data_version(t->store, &v) != 0 || v == t->data_version) return;
+  if (store_data_version(t->store, &v) != 0 || v == t->data_version) return false;
   t->data_version = v;
   tailer_run(t);
+  return true;
+}
+
+static void tailer_on_recheck(uv_timer_t *h) {
+  tailer_t *t = h->data;
+  if (tailer_wake_external(t) || --t->rechecks_left <= 0) return;
+  uv_timer_start(&t->recheck, tailer_on_recheck, TAILER_RECHECK_MS, 0);
 }
 
 static void tailer_on_poll(uv_timer_t *h) {
@@ -99,7 +107,12 @@ static void tailer_on_poll(uv_timer_t *h) {
 static void tailer_on_fs(uv_fs_event_t *h, const char *filename, int events, int status) {
   tailer_t *t = h->data;
   if (status < 0 || filename == NULL) return;
-  if (strcmp(filename, t->wal_name) == 0 || strcmp(filename, t->db_name) == 0) tailer_wake_external(t);
+  if (strcmp(filename, t->wal_name) != 0 && strcmp(filename, t->db_name) != 0) return;
+  if (tailer_wake_external(t)) return;
+  /* Too early: the commit may not be published yet. Look again shortly. */
+  t->rechecks_left = TAILER_RECHECKS;
+  if (!uv_is_active((uv_handle_t *)&t->recheck))
+    uv_timer_start(&t->recheck, tailer_on_recheck, TAILER_RECHECK_MS, 0);
 }
 
 void tailer_set_active(tailer_t *t, bool active) {
@@ -108,6 +121,7 @@ void tailer_set_active(tailer_t *t, bool active) {
   if (!active) {
     uv_timer_stop(&t->poll);
     uv_timer_stop(&t->kick);
+    uv_timer_stop(&t->recheck);
     if (t->watching) uv_fs_event_stop(&t->watch);
     t->watching = false;
     return;
@@ -133,6 +147,7 @@ void tailer_close(tailer_t *t) {
   uv_close((uv_handle_t *)&t->watch, NULL);
   uv_close((uv_handle_t *)&t->poll, NULL);
   uv_close((uv_handle_t *)&t->kick, NULL);
+  uv_close((uv_handle_t *)&t->recheck, NULL);
 }
 
 void tailer_finish(tailer_t *t) {

@@ -26,6 +26,14 @@
 
 #define TAILER_BATCH 256
 #define TAILER_SAFETY_POLL_MS 1000
+/*
+ * A writer appends its commit frame to the -wal file before it publishes
+ * the commit in the -shm index (a memory map: no file event), so the event
+ * may come just before data_version moves. The tailer then looks again
+ * every TAILER_RECHECK_MS, TAILER_RECHECKS times.
+ */
+#define TAILER_RECHECK_MS 5
+#define TAILER_RECHECKS 20
 
 typedef struct tailer_ops {
   /* One committed change; row may be used only during the call. */
@@ -47,6 +55,8 @@ typedef struct tailer {
   uv_fs_event_t watch;
   uv_timer_t poll;
   uv_timer_t kick;    /* zero-delay timer: runs the tailer on the next loop turn */
+  uv_timer_t recheck; /* re-reads data_version shortly after a file event */
+  int rechecks_left;
   int64_t cursor;     /* last seq handed on */
   int64_t data_version;
   bool active;
