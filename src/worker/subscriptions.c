@@ -245,6 +245,11 @@ void subs_update_active(worker_t *w) {
 
 void subs_after_write(worker_t *w) {
   tailer_kick(&w->tailer);
+  if (w->on_local_commit != NULL) w->on_local_commit(w);
+}
+
+void subs_external_commit(worker_t *w) {
+  tailer_kick(&w->tailer);
 }
 
 void subs_refresh_schema(worker_t *w) {

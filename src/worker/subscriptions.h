@@ -47,6 +47,8 @@ void subs_stream_open(worker_t *w, session_t *s, http_conn_t *c, const char *las
 
 /* This process committed: have the tailer read it promptly. */
 void subs_after_write(worker_t *w);
+/* Another worker committed (the master said so): read it promptly. */
+void subs_external_commit(worker_t *w);
 /* Re-checks the schema now (a request is about to use it). */
 void subs_refresh_schema(worker_t *w);
 /* Starts or stops the tailer to match whether anything listens. */

@@ -38,6 +38,12 @@ typedef struct worker {
   coalesce_entry *coalesce_head, *coalesce_tail; /* by window start, oldest first */
   uv_timer_t coalesce_timer;
   uint64_t notifications;     /* resource-update frames formatted */
+  /*
+   * Set by the process model when other workers share the database: called
+   * after this worker committed, so that their tailers are woken at once.
+   */
+  void (*on_local_commit)(struct worker *w);
+  void *ipc;                  /* the worker's end of the master pipe (multi-process mode) */
   uv_timer_t sweep_timer;     /* idle-session prune and audit retention */
   uv_timer_t keepalive_timer; /* SSE keepalive comments */
   unsigned slot;              /* worker number, encoded in session ids */

@@ -1,0 +1,51 @@
+/*
+ * worker_stats: the counters one worker reports about itself, as a fixed
+ * struct that crosses the master/worker pipe unchanged (both ends are the
+ * same binary). The master keeps the latest report of each worker and
+ * renders them, per worker and in total, for /metrics (Prometheus text),
+ * the control socket and mcpsubctl.
+ */
+#ifndef MCPSUB_STATS_H
+#define MCPSUB_STATS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/buf.h"
+
+typedef struct worker_stats {
+  uint32_t slot;
+  uint32_t generation;     /* restarts of this slot so far */
+  int32_t pid;
+  uint32_t reserved;
+  int64_t started_ms;      /* Unix ms */
+  uint64_t sessions;       /* live sessions */
+  uint64_t streams;        /* open SSE streams */
+  uint64_t subscriptions;  /* live subscriptions (sessions and waiters) */
+  uint64_t waiters;        /* pending wait_and_read calls */
+  uint64_t connections;    /* open HTTP connections */
+  uint64_t queued_bytes;   /* bytes queued on SSE streams, not yet taken by the kernel */
+  uint64_t requests;       /* HTTP requests served */
+  uint64_t notifications;  /* resource-update frames formatted */
+  uint64_t frames_sent;    /* SSE frames written to streams */
+  uint64_t frames_replayed;/* frames sent again on resumption (ring or audit log) */
+  uint64_t frames_dropped; /* frames that left a ring before any stream took them */
+  int64_t audit_position;  /* last audit seq the tailer handed on */
+  int64_t audit_head;      /* newest audit seq when the report was made */
+} worker_stats;
+
+/* Master-side facts about a slot, beside the worker's own report. */
+typedef struct slot_stats {
+  uint64_t restarts;       /* times the master restarted this slot's worker */
+  int alive;               /* a worker runs in the slot */
+} slot_stats;
+
+/*
+ * Appends Prometheus text exposition (version 0.0.4) for n workers: one
+ * series per worker (label worker="<slot>") and one for the total
+ * (worker="all") of every metric. slots may be NULL (one process: no
+ * restarts to report).
+ */
+void stats_render_prometheus(buf_t *out, const worker_stats *workers, const slot_stats *slots, size_t n);
+
+#endif
