@@ -14,6 +14,7 @@
 
 #include "common/jsonrpc.h"
 #include "common/mem.h"
+#include "common/strmap.h"
 #include "common/uri.h"
 #include "worker/mcp.h"
 
@@ -34,12 +35,7 @@ static void add_version(cJSON *obj, int64_t version) {
 
 /* A metadata document's version: a hash of its text, so it moves exactly when the text does. */
 static int64_t text_version(const char *text) {
-  uint64_t h = 1469598103934665603ULL;
-  for (const char *p = text; *p != '\0'; p++) {
-    h ^= (unsigned char)*p;
-    h *= 1099511628211ULL;
-  }
-  return (int64_t)(h >> 12);
+  return (int64_t)(strmap_hash(text, strlen(text)) >> 12);
 }
 
 /* resources/list ------------------------------------------------------------- */
