@@ -26,6 +26,7 @@
 #include "worker/http.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <llhttp.h>
 #include <netinet/in.h>
 #include <stdint.h>
@@ -96,6 +97,8 @@ struct http_conn {
   bool handle_closing;  /* uv_close called */
   bool owner_holds;     /* the request was dispatched and its owner has not finished */
   bool zombie;          /* handles closed, waiting for the owner (no close_cb) */
+  unsigned adopt_flags; /* http_server_adopt_flags: apply to the first request dispatched */
+  unsigned req_flags;   /* flags of the request in hand */
 
   http_request_t req;   /* being built, then dispatched */
   size_t headers_cap;
@@ -106,6 +109,7 @@ struct http_conn {
                            busy stream reuses two buffers instead of allocating */
   uv_write_t stream_write;
   bool stream_writing;  /* inflight is in a uv_write */
+  bool stream_exempt;   /* a bounded replay is being queued: no queue cap */
   size_t queued;        /* out.len plus bytes in unfinished uv_write requests */
 
   void (*close_cb)(http_conn_t *c, void *data);
@@ -130,6 +134,7 @@ struct http_server {
   http_conn_t *running; /* what the idle callback has not reached yet */
 
   bool closing;
+  bool draining;  /* http_server_drain: every response closes its connection */
   bool done_called;
   void (*done)(void *data);
   void *done_data;
@@ -227,6 +232,7 @@ static void conn_request_clear(http_conn_t *c)
   }
   free(r->headers);
   memset(r, 0, sizeof *r);
+  c->req_flags = 0;
   c->headers_cap = 0;
   buf_finish(&c->url);
   buf_finish(&c->field);
@@ -563,7 +569,7 @@ void http_respond(http_conn_t *c, int status, const http_header *headers, size_t
     return;
   }
 
-  bool want_close = !c->req.keep_alive || (c->peer_eof && c->in.len == 0);
+  bool want_close = !c->req.keep_alive || (c->peer_eof && c->in.len == 0) || c->srv->draining;
   buf_t b;
   buf_init(&b);
   http_format_head(&b, status, headers, n_headers, &want_close);
@@ -627,7 +633,7 @@ int http_stream_write(http_conn_t *c, const char *data, size_t len)
   if (c->phase != PHASE_STREAM)
     return -EINVAL;
   size_t max = c->srv->opts.max_stream_queue;
-  if (c->queued > max || len > max - c->queued) {
+  if (!c->stream_exempt && (c->queued > max || len > max - c->queued)) {
     conn_finish(c, false);
     return -ENOBUFS;
   }
@@ -637,6 +643,12 @@ int http_stream_write(http_conn_t *c, const char *data, size_t len)
   c->queued += len;
   conn_schedule(c);
   return 0;
+}
+
+void http_stream_exempt(http_conn_t *c, bool exempt)
+{
+  if (c != NULL)
+    c->stream_exempt = exempt;
 }
 
 void http_stream_flush(http_conn_t *c)
@@ -853,6 +865,8 @@ static void conn_dispatch(http_conn_t *c)
   buf_finish(&c->value);
   c->phase = PHASE_DISPATCHED;
   c->owner_holds = true;
+  c->req_flags = c->adopt_flags;
+  c->adopt_flags = 0;
   conn_timer_start(c, 0);
   c->srv->cb(c, r, c->srv->cb_data);
 }
@@ -996,6 +1010,9 @@ static void conn_on_eof(http_conn_t *c)
   c->peer_eof = true;
   c->reading = false; /* libuv stopped reading */
   if (c->phase == PHASE_STREAM) {
+    conn_close_now(c);
+  } else if (c->phase == PHASE_DISPATCHED && c->close_cb != NULL) {
+    /* A held request whose owner watches for the client leaving (a long poll). */
     conn_close_now(c);
   } else if (c->closing) {
     if (c->shutdown_done)
@@ -1198,6 +1215,12 @@ int http_server_port(const http_server_t *srv)
 
 int http_server_adopt(http_server_t *srv, uv_os_sock_t fd, const char *bytes, size_t n)
 {
+  return http_server_adopt_flags(srv, fd, bytes, n, 0);
+}
+
+int http_server_adopt_flags(http_server_t *srv, uv_os_sock_t fd, const char *bytes, size_t n,
+                            unsigned flags)
+{
   if (srv->closing) {
     close(fd);
     return UV_ECANCELED;
@@ -1215,6 +1238,7 @@ int http_server_adopt(http_server_t *srv, uv_os_sock_t fd, const char *bytes, si
   }
   if (n > 0)
     buf_append(&c->in, bytes, n);
+  c->adopt_flags = flags;
   r = conn_start(c);
   if (r < 0)
     return r; /* c is closing and owns fd */
@@ -1244,6 +1268,82 @@ void http_server_close(http_server_t *srv, void (*done)(void *data), void *data)
   }
   for (http_conn_t *c = srv->conns; c; c = c->next)
     conn_close_now(c);
+}
+
+void http_server_drain(http_server_t *srv)
+{
+  if (srv == NULL || srv->closing || srv->draining)
+    return;
+  srv->draining = true;
+  if (srv->listener_init) {
+    srv->listener_init = false;
+    uv_close((uv_handle_t *)&srv->listener, server_on_handle_closed);
+  }
+  for (http_conn_t *c = srv->conns; c; c = c->next) {
+    if (c->closing)
+      continue;
+    /* No complete header block yet (and no unparsed bytes that may hold
+     * one): no request is in flight, so nothing is lost by closing. */
+    if ((c->phase == PHASE_IDLE || c->phase == PHASE_HEADERS) && c->in.len == 0)
+      conn_finish(c, true);
+  }
+}
+
+/* Appends the request in hand to b as HTTP/1.x bytes with a Content-Length body. */
+static void conn_serialize_request(const http_conn_t *c, buf_t *b)
+{
+  const http_request_t *r = &c->req;
+  buf_printf(b, "%s %s HTTP/%u.%u\r\n", r->method_name, r->target, c->http_major, c->http_minor);
+  for (size_t i = 0; i < r->n_headers; i++) {
+    const char *name = r->headers[i].name;
+    /* The body is re-framed below, and a 100 Continue was already sent. */
+    if (strcmp(name, "content-length") == 0 || strcmp(name, "transfer-encoding") == 0 ||
+        strcmp(name, "expect") == 0)
+      continue;
+    buf_printf(b, "%s: %s\r\n", name, r->headers[i].value);
+  }
+  if (r->body_len > 0 || http_request_header(r, "content-length") != NULL ||
+      http_request_header(r, "transfer-encoding") != NULL)
+    buf_printf(b, "content-length: %zu\r\n", r->body_len);
+  buf_append(b, "\r\n", 2);
+  buf_append(b, r->body, r->body_len);
+}
+
+int http_conn_detach(http_conn_t *c, size_t max_bytes, uv_os_sock_t *fd, buf_t *bytes)
+{
+  if (c == NULL || c->phase != PHASE_DISPATCHED || !c->owner_holds || c->closing ||
+      c->handle_closing)
+    return -EINVAL;
+  /* A response still on its way out would be cut: the kernel must have it all. */
+  if (uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp) > 0 || c->stream_writing)
+    return -EAGAIN;
+  const http_request_t *r = &c->req;
+  size_t need = strlen(r->target) + r->body_len + c->in.len + 64;
+  for (size_t i = 0; i < r->n_headers; i++)
+    need += strlen(r->headers[i].name) + strlen(r->headers[i].value) + 4;
+  if (need > max_bytes)
+    return -E2BIG;
+  uv_os_fd_t own;
+  if (uv_fileno((uv_handle_t *)&c->tcp, &own) < 0)
+    return -EBADF;
+  int dup_fd = fcntl(own, F_DUPFD_CLOEXEC, 0);
+  if (dup_fd < 0)
+    return -errno;
+  conn_serialize_request(c, bytes);
+  buf_append(bytes, c->in.data ? c->in.data : "", c->in.len);
+  *fd = dup_fd;
+  /* Closed without a word: the duplicate keeps the TCP connection open. */
+  c->owner_holds = false;
+  conn_request_clear(c);
+  c->phase = PHASE_IDLE;
+  buf_finish(&c->in);
+  conn_close_now(c);
+  return 0;
+}
+
+unsigned http_conn_request_flags(const http_conn_t *c)
+{
+  return c ? c->req_flags : 0;
 }
 
 void http_server_destroy(http_server_t *srv)

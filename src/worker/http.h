@@ -25,6 +25,7 @@
 #include <stdint.h>
 #include <uv.h>
 
+#include "common/buf.h"
 #include "common/mem.h"
 
 typedef struct http_server http_server_t;
@@ -76,6 +77,23 @@ int http_server_listen(http_server_t *srv, const char *host, int port) MCPSUB_NO
  */
 int http_server_adopt(http_server_t *srv, uv_os_sock_t fd, const char *bytes, size_t n)
     MCPSUB_NODISCARD;
+/* Flags of http_server_adopt_flags. */
+#define HTTP_ADOPT_REROUTED 0x1u /* the first request was already routed once: do not hand it back */
+
+/*
+ * http_server_adopt, with flags that apply to the first request read from
+ * the connection (see http_conn_request_flags).
+ */
+int http_server_adopt_flags(http_server_t *srv, uv_os_sock_t fd, const char *bytes, size_t n,
+                            unsigned flags) MCPSUB_NODISCARD;
+/*
+ * Graceful stop: closes the listener, closes connections with no complete
+ * request header received (idle kept-alive ones, half-sent headers), and
+ * from now on closes every
+ * connection after its current response. Streams are left to their owners.
+ * Adopted connections are still served (one request each).
+ */
+void http_server_drain(http_server_t *srv);
 /* Stops listening and closes every connection; done(data) runs once all are freed. */
 void http_server_close(http_server_t *srv, void (*done)(void *data), void *data);
 /* Frees the server after http_server_close completed. NULL is a no-op. */
@@ -107,6 +125,12 @@ void http_stream_begin(http_conn_t *c, int status, const http_header *headers, s
  */
 int http_stream_write(http_conn_t *c, const char *data, size_t len) MCPSUB_NODISCARD;
 /*
+ * While exempt, http_stream_write does not apply max_stream_queue: for a
+ * replay whose size the caller bounds (a resumption must not be cut by the
+ * very backlog it is sending, or the client could never catch up).
+ */
+void http_stream_exempt(http_conn_t *c, bool exempt);
+/*
  * Hands what the stream queued this turn to the kernel now instead of at
  * the end of the loop turn (used to order a stream's bytes before another
  * connection's response).
@@ -120,12 +144,33 @@ size_t http_conn_queued(const http_conn_t *c);
 /*
  * cb(c, data) runs once when the connection closes for any reason (peer
  * gone, error, limit, server close, http_stream_end). After it, c is
- * invalid. Used by a stream's owner to detach; set NULL to clear.
+ * invalid. Used by a stream's owner to detach; set NULL to clear. A
+ * request held by its owner (dispatched, not yet answered) with a close
+ * callback is closed as soon as the peer shuts down its side: the owner of
+ * a long poll learns at once that nobody waits for the answer.
  * Without a close callback, a connection whose request (or stream) the
  * owner still holds stays allocated after it closed, until the owner's
  * http_respond or http_stream_end, which then only frees it.
  */
 void http_conn_set_close_cb(http_conn_t *c, void (*cb)(http_conn_t *c, void *data), void *data);
+
+/* The adopt flags of the request in hand (first request after an adopt), else 0. */
+unsigned http_conn_request_flags(const http_conn_t *c);
+
+/*
+ * Hands the connection of the request in hand to someone else (another
+ * process): re-serialises that request (method, target, its HTTP version,
+ * headers, a Content-Length for the decoded body, the body) into bytes,
+ * followed by the input already buffered after it, sets *fd to a
+ * close-on-exec duplicate of the socket (the caller owns it), and closes c
+ * without answering and without a FIN (the duplicate keeps the TCP
+ * connection alive). After 0, c and the request are gone.
+ * Fails without touching c: -E2BIG when bytes would pass max_bytes,
+ * -EAGAIN while an earlier response is not yet all in the kernel,
+ * -EINVAL when no request is held, or -errno.
+ */
+int http_conn_detach(http_conn_t *c, size_t max_bytes, uv_os_sock_t *fd, buf_t *bytes)
+    MCPSUB_NODISCARD;
 
 /* Reason phrase for a status code ("OK", "Not Found", ...). */
 const char *http_status_text(int status);

@@ -170,8 +170,9 @@ static bool session_write(session_t *s, const frame_t *f) {
 
 void session_stream_prime(session_t *s) {
   if (s->stream == NULL) return;
+  /* Kept in the ring too: a reconnect naming it is then replayed exactly. */
   frame_t *f = frame_create(s->registry->position(s->registry->position_data), 's', s->next_frame++, "", 0);
-  (void)session_write(s, f); /* a cut stream recovers by itself */
+  session_deliver(s, f);
   frame_unref(f);
 }
 

@@ -415,9 +415,10 @@ typedef struct recover_ctx {
   session_t *s;
   int64_t from;    /* the resume point */
   int64_t upto;    /* the tailer sends what is after this live */
-  strmap seen;     /* "<record uri>\n<subscribed uri>" already queued */
-  buf_t key, json;
-  uint64_t n;
+  strmap seen;     /* "<record uri>\n<subscribed uri>" already collected */
+  buf_t key;
+  char **pending;  /* notification JSON texts, in change order */
+  size_t n_pending;
   int64_t last;    /* last seq read */
   bool overflow;
 } recover_ctx;
@@ -434,19 +435,25 @@ static int recover_row(const store_audit_row *row, void *data) {
     buf_reset(&ctx->key);
     buf_printf(&ctx->key, "%s\n%s", record_uri, sub->topic->uri);
     if (strmap_get(&ctx->seen, ctx->key.data, ctx->key.len) != NULL) continue;
-    if (ctx->seen.count >= SUBS_RECOVER_MAX) {
+    if (ctx->n_pending == SUBS_RECOVER_MAX) {
       ctx->overflow = true;
       break;
     }
     strmap_put(&ctx->seen, ctx->key.data, ctx->key.len, ctx);
-    buf_reset(&ctx->json);
-    format_updated(&ctx->json, record_uri, sub->topic->uri);
-    frame_t *f = frame_create(ctx->from, 'r', ctx->n++, ctx->json.data, ctx->json.len);
-    session_deliver(ctx->s, f);
-    frame_unref(f);
+    buf_t json;
+    buf_init(&json);
+    format_updated(&json, record_uri, sub->topic->uri);
+    ctx->pending[ctx->n_pending++] = buf_steal(&json);
   }
   free(record_uri);
   return ctx->overflow ? 1 : 0;
+}
+
+/* Sends one recovered notification (JSON text) as a frame of the session. */
+static void recover_send(recover_ctx *ctx, const char *json, uint64_t n) {
+  frame_t *f = frame_create(ctx->from, 'r', n, json, strlen(json));
+  session_deliver(ctx->s, f);
+  frame_unref(f);
 }
 
 /*
@@ -454,12 +461,13 @@ static int recover_row(const store_audit_row *row, void *data) {
  * subscription, naming the subscribed URI itself, tells it to re-read.
  */
 static void recover_everything(recover_ctx *ctx) {
+  uint64_t n = 0;
   for (sub_t *sub = ctx->s->subs; sub != NULL; sub = sub->owner_next) {
-    buf_reset(&ctx->json);
-    format_updated(&ctx->json, sub->topic->uri, sub->topic->uri);
-    frame_t *f = frame_create(ctx->from, 'r', ctx->n++, ctx->json.data, ctx->json.len);
-    session_deliver(ctx->s, f);
-    frame_unref(f);
+    buf_t json;
+    buf_init(&json);
+    format_updated(&json, sub->topic->uri, sub->topic->uri);
+    recover_send(ctx, json.data, n++);
+    buf_finish(&json);
   }
 }
 
@@ -474,9 +482,10 @@ static void subs_recover(worker_t *w, session_t *s, int64_t from) {
   recover_ctx ctx = {.w = w, .s = s, .from = from, .upto = subs_position(w)};
   strmap_init(&ctx.seen);
   buf_init(&ctx.key);
-  buf_init(&ctx.json);
+  ctx.pending = mem_alloc(SUBS_RECOVER_MAX * sizeof(char *));
   int64_t pruned = 0;
-  bool exact = store_audit_pruned_through(w->store, &pruned) == 0 && pruned < from;
+  /* Exact unless retention deleted a change at or after from (0: it never deleted any). */
+  bool exact = store_audit_pruned_through(w->store, &pruned) == 0 && (pruned == 0 || pruned < from);
   ctx.last = from - 1;
   while (exact && !ctx.overflow && ctx.last < ctx.upto) {
     int n = 0;
@@ -484,20 +493,26 @@ static void subs_recover(worker_t *w, session_t *s, int64_t from) {
     if (store_audit_read(w->store, before, TAILER_BATCH, recover_row, &ctx, &n) != 0) exact = false;
     if (n < TAILER_BATCH || ctx.last == before) break;
   }
+  /* All or nothing: a partial list would look complete to the client. */
   if (!exact || ctx.overflow) recover_everything(&ctx);
+  else
+    for (size_t i = 0; i < ctx.n_pending; i++) recover_send(&ctx, ctx.pending[i], i);
   char from_text[32], n_text[32];
   snprintf(from_text, sizeof(from_text), "%lld", (long long)from);
-  snprintf(n_text, sizeof(n_text), "%llu", (unsigned long long)ctx.n);
+  snprintf(n_text, sizeof(n_text), "%zu", exact && !ctx.overflow ? ctx.n_pending : (size_t)s->n_subs);
   log_info("stream resumed from the audit log", "session", s->id, "from", from_text, "updates", n_text,
            "exact", exact && !ctx.overflow ? "true" : "false");
+  for (size_t i = 0; i < ctx.n_pending; i++) free(ctx.pending[i]);
+  free(ctx.pending);
   buf_finish(&ctx.key);
-  buf_finish(&ctx.json);
   strmap_finish(&ctx.seen);
 }
 
 void subs_stream_open(worker_t *w, session_t *s, http_conn_t *c, const char *last_event_id) {
   session_stream_open(s, c);
   subs_update_active(w); /* streams keep the feed alive (list_changed) */
+  /* The replay is bounded (the ring, or SUBS_RECOVER_MAX updates): let it all through. */
+  http_stream_exempt(c, true);
   int64_t from = 0;
   if (last_event_id != NULL && session_replay_after(s, last_event_id, strlen(last_event_id))) {
     /* Exact: the ring still held it. */
@@ -514,4 +529,5 @@ void subs_stream_open(worker_t *w, session_t *s, http_conn_t *c, const char *las
   }
   s->lost_from_seq = -1;
   session_stream_prime(s);
+  http_stream_exempt(c, false);
 }

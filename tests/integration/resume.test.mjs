@@ -1,0 +1,488 @@
+// Resumption of a session's GET stream and the engine's delivery options,
+// over the raw client: exact replay from the per-session ring with
+// Last-Event-ID, recovery from the audit log after a restart on the same
+// database (one notification per changed URI and subscription), the
+// fallbacks when the log was pruned or too many URIs changed, an id the
+// server cannot parse, a slow reader cut at --max-stream-queue that
+// reconnects and misses nothing, coalescing with --coalesce-ms, and
+// notifications/resources/list_changed when the exported tables change.
+
+import test, { before, after } from 'node:test';
+import assert from 'node:assert/strict';
+
+import { startServer, getStatus } from './lib/server.mjs';
+import { McpSession } from './lib/mcp.mjs';
+import { sqlite, sqliteRows, sessionRow } from './lib/sqlite.mjs';
+import { RawConnection, buildRequest } from './lib/raw.mjs';
+import { sleep, waitFor } from './lib/wait.mjs';
+import { EventStream, LIST_CHANGED, idSeq, pair } from './lib/sse.mjs';
+import { auditMax, rest, restartServer, waitStatus } from './lib/subs.mjs';
+
+let srv;
+
+before(async () => {
+  srv = await startServer();
+});
+
+after(async () => {
+  await srv?.kill();
+});
+
+async function subscribe(s, uri) {
+  assert.deepEqual(await s.result('resources/subscribe', { uri }), {});
+}
+
+async function openPrimed(server, s, lastEventId) {
+  const st = await EventStream.open(server.port, s.id, { lastEventId });
+  await st.waitPrimed();
+  return st;
+}
+
+/* Closes the client side of a stream and waits until the server has let go of it. */
+async function dropStream(server, st, streamsAfter = 0) {
+  st.close();
+  await waitStatus(server.port, { streams: streamsAfter });
+}
+
+/* Waits until the server's feed has read everything committed so far. */
+async function caughtUp(server) {
+  const max = auditMax(server.dbPath);
+  await waitFor(async () => (await getStatus(server.port)).auditPosition >= max, {
+    timeoutMs: 5000,
+    message: `the server's feed to reach audit seq ${max}`,
+  });
+}
+
+const key = (p) => JSON.stringify(p);
+const sortedPairs = (events) => events.map(pair).map(key).sort();
+
+test('Last-Event-ID held by the ring: every missed frame is replayed exactly, in order, none twice', async () => {
+  const s = await McpSession.open(srv.port);
+  try {
+    const B = srv.base;
+    const record = `${B}/Product/A-100`;
+    const coll = `${B}/Product`;
+    const tools = `${B}/Product?category=tools`;
+    for (const u of [record, coll, tools]) await subscribe(s, u);
+    let st = await openPrimed(srv, s);
+    await rest(srv.port, 'PATCH', '/Product/A-100', { price_cents: 1 });
+    await st.waitUpdates(3);
+    const last = st.lastId;
+    assert.equal(idSeq(last), auditMax(srv.dbPath));
+    await dropStream(srv, st);
+
+    // Missed: 3 changes of A-100 (3 subscriptions each) and one of B-200 (the collection only).
+    const seqs = [];
+    for (let i = 2; i <= 4; i++) {
+      await rest(srv.port, 'PATCH', '/Product/A-100', { price_cents: i });
+      seqs.push(auditMax(srv.dbPath));
+    }
+    sqlite(srv.dbPath, "UPDATE Product SET price_cents = 5 WHERE sku = 'B-200'");
+    seqs.push(auditMax(srv.dbPath));
+    await caughtUp(srv);
+
+    st = await openPrimed(srv, s, last);
+    const replayed = st.updates();
+    assert.equal(replayed.length, 10, st.describe());
+    assert.ok(!replayed.some((e) => e.id === last), `the frame named by Last-Event-ID came again: ${st.describe()}`);
+    assert.equal(new Set(replayed.map((e) => e.id)).size, 10, `duplicate ids: ${st.describe()}`);
+    assert.deepEqual(
+      replayed.map((e) => idSeq(e.id)),
+      [seqs[0], seqs[0], seqs[0], seqs[1], seqs[1], seqs[1], seqs[2], seqs[2], seqs[2], seqs[3]],
+      st.describe(),
+    );
+    for (const e of replayed) assert.match(e.id, /^\d+-t\d+$/);
+    const a = `${B}/Product/A-100`;
+    for (let i = 0; i < 3; i++) {
+      assert.deepEqual(replayed.slice(3 * i, 3 * i + 3).map(pair).map(key).sort(), [[a, record], [a, coll], [a, tools]].map(key).sort());
+    }
+    assert.deepEqual(pair(replayed[9]), [`${B}/Product/B-200`, coll]);
+    assert.ok(st.events.indexOf(st.priming) > st.events.indexOf(replayed[9]), 'priming after the replay');
+
+    // Exact: resuming from the middle of that replay gives exactly its tail, byte for byte.
+    await dropStream(srv, st);
+    const again = await openPrimed(srv, s, replayed[5].id);
+    assert.deepEqual(
+      again.updates().map((e) => [e.id, e.data]),
+      replayed.slice(6).map((e) => [e.id, e.data]),
+    );
+    // And the stream is live.
+    await rest(srv.port, 'PATCH', '/Product/A-100', { price_cents: 4999 });
+    await again.waitUpdates(7);
+    again.close();
+  } finally {
+    await s.delete();
+  }
+});
+
+test('Last-Event-ID the server cannot parse is ignored: only frames never delivered are sent', async () => {
+  const s = await McpSession.open(srv.port);
+  try {
+    const uri = `${srv.base}/Product/B-200`;
+    await subscribe(s, uri);
+    let st = await openPrimed(srv, s);
+    await rest(srv.port, 'PATCH', '/Product/B-200', { price_cents: 11 });
+    await st.waitUpdates(1);
+    await dropStream(srv, st);
+    await rest(srv.port, 'PATCH', '/Product/B-200', { price_cents: 12 });
+    const missed = auditMax(srv.dbPath);
+    await caughtUp(srv);
+    st = await openPrimed(srv, s, 'not-an-id-of-ours');
+    assert.deepEqual(st.updates().map((e) => idSeq(e.id)), [missed], st.describe());
+    st.close();
+  } finally {
+    await s.delete();
+  }
+});
+
+test('restart on the same database: subscriptions restored, the gap recovered from the audit log (one per changed URI and subscription)', async () => {
+  let server = await startServer();
+  try {
+    const B = server.base;
+    sqlite(server.dbPath, 'CREATE TABLE Extra (id INTEGER PRIMARY KEY, v TEXT)');
+    const s = await McpSession.open(server.port);
+    const record = `${B}/Product/A-100`;
+    const tools = `${B}/Product?category=tools`;
+    const events = `${B}/StockEvent`;
+    const extra = `${B}/Extra`;
+    for (const u of [record, tools, events, extra]) await subscribe(s, u);
+    const st = await openPrimed(server, s);
+    await rest(server.port, 'PATCH', '/Product/A-100', { price_cents: 1 });
+    await st.waitUpdates(2);
+    const last = st.lastId;
+
+    await server.stop({ keepDir: true });
+    await st.waitClosed();
+    // While no server runs: another application writes.
+    sqlite(
+      server.dbPath,
+      `UPDATE Product SET price_cents = 2 WHERE sku = 'A-100';
+       UPDATE Product SET price_cents = 3 WHERE sku = 'A-100';
+       UPDATE Product SET category = 'tools' WHERE sku = 'B-200';
+       UPDATE Product SET name = 'x' WHERE sku = 'D-400';
+       INSERT INTO StockEvent (id, sku, delta) VALUES (701, 'A-100', 1), (702, 'A-100', 2), (703, 'B-200', 3);
+       UPDATE StockEvent SET delta = 5 WHERE id = 701;
+       UPDATE StockEvent SET delta = 6 WHERE id = 701;
+       DELETE FROM StockEvent WHERE id = 702;
+       INSERT INTO Extra (id, v) VALUES (1, 'a');
+       DROP TABLE Extra;`,
+    );
+    server = await restartServer(server);
+    const st2 = await openPrimed(server, s, last);
+    const a = `${B}/Product/A-100`;
+    const want = [
+      [a, record],
+      [a, tools],
+      [`${B}/Product/B-200`, tools],
+      [`${B}/StockEvent/701`, events],
+      [`${B}/StockEvent/702`, events],
+      [`${B}/StockEvent/703`, events],
+    ];
+    assert.deepEqual(sortedPairs(st2.updates()), want.map(key).sort(), st2.describe());
+    for (const e of st2.updates()) assert.match(e.id, /^\d+-r\d+$/, 'recovered updates carry r ids');
+    // The dropped table's subscription is gone, on the live session and on its row.
+    assert.equal((await getStatus(server.port)).subscriptions, 3);
+    assert.deepEqual(JSON.parse(sessionRow(server.dbPath, s.id).subscriptions).sort(), [record, tools, events].sort());
+    // Live again on the new process.
+    await rest(server.port, 'PATCH', '/Product/A-100', { price_cents: 4999 });
+    await st2.waitUpdates(want.length + 2);
+    st2.close();
+    await s.delete();
+    await waitStatus(server.port, { sessions: 0, streams: 0, subscriptions: 0 });
+  } finally {
+    await server.stop();
+  }
+});
+
+test('a session used first by a request after a restart is restored with its subscriptions', async () => {
+  let server = await startServer();
+  try {
+    const s = await McpSession.open(server.port);
+    const uri = `${server.base}/Product/C-300`;
+    await subscribe(s, uri);
+    server = await restartServer(server);
+    assert.equal((await getStatus(server.port)).subscriptions, 0, 'nothing live before the session is used');
+    await s.result('ping', {});
+    assert.equal((await getStatus(server.port)).subscriptions, 1, 'restored by the request');
+    const st = await openPrimed(server, s);
+    await rest(server.port, 'PATCH', '/Product/C-300', { price_cents: 1 });
+    const [ev] = await st.waitUpdates(1);
+    assert.deepEqual(pair(ev), [uri, uri]);
+    st.close();
+    await s.delete();
+  } finally {
+    await server.stop();
+  }
+});
+
+test('audit log pruned past the Last-Event-ID: one update per subscription, naming the subscribed URI', async () => {
+  const s = await McpSession.open(srv.port);
+  try {
+    const B = srv.base;
+    const record = `${B}/Product/D-400`;
+    const coll = `${B}/Product`;
+    await subscribe(s, record);
+    await subscribe(s, coll);
+    let st = await openPrimed(srv, s);
+    await rest(srv.port, 'PATCH', '/Product/D-400', { price_cents: 1 });
+    await st.waitUpdates(2);
+    const last = st.lastId;
+    await dropStream(srv, st);
+    // 120 frames: the id falls off the ring of 100.
+    let sql = 'BEGIN;';
+    for (let i = 0; i < 60; i++) sql += `UPDATE Product SET price_cents = ${i + 2} WHERE sku = 'D-400';`;
+    sqlite(srv.dbPath, `${sql} COMMIT;`);
+    await caughtUp(srv);
+    // Retention removes the log from the resume point on (as store_audit_prune records it).
+    const through = idSeq(last) + 10;
+    sqlite(
+      srv.dbPath,
+      `DELETE FROM audit_log WHERE seq <= ${through};
+       INSERT INTO mcpsub_state (name, value) VALUES ('audit_pruned_through', ${through})
+         ON CONFLICT(name) DO UPDATE SET value = max(value, excluded.value);`,
+    );
+    st = await openPrimed(srv, s, last);
+    assert.deepEqual(sortedPairs(st.updates()), [[record, record], [coll, coll]].map(key).sort(), st.describe(5));
+    st.close();
+  } finally {
+    await s.delete();
+  }
+});
+
+test('more than 1000 URIs changed in the gap: one update per subscription, naming the subscribed URI', async () => {
+  const s = await McpSession.open(srv.port);
+  try {
+    const B = srv.base;
+    const events = `${B}/StockEvent`;
+    const record = `${B}/Product/B-200`;
+    await subscribe(s, events);
+    await subscribe(s, record);
+    let st = await openPrimed(srv, s);
+    await rest(srv.port, 'PATCH', '/Product/B-200', { price_cents: 3 });
+    await st.waitUpdates(1);
+    const last = st.lastId;
+    await dropStream(srv, st);
+    sqlite(
+      srv.dbPath,
+      `BEGIN; WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 1100)
+       INSERT INTO StockEvent (id, sku, delta) SELECT 30000 + i, 'MANY', i FROM n;
+       UPDATE Product SET price_cents = 4 WHERE sku = 'B-200'; COMMIT;`,
+    );
+    await caughtUp(srv);
+    st = await openPrimed(srv, s, last);
+    assert.deepEqual(sortedPairs(st.updates()), [[events, events], [record, record]].map(key).sort(), st.describe(5));
+    st.close();
+  } finally {
+    await s.delete();
+  }
+});
+
+/*
+ * A reader whose queue passes --max-stream-queue is cut; it reconnects
+ * with the last id it received, as a client does, until it has caught up
+ * (at most 10 attempts). Every inserted row's URI must have been notified
+ * by then. One change first, so that the ids name a position past 0.
+ */
+test('slow reader: cut at --max-stream-queue 4096 during a burst of 200 inserts; reconnecting with Last-Event-ID recovers every URI', async () => {
+  const small = await startServer({ args: ['--max-stream-queue', '4096'] });
+  try {
+    const B = small.base;
+    const s = await McpSession.open(small.port);
+    const events = `${B}/StockEvent`;
+    await subscribe(s, events);
+    await rest(small.port, 'PUT', '/StockEvent/1', { sku: 'A-100', delta: 11 });
+    const st = await openPrimed(small, s);
+    assert.ok(idSeq(st.lastId) > 0);
+    sqlite(
+      small.dbPath,
+      `BEGIN; WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 200)
+       INSERT INTO StockEvent (id, sku, delta) SELECT 40000 + i, 'BURST', i FROM n; COMMIT;`,
+    );
+    const want = new Set(Array.from({ length: 200 }, (_, i) => `${B}/StockEvent/${40001 + i}`));
+    await st.waitClosed({ timeoutMs: 5000 }); // cut: 200 updates do not fit in 4096 bytes
+    const got = new Set(st.updates().map((e) => e.json.params.uri));
+    let lastId = st.lastId;
+    const attempts = [];
+    while ([...want].some((u) => !got.has(u)) && attempts.length < 10) {
+      await waitStatus(small.port, { streams: 0 });
+      let next;
+      try {
+        next = await EventStream.open(small.port, s.id, { lastEventId: lastId });
+      } catch (err) {
+        attempts.push(`Last-Event-ID ${lastId}: ${err.message.slice(0, 120)}`);
+        continue;
+      }
+      // Either the catch-up fits and the priming event follows, or the stream is cut again.
+      await next.waitUntil((x) => x.priming || x.closed, { allowClosed: true, what: 'priming or a cut' });
+      const ups = next.updates();
+      for (const e of ups) got.add(e.json.params.uri);
+      attempts.push(`Last-Event-ID ${lastId}: ${ups.length} updates${next.closed ? ', cut' : ''}`);
+      if (next.lastId !== undefined) lastId = next.lastId;
+      next.close();
+    }
+    const missing = [...want].filter((u) => !got.has(u));
+    assert.deepEqual(missing.length, 0, `still missing ${missing.length} of 200 URIs after ${attempts.length} reconnects: ${attempts.join('; ')}`);
+    for (const u of got) assert.ok(want.has(u) || u === `${B}/StockEvent/1`, `unexpected ${u}`);
+    await s.delete();
+    await waitStatus(small.port, { sessions: 0, streams: 0, subscriptions: 0 });
+  } finally {
+    await small.stop();
+  }
+});
+
+/*
+ * An id minted while the audit log was still empty names position 0. The
+ * log was never pruned, so resuming from it is exact: one update per
+ * changed URI and subscription, not the "everything changed" fallback.
+ */
+test('resuming from an id at position 0 (empty audit log) is exact, not the pruned-log fallback', async () => {
+  let fresh = await startServer();
+  try {
+    const B = fresh.base;
+    const s = await McpSession.open(fresh.port);
+    const record = `${B}/Product/A-100`;
+    const coll = `${B}/Product`;
+    await subscribe(s, record);
+    await subscribe(s, coll);
+    const st = await openPrimed(fresh, s);
+    const last = st.lastId;
+    assert.equal(idSeq(last), 0, `a fresh database: ${last}`);
+    await dropStream(fresh, st);
+    await rest(fresh.port, 'PATCH', '/Product/A-100', { price_cents: 1 });
+    await rest(fresh.port, 'PATCH', '/Product/B-200', { price_cents: 1 });
+    await caughtUp(fresh);
+    // A new process: the id is resolved from the audit log.
+    fresh = await restartServer(fresh);
+    const st2 = await openPrimed(fresh, s, last);
+    const a = `${B}/Product/A-100`;
+    assert.deepEqual(
+      sortedPairs(st2.updates()),
+      [[a, record], [a, coll], [`${B}/Product/B-200`, coll]].map(key).sort(),
+      st2.describe(),
+    );
+    st2.close();
+    await s.delete();
+  } finally {
+    await fresh.stop();
+  }
+});
+
+test('--coalesce-ms 300: five quick changes to one record give two notifications, the first at once and the last at the window end', async () => {
+  const co = await startServer({ args: ['--coalesce-ms', '300'] });
+  try {
+    const B = co.base;
+    const s = await McpSession.open(co.port);
+    const record = `${B}/Product/A-100`;
+    const coll = `${B}/Product`;
+    await subscribe(s, record);
+    await subscribe(s, coll);
+    const st = await openPrimed(co, s);
+    // Five changes in one write on one connection: they commit within a few ms of each other.
+    const t0 = Date.now();
+    const conn = await RawConnection.open(co.port);
+    const seqs = [];
+    try {
+      conn.write(
+        Buffer.concat(
+          [1, 2, 3, 4, 5].map((i) =>
+            buildRequest(co.port, {
+              method: 'PATCH',
+              path: '/Product/A-100',
+              headers: { 'Content-Type': 'application/json' },
+              body: JSON.stringify({ price_cents: i }),
+            }),
+          ),
+        ),
+      );
+      for (let i = 0; i < 5; i++) {
+        const res = await conn.readResponse();
+        assert.equal(res.status, 200, res.text);
+        seqs.push(Number(JSON.parse(res.headers.etag)));
+      }
+    } finally {
+      conn.close();
+    }
+    const spread = sqliteRows(co.dbPath, `SELECT max(committed_at) - min(committed_at) AS ms FROM audit_log WHERE seq IN (${seqs.join(',')})`)[0].ms;
+    assert.ok(spread < 200, `the five changes were committed ${spread} ms apart (they must fit in the 300 ms window)`);
+    // Another record in the window is its own URI: not held by A-100's window.
+    const other = await rest(co.port, 'PATCH', '/Product/B-200', { price_cents: 9 });
+    const otherSeq = Number(JSON.parse(other.headers.etag));
+    const first = await st.waitUpdates(1, record, { timeoutMs: 1000 });
+    assert.equal(idSeq(first[0].id), seqs[0], 'the first change goes at once');
+    await st.waitUntil((x) => x.updates(coll).some((e) => idSeq(e.id) === otherSeq), { timeoutMs: 2000, what: 'B-200' });
+    const both = await st.waitUpdates(2, record, { timeoutMs: 2000 });
+    // B-200 was not held behind A-100's window: it came before A-100's trailing edge.
+    const order = st.updates().map((e) => idSeq(e.id));
+    assert.ok(order.indexOf(otherSeq) < order.indexOf(seqs[4]), `B-200 (${otherSeq}) held behind A-100's window: ${order}`);
+    assert.equal(idSeq(both[1].id), seqs[4], 'the trailing edge carries the last change');
+    const firstCommit = sqliteRows(co.dbPath, `SELECT committed_at AS t FROM audit_log WHERE seq = ${seqs[0]}`)[0].t;
+    assert.ok(both[1].t - firstCommit >= 290, `the trailing notification came ${both[1].t - firstCommit} ms after the first change (window 300 ms)`);
+    assert.ok(both[1].t - t0 < 3000, `the trailing notification came ${both[1].t - t0} ms after the changes`);
+    await sleep(700); // two more windows: nothing else may come
+    assert.deepEqual(st.updates(record).map((e) => idSeq(e.id)), [seqs[0], seqs[4]], st.describe());
+    // Per subscription: the collection was coalesced on its own, the same way.
+    assert.deepEqual(
+      st.updates(coll).filter((e) => e.json.params.uri === record).map((e) => idSeq(e.id)),
+      [seqs[0], seqs[4]],
+      st.describe(),
+    );
+    // Once the windows have passed, a change goes at once again.
+    const t1 = Date.now();
+    const res = await rest(co.port, 'PATCH', '/Product/A-100', { price_cents: 4999 });
+    const seq = Number(JSON.parse(res.headers.etag));
+    await st.waitUntil((x) => x.updates(record).some((e) => idSeq(e.id) === seq), { timeoutMs: 1000, what: 'the next change' });
+    assert.ok(Date.now() - t1 < 250, `a change after the window waited ${Date.now() - t1} ms (window 300 ms)`);
+    st.close();
+    await s.delete();
+    await waitStatus(co.port, { sessions: 0, streams: 0, subscriptions: 0 });
+  } finally {
+    await co.stop();
+  }
+});
+
+test('notifications/resources/list_changed reaches every open stream when tables are created or dropped', async () => {
+  const a = await McpSession.open(srv.port);
+  const b = await McpSession.open(srv.port);
+  try {
+    const sa = await openPrimed(srv, a);
+    const sb = await openPrimed(srv, b);
+    const exact = { jsonrpc: '2.0', method: LIST_CHANGED };
+    sqlite(srv.dbPath, 'CREATE TABLE Gadget (id INTEGER PRIMARY KEY, v TEXT)');
+    const [ea] = await sa.waitUntil((x) => (x.messages(LIST_CHANGED).length ? x.messages(LIST_CHANGED) : undefined), {
+      timeoutMs: 2500,
+      what: 'list_changed after CREATE TABLE (external, no request)',
+    });
+    assert.deepEqual(ea.json, exact);
+    assert.ok(ea.id, 'list_changed carries an event id');
+    await sb.waitUntil((x) => x.messages(LIST_CHANGED).length === 1, { timeoutMs: 2500, what: 'list_changed on the second stream' });
+    // The new table is a resource at once.
+    const list = await a.result('resources/list', {});
+    assert.ok(list.resources.some((r) => r.uri === `${srv.base}/Gadget`), JSON.stringify(list));
+    await subscribe(a, `${srv.base}/Gadget`);
+    sqlite(srv.dbPath, "INSERT INTO Gadget (id, v) VALUES (1, 'x')");
+    const [up] = await sa.waitUpdates(1, `${srv.base}/Gadget`, { timeoutMs: 2500 });
+    assert.deepEqual(pair(up), [`${srv.base}/Gadget/1`, `${srv.base}/Gadget`]);
+
+    // Noticed at once on the next request, without waiting for the tailer.
+    sqlite(srv.dbPath, 'DROP TABLE Gadget');
+    const t0 = Date.now();
+    await b.result('ping', {});
+    await sb.waitUntil((x) => x.messages(LIST_CHANGED).length === 2, { timeoutMs: 2500, what: 'list_changed after DROP TABLE' });
+    assert.ok(Date.now() - t0 < 500, `list_changed ${Date.now() - t0} ms after the next request`);
+    await sa.waitUntil((x) => x.messages(LIST_CHANGED).length === 2, { timeoutMs: 2500, what: 'list_changed on the first stream' });
+    // Nothing more than one per change.
+    await sleep(300);
+    assert.equal(sa.messages(LIST_CHANGED).length, 2, sa.describe());
+    assert.equal(sb.messages(LIST_CHANGED).length, 2, sb.describe());
+    sa.close();
+    sb.close();
+  } finally {
+    await a.delete();
+    await b.delete();
+  }
+});
+
+test('teardown: /status back to zero and a clean exit', async () => {
+  await waitStatus(srv.port, { sessions: 0, streams: 0, subscriptions: 0, waiters: 0 });
+  await srv.stop();
+});

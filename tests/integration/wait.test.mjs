@@ -1,0 +1,351 @@
+// The wait_and_read tool, the wait-many fallback for clients without SSE:
+// immediate answers for resources whose version moved (all of them
+// without sinceVersion), a wait that a commit ends, the timeout and its
+// --max-wait cap, several changes during one wait answered as one row with
+// the newest version, includeState, -32602 for bad arguments, and the
+// /status waiters count back at 0 when a wait ends or its client leaves.
+
+import test, { before, after } from 'node:test';
+import assert from 'node:assert/strict';
+
+import { startServer, getStatus } from './lib/server.mjs';
+import { McpSession } from './lib/mcp.mjs';
+import { RawConnection, buildRequest, MCP_ACCEPT } from './lib/raw.mjs';
+import { sqlite } from './lib/sqlite.mjs';
+import { sleep } from './lib/wait.mjs';
+import { EventStream } from './lib/sse.mjs';
+import { product, rest, waitStatus } from './lib/subs.mjs';
+
+const MAX_WAIT_S = 3;
+let srv;
+let s; // one session for most calls
+
+before(async () => {
+  srv = await startServer({ args: ['--max-wait', String(MAX_WAIT_S)] });
+  s = await McpSession.open(srv.port);
+});
+
+after(async () => {
+  await srv?.kill();
+});
+
+const uriOf = (p) => `${srv.base}${p}`;
+
+/* The current version of a resource, as resources/read reports it. */
+async function version(uri) {
+  const r = await s.read(uri);
+  const v = r.contents?.[0]?._meta?.version ?? r._meta?.version;
+  assert.equal(typeof v, 'string', `no _meta.version in ${JSON.stringify(r)}`);
+  return v;
+}
+
+/* wait_and_read that must succeed; returns { data, ms }. */
+async function waitAndRead(args, session = s) {
+  const t0 = Date.now();
+  const data = await session.toolOk('wait_and_read', args);
+  return { data, ms: Date.now() - t0 };
+}
+
+function checkShape(data) {
+  assert.deepEqual(Object.keys(data).sort(), ['resources', 'timedOut']);
+  assert.ok(Array.isArray(data.resources));
+  assert.equal(typeof data.timedOut, 'boolean');
+  for (const r of data.resources) {
+    assert.equal(typeof r.uri, 'string');
+    assert.equal(typeof r.version, 'string', JSON.stringify(r));
+  }
+}
+
+test('returns at once: every resource without sinceVersion, only the moved ones with it', async () => {
+  const a = uriOf('/Product/A-100');
+  const b = uriOf('/Product/B-200');
+  const coll = uriOf('/Product');
+  const tools = uriOf('/Product?category=tools');
+  await rest(srv.port, 'PATCH', '/Product/A-100', { price_cents: 5 });
+  const va = await version(a);
+  const vb = await version(b);
+  const vc = await version(coll);
+  const vt = await version(tools);
+
+  let { data, ms } = await waitAndRead({ resources: [{ uri: a }, { uri: b }, { uri: coll }, { uri: tools }], timeoutMs: 10000 });
+  checkShape(data);
+  assert.equal(data.timedOut, false);
+  assert.deepEqual(data.resources, [
+    { uri: a, version: va },
+    { uri: b, version: vb },
+    { uri: coll, version: vc },
+    { uri: tools, version: vt },
+  ]);
+  assert.ok(ms < 1000, `took ${ms} ms`);
+
+  // Only the stale ones: A-100 and the collection with an older version.
+  ({ data, ms } = await waitAndRead({
+    resources: [
+      { uri: a, sinceVersion: 'stale' },
+      { uri: b, sinceVersion: vb },
+      { uri: coll, sinceVersion: 'anything else' },
+      { uri: tools, sinceVersion: vt },
+    ],
+    timeoutMs: 10000,
+  }));
+  assert.equal(data.timedOut, false);
+  assert.deepEqual(data.resources, [
+    { uri: a, version: va },
+    { uri: coll, version: vc },
+  ]);
+  assert.ok(ms < 1000, `took ${ms} ms`);
+
+  // Nothing moved and timeoutMs 0: at once, empty, timed out.
+  ({ data, ms } = await waitAndRead({ resources: [{ uri: a, sinceVersion: va }], timeoutMs: 0 }));
+  assert.deepEqual(data, { resources: [], timedOut: true });
+  assert.ok(ms < 1000, `took ${ms} ms`);
+  assert.equal((await getStatus(srv.port)).waiters, 0);
+});
+
+test('a record that does not exist has version "0"; its creation wakes a wait on it', async () => {
+  const uri = uriOf('/Product/N-1');
+  let { data } = await waitAndRead({ resources: [{ uri }], timeoutMs: 0 });
+  assert.deepEqual(data.resources, [{ uri, version: '0' }]);
+  const pending = waitAndRead({ resources: [{ uri, sinceVersion: '0' }], timeoutMs: 10000 });
+  await waitStatus(srv.port, { waiters: 1 });
+  const res = await rest(srv.port, 'PUT', '/Product/N-1', product('N-1'));
+  ({ data } = await pending);
+  assert.deepEqual(data, { resources: [{ uri, version: JSON.parse(res.headers.etag) }], timedOut: false });
+  await rest(srv.port, 'DELETE', '/Product/N-1');
+});
+
+test('waits for a change: a commit during the wait ends it with the new version; waiters 1 then 0', async () => {
+  const uri = uriOf('/Product/C-300');
+  const other = uriOf('/Product/D-400');
+  const v0 = await version(uri);
+  const vo = await version(other);
+  const t0 = Date.now();
+  const pending = waitAndRead({ resources: [{ uri, sinceVersion: v0 }, { uri: other, sinceVersion: vo }], timeoutMs: 10000 });
+  await waitStatus(srv.port, { waiters: 1 });
+  await sleep(300);
+  assert.equal((await getStatus(srv.port)).waiters, 1, 'still waiting');
+  await rest(srv.port, 'PATCH', '/Product/B-200', { price_cents: 77 }); // not one of them
+  await sleep(100);
+  assert.equal((await getStatus(srv.port)).waiters, 1, 'a change elsewhere does not end the wait');
+  await rest(srv.port, 'PATCH', '/Product/C-300', { price_cents: 78 });
+  const { data } = await pending;
+  const elapsed = Date.now() - t0;
+  assert.deepEqual(data, { resources: [{ uri, version: await version(uri) }], timedOut: false });
+  assert.notEqual(data.resources[0].version, v0);
+  assert.ok(elapsed >= 350 && elapsed < 3000, `answered after ${elapsed} ms`);
+  await waitStatus(srv.port, { waiters: 0, subscriptions: 0 });
+});
+
+test('an external commit (sqlite3 CLI) wakes a wait too', async () => {
+  const uri = uriOf('/Product/D-400');
+  const v0 = await version(uri);
+  const pending = waitAndRead({ resources: [{ uri, sinceVersion: v0 }], timeoutMs: 10000 });
+  await waitStatus(srv.port, { waiters: 1 });
+  sqlite(srv.dbPath, "UPDATE Product SET price_cents = 451 WHERE sku = 'D-400'");
+  const { data, ms } = await pending;
+  assert.equal(data.timedOut, false);
+  assert.deepEqual(data.resources, [{ uri, version: await version(uri) }]);
+  assert.ok(ms < MAX_WAIT_S * 1000 - 500, `answered after ${ms} ms`);
+});
+
+test('timeout: nothing changes -> empty resources and timedOut after about timeoutMs', async () => {
+  const uri = uriOf('/Product/A-100');
+  const v = await version(uri);
+  const { data, ms } = await waitAndRead({ resources: [{ uri, sinceVersion: v }], timeoutMs: 600 });
+  assert.deepEqual(data, { resources: [], timedOut: true });
+  assert.ok(ms >= 550 && ms < 2500, `timed out after ${ms} ms`);
+  assert.equal((await getStatus(srv.port)).waiters, 0);
+});
+
+test('timeoutMs is capped by --max-wait', async () => {
+  const uri = uriOf('/Product/A-100');
+  const v = await version(uri);
+  const { data, ms } = await waitAndRead({ resources: [{ uri, sinceVersion: v }], timeoutMs: 600000 });
+  assert.deepEqual(data, { resources: [], timedOut: true });
+  assert.ok(ms >= MAX_WAIT_S * 1000 - 100 && ms < MAX_WAIT_S * 1000 + 2000, `answered after ${ms} ms (cap ${MAX_WAIT_S} s)`);
+});
+
+test('three changes in one transaction during a wait: one row per resource, with the newest version', async () => {
+  const a = uriOf('/Product/A-100');
+  const coll = uriOf('/Product');
+  const untouched = uriOf('/StockEvent');
+  const va = await version(a);
+  const vc = await version(coll);
+  const vu = await version(untouched);
+  const pending = waitAndRead({
+    resources: [
+      { uri: a, sinceVersion: va },
+      { uri: coll, sinceVersion: vc },
+      { uri: untouched, sinceVersion: vu },
+    ],
+    timeoutMs: 10000,
+  });
+  await waitStatus(srv.port, { waiters: 1 });
+  sqlite(
+    srv.dbPath,
+    `BEGIN;
+     UPDATE Product SET price_cents = 1 WHERE sku = 'A-100';
+     UPDATE Product SET price_cents = 2 WHERE sku = 'A-100';
+     UPDATE Product SET price_cents = 3 WHERE sku = 'A-100';
+     COMMIT;`,
+  );
+  const { data } = await pending;
+  const newest = sqlite(srv.dbPath, "SELECT max(seq) FROM audit_log WHERE tbl = 'Product' AND key = 'A-100'").trim();
+  assert.deepEqual(data, {
+    resources: [
+      { uri: a, version: newest },
+      { uri: coll, version: newest },
+    ],
+    timedOut: false,
+  });
+  assert.equal(await version(a), newest);
+});
+
+test('includeState: a record, a collection and a filtered collection come with their content', async () => {
+  const a = uriOf('/Product/A-100');
+  const tools = uriOf('/Product?category=tools');
+  const gone = uriOf('/Product/NOPE');
+  const { data } = await waitAndRead({ resources: [{ uri: a }, { uri: tools }, { uri: gone }], includeState: true, timeoutMs: 0 });
+  assert.equal(data.timedOut, false);
+  const [ra, rt, rg] = data.resources;
+  assert.deepEqual(ra.state, (await s.readJson(a)).value);
+  assert.equal(ra.state.sku, 'A-100');
+  assert.ok(Array.isArray(rt.state), JSON.stringify(rt));
+  assert.deepEqual(rt.state.map((r) => r.sku).sort(), ['A-100', 'C-300']);
+  assert.ok(rt.state.every((r) => r.category === 'tools'));
+  assert.deepEqual(rg, { uri: gone, version: '0', state: null });
+  // Without includeState: no state key at all.
+  const plain = await waitAndRead({ resources: [{ uri: a }], timeoutMs: 0 });
+  assert.deepEqual(Object.keys(plain.data.resources[0]).sort(), ['uri', 'version']);
+  // And on a wait that a change ends: the state after the change.
+  const v = await version(a);
+  const pending = waitAndRead({ resources: [{ uri: a, sinceVersion: v }], includeState: true, timeoutMs: 10000 });
+  await waitStatus(srv.port, { waiters: 1 });
+  await rest(srv.port, 'PATCH', '/Product/A-100', { name: 'Anvil II' });
+  const woke = (await pending).data;
+  assert.equal(woke.resources.length, 1);
+  assert.equal(woke.resources[0].state.name, 'Anvil II');
+  await rest(srv.port, 'PATCH', '/Product/A-100', { name: 'Anvil' });
+});
+
+test('a filtered wait: a change outside the filter does not end it, a row leaving the filter does', async () => {
+  const tools = uriOf('/Product?category=tools');
+  const v = await version(tools);
+  const pending = waitAndRead({ resources: [{ uri: tools, sinceVersion: v }], timeoutMs: 10000 });
+  await waitStatus(srv.port, { waiters: 1 });
+  await rest(srv.port, 'PATCH', '/Product/B-200', { price_cents: 5 }); // garden
+  await sleep(200);
+  assert.equal((await getStatus(srv.port)).waiters, 1, 'woken by a row outside the filter');
+  await rest(srv.port, 'PATCH', '/Product/C-300', { category: 'home' }); // leaves
+  const { data } = await pending;
+  assert.equal(data.timedOut, false);
+  assert.deepEqual(data.resources.map((r) => r.uri), [tools]);
+  await rest(srv.port, 'PATCH', '/Product/C-300', { category: 'tools' });
+});
+
+test('several waiters on one resource are all woken; a session stream sees no notification from them', async () => {
+  const uri = uriOf('/Product/B-200');
+  const other = await McpSession.open(srv.port);
+  const stream = await EventStream.open(srv.port, s.id);
+  try {
+    await stream.waitPrimed();
+    const v = await version(uri);
+    const p1 = waitAndRead({ resources: [{ uri, sinceVersion: v }], timeoutMs: 10000 });
+    const p2 = waitAndRead({ resources: [{ uri, sinceVersion: v }], timeoutMs: 10000 });
+    const p3 = waitAndRead({ resources: [{ uri, sinceVersion: v }], timeoutMs: 10000 }, other);
+    await waitStatus(srv.port, { waiters: 3 });
+    await rest(srv.port, 'PATCH', '/Product/B-200', { price_cents: 6 });
+    const now = await version(uri);
+    for (const { data } of await Promise.all([p1, p2, p3])) assert.deepEqual(data, { resources: [{ uri, version: now }], timedOut: false });
+    await waitStatus(srv.port, { waiters: 0, subscriptions: 0 });
+    await sleep(200);
+    assert.deepEqual(stream.updates(), [], stream.describe());
+  } finally {
+    stream.close();
+    await other.delete();
+  }
+});
+
+test('bad arguments -> JSON-RPC -32602 (not a tool error), and no waiter left', async () => {
+  const a = uriOf('/Product/A-100');
+  const bad = [
+    {},
+    { resources: 'x' },
+    { resources: [] },
+    { resources: {} },
+    { resources: Array.from({ length: 101 }, () => ({ uri: a })) },
+    { resources: [{}] },
+    { resources: [{ uri: 5 }] },
+    { resources: ['x'] },
+    { resources: [{ uri: a, sinceVersion: 5 }] },
+    { resources: [{ uri: 'mcpsub://about' }] },
+    { resources: [{ uri: uriOf('/Nope') }] },
+    { resources: [{ uri: a }, { uri: uriOf('/Product?nope=1') }] },
+    { resources: [{ uri: a }], timeoutMs: -1 },
+    { resources: [{ uri: a }], timeoutMs: 1.5 },
+    { resources: [{ uri: a }], timeoutMs: '100' },
+    { resources: [{ uri: a }], includeState: 'yes' },
+  ];
+  for (const args of bad) {
+    const body = await s.call('tools/call', { name: 'wait_and_read', arguments: args });
+    assert.ok(body.error, `${JSON.stringify(args).slice(0, 200)} should fail: ${JSON.stringify(body).slice(0, 300)}`);
+    assert.equal(body.error.code, -32602, JSON.stringify(args).slice(0, 200));
+  }
+  // 100 resources is the limit, not an error.
+  const ok = await waitAndRead({ resources: Array.from({ length: 100 }, () => ({ uri: a })), timeoutMs: 0 });
+  assert.equal(ok.data.resources.length, 100);
+  const st = await getStatus(srv.port);
+  assert.equal(st.waiters, 0);
+  assert.equal(st.subscriptions, 0);
+});
+
+/*
+ * The wait belongs to its HTTP request: when the client goes away (a reset,
+ * or an ordinary close, which the server sees as EOF on a connection whose
+ * request is pending), the waiter must go at once, not linger until its
+ * timeout (--max-wait is 3 s here; the bound is 1.5 s).
+ */
+test('a client that disconnects while waiting leaves no waiter and no subscription behind', async () => {
+  const uri = uriOf('/Product/A-100');
+  const v = await version(uri);
+  const body = JSON.stringify({
+    jsonrpc: '2.0',
+    id: 77,
+    method: 'tools/call',
+    params: { name: 'wait_and_read', arguments: { resources: [{ uri, sinceVersion: v }], timeoutMs: 20000 } },
+  });
+  for (const how of ['reset', 'close']) {
+    const conn = await RawConnection.open(srv.port);
+    conn.write(
+      buildRequest(srv.port, {
+        method: 'POST',
+        path: '/mcp',
+        headers: { Accept: MCP_ACCEPT, 'Content-Type': 'application/json', 'Mcp-Session-Id': s.id, 'MCP-Protocol-Version': s.protocolVersion },
+        body,
+      }),
+    );
+    await waitStatus(srv.port, { waiters: 1, subscriptions: 1 });
+    if (how === 'reset') conn.socket.resetAndDestroy();
+    else conn.close();
+    const t0 = Date.now();
+    await waitStatus(srv.port, { waiters: 0, subscriptions: 0 }, { timeoutMs: 5000 });
+    const ms = Date.now() - t0;
+    assert.ok(ms < 1500, `after a ${how} of the client's connection the waiter stayed ${ms} ms (its timeout is ${MAX_WAIT_S} s)`);
+  }
+  // The resource still wakes later waits normally.
+  const pending = waitAndRead({ resources: [{ uri, sinceVersion: v }], timeoutMs: 10000 });
+  await waitStatus(srv.port, { waiters: 1 });
+  await rest(srv.port, 'PATCH', '/Product/A-100', { price_cents: 4999 });
+  assert.equal((await pending).data.timedOut, false);
+});
+
+test('a wait pending at shutdown is answered (timedOut) and the server exits cleanly', async () => {
+  const uri = uriOf('/Product/A-100');
+  const v = await version(uri);
+  const pending = waitAndRead({ resources: [{ uri, sinceVersion: v }], timeoutMs: 10000 });
+  await waitStatus(srv.port, { waiters: 1 });
+  const stopped = srv.stop();
+  const { data } = await pending;
+  assert.deepEqual(data, { resources: [], timedOut: true });
+  await stopped;
+});

@@ -1,0 +1,451 @@
+/*
+ * Unit tests of the subscription index: adding and removing
+ * subscriptions, topics shared by every subscription to the same URI text
+ * (two owners, one topic; the topic and its table entry freed with the
+ * last subscription), what a change matches (record topics by key and by
+ * the key before a rename, collection topics, filtered topics on the old
+ * or the new row, so a row leaving the filter matches too), the filter
+ * value comparison (text against numbers: "5" matches 5 and 5.0), tables
+ * nobody watches, and sub_topic_matches agreeing with sub_index_match.
+ * ASan checks that removal and sub_index_finish free everything.
+ */
+#include <cjson/cJSON.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "common/uri.h"
+#include "worker/sub_index.h"
+
+#define BASE "http://127.0.0.1:9926"
+
+static sub_owner session_a = {SUB_OWNER_SESSION};
+static sub_owner session_b = {SUB_OWNER_SESSION};
+static sub_owner waiter = {SUB_OWNER_WAITER};
+
+static sub_t *add(sub_index *idx, const char *uri, sub_owner *owner) {
+  uri_t u;
+  CHECK_INT_EQ(uri_parse(BASE, uri, &u), 0);
+  sub_t *s = sub_index_add(idx, uri, &u, owner, 0);
+  uri_finish(&u); /* the index keeps its own copy */
+  CHECK(s != NULL);
+  CHECK(s->owner == owner);
+  CHECK_STR_EQ(s->topic->uri, uri);
+  return s;
+}
+
+/* The topics a change matched, in call order. */
+typedef struct matches {
+  sub_topic *topics[32];
+  int n;
+} matches;
+
+static void collect(sub_topic *t, void *data) {
+  matches *m = data;
+  CHECK(m->n < 32);
+  m->topics[m->n++] = t;
+}
+
+static int count_topic(const matches *m, const sub_topic *t) {
+  int n = 0;
+  for (int i = 0; i < m->n; i++) n += m->topics[i] == t;
+  return n;
+}
+
+static cJSON *row(const char *json) {
+  cJSON *r = cJSON_Parse(json);
+  CHECK(r != NULL);
+  return r;
+}
+
+/* Matches a change on table/key with optional old and new rows (JSON text or NULL). */
+static matches match(const sub_index *idx, const char *table, const char *key, const char *old_key,
+                     const char *old_json, const char *new_json) {
+  cJSON *old_row = old_json != NULL ? row(old_json) : NULL;
+  cJSON *new_row = new_json != NULL ? row(new_json) : NULL;
+  sub_change c = {100, table, key, old_key, old_row, new_row};
+  matches m = {0};
+  sub_index_match(idx, &c, collect, &m);
+  /* Every matched topic passes sub_topic_matches with the same change. */
+  for (int i = 0; i < m.n; i++) CHECK(sub_topic_matches(m.topics[i], &c));
+  cJSON_Delete(old_row);
+  cJSON_Delete(new_row);
+  return m;
+}
+
+/* sub_topic_matches alone, for a topic and a change. */
+static bool topic_matches(const sub_topic *t, const char *table, const char *key, const char *old_key,
+                          const char *old_json, const char *new_json) {
+  cJSON *old_row = old_json != NULL ? row(old_json) : NULL;
+  cJSON *new_row = new_json != NULL ? row(new_json) : NULL;
+  sub_change c = {100, table, key, old_key, old_row, new_row};
+  bool r = sub_topic_matches(t, &c);
+  cJSON_Delete(old_row);
+  cJSON_Delete(new_row);
+  return r;
+}
+
+static void test_add_remove(void) {
+  sub_index idx;
+  sub_index_init(&idx);
+  CHECK_INT_EQ(idx.n_subs, 0);
+  CHECK(!sub_index_watches(&idx, "Product"));
+  CHECK(sub_index_find(&idx, BASE "/Product/A-100") == NULL);
+
+  sub_t *rec = add(&idx, BASE "/Product/A-100", &session_a);
+  sub_t *coll = add(&idx, BASE "/Product", &session_a);
+  sub_t *filt = add(&idx, BASE "/Product?category=tools", &session_a);
+  CHECK_INT_EQ(idx.n_subs, 3);
+  CHECK_INT_EQ(idx.topics.count, 3);
+  CHECK(sub_index_watches(&idx, "Product"));
+  CHECK(!sub_index_watches(&idx, "StockEvent"));
+  CHECK(sub_index_find(&idx, BASE "/Product/A-100") == rec->topic);
+  CHECK(sub_index_find(&idx, BASE "/Product") == coll->topic);
+  CHECK(sub_index_find(&idx, BASE "/Product?category=tools") == filt->topic);
+  CHECK_INT_EQ(rec->topic->parsed.kind, URI_RECORD);
+  CHECK_STR_EQ(rec->topic->parsed.key, "A-100");
+  CHECK_INT_EQ(filt->topic->parsed.kind, URI_FILTERED);
+  /* Distinct topics have distinct ids (they name topics in event ids). */
+  CHECK(rec->topic->id != coll->topic->id);
+  CHECK(rec->topic->id != filt->topic->id);
+  CHECK(coll->topic->id != filt->topic->id);
+  uint32_t coll_id = coll->topic->id;
+
+  sub_index_remove(&idx, coll);
+  CHECK_INT_EQ(idx.n_subs, 2);
+  CHECK(sub_index_find(&idx, BASE "/Product") == NULL);
+  CHECK(sub_index_watches(&idx, "Product"));
+  sub_index_remove(&idx, filt);
+  CHECK(!sub_index_needs_rows(&idx, "Product"));
+  sub_index_remove(&idx, rec);
+  CHECK_INT_EQ(idx.n_subs, 0);
+  CHECK_INT_EQ(idx.topics.count, 0);
+  CHECK_INT_EQ(idx.tables.count, 0);
+  CHECK_INT_EQ(idx.records.count, 0);
+  CHECK(!sub_index_watches(&idx, "Product"));
+
+  /* A URI subscribed again gets a new topic with a new id. */
+  sub_t *again = add(&idx, BASE "/Product", &session_a);
+  CHECK(again->topic->id != coll_id);
+  sub_index_remove(&idx, again);
+  sub_index_finish(&idx);
+}
+
+static void test_topic_sharing(void) {
+  sub_index idx;
+  sub_index_init(&idx);
+  sub_t *a = add(&idx, BASE "/Product/A-100", &session_a);
+  sub_t *b = add(&idx, BASE "/Product/A-100", &session_b);
+  sub_t *w = add(&idx, BASE "/Product/A-100", &waiter);
+  CHECK(a->topic == b->topic);
+  CHECK(a->topic == w->topic);
+  sub_topic *t = a->topic;
+  CHECK_INT_EQ(t->n_subs, 3);
+  CHECK_INT_EQ(t->n_session_subs, 2);
+  CHECK_INT_EQ(idx.n_subs, 3);
+  CHECK_INT_EQ(idx.topics.count, 1);
+  CHECK_INT_EQ(idx.records.count, 1);
+
+  /* A change reaches the topic once, whatever the number of subscribers. */
+  matches m = match(&idx, "Product", "A-100", NULL, NULL, "{\"sku\":\"A-100\"}");
+  CHECK_INT_EQ(m.n, 1);
+  CHECK(m.topics[0] == t);
+  /* Each subscriber is on the topic's list exactly once. */
+  int seen_a = 0, seen_b = 0, seen_w = 0;
+  for (sub_t *s = t->subs; s != NULL; s = s->topic_next) {
+    seen_a += s == a;
+    seen_b += s == b;
+    seen_w += s == w;
+    CHECK(s->topic == t);
+    if (s->topic_next != NULL) CHECK(s->topic_next->topic_prev == s);
+  }
+  CHECK(seen_a == 1 && seen_b == 1 && seen_w == 1);
+
+  /* Removing from the middle of the list keeps the topic. */
+  sub_index_remove(&idx, b);
+  CHECK(sub_index_find(&idx, BASE "/Product/A-100") == t);
+  CHECK_INT_EQ(t->n_subs, 2);
+  CHECK_INT_EQ(t->n_session_subs, 1);
+  sub_index_remove(&idx, w);
+  CHECK(sub_index_find(&idx, BASE "/Product/A-100") == t);
+  CHECK_INT_EQ(t->n_subs, 1);
+  CHECK_INT_EQ(t->n_session_subs, 1);
+  CHECK(t->subs == a && a->topic_prev == NULL && a->topic_next == NULL);
+  /* The last one out frees the topic, its record bucket and its table entry. */
+  sub_index_remove(&idx, a);
+  CHECK(sub_index_find(&idx, BASE "/Product/A-100") == NULL);
+  CHECK_INT_EQ(idx.topics.count, 0);
+  CHECK_INT_EQ(idx.records.count, 0);
+  CHECK(!sub_index_watches(&idx, "Product"));
+  m = match(&idx, "Product", "A-100", NULL, NULL, "{\"sku\":\"A-100\"}");
+  CHECK_INT_EQ(m.n, 0);
+
+  /* Different texts for the same resource are different topics (exact URI text). */
+  sub_t *x = add(&idx, BASE "/Product?category=tools&in_stock=1", &session_a);
+  sub_t *y = add(&idx, BASE "/Product?in_stock=1&category=tools", &session_a);
+  CHECK(x->topic != y->topic);
+  m = match(&idx, "Product", "A-100", NULL, NULL, "{\"category\":\"tools\",\"in_stock\":1}");
+  CHECK_INT_EQ(m.n, 2);
+  sub_index_remove(&idx, y);
+  sub_index_remove(&idx, x);
+  sub_index_finish(&idx);
+}
+
+/* Two record topics for the same key (different texts) share a bucket. */
+static void test_record_bucket(void) {
+  sub_index idx;
+  sub_index_init(&idx);
+  sub_t *a = add(&idx, BASE "/Product/A-100", &session_a);
+  sub_t *b = add(&idx, BASE "/Product/A%2D100", &session_a); /* same key, other text */
+  sub_t *c = add(&idx, BASE "/Product/B-200", &session_a);
+  CHECK(a->topic != b->topic);
+  CHECK_INT_EQ(idx.records.count, 2);
+  matches m = match(&idx, "Product", "A-100", NULL, NULL, "{}");
+  CHECK_INT_EQ(m.n, 2);
+  CHECK_INT_EQ(count_topic(&m, a->topic), 1);
+  CHECK_INT_EQ(count_topic(&m, b->topic), 1);
+  sub_index_remove(&idx, a); /* the head of the bucket */
+  m = match(&idx, "Product", "A-100", NULL, NULL, "{}");
+  CHECK_INT_EQ(m.n, 1);
+  CHECK(m.topics[0] == b->topic);
+  sub_index_remove(&idx, b);
+  CHECK_INT_EQ(idx.records.count, 1);
+  m = match(&idx, "Product", "A-100", NULL, NULL, "{}");
+  CHECK_INT_EQ(m.n, 0);
+  sub_index_remove(&idx, c);
+  sub_index_finish(&idx);
+}
+
+static void test_match_kinds(void) {
+  sub_index idx;
+  sub_index_init(&idx);
+  sub_t *rec = add(&idx, BASE "/Product/A-100", &session_a);
+  sub_t *coll = add(&idx, BASE "/Product", &session_a);
+  sub_t *tools = add(&idx, BASE "/Product?category=tools", &session_a);
+  sub_t *garden = add(&idx, BASE "/Product?category=garden", &session_a);
+  sub_t *stock = add(&idx, BASE "/StockEvent", &session_b);
+  static const char *const anvil = "{\"sku\":\"A-100\",\"category\":\"tools\",\"price_cents\":4999}";
+  static const char *const anvil_garden = "{\"sku\":\"A-100\",\"category\":\"garden\",\"price_cents\":4999}";
+  static const char *const dust = "{\"sku\":\"D-400\",\"category\":\"home\"}";
+
+  /* UPDATE of A-100 inside the tools filter: record, collection, tools. */
+  matches m = match(&idx, "Product", "A-100", NULL, anvil, anvil);
+  CHECK_INT_EQ(m.n, 3);
+  CHECK_INT_EQ(count_topic(&m, rec->topic), 1);
+  CHECK_INT_EQ(count_topic(&m, coll->topic), 1);
+  CHECK_INT_EQ(count_topic(&m, tools->topic), 1);
+
+  /* INSERT (no old row) of a tools row with another key. */
+  m = match(&idx, "Product", "E-500", NULL, NULL, "{\"sku\":\"E-500\",\"category\":\"tools\"}");
+  CHECK_INT_EQ(m.n, 2);
+  CHECK_INT_EQ(count_topic(&m, coll->topic), 1);
+  CHECK_INT_EQ(count_topic(&m, tools->topic), 1);
+
+  /* DELETE (no new row) of a tools row: the old row matches. */
+  m = match(&idx, "Product", "C-300", NULL, "{\"sku\":\"C-300\",\"category\":\"tools\"}", NULL);
+  CHECK_INT_EQ(m.n, 2);
+  CHECK_INT_EQ(count_topic(&m, tools->topic), 1);
+
+  /* A row leaving the filter (tools -> garden) matches tools (old) and garden (new). */
+  m = match(&idx, "Product", "A-100", NULL, anvil, anvil_garden);
+  CHECK_INT_EQ(m.n, 4);
+  CHECK_INT_EQ(count_topic(&m, tools->topic), 1);
+  CHECK_INT_EQ(count_topic(&m, garden->topic), 1);
+  /* ... and one entering it (garden -> tools). */
+  m = match(&idx, "Product", "A-100", NULL, anvil_garden, anvil);
+  CHECK_INT_EQ(count_topic(&m, tools->topic), 1);
+  CHECK_INT_EQ(count_topic(&m, garden->topic), 1);
+
+  /* A row matching neither before nor after: collection only. */
+  m = match(&idx, "Product", "D-400", NULL, dust, dust);
+  CHECK_INT_EQ(m.n, 1);
+  CHECK(m.topics[0] == coll->topic);
+  /* Without rows, no filtered topic can match. */
+  m = match(&idx, "Product", "D-400", NULL, NULL, NULL);
+  CHECK_INT_EQ(m.n, 1);
+  CHECK(m.topics[0] == coll->topic);
+
+  /* A key change: the record topic of the old key matches too. */
+  m = match(&idx, "Product", "Z-999", "A-100", anvil, "{\"sku\":\"Z-999\",\"category\":\"home\"}");
+  CHECK_INT_EQ(count_topic(&m, rec->topic), 1);
+  CHECK_INT_EQ(count_topic(&m, coll->topic), 1);
+  CHECK_INT_EQ(count_topic(&m, tools->topic), 1);
+  CHECK(topic_matches(rec->topic, "Product", "Z-999", "A-100", NULL, NULL));
+  CHECK(!topic_matches(rec->topic, "Product", "Z-999", "B-200", NULL, NULL));
+  /* old_key equal to key is not matched twice. */
+  m = match(&idx, "Product", "A-100", "A-100", anvil, anvil);
+  CHECK_INT_EQ(count_topic(&m, rec->topic), 1);
+
+  /* Another table's topics are independent. */
+  m = match(&idx, "StockEvent", "7", NULL, NULL, "{\"id\":7,\"sku\":\"A-100\"}");
+  CHECK_INT_EQ(m.n, 1);
+  CHECK(m.topics[0] == stock->topic);
+  CHECK(!topic_matches(coll->topic, "StockEvent", "7", NULL, NULL, NULL));
+  CHECK(!topic_matches(rec->topic, "StockEvent", "A-100", NULL, NULL, NULL));
+  CHECK(topic_matches(stock->topic, "StockEvent", "8", NULL, NULL, NULL));
+
+  /* needs_rows: only tables with filtered topics. */
+  CHECK(sub_index_needs_rows(&idx, "Product"));
+  CHECK(!sub_index_needs_rows(&idx, "StockEvent"));
+  CHECK(!sub_index_needs_rows(&idx, "Nope"));
+
+  sub_index_remove(&idx, rec);
+  sub_index_remove(&idx, coll);
+  sub_index_remove(&idx, tools);
+  sub_index_remove(&idx, garden);
+  sub_index_remove(&idx, stock);
+  sub_index_finish(&idx);
+}
+
+static void test_multiple_filters(void) {
+  sub_index idx;
+  sub_index_init(&idx);
+  sub_t *f = add(&idx, BASE "/Product?category=tools&in_stock=1", &session_a);
+  CHECK_INT_EQ(f->topic->parsed.n_filters, 2);
+  matches m = match(&idx, "Product", "A-100", NULL, NULL, "{\"category\":\"tools\",\"in_stock\":1}");
+  CHECK_INT_EQ(m.n, 1);
+  m = match(&idx, "Product", "C-300", NULL, NULL, "{\"category\":\"tools\",\"in_stock\":0}");
+  CHECK_INT_EQ(m.n, 0);
+  m = match(&idx, "Product", "C-300", NULL, "{\"category\":\"tools\",\"in_stock\":0}",
+            "{\"category\":\"tools\",\"in_stock\":1}");
+  CHECK_INT_EQ(m.n, 1);
+  /* A column missing from the row does not match. */
+  m = match(&idx, "Product", "C-300", NULL, NULL, "{\"category\":\"tools\"}");
+  CHECK_INT_EQ(m.n, 0);
+  sub_index_remove(&idx, f);
+  sub_index_finish(&idx);
+}
+
+/* sub_filters_match on one filter col=text against a row {"col": <json>}. */
+static bool filter_holds(const char *text, const char *json_value) {
+  char uri[256], json[256];
+  snprintf(uri, sizeof(uri), BASE "/T?v=%s", text);
+  snprintf(json, sizeof(json), "{\"v\":%s}", json_value);
+  uri_t u;
+  CHECK_INT_EQ(uri_parse(BASE, uri, &u), 0);
+  cJSON *r = row(json);
+  bool ok = sub_filters_match(&u, r);
+  cJSON_Delete(r);
+  uri_finish(&u);
+  return ok;
+}
+
+static void test_filter_values(void) {
+  /* Numbers compare numerically with numeric text. */
+  CHECK(filter_holds("5", "5"));
+  CHECK(filter_holds("5.0", "5"));
+  CHECK(filter_holds("5", "5.0"));
+  CHECK(filter_holds("-3", "-3"));
+  CHECK(filter_holds("0.5", "0.5"));
+  CHECK(filter_holds("1e2", "100"));
+  CHECK(!filter_holds("6", "5"));
+  CHECK(!filter_holds("5x", "5"));
+  CHECK(!filter_holds("abc", "5"));
+  CHECK(!filter_holds("", "0"));
+  /* Strings compare as text, exactly. */
+  CHECK(filter_holds("5", "\"5\""));
+  CHECK(!filter_holds("5.0", "\"5\""));
+  CHECK(filter_holds("tools", "\"tools\""));
+  CHECK(!filter_holds("Tools", "\"tools\""));
+  CHECK(!filter_holds("tool", "\"tools\""));
+  CHECK(filter_holds("a%20b", "\"a b\"")); /* the filter value is decoded */
+  /* Booleans as 1/0; NULL equals nothing. */
+  CHECK(filter_holds("1", "true"));
+  CHECK(filter_holds("0", "false"));
+  CHECK(!filter_holds("true", "true"));
+  CHECK(!filter_holds("null", "null"));
+  CHECK(!filter_holds("", "null"));
+  CHECK(!filter_holds("0", "null"));
+
+  /* Not an object: nothing matches. */
+  uri_t u;
+  CHECK_INT_EQ(uri_parse(BASE, BASE "/T?v=1", &u), 0);
+  CHECK(!sub_filters_match(&u, NULL));
+  cJSON *arr = row("[1]");
+  CHECK(!sub_filters_match(&u, arr));
+  cJSON_Delete(arr);
+  uri_finish(&u);
+
+  /* Through the index: a numeric filter subscribed as text matches a number column. */
+  sub_index idx;
+  sub_index_init(&idx);
+  sub_t *f = add(&idx, BASE "/StockEvent?delta=5", &session_a);
+  matches m = match(&idx, "StockEvent", "3", NULL, NULL, "{\"id\":3,\"delta\":5}");
+  CHECK_INT_EQ(m.n, 1);
+  m = match(&idx, "StockEvent", "4", NULL, NULL, "{\"id\":4,\"delta\":6}");
+  CHECK_INT_EQ(m.n, 0);
+  m = match(&idx, "StockEvent", "3", NULL, "{\"id\":3,\"delta\":5}", "{\"id\":3,\"delta\":6}");
+  CHECK_INT_EQ(m.n, 1); /* leaving */
+  sub_index_remove(&idx, f);
+  sub_index_finish(&idx);
+}
+
+static void test_unwatched(void) {
+  sub_index idx;
+  sub_index_init(&idx);
+  matches m = match(&idx, "Product", "A-100", NULL, "{}", "{}");
+  CHECK_INT_EQ(m.n, 0);
+  sub_t *s = add(&idx, BASE "/Product/A-100", &session_a);
+  CHECK(!sub_index_watches(&idx, "StockEvent"));
+  CHECK(!sub_index_watches(&idx, "product")); /* names are exact */
+  m = match(&idx, "StockEvent", "A-100", NULL, NULL, "{}");
+  CHECK_INT_EQ(m.n, 0);
+  m = match(&idx, "product", "A-100", NULL, NULL, "{}");
+  CHECK_INT_EQ(m.n, 0);
+  /* A watched table, but another key and no collection topic. */
+  m = match(&idx, "Product", "B-200", NULL, NULL, "{}");
+  CHECK_INT_EQ(m.n, 0);
+  m = match(&idx, "Product", "A-1000", NULL, NULL, "{}");
+  CHECK_INT_EQ(m.n, 0);
+  sub_index_remove(&idx, s);
+  sub_index_finish(&idx);
+}
+
+/* since_seq is stored for the engine's omitCurrent check. */
+static void test_since_seq(void) {
+  sub_index idx;
+  sub_index_init(&idx);
+  uri_t u;
+  CHECK_INT_EQ(uri_parse(BASE, BASE "/Product", &u), 0);
+  sub_t *s = sub_index_add(&idx, BASE "/Product", &u, &session_a, 41);
+  uri_finish(&u);
+  CHECK_INT_EQ(s->since_seq, 41);
+  sub_index_remove(&idx, s);
+  sub_index_finish(&idx);
+}
+
+/* Finishing an index that still has subscriptions frees them all (ASan: no leak). */
+static void test_finish_with_subs(void) {
+  sub_index idx;
+  sub_index_init(&idx);
+  (void)add(&idx, BASE "/Product/A-100", &session_a);
+  (void)add(&idx, BASE "/Product/A-100", &session_b);
+  (void)add(&idx, BASE "/Product", &session_a);
+  (void)add(&idx, BASE "/Product?category=tools", &waiter);
+  char uri[128];
+  for (int i = 0; i < 200; i++) {
+    snprintf(uri, sizeof(uri), BASE "/StockEvent/%d", i);
+    (void)add(&idx, uri, i % 2 ? &session_a : &session_b);
+  }
+  CHECK_INT_EQ(idx.n_subs, 204);
+  CHECK_INT_EQ(idx.topics.count, 203);
+  matches m = match(&idx, "StockEvent", "150", NULL, NULL, "{}");
+  CHECK_INT_EQ(m.n, 1);
+  CHECK_STR_EQ(m.topics[0]->uri, BASE "/StockEvent/150");
+  sub_index_finish(&idx);
+}
+
+int main(void) {
+  RUN(test_add_remove);
+  RUN(test_topic_sharing);
+  RUN(test_record_bucket);
+  RUN(test_match_kinds);
+  RUN(test_multiple_filters);
+  RUN(test_filter_values);
+  RUN(test_unwatched);
+  RUN(test_since_seq);
+  RUN(test_finish_with_subs);
+  return 0;
+}
