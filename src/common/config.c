@@ -15,6 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <uv.h>
+
 #include "common/buf.h"
 
 #define CONFIG_DEFAULT_HOST "127.0.0.1"
@@ -358,6 +360,56 @@ static int config_set_strict(config_t *cfg, const char *flag, const char *value,
   return 0;
 }
 
+static int config_set_workers(config_t *cfg, const char *flag, const char *value, char *err,
+                              size_t errlen)
+{
+  uint64_t n;
+  int rc = config_parse_uint(flag, value, 0, CONFIG_MAX_WORKERS, false, &n, err, errlen);
+  if (rc == 0)
+    cfg->workers = (int)n;
+  return rc;
+}
+
+static int config_set_drain_timeout(config_t *cfg, const char *flag, const char *value,
+                                    char *err, size_t errlen)
+{
+  uint64_t n;
+  int rc = config_parse_uint(flag, value, 0, 3600, false, &n, err, errlen);
+  if (rc == 0)
+    cfg->drain_timeout_ms = n * 1000;
+  return rc;
+}
+
+static int config_set_control_socket(config_t *cfg, const char *flag, const char *value,
+                                     char *err, size_t errlen)
+{
+  if (value[0] == '\0')
+    return config_fail(err, errlen, "%s: empty path", flag);
+  cfg->control_socket = value;
+  return 0;
+}
+
+static int config_set_worker_slot(config_t *cfg, const char *flag, const char *value, char *err,
+                                  size_t errlen)
+{
+  uint64_t n;
+  int rc = config_parse_uint(flag, value, 0, CONFIG_MAX_WORKERS - 1, false, &n, err, errlen);
+  if (rc == 0)
+    cfg->worker_slot = (int)n;
+  return rc;
+}
+
+static int config_set_worker_generation(config_t *cfg, const char *flag, const char *value,
+                                        char *err, size_t errlen)
+{
+  uint64_t n;
+  int rc = config_parse_uint(flag, value, 0, UINT32_MAX, false, &n, err, errlen);
+  if (rc == 0)
+    cfg->worker_generation = (uint32_t)n;
+  return rc;
+}
+
+/* Flags with a NULL help are internal: accepted, never shown by --help. */
 static const config_flag config_flags[] = {
   {"--listen", "HOST:PORT", CONFIG_DEFAULT_HOST ":" STR(CONFIG_DEFAULT_PORT),
    "address to listen on; IPv6 as [::1]:PORT; a bare PORT\n"
@@ -409,6 +461,18 @@ static const config_flag config_flags[] = {
    "stream is open (Harper's behaviour)",
    config_set_strict},
   {"--max-wait", "SECONDS", "300", "longest wait of the wait_and_read tool", config_set_max_wait},
+  {"--workers", "N", "the number of CPUs",
+   "worker processes behind one master (at most " STR(CONFIG_MAX_WORKERS) ");\n"
+   "0 = everything in one process",
+   config_set_workers},
+  {"--drain-timeout", "SECONDS", STR(CONFIG_DEFAULT_DRAIN_S),
+   "on SIGTERM or SIGINT, how long in-flight requests and\n"
+   "connections may take before they are closed",
+   config_set_drain_timeout},
+  {"--control-socket", "PATH", "mcpsubd.sock beside --db",
+   "unix socket of the control interface (mcpsubctl)", config_set_control_socket},
+  {"--worker-slot", "N", NULL, NULL, config_set_worker_slot},
+  {"--worker-generation", "G", NULL, NULL, config_set_worker_generation},
   {"--help", NULL, NULL, "print this help and exit (also -h)", NULL},
   {"--version", NULL, NULL, "print the version and exit (also -V)", NULL},
 };
@@ -440,8 +504,13 @@ void config_defaults(config_t *cfg)
   cfg->coalesce_ms = 0;
   cfg->strict_subscribe = false;
   cfg->max_wait_ms = 300000;
+  cfg->workers = -1; /* resolved after parsing */
+  cfg->drain_timeout_ms = (uint64_t)CONFIG_DEFAULT_DRAIN_S * 1000;
   cfg->control_socket = NULL;
+  cfg->worker_slot = -1;
+  cfg->worker_generation = 0;
   cfg->origins_storage = NULL;
+  cfg->control_socket_default[0] = '\0';
 }
 
 /* Finds the flag named by arg up to name_len bytes; NULL when unknown. */
@@ -508,6 +577,19 @@ int config_parse(config_t *cfg, int argc, char **argv, FILE *out, char *err, siz
     snprintf(cfg->public_url, sizeof(cfg->public_url), "http://%s%s%s:%d", v6 ? "[" : "",
              cfg->listen_host, v6 ? "]" : "", cfg->listen_port);
   }
+  if (cfg->workers < 0) {
+    unsigned n = uv_available_parallelism();
+    cfg->workers = n < 1 ? 1 : n > CONFIG_MAX_WORKERS ? CONFIG_MAX_WORKERS : (int)n;
+  }
+  if (cfg->control_socket == NULL) {
+    const char *slash = strrchr(cfg->db_path, '/');
+    if (slash == NULL)
+      snprintf(cfg->control_socket_default, sizeof(cfg->control_socket_default), "mcpsubd.sock");
+    else
+      snprintf(cfg->control_socket_default, sizeof(cfg->control_socket_default), "%.*s/mcpsubd.sock",
+               (int)(slash - cfg->db_path), cfg->db_path);
+    cfg->control_socket = cfg->control_socket_default;
+  }
   return 0;
 }
 
@@ -523,6 +605,8 @@ void config_usage(FILE *out)
           "\n");
   for (size_t i = 0; i < ARRAY_LEN(config_flags); i++) {
     const config_flag *f = &config_flags[i];
+    if (f->help == NULL)
+      continue; /* internal */
     char head[64];
     snprintf(head, sizeof(head), "%s%s%s", f->name, f->metavar ? " " : "",
              f->metavar ? f->metavar : "");

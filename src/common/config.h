@@ -14,6 +14,9 @@
 #include "common/mem.h"
 
 #define CONFIG_MAX_ORIGINS 32
+/* Most worker processes; session ids carry the slot in two hex digits. */
+#define CONFIG_MAX_WORKERS 128
+#define CONFIG_DEFAULT_DRAIN_S 10
 
 #ifndef MCPSUB_VERSION
 #define MCPSUB_VERSION "0.1.0"
@@ -43,8 +46,13 @@ typedef struct config {
   uint64_t coalesce_ms;        /* --coalesce-ms, 0 = off */
   bool strict_subscribe;       /* --strict-subscribe */
   uint64_t max_wait_ms;        /* --max-wait seconds: cap of wait_and_read's timeoutMs, default 300 */
-  const char *control_socket;  /* reserved for the master; unused in one process */
+  int workers;                 /* --workers: worker processes; 0 = one process; default: CPUs */
+  uint64_t drain_timeout_ms;   /* --drain-timeout seconds: longest graceful stop, default 10 */
+  const char *control_socket;  /* --control-socket, default <directory of --db>/mcpsubd.sock */
+  int worker_slot;             /* hidden --worker-slot: -1, or the slot of a spawned worker */
+  uint32_t worker_generation;  /* hidden --worker-generation: restarts of that slot so far */
   char *origins_storage;       /* owned copy of the --allowed-origins list */
+  char control_socket_default[4096]; /* where the default --control-socket points */
 } config_t;
 
 void config_defaults(config_t *cfg);
@@ -55,7 +63,9 @@ void config_defaults(config_t *cfg);
  * Flags take "--flag value" or "--flag=value". argv[0] is skipped. String
  * fields (db_path, schema_path) point into argv, which must outlive cfg.
  * public_url is derived from --listen after all flags are read unless
- * --public-url was given. Release with config_finish.
+ * --public-url was given; so are the default --workers (the CPUs this
+ * process may run on, at most CONFIG_MAX_WORKERS) and the default
+ * --control-socket (beside the database). Release with config_finish.
  */
 int config_parse(config_t *cfg, int argc, char **argv, FILE *out, char *err, size_t errlen)
     MCPSUB_NODISCARD;

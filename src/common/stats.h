@@ -8,6 +8,7 @@
 #ifndef MCPSUB_STATS_H
 #define MCPSUB_STATS_H
 
+#include <cjson/cJSON.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -43,9 +44,20 @@ typedef struct slot_stats {
 /*
  * Appends Prometheus text exposition (version 0.0.4) for n workers: one
  * series per worker (label worker="<slot>") and one for the total
- * (worker="all") of every metric. slots may be NULL (one process: no
- * restarts to report).
+ * (worker="all") of every metric — the sum, except mcpsub_audit_tailer_lag
+ * whose total is the largest lag. slots[i], when slots is not NULL,
+ * describes the slot of workers[i]; NULL means one process: every reported
+ * worker is up and none was restarted. n may be 0 (only the totals).
  */
 void stats_render_prometheus(buf_t *out, const worker_stats *workers, const slot_stats *slots, size_t n);
+
+/*
+ * One report as a new JSON object with camelCase keys (slot, generation,
+ * pid, startedMs, sessions, streams, subscriptions, waiters, connections,
+ * queuedBytes, requests, notifications, framesSent, framesReplayed,
+ * framesDropped, auditPosition, auditHead); the caller owns it (NULL only
+ * when out of memory). Counters are JSON numbers (exact up to 2^53).
+ */
+cJSON *stats_to_json(const worker_stats *w);
 
 #endif

@@ -2072,6 +2072,36 @@ int store_session_delete(store_t *s, const char *id)
   return store_session_update(s, "DELETE FROM mcp_session WHERE id = ?1", id, NULL, 0);
 }
 
+int store_session_prune_slot(store_t *s, int64_t before_ms, unsigned slot, unsigned n_slots,
+                             int64_t *deleted)
+{
+  sqlite3_stmt *st;
+  int64_t changes = 0;
+  if (deleted != NULL)
+    *deleted = 0;
+  int ret = store_stmt_get(s,
+                           "DELETE FROM mcp_session WHERE last_seen < ?1 AND "
+                           "(substr(id, 1, 2) = ?2 OR substr(id, 1, 2) >= ?3)",
+                           &st, NULL, 0);
+  if (ret < 0)
+    return ret;
+  char own[3], foreign[3];
+  snprintf(own, sizeof own, "%02x", slot & 0xff);
+  /* Slot 0 also prunes slots no worker runs any more ("zz" sorts after every id). */
+  if (slot == 0 && n_slots < 256)
+    snprintf(foreign, sizeof foreign, "%02x", n_slots);
+  else
+    snprintf(foreign, sizeof foreign, "zz");
+  sqlite3_bind_int64(st, 1, before_ms);
+  sqlite3_bind_text(st, 2, own, 2, SQLITE_TRANSIENT);
+  sqlite3_bind_text(st, 3, foreign, 2, SQLITE_TRANSIENT);
+  ret = store_step_done(s, st, &changes, NULL, 0);
+  store_stmt_put(s, st);
+  if (ret == 0 && deleted != NULL)
+    *deleted = changes;
+  return ret;
+}
+
 int store_session_prune(store_t *s, int64_t before_ms, int64_t *deleted)
 {
   sqlite3_stmt *st;

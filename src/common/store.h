@@ -215,6 +215,14 @@ int store_session_set_subscriptions(store_t *s, const char *id, const char *json
 int store_session_delete(store_t *s, const char *id) MCPSUB_NODISCARD;
 /* Deletes rows with last_seen < before_ms. *deleted may be NULL. */
 int store_session_prune(store_t *s, int64_t before_ms, int64_t *deleted) MCPSUB_NODISCARD;
+/*
+ * store_session_prune for one worker of n_slots: only rows of sessions its
+ * slot minted (the id's first two hex digits), and for slot 0 also those of
+ * slots >= n_slots, so that a session live on its worker never loses its
+ * row to another worker's sweep.
+ */
+int store_session_prune_slot(store_t *s, int64_t before_ms, unsigned slot, unsigned n_slots,
+                             int64_t *deleted) MCPSUB_NODISCARD;
 /* Calls fn for every row, newest last_seen first; fn returning non-zero stops. */
 int store_session_foreach(store_t *s, int (*fn)(const store_session *ss, void *data), void *data)
     MCPSUB_NODISCARD;

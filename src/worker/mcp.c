@@ -432,7 +432,28 @@ static void mcp_delete(worker_t *w, http_conn_t *c, http_request_t *req) {
   http_respond(c, 204, NULL, 0, NULL, 0);
 }
 
+/*
+ * Under a master, a request for a session minted by another live worker
+ * slot belongs there (it holds the session's stream, ring and
+ * subscriptions): the connection is handed back to the master, which
+ * routes it by the id's slot. Not when this worker holds the session live
+ * itself (it restored it while its slot's worker was down), and not for a
+ * request the master already routed once (its slot's worker was down):
+ * that one is served here, restoring the session from its row.
+ */
+static bool mcp_reroute(worker_t *w, http_conn_t *c, const http_request_t *req) {
+  if (w->reroute == NULL || (http_conn_request_flags(c) & HTTP_ADOPT_REROUTED)) return false;
+  const char *id = http_request_header(req, "mcp-session-id");
+  size_t len = id != NULL ? strlen(id) : 0;
+  if (id == NULL || !session_id_valid(id, len)) return false;
+  unsigned slot = session_id_slot(id);
+  if (slot == w->slot || slot >= w->n_slots) return false;
+  if (session_registry_find(&w->sessions, id, len) != NULL) return false;
+  return w->reroute(w, c);
+}
+
 void mcp_handle_http(worker_t *w, http_conn_t *c, http_request_t *req) {
+  if (mcp_reroute(w, c, req)) return;
   switch (req->method) {
   case HTTP_POST: mcp_post(w, c, req); break;
   case HTTP_GET: mcp_get(w, c, req); break;

@@ -11,12 +11,14 @@
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #include "common/log.h"
 #include "common/mem.h"
 #include "worker/mcp.h"
 #include "worker/rest.h"
 #include "worker/subscriptions.h"
+#include "worker/wait.h"
 
 #include <llhttp.h>
 
@@ -109,15 +111,18 @@ static bool origin_allowed(const config_t *cfg, const char *origin) {
   return strlen(origin) == plen && strncasecmp(origin, cfg->public_url, plen) == 0;
 }
 
-/* DNS-rebinding guard: a page served from another name must not reach us. */
-static bool worker_request_allowed(const worker_t *w, const http_request_t *req) {
-  const char *host = http_request_header(req, "host");
+bool worker_host_origin_allowed(const config_t *cfg, const char *host, const char *origin) {
   if (host != NULL) {
     size_t len = host_part_len(host);
-    if (!host_is_loopback(host, len) && !host_is_configured(w->cfg, host, len)) return false;
+    if (!host_is_loopback(host, len) && !host_is_configured(cfg, host, len)) return false;
   }
-  const char *origin = http_request_header(req, "origin");
-  return origin == NULL || origin_allowed(w->cfg, origin);
+  return origin == NULL || origin_allowed(cfg, origin);
+}
+
+/* DNS-rebinding guard: a page served from another name must not reach us. */
+static bool worker_request_allowed(const worker_t *w, const http_request_t *req) {
+  return worker_host_origin_allowed(w->cfg, http_request_header(req, "host"),
+                                    http_request_header(req, "origin"));
 }
 
 /* Health and status ----------------------------------------------------------- */
@@ -134,7 +139,7 @@ static void worker_handle_status(worker_t *w, http_conn_t *c, http_request_t *re
     cJSON_AddStringToObject(body, "status", "ok");
   } else if (strcmp(which, "readyz") == 0) {
     int64_t seq;
-    bool ready = !w->closing && store_audit_max_seq(w->store, &seq) == 0;
+    bool ready = !w->closing && !w->draining && store_audit_max_seq(w->store, &seq) == 0;
     cJSON_AddStringToObject(body, "status", ready ? "ready" : "unavailable");
     status = ready ? 200 : 503;
   } else {
@@ -153,6 +158,55 @@ static void worker_handle_status(worker_t *w, http_conn_t *c, http_request_t *re
   cJSON_Delete(body);
 }
 
+void worker_stats_collect(worker_t *w, worker_stats *st) {
+  memset(st, 0, sizeof(*st));
+  st->slot = w->slot;
+  st->generation = w->generation;
+  st->pid = (int32_t)getpid();
+  st->started_ms = w->started_ms;
+  st->sessions = w->sessions.count;
+  st->streams = w->sessions.n_streams;
+  st->subscriptions = w->subs.n_subs;
+  st->waiters = w->n_waiters;
+  st->connections = http_server_connections(w->http);
+  for (session_t *s = w->sessions.streams; s != NULL; s = s->stream_next)
+    st->queued_bytes += http_conn_queued(s->stream);
+  st->requests = w->requests;
+  st->notifications = w->notifications;
+  st->frames_sent = w->sessions.frames_sent;
+  st->frames_replayed = 0; /* not counted yet */
+  st->frames_dropped = w->sessions.frames_dropped;
+  st->audit_position = w->store != NULL ? subs_position(w) : 0;
+  int64_t head = 0;
+  if (w->store != NULL && store_audit_max_seq(w->store, &head) == 0) st->audit_head = head;
+}
+
+/* GET /metrics of one process: its own counters in Prometheus text. */
+static void worker_handle_metrics(worker_t *w, http_conn_t *c, http_request_t *req) {
+  if (req->method != HTTP_GET) {
+    worker_respond_not_allowed(c, "GET");
+    return;
+  }
+  worker_stats st;
+  worker_stats_collect(w, &st);
+  buf_t out;
+  buf_init(&out);
+  stats_render_prometheus(&out, &st, NULL, 1);
+  http_header h = {"Content-Type", "text/plain; version=0.0.4; charset=utf-8"};
+  http_respond(c, 200, &h, 1, out.data ? out.data : "", out.len);
+  buf_finish(&out);
+}
+
+/*
+ * Under a master, /status and /metrics describe the whole server: only the
+ * master has every worker's numbers, so a request for them that reached a
+ * worker on a kept-alive connection goes back to the master.
+ */
+static bool worker_wants_master(worker_t *w, http_conn_t *c, http_request_t *req) {
+  return w->reroute != NULL && req->method == HTTP_GET &&
+         !(http_conn_request_flags(c) & HTTP_ADOPT_REROUTED) && w->reroute(w, c);
+}
+
 static void worker_on_request(http_conn_t *c, http_request_t *req, void *data) {
   worker_t *w = data;
   w->requests++;
@@ -164,7 +218,21 @@ static void worker_on_request(http_conn_t *c, http_request_t *req, void *data) {
   const char *p = req->path;
   subs_refresh_schema(w);
   if (strcmp(p, "/mcp") == 0) {
+    if (w->draining && req->method == HTTP_GET) {
+      /* A stream opened now would be cut at once: come back to the next process. */
+      http_header h[] = {{"Retry-After", "1"}, {"Connection", "close"}};
+      cJSON *body = cJSON_CreateObject();
+      cJSON_AddStringToObject(body, "error", "server is restarting; reconnect");
+      worker_respond_json(c, 503, body, h, 2);
+      cJSON_Delete(body);
+      return;
+    }
     mcp_handle_http(w, c, req);
+  } else if ((strcmp(p, "/status") == 0 || strcmp(p, "/metrics") == 0) &&
+             worker_wants_master(w, c, req)) {
+    /* handed back */
+  } else if (strcmp(p, "/metrics") == 0) {
+    worker_handle_metrics(w, c, req);
   } else if (strcmp(p, "/healthz") == 0 || strcmp(p, "/readyz") == 0 || strcmp(p, "/status") == 0) {
     worker_handle_status(w, c, req, p + 1);
   } else {
@@ -229,14 +297,17 @@ static void worker_sweep(uv_timer_t *t) {
   size_t evicted = ctx.evicted;
   subs_update_active(w); /* streams that ended since */
   int64_t pruned = 0;
-  if (store_session_prune(w->store, now - idle, &pruned) != 0) log_warn("session prune failed");
+  int rc = w->n_slots > 0 ? store_session_prune_slot(w->store, now - idle, w->slot, w->n_slots, &pruned)
+                          : store_session_prune(w->store, now - idle, &pruned);
+  if (rc != 0) log_warn("session prune failed");
   if (evicted > 0 || pruned > 0) {
     char a[32], b[32];
     snprintf(a, sizeof(a), "%zu", evicted);
     snprintf(b, sizeof(b), "%lld", (long long)pruned);
     log_info("idle sessions ended", "live", a, "rows", b);
   }
-  if (now - w->last_audit_prune_ms >= 60000) {
+  /* Under a master one worker (slot 0) applies retention for all: one writer, not N. */
+  if (now - w->last_audit_prune_ms >= 60000 && (w->n_slots == 0 || w->slot == 0)) {
     w->last_audit_prune_ms = now;
     int64_t deleted = 0;
     if (store_audit_prune(w->store, w->cfg->audit_retain_rows, w->cfg->audit_retain_ms, now,
@@ -263,6 +334,7 @@ int worker_init(worker_t *w, uv_loop_t *loop, const config_t *cfg, unsigned slot
   w->loop = loop;
   w->cfg = cfg;
   w->slot = slot;
+  w->started_ms = store_now_ms();
   int rc = store_open(cfg->db_path, cfg->schema_path, &w->store, err, errlen);
   if (rc != 0) return rc;
   session_registry_init(&w->sessions, cfg->sse_retry_ms, NULL, NULL);
@@ -293,9 +365,57 @@ int worker_listen(worker_t *w) {
   return http_server_listen(w->http, w->cfg->listen_host, w->cfg->listen_port);
 }
 
+/* Drain ------------------------------------------------------------------------- */
+
+static void worker_drain_end(worker_t *w) {
+  size_t left = http_server_connections(w->http);
+  if (left > 0) {
+    char n[32];
+    snprintf(n, sizeof(n), "%zu", left);
+    log_warn("drain timeout: closing the connections left", "connections", n);
+  }
+  void (*done)(worker_t *) = w->drain_done;
+  w->drain_done = NULL;
+  worker_shutdown(w);
+  if (done != NULL) done(w);
+}
+
+static void worker_drain_tick(uv_timer_t *t) {
+  worker_t *w = t->data;
+  /* A wait_and_read that arrived on a connection still in flight: answer it too. */
+  if (w->waiters != NULL) wait_finish_all(w);
+  if (http_server_connections(w->http) == 0 || uv_now(w->loop) >= w->drain_deadline)
+    worker_drain_end(w);
+}
+
+void worker_drain(worker_t *w, uint64_t timeout_ms, void (*done)(worker_t *w)) {
+  if (w->closing || w->draining) return;
+  w->draining = true;
+  w->drain_done = done;
+  w->drain_deadline = uv_now(w->loop) + timeout_ms;
+  http_server_drain(w->http);
+  char retry[32];
+  int n = snprintf(retry, sizeof(retry), "retry: %u\n\n", w->cfg->sse_retry_ms);
+  while (w->sessions.streams != NULL) {
+    session_t *s = w->sessions.streams;
+    if (http_stream_write(s->stream, retry, (size_t)n) != 0) {
+      /* the stream is closing anyway */
+    }
+    session_stream_close(s);
+  }
+  wait_finish_all(w);
+  uv_timer_init(w->loop, &w->drain_timer);
+  w->drain_timer.data = w;
+  uv_timer_start(&w->drain_timer, worker_drain_tick, 0, 20);
+}
+
 void worker_shutdown(worker_t *w) {
   if (w->closing) return;
   w->closing = true;
+  if (w->draining) {
+    uv_timer_stop(&w->drain_timer);
+    uv_close((uv_handle_t *)&w->drain_timer, NULL);
+  }
   /* Streams end first so their close callbacks find their sessions alive. */
   while (w->sessions.streams != NULL) session_stream_close(w->sessions.streams);
   subs_close(w);

@@ -14,6 +14,7 @@
 #include <uv.h>
 
 #include "common/config.h"
+#include "common/stats.h"
 #include "common/store.h"
 #include "worker/http.h"
 #include "worker/session.h"
@@ -44,6 +45,20 @@ typedef struct worker {
    */
   void (*on_local_commit)(struct worker *w);
   void *ipc;                  /* the worker's end of the master pipe (multi-process mode) */
+  /*
+   * Under a master: hands the connection of the request in hand back to the
+   * master to be routed again (true), or declines (false: answer here).
+   * NULL in one process. n_slots is the number of worker slots then.
+   */
+  bool (*reroute)(struct worker *w, http_conn_t *c);
+  unsigned n_slots;
+  uint32_t generation;        /* restarts of this slot before this worker */
+  int64_t started_ms;         /* Unix ms */
+  /* Graceful stop (worker_drain). */
+  bool draining;
+  uv_timer_t drain_timer;     /* checks for the last connection, then the deadline */
+  uint64_t drain_deadline;    /* loop time */
+  void (*drain_done)(struct worker *w);
   uv_timer_t sweep_timer;     /* idle-session prune and audit retention */
   uv_timer_t keepalive_timer; /* SSE keepalive comments */
   unsigned slot;              /* worker number, encoded in session ids */
@@ -64,6 +79,19 @@ int worker_listen(worker_t *w) MCPSUB_NODISCARD;
 void worker_shutdown(worker_t *w);
 /* Frees what worker_init made, after the loop has run the closes. */
 void worker_finish(worker_t *w);
+/*
+ * Graceful stop: no new connections are taken (the listener closes), every
+ * SSE stream is told to retry and ended, pending wait_and_read calls are
+ * answered (timedOut), idle connections close and the others close after
+ * their in-flight response. Once no connection is left, or timeout_ms
+ * passed (what is left is then closed), worker_shutdown runs and done(w)
+ * is called; the owner then closes what it added to the loop.
+ */
+void worker_drain(worker_t *w, uint64_t timeout_ms, void (*done)(worker_t *w));
+/* Fills st with the worker's counters (the report a worker sends its master). */
+void worker_stats_collect(worker_t *w, worker_stats *st);
+/* The DNS-rebinding guard of every request: may a request with these Host and Origin (NULL when absent) be served? */
+bool worker_host_origin_allowed(const config_t *cfg, const char *host, const char *origin);
 
 /* Response helpers shared by the endpoint modules. ------------------------- */
 

@@ -1,126 +1,255 @@
 /*
- * mcpsubctl: the operator CLI. For now it reads the SQLite file read-only
- * (it works whether mcpsubd runs or not) and reports durable state:
- *   mcpsubctl [--db PATH] [--json] sessions
- * Exit codes: 0 success, 1 the database cannot be read, 2 bad usage.
+ * mcpsubctl: the operator CLI. It asks a running mcpsubd over its control
+ * socket (a unix stream socket speaking one JSON line each way) for live
+ * state, and reads the SQLite file read-only for durable state, so that the
+ * commands that can work on a stopped server do. This file holds the
+ * command table, the global options and the dispatch; the commands live in
+ * status.c, sessions.c and audit.c. It never writes the database.
  */
-#include <cjson/cJSON.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 
-#include "common/store.h"
+#include "common/mem.h"
+#include "ctl.h"
 
-typedef struct ctl_options {
-  const char *db;
-  bool json;
-  const char *command;
-} ctl_options;
+/* Whether a command talks to the server. */
+typedef enum ctl_server_need {
+  CTL_SERVER_NEVER,    /* durable state only: the database */
+  CTL_SERVER_OPTIONAL, /* live state when running, durable state otherwise */
+  CTL_SERVER_REQUIRED, /* live state only: exit 3 when stopped */
+} ctl_server_need;
+
+typedef struct ctl_command {
+  const char *name;
+  const char *sub; /* second word ("session show"), or NULL */
+  const char *args;
+  const char *summary;
+  ctl_server_need needs_server;
+  int (*run)(ctl_context *ctx, int argc, char **argv);
+} ctl_command;
+
+static const ctl_command ctl_commands[] = {
+    {"status", NULL, "", "pid, uptime, workers, live totals; stopped: durable counts",
+     CTL_SERVER_OPTIONAL, ctl_cmd_status},
+    {"workers", NULL, "", "the worker slots: pid, restarts, sessions, streams, queues",
+     CTL_SERVER_REQUIRED, ctl_cmd_workers},
+    {"sessions", NULL, "[--live]", "durable sessions; --live: those the workers hold",
+     CTL_SERVER_OPTIONAL, ctl_cmd_sessions},
+    {"session", "show", "ID", "one session: durable record, and live state if any",
+     CTL_SERVER_OPTIONAL, ctl_cmd_session_show},
+    {"session", "evict", "ID", "end a live session on its worker", CTL_SERVER_REQUIRED,
+     ctl_cmd_session_evict},
+    {"subs", NULL, "[--uri U]", "subscribed URIs and the number of sessions on each",
+     CTL_SERVER_OPTIONAL, ctl_cmd_subs},
+    {"audit", "tail", "[-f] [--table T] [-n N]", "last N audit_log rows (20), oldest first",
+     CTL_SERVER_NEVER, ctl_cmd_audit_tail},
+    {"stats", NULL, "", "every worker's counters, with totals", CTL_SERVER_REQUIRED, ctl_cmd_stats},
+};
+
+void ctl_error(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fputs("mcpsubctl: ", stderr);
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+  va_end(ap);
+}
 
 static void ctl_usage(FILE *out) {
-  fprintf(out,
-          "usage: mcpsubctl [--db PATH] [--json] COMMAND\n"
-          "\n"
-          "commands:\n"
-          "  sessions     list durable MCP sessions (the mcp_session table)\n"
-          "\n"
-          "options:\n"
-          "  --db PATH    database file (default data/mcpsub.db)\n"
-          "  --json       print JSON instead of a table\n"
-          "  --help       this text\n");
-}
-
-static void format_time(int64_t ms, char *out, size_t n) {
-  time_t t = (time_t)(ms / 1000);
-  struct tm tm;
-  gmtime_r(&t, &tm);
-  strftime(out, n, "%Y-%m-%dT%H:%M:%SZ", &tm);
-}
-
-/* Name of the client from its clientInfo JSON, or "-". */
-static void client_name(const char *info, char *out, size_t n) {
-  snprintf(out, n, "-");
-  cJSON *doc = info != NULL ? cJSON_Parse(info) : NULL;
-  const cJSON *name = cJSON_GetObjectItemCaseSensitive(doc, "name");
-  if (cJSON_IsString(name)) snprintf(out, n, "%s", name->valuestring);
-  cJSON_Delete(doc);
-}
-
-static int print_session_json(const store_session *ss, void *data) {
-  cJSON *list = data;
-  cJSON *item = cJSON_CreateObject();
-  cJSON_AddStringToObject(item, "id", ss->id);
-  cJSON_AddNumberToObject(item, "createdAt", (double)ss->created_at);
-  cJSON_AddNumberToObject(item, "lastSeen", (double)ss->last_seen);
-  cJSON_AddStringToObject(item, "protocolVersion", ss->protocol_version);
-  cJSON_AddItemToObject(item, "clientInfo", ss->client_info ? cJSON_Parse(ss->client_info) : cJSON_CreateNull());
-  cJSON_AddStringToObject(item, "logLevel", ss->log_level ? ss->log_level : "info");
-  cJSON_AddItemToObject(item, "subscriptions", cJSON_Parse(ss->subscriptions));
-  cJSON_AddItemToArray(list, item);
-  return 0;
-}
-
-static int print_session_row(const store_session *ss, void *data) {
-  char created[32], seen[32], client[64];
-  format_time(ss->created_at, created, sizeof(created));
-  format_time(ss->last_seen, seen, sizeof(seen));
-  client_name(ss->client_info, client, sizeof(client));
-  cJSON *subs = cJSON_Parse(ss->subscriptions);
-  int n_subs = cJSON_GetArraySize(subs);
-  cJSON_Delete(subs);
-  printf("%-34s  %-20s  %-20s  %-10s  %4d  %s\n", ss->id, created, seen, ss->protocol_version,
-         n_subs, client);
-  (*(int *)data)++;
-  return 0;
-}
-
-static int ctl_sessions(store_t *store, const ctl_options *o) {
-  if (o->json) {
-    cJSON *list = cJSON_CreateArray();
-    int rc = store_session_foreach(store, print_session_json, list);
-    char *text = cJSON_Print(list);
-    if (rc == 0) printf("%s\n", text);
-    cJSON_free(text);
-    cJSON_Delete(list);
-    return rc == 0 ? 0 : 1;
+  fputs("usage: mcpsubctl [--db PATH] [--control PATH] [--json] COMMAND ...\n\ncommands:\n", out);
+  for (size_t i = 0; i < ARRAY_LEN(ctl_commands); i++) {
+    const ctl_command *c = &ctl_commands[i];
+    char words[64];
+    snprintf(words, sizeof(words), "%s%s%s %s", c->name, c->sub ? " " : "", c->sub ? c->sub : "",
+             c->args);
+    fprintf(out, "  %-36s %s\n", words, c->summary);
   }
-  printf("%-34s  %-20s  %-20s  %-10s  %4s  %s\n", "ID", "CREATED", "LAST SEEN", "PROTOCOL", "SUBS",
-         "CLIENT");
-  int count = 0;
-  int rc = store_session_foreach(store, print_session_row, &count);
-  if (rc == 0) printf("(%d session%s)\n", count, count == 1 ? "" : "s");
-  return rc == 0 ? 0 : 1;
+  fputs(
+      "\n"
+      "options:\n"
+      "  --db PATH        database file (default data/mcpsub.db), opened read-only\n"
+      "  --control PATH   mcpsubd's control socket (default: mcpsubd.sock in the\n"
+      "                   directory of --db)\n"
+      "  --json           print JSON: the server's answer as received, or what was read\n"
+      "                   from the database\n"
+      "  --help, -h       this text\n"
+      "\n"
+      "command options:\n"
+      "  sessions --live       the live sessions (worker, stream, ring, undelivered)\n"
+      "  subs --uri U          only URI U\n"
+      "  audit tail -n N       rows to show first, 0 to 100000 (default 20); or --lines N\n"
+      "  audit tail --table T  only the changes of table T\n"
+      "  audit tail -f         then print each new row as it commits (polled every\n"
+      "                        200 ms) until SIGINT or SIGTERM; with --json one object\n"
+      "                        per line; or --follow\n"
+      "\n"
+      "Live state comes from a running mcpsubd over its control socket (a unix\n"
+      "socket, one JSON line each way, 5 s timeout). When nothing listens there:\n"
+      "  status        prints \"mcpsubd: not running\", the durable counts (sessions,\n"
+      "                audit rows, highest audit seq) and exits 3;\n"
+      "  sessions      lists the mcp_session rows (it always does, running or not);\n"
+      "  session show  prints the durable record without live state;\n"
+      "  subs          counts the URIs stored on mcp_session rows;\n"
+      "  workers, stats, sessions --live, session evict fail with exit status 3.\n"
+      "audit tail always reads the database.\n"
+      "\n"
+      "exit status:\n"
+      "  0  success\n"
+      "  1  the database or the control socket failed\n"
+      "  2  bad usage\n"
+      "  3  mcpsubd is not running (status, and the commands that need it)\n"
+      "  4  unknown session\n",
+      out);
+}
+
+/* Whether arg names flag f ("-n", "--lines", or "--lines=V" for a flag with a value). */
+static bool ctl_flag_matches(const ctl_flag *f, const char *arg, const char **inline_value) {
+  const char *names[2] = {f->name, f->short_name};
+  for (size_t k = 0; k < 2; k++) {
+    size_t len = names[k] != NULL ? strlen(names[k]) : 0;
+    if (len == 0 || strncmp(arg, names[k], len) != 0) continue;
+    *inline_value = NULL;
+    if (arg[len] == '\0') return true;
+    if (arg[len] == '=' && f->value != NULL) {
+      *inline_value = arg + len + 1;
+      return true;
+    }
+  }
+  return false;
+}
+
+/*
+ * If argv[*i] is one of flags, applies it (taking its value, maybe the
+ * next argument) and returns 1; 0 when it is none of them; -1 after a
+ * message when its value is missing.
+ */
+static int ctl_take_flag(const char *command, const ctl_flag *flags, size_t n_flags, int argc,
+                         char **argv, int *i) {
+  for (size_t k = 0; k < n_flags; k++) {
+    const ctl_flag *f = &flags[k];
+    const char *value;
+    if (!ctl_flag_matches(f, argv[*i], &value)) continue;
+    if (f->set != NULL) {
+      *f->set = true;
+      return 1;
+    }
+    if (value == NULL && *i + 1 >= argc) {
+      ctl_error("%s%s%s needs a value", command, command[0] ? ": " : "", argv[*i]);
+      return -1;
+    }
+    *f->value = value != NULL ? value : argv[++*i];
+    return 1;
+  }
+  return 0;
+}
+
+int ctl_parse_args(const char *command, int argc, char **argv, const ctl_flag *flags,
+                   size_t n_flags, const char **positional, size_t n_positional) {
+  size_t n_pos = 0;
+  for (int i = 0; i < argc; i++) {
+    int taken = ctl_take_flag(command, flags, n_flags, argc, argv, &i);
+    if (taken < 0) return CTL_EXIT_USAGE;
+    if (taken > 0) continue;
+    if (argv[i][0] == '-' && argv[i][1] != '\0') {
+      ctl_error("%s: unknown option '%s'", command, argv[i]);
+      return CTL_EXIT_USAGE;
+    }
+    if (n_pos == n_positional) {
+      ctl_error("%s: unexpected argument '%s'", command, argv[i]);
+      return CTL_EXIT_USAGE;
+    }
+    positional[n_pos++] = argv[i];
+  }
+  if (n_pos < n_positional) {
+    ctl_error("%s: missing argument", command);
+    return CTL_EXIT_USAGE;
+  }
+  return 0;
+}
+
+/* The command named by words[0] (and words[1]); NULL after a message. */
+static const ctl_command *ctl_find_command(int n_words, char **words, int *used) {
+  bool known_name = false;
+  for (size_t i = 0; i < ARRAY_LEN(ctl_commands); i++) {
+    const ctl_command *c = &ctl_commands[i];
+    if (strcmp(words[0], c->name) != 0) continue;
+    known_name = true;
+    if (c->sub == NULL) {
+      *used = 1;
+      return c;
+    }
+    if (n_words > 1 && strcmp(words[1], c->sub) == 0) {
+      *used = 2;
+      return c;
+    }
+  }
+  if (!known_name && words[0][0] == '-') ctl_error("unknown option '%s'", words[0]);
+  else if (!known_name)
+    ctl_error("unknown command '%s'", words[0]);
+  else if (n_words > 1)
+    ctl_error("%s: unknown subcommand '%s'", words[0], words[1]);
+  else
+    ctl_error("%s: missing subcommand", words[0]);
+  return NULL;
+}
+
+/* "<dir of db>/mcpsubd.sock", in storage the caller frees. */
+static char *ctl_default_control_path(const char *db) {
+  const char *slash = strrchr(db, '/');
+  if (slash == NULL) return mem_strdup("mcpsubd.sock");
+  size_t dir_len = (size_t)(slash - db) + 1;
+  char *path = mem_alloc(dir_len + sizeof("mcpsubd.sock"));
+  memcpy(path, db, dir_len);
+  memcpy(path + dir_len, "mcpsubd.sock", sizeof("mcpsubd.sock"));
+  return path;
 }
 
 int main(int argc, char **argv) {
-  ctl_options o = {.db = "data/mcpsub.db"};
+  ctl_context ctx = {.db_path = "data/mcpsub.db"};
+  bool help = false;
+  const ctl_flag globals[] = {
+      {"--db", NULL, &ctx.db_path, NULL},
+      {"--control", NULL, &ctx.control_path, NULL},
+      {"--json", NULL, NULL, &ctx.json},
+      {"--help", "-h", NULL, &help},
+  };
+  /* Global options may come anywhere; every other argument is the command's. */
+  char **words = mem_calloc((size_t)argc + 1, sizeof(*words));
+  int n_words = 0;
+  int rc = CTL_EXIT_USAGE;
+  char *default_control = NULL;
   for (int i = 1; i < argc; i++) {
-    if (strcmp(argv[i], "--db") == 0 && i + 1 < argc) o.db = argv[++i];
-    else if (strncmp(argv[i], "--db=", 5) == 0) o.db = argv[i] + 5;
-    else if (strcmp(argv[i], "--json") == 0) o.json = true;
-    else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-      ctl_usage(stdout);
-      return 0;
-    } else if (argv[i][0] != '-' && o.command == NULL) o.command = argv[i];
-    else {
-      fprintf(stderr, "mcpsubctl: unexpected argument '%s'\n", argv[i]);
-      ctl_usage(stderr);
-      return 2;
-    }
+    int taken = ctl_take_flag("", globals, ARRAY_LEN(globals), argc, argv, &i);
+    if (taken < 0) goto out;
+    if (taken == 0) words[n_words++] = argv[i];
   }
-  if (o.command == NULL || strcmp(o.command, "sessions") != 0) {
-    if (o.command != NULL) fprintf(stderr, "mcpsubctl: unknown command '%s'\n", o.command);
+  if (help) {
+    ctl_usage(stdout);
+    rc = CTL_EXIT_OK;
+    goto out;
+  }
+  if (n_words == 0) {
     ctl_usage(stderr);
-    return 2;
+    goto out;
   }
-  store_t *store = NULL;
-  char err[512];
-  if (store_open_readonly(o.db, &store, err, sizeof(err)) != 0) {
-    fprintf(stderr, "mcpsubctl: cannot open %s: %s\n", o.db, err);
-    return 1;
+  int used = 0;
+  const ctl_command *cmd = ctl_find_command(n_words, words, &used);
+  if (cmd == NULL) {
+    fputs("Try 'mcpsubctl --help'.\n", stderr);
+    goto out;
   }
-  int rc = ctl_sessions(store, &o);
-  if (rc != 0) fprintf(stderr, "mcpsubctl: cannot read sessions from %s\n", o.db);
-  store_close(store);
+  if (ctx.control_path == NULL)
+    ctx.control_path = default_control = ctl_default_control_path(ctx.db_path);
+  ctx.server_required = cmd->needs_server == CTL_SERVER_REQUIRED;
+  rc = cmd->run(&ctx, n_words - used, words + used);
+  ctl_close(&ctx);
+  if (fflush(stdout) != 0 && rc == CTL_EXIT_OK) {
+    ctl_error("cannot write the output");
+    rc = CTL_EXIT_ERROR;
+  }
+out:
+  free(default_control);
+  free(words);
   return rc;
 }

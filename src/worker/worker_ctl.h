@@ -1,0 +1,30 @@
+/*
+ * A worker's part of the control interface (mcpsubctl, through the
+ * master's control socket): what this worker holds live — its sessions,
+ * one session, its subscriptions — and evicting a session. The master asks
+ * every worker (CTL_REQ) and merges the answers; in one process the
+ * control socket calls this directly. Answers are built from live state
+ * and, for a single session, its mcp_session row; nothing here waits.
+ */
+#ifndef MCPSUB_WORKER_CTL_H
+#define MCPSUB_WORKER_CTL_H
+
+#include <cjson/cJSON.h>
+
+#include "worker/worker.h"
+
+/*
+ * Answers req, a JSON object {"cmd": C, ...}:
+ *   "sessions"                -> {"sessions": [session...]}   live sessions here
+ *   "session" {id, durable?}  -> {"session": session} or {}   live here; with durable
+ *                                true, else from its mcp_session row (live: false)
+ *   "evict" {id}              -> {"evicted": bool}             ends it here as DELETE
+ *                                would, or deletes its row when no worker holds it
+ *   "subs" {uri?}             -> {"subscriptions": [{uri, sessions}]}
+ * A session is {id, worker, live, protocolVersion, createdMs, lastSeenMs,
+ * stream, subscriptions: [uri...], ring, undelivered}. Anything else gets
+ * {"error": message}. Returns a new object the caller owns; never NULL.
+ */
+cJSON *worker_ctl_handle(worker_t *w, const cJSON *req);
+
+#endif

@@ -1,0 +1,245 @@
+/*
+ * The worker side of the master/worker channel (see worker_ipc.h). All of
+ * it runs on the worker's one loop; nothing blocks: sends go through the
+ * channel's bounded queue, and a message the worker cannot use is dropped
+ * by the channel layer with its fd closed.
+ */
+#include "worker/worker_ipc.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/ipc.h"
+#include "common/log.h"
+#include "worker/subscriptions.h"
+#include "worker/worker.h"
+#include "worker/worker_ctl.h"
+
+typedef struct worker_ipc {
+  worker_t w;
+  const config_t *cfg;
+  ipc_channel_t ch;
+  bool ch_open;
+  uv_timer_t stats_timer;
+  uv_idle_t commit_idle;  /* sends one COMMITTED at the end of a loop turn with commits */
+  uv_signal_t sigterm;
+  uint64_t adopted;       /* CONN messages taken */
+  bool draining;
+  bool stopped;           /* the handles of this file are closed or closing */
+} worker_ipc_t;
+
+static void worker_ipc_send_stats(worker_ipc_t *wi, uint64_t request) {
+  if (!wi->ch_open) return;
+  ipc_stats st;
+  memset(&st, 0, sizeof(st));
+  worker_stats_collect(&wi->w, &st.stats);
+  st.adopted = wi->adopted;
+  st.request = request;
+  if (ipc_channel_send(&wi->ch, IPC_STATS, 0, &st, sizeof(st), -1) != 0) {
+    /* queue full or master gone: the next report will do */
+  }
+}
+
+static void worker_ipc_on_stats_timer(uv_timer_t *t) {
+  worker_ipc_send_stats(t->data, 0);
+}
+
+/* Closes what this file added to the loop; the loop then ends once the worker's own handles are closed. */
+static void worker_ipc_stop(worker_ipc_t *wi) {
+  if (wi->stopped) return;
+  wi->stopped = true;
+  uv_timer_stop(&wi->stats_timer);
+  uv_close((uv_handle_t *)&wi->stats_timer, NULL);
+  uv_close((uv_handle_t *)&wi->commit_idle, NULL);
+  uv_close((uv_handle_t *)&wi->sigterm, NULL);
+  if (wi->ch_open) {
+    wi->ch_open = false;
+    ipc_channel_close(&wi->ch, NULL);
+  }
+}
+
+static const char *worker_ipc_slot(const worker_ipc_t *wi) {
+  static char slot[16];
+  snprintf(slot, sizeof(slot), "%u", wi->w.slot);
+  return slot;
+}
+
+static void worker_ipc_drained(worker_t *w) {
+  worker_ipc_t *wi = w->ipc;
+  log_info("worker stopped", "slot", worker_ipc_slot(wi), "reason", "drained");
+  worker_ipc_stop(wi);
+}
+
+static void worker_ipc_drain(worker_ipc_t *wi, const char *why) {
+  if (wi->draining) return;
+  wi->draining = true;
+  log_info("worker draining", "slot", worker_ipc_slot(wi), "reason", why);
+  worker_drain(&wi->w, wi->cfg->drain_timeout_ms, worker_ipc_drained);
+}
+
+/* Commits ---------------------------------------------------------------------------- */
+
+static void worker_ipc_on_commit_idle(uv_idle_t *h) {
+  worker_ipc_t *wi = h->data;
+  uv_idle_stop(h);
+  if (wi->ch_open && ipc_channel_send(&wi->ch, IPC_COMMITTED, 0, NULL, 0, -1) != 0) {
+    /* the others' WAL watchers still see the commit within milliseconds */
+  }
+}
+
+static void worker_ipc_on_local_commit(worker_t *w) {
+  worker_ipc_t *wi = w->ipc;
+  if (!wi->stopped) uv_idle_start(&wi->commit_idle, worker_ipc_on_commit_idle);
+}
+
+/* Re-routing ------------------------------------------------------------------------- */
+
+static bool worker_ipc_reroute(worker_t *w, http_conn_t *c) {
+  worker_ipc_t *wi = w->ipc;
+  if (!wi->ch_open || wi->ch.eof || wi->draining) return false;
+  buf_t bytes;
+  buf_init(&bytes);
+  uv_os_sock_t fd;
+  int rc = http_conn_detach(c, IPC_MAX_TOTAL, &fd, &bytes);
+  if (rc != 0) {
+    buf_finish(&bytes);
+    return false; /* served here instead */
+  }
+  rc = ipc_channel_send(&wi->ch, IPC_REROUTE, 0, bytes.data, bytes.len, fd);
+  buf_finish(&bytes);
+  if (rc != 0) log_warn("cannot hand a connection back to the master", "error", strerror(-rc));
+  return true;
+}
+
+/* Messages from the master -------------------------------------------------------------- */
+
+static void worker_ipc_on_ctl(worker_ipc_t *wi, const ipc_msg *msg) {
+  cJSON *req = cJSON_ParseWithLength(msg->payload, msg->len);
+  const cJSON *rid = cJSON_GetObjectItemCaseSensitive(req, "rid");
+  if (!cJSON_IsObject(req) || !cJSON_IsNumber(rid)) {
+    log_warn("ipc: malformed control request");
+    cJSON_Delete(req);
+    return;
+  }
+  cJSON *rep = worker_ctl_handle(&wi->w, req);
+  cJSON_AddNumberToObject(rep, "rid", rid->valuedouble);
+  char *text = cJSON_PrintUnformatted(rep);
+  if (text != NULL && ipc_channel_send(&wi->ch, IPC_CTL_REP, 0, text, strlen(text), -1) != 0)
+    log_warn("ipc: cannot send a control answer");
+  cJSON_free(text);
+  cJSON_Delete(rep);
+  cJSON_Delete(req);
+}
+
+static void worker_ipc_on_msg(ipc_channel_t *ch, ipc_msg *msg, void *data) {
+  worker_ipc_t *wi = data;
+  worker_t *w = &wi->w;
+  switch (msg->cmd) {
+  case IPC_CONN: {
+    unsigned flags = (msg->flags & IPC_F_REROUTED) ? HTTP_ADOPT_REROUTED : 0;
+    wi->adopted++;
+    if (http_server_adopt_flags(w->http, msg->fd, msg->payload, msg->len, flags) != 0)
+      log_warn("cannot take a connection from the master");
+    break;
+  }
+  case IPC_COMMITTED:
+    if (!w->closing) subs_external_commit(w);
+    break;
+  case IPC_STATS_REQ: {
+    uint64_t request;
+    memcpy(&request, msg->payload, sizeof(request));
+    worker_ipc_send_stats(wi, request);
+    break;
+  }
+  case IPC_CTL_REQ:
+    if (!w->closing) worker_ipc_on_ctl(wi, msg);
+    break;
+  case IPC_DRAIN:
+    worker_ipc_drain(wi, "master");
+    break;
+  default:
+    if (msg->fd >= 0) close(msg->fd);
+    log_warn("ipc: unexpected message", "cmd", ipc_cmd_name(msg->cmd));
+    break;
+  }
+}
+
+static void worker_ipc_on_eof(ipc_channel_t *ch, void *data) {
+  worker_ipc_t *wi = data;
+  /* The master is gone: finish what is in flight, then go too. */
+  if (wi->ch_open) {
+    wi->ch_open = false;
+    ipc_channel_close(&wi->ch, NULL);
+  }
+  worker_ipc_drain(wi, "master gone");
+}
+
+static void worker_ipc_on_sigterm(uv_signal_t *h, int signum) {
+  worker_ipc_t *wi = h->data;
+  if (!wi->draining) {
+    worker_ipc_drain(wi, "SIGTERM");
+    return;
+  }
+  log_warn("second SIGTERM: stopping now");
+  worker_shutdown(&wi->w);
+  worker_ipc_stop(wi);
+}
+
+/* Process ------------------------------------------------------------------------------- */
+
+int worker_ipc_main(const config_t *cfg) {
+  signal(SIGPIPE, SIG_IGN);
+  signal(SIGINT, SIG_IGN);
+  /* Sessions are spread over the workers: each takes its share of the limit. */
+  config_t wcfg = *cfg;
+  unsigned n = cfg->workers > 0 ? (unsigned)cfg->workers : 1;
+  wcfg.max_sessions = (cfg->max_sessions + n - 1) / n;
+
+  uv_loop_t *loop = uv_default_loop();
+  static worker_ipc_t wi;
+  wi.cfg = &wcfg;
+  char err[512];
+  char slot[16];
+  snprintf(slot, sizeof(slot), "%d", cfg->worker_slot);
+  if (worker_init(&wi.w, loop, &wcfg, (unsigned)cfg->worker_slot, err, sizeof(err)) != 0) {
+    log_error("worker cannot open the database", "slot", slot, "db", cfg->db_path, "error", err);
+    close(WORKER_IPC_FD);
+    return 1;
+  }
+  worker_t *w = &wi.w;
+  w->generation = cfg->worker_generation;
+  w->n_slots = n;
+  w->ipc = &wi;
+  w->reroute = worker_ipc_reroute;
+  w->on_local_commit = worker_ipc_on_local_commit;
+
+  int rc = ipc_channel_init(&wi.ch, loop, WORKER_IPC_FD, (uint32_t)cfg->worker_slot,
+                            cfg->worker_generation, worker_ipc_on_msg, worker_ipc_on_eof, &wi);
+  wi.ch_open = rc == 0;
+  bool failed = !wi.ch_open;
+  uv_timer_init(loop, &wi.stats_timer);
+  wi.stats_timer.data = &wi;
+  uv_idle_init(loop, &wi.commit_idle);
+  wi.commit_idle.data = &wi;
+  uv_signal_init(loop, &wi.sigterm);
+  wi.sigterm.data = &wi;
+  uv_signal_start(&wi.sigterm, worker_ipc_on_sigterm, SIGTERM);
+  if (!wi.ch_open) {
+    log_error("worker has no channel to its master", "slot", slot, "error", uv_strerror(rc));
+    worker_shutdown(w);
+    worker_ipc_stop(&wi);
+  } else {
+    /* The first report says "ready": the master routes nothing here before it. */
+    worker_ipc_send_stats(&wi, 0);
+    uv_timer_start(&wi.stats_timer, worker_ipc_on_stats_timer, WORKER_IPC_STATS_MS,
+                   WORKER_IPC_STATS_MS);
+  }
+
+  uv_run(loop, UV_RUN_DEFAULT);
+  worker_finish(w);
+  rc = uv_loop_close(loop);
+  if (rc != 0) log_warn("worker loop closed with open handles", "error", uv_strerror(rc));
+  return failed ? 1 : 0;
+}

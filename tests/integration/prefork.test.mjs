@@ -1,0 +1,482 @@
+// The pre-forked process model, black-box: a master and --workers 4 worker
+// processes behind one port. 100 official-SDK clients each subscribe to
+// their own record and each get its notification; one kept-alive raw
+// connection carries requests for sessions held by different workers
+// (handed back and routed again); a worker killed with SIGKILL while a
+// writer commits is restarted and its clients, reconnecting with
+// Last-Event-ID, miss no change (checked against audit_log); SIGTERM under
+// load drains within --drain-timeout without losing an acknowledged write,
+// and the next server on the same database restores the sessions. Also the
+// control socket (JSON lines) that mcpsubctl talks to.
+
+import test, { after } from 'node:test';
+import assert from 'node:assert/strict';
+import net from 'node:net';
+import path from 'node:path';
+
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import { ResourceUpdatedNotificationSchema } from '@modelcontextprotocol/sdk/types.js';
+
+import { startServer, getStatus } from './lib/server.mjs';
+import { RawConnection, buildRequest, initialize, mcpPost, MCP_ACCEPT } from './lib/raw.mjs';
+import { sqlite, sqliteRows } from './lib/sqlite.mjs';
+import { EventStream, idSeq } from './lib/sse.mjs';
+import { auditAfter, auditMax, rest, startServerOn, waitStatus } from './lib/subs.mjs';
+import { sleep, waitFor, withTimeout } from './lib/wait.mjs';
+
+const servers = new Set();
+after(async () => {
+  for (const s of servers) await s.kill();
+});
+
+async function server(args) {
+  const s = await startServer({ args });
+  servers.add(s);
+  return s;
+}
+
+async function stop(s, opts) {
+  servers.delete(s);
+  return s.stop(opts);
+}
+
+/* One request on the control socket: a JSON line out, a JSON line back. */
+function ctl(srv, request, { timeoutMs = 5000 } = {}) {
+  const sock = path.join(path.dirname(srv.dbPath), 'mcpsubd.sock');
+  return withTimeout(
+    new Promise((resolve, reject) => {
+      const c = net.connect({ path: sock });
+      let buf = '';
+      c.setEncoding('utf8');
+      c.on('connect', () => c.write(`${typeof request === 'string' ? request : JSON.stringify(request)}\n`));
+      c.on('data', (d) => {
+        buf += d;
+        const nl = buf.indexOf('\n');
+        if (nl >= 0) {
+          c.destroy();
+          try {
+            resolve(JSON.parse(buf.slice(0, nl)));
+          } catch (err) {
+            reject(err);
+          }
+        }
+      });
+      c.on('error', reject);
+    }),
+    timeoutMs,
+    `control request ${JSON.stringify(request)}`,
+  );
+}
+
+const slotOf = (sessionId) => parseInt(sessionId.slice(0, 2), 16);
+const UPDATED = 'notifications/resources/updated';
+
+/* ---------------------------------------------------------------------------------- */
+
+test('100 SDK clients over 4 workers: each subscribes to its own record and gets its notification', async () => {
+  const srv = await server(['--workers', '4']);
+  const B = srv.base;
+  const N = 100;
+  const sku = (i) => `PF-${String(i).padStart(3, '0')}`;
+  let sql = 'BEGIN;';
+  for (let i = 0; i < N; i++) sql += `INSERT INTO Product (sku, name, price_cents, category) VALUES ('${sku(i)}', 'pf ${i}', ${i}, 'pf');`;
+  sqlite(srv.dbPath, `${sql} COMMIT;`);
+
+  const clients = [];
+  const connectOne = async (i) => {
+    const transport = new StreamableHTTPClientTransport(new URL(srv.url));
+    const client = new Client({ name: `pf-${i}`, version: '1.0.0' }, { capabilities: {} });
+    const c = { i, client, transport, got: [] };
+    client.setNotificationHandler(ResourceUpdatedNotificationSchema, (n) => c.got.push(n.params.uri));
+    await client.connect(transport);
+    assert.deepEqual(await client.subscribeResource({ uri: `${B}/Product/${sku(i)}` }), {});
+    clients.push(c);
+  };
+  try {
+    await Promise.all(Array.from({ length: N }, (_, i) => connectOne(i)));
+    const st = await getStatus(srv.port);
+    assert.equal(st.sessions, N, JSON.stringify(st));
+    assert.equal(st.subscriptions, N, JSON.stringify(st));
+    assert.equal(st.workers, 4, JSON.stringify(st));
+    // Sessions are spread (least-loaded routing), and each lives on the worker its id names.
+    const workers = await ctl(srv, { cmd: 'workers' });
+    assert.equal(workers.ok, true, JSON.stringify(workers));
+    assert.equal(workers.workers.length, 4);
+    const used = workers.workers.filter((w) => w.sessions > 0).length;
+    assert.ok(used >= 3, `sessions on ${used} workers: ${JSON.stringify(workers.workers.map((w) => w.sessions))}`);
+    const sessions = await ctl(srv, { cmd: 'sessions' });
+    assert.equal(sessions.sessions.length, N);
+    for (const s of sessions.sessions) assert.equal(s.worker, slotOf(s.id), JSON.stringify(s));
+    assert.equal(new Set(sessions.sessions.map((s) => s.id)).size, N, 'a session held by two workers');
+
+    // One external commit changes every row; every client hears of its own.
+    sqlite(srv.dbPath, "UPDATE Product SET price_cents = price_cents + 1000 WHERE category = 'pf'");
+    await waitFor(() => clients.every((c) => c.got.includes(`${B}/Product/${sku(c.i)}`)), {
+      timeoutMs: 20000,
+      message: 'every client notified of its row',
+    }).catch((err) => {
+      const missing = clients.filter((c) => !c.got.includes(`${B}/Product/${sku(c.i)}`)).map((c) => c.i);
+      throw new Error(`${missing.length} of ${N} clients not notified: ${missing.join(',')}\n${err.message}`);
+    });
+    for (const c of clients) assert.deepEqual(c.got, [`${B}/Product/${sku(c.i)}`], `client ${c.i}`);
+
+    // A change through REST (one worker's commit) wakes the others at once.
+    await rest(srv.port, 'PATCH', `/Product/${sku(7)}`, { price_cents: 1 });
+    await waitFor(() => clients[clients.findIndex((c) => c.i === 7)].got.length === 2, { message: 'REST change notified' });
+
+    const subs = await ctl(srv, { cmd: 'subs' });
+    assert.equal(subs.subscriptions.length, N);
+    assert.ok(subs.subscriptions.every((s) => s.sessions === 1));
+    const one = await ctl(srv, { cmd: 'subs', uri: `${B}/Product/${sku(3)}` });
+    assert.deepEqual(one.subscriptions, [{ uri: `${B}/Product/${sku(3)}`, sessions: 1 }]);
+  } finally {
+    await Promise.all(clients.map(async (c) => {
+      await c.transport.terminateSession().catch(() => {});
+      await c.client.close().catch(() => {});
+    }));
+  }
+  await waitStatus(srv.port, { sessions: 0, streams: 0, subscriptions: 0 }, { timeoutMs: 10000 });
+  await stop(srv);
+});
+
+test('one kept-alive connection carrying requests for sessions on different workers: every answer right', async () => {
+  const srv = await server(['--workers', '4']);
+  const ids = [];
+  while (new Set(ids.map(slotOf)).size < 3 && ids.length < 40) ids.push(await initialize(srv.port));
+  const bySlot = new Map();
+  for (const id of ids) if (!bySlot.has(slotOf(id))) bySlot.set(slotOf(id), id);
+  const sessions = [...bySlot.values()];
+  assert.ok(sessions.length >= 3, `sessions on ${sessions.length} workers only`);
+
+  const post = (sid, id, method, params) =>
+    buildRequest(srv.port, {
+      method: 'POST',
+      path: '/mcp',
+      headers: { Accept: MCP_ACCEPT, 'Content-Type': 'application/json', 'Mcp-Session-Id': sid },
+      body: JSON.stringify({ jsonrpc: '2.0', id, method, ...(params ? { params } : {}) }),
+    });
+  const conn = await RawConnection.open(srv.port);
+  try {
+    let id = 0;
+    // One at a time, alternating sessions, then some pipelined.
+    for (let round = 0; round < 3; round++) {
+      for (const sid of sessions) {
+        id++;
+        conn.write(post(sid, id, 'tools/call', { name: 'get_record', arguments: { table: 'Product', key: 'A-100' } }));
+        const res = await conn.readResponse();
+        assert.equal(res.status, 200, res.text);
+        const body = res.json();
+        assert.equal(body.id, id);
+        assert.ok(body.result && !body.result.isError, res.text);
+      }
+    }
+    const batch = [];
+    for (const sid of [...sessions, ...sessions]) batch.push(post(sid, ++id, 'ping'));
+    batch.push(buildRequest(srv.port, { path: '/status' }));
+    batch.push(post(sessions[0], ++id, 'ping'));
+    conn.write(Buffer.concat(batch));
+    const first = id - batch.length + 2; // the /status request uses no id
+    for (let k = 0; k < batch.length; k++) {
+      const res = await conn.readResponse();
+      assert.equal(res.status, 200, res.text);
+      if (k === batch.length - 2) {
+        assert.equal(res.json().sessions, ids.length, `/status on the kept-alive connection: ${res.text}`);
+        continue;
+      }
+      const want = k < batch.length - 2 ? first + k : id;
+      assert.deepEqual(res.json(), { jsonrpc: '2.0', id: want, result: {} });
+    }
+    assert.ok(!conn.closed);
+    // An unknown session, a session header without a slot we run, and a DELETE, on the same connection.
+    conn.write(post(`ff${sessions[0].slice(2)}`, ++id, 'ping'));
+    assert.equal((await conn.readResponse()).status, 404);
+    conn.write(buildRequest(srv.port, { method: 'DELETE', path: '/mcp', headers: { 'Mcp-Session-Id': sessions[1] } }));
+    assert.equal((await conn.readResponse()).status, 204);
+    conn.write(post(sessions[1], ++id, 'ping'));
+    assert.equal((await conn.readResponse()).status, 404);
+  } finally {
+    conn.close();
+  }
+  // Each session is live once, on its own worker: nothing was restored elsewhere.
+  const list = await ctl(srv, { cmd: 'sessions' });
+  assert.equal(list.sessions.length, ids.length - 1, JSON.stringify(list));
+  for (const s of list.sessions) assert.equal(s.worker, slotOf(s.id));
+  await stop(srv);
+});
+
+test('control socket: JSON lines for status, workers, stats, sessions, session, evict, subs; errors', async () => {
+  const srv = await server(['--workers', '2']);
+  const sid = await initialize(srv.port);
+  const uri = `${srv.base}/Product/A-100`;
+  const sub = await mcpPost(srv.port, sid, { jsonrpc: '2.0', id: 1, method: 'resources/subscribe', params: { uri } });
+  assert.equal(sub.status, 200, sub.text);
+
+  const status = await ctl(srv, { cmd: 'status' });
+  assert.equal(status.ok, true);
+  assert.equal(status.workers, 2);
+  assert.equal(status.totals.sessions, 1);
+  assert.equal(status.totals.subscriptions, 1);
+  assert.equal(status.db, srv.dbPath);
+  assert.equal(typeof status.pid, 'number');
+  assert.equal(typeof status.uptimeMs, 'number');
+  assert.equal(typeof status.version, 'string');
+  const stats = await ctl(srv, { cmd: 'stats' });
+  assert.equal(stats.workers.length, 2);
+  assert.equal(stats.slots.length, 2);
+  assert.deepEqual(stats.slots.map((s) => s.alive), [true, true]);
+  assert.equal(stats.workers.reduce((n, w) => n + w.sessions, 0), 1);
+  const one = await ctl(srv, { cmd: 'session', id: sid });
+  assert.equal(one.ok, true, JSON.stringify(one));
+  assert.equal(one.session.id, sid);
+  assert.equal(one.session.worker, slotOf(sid));
+  assert.deepEqual(one.session.subscriptions, [uri]);
+  assert.equal(one.session.stream, false);
+  const unknown = await ctl(srv, { cmd: 'session', id: `00${'0'.repeat(32)}` });
+  assert.deepEqual(unknown, { ok: false, error: 'unknown session' });
+  assert.deepEqual(await ctl(srv, { cmd: 'evict', id: sid }), { ok: true, evicted: true });
+  assert.deepEqual(await ctl(srv, { cmd: 'evict', id: sid }), { ok: false, error: 'unknown session' });
+  const gone = await mcpPost(srv.port, sid, { jsonrpc: '2.0', id: 2, method: 'ping' });
+  assert.equal(gone.status, 404, gone.text);
+  await waitStatus(srv.port, { sessions: 0, subscriptions: 0 });
+  assert.equal((await ctl(srv, { cmd: 'nope' })).ok, false);
+  assert.equal((await ctl(srv, 'not json')).ok, false);
+  assert.equal((await ctl(srv, { nocmd: 1 })).ok, false);
+  // Prometheus text from the master, covering both workers.
+  const metrics = await new Promise((resolve, reject) => {
+    const c = net.connect({ port: srv.port, host: '127.0.0.1' });
+    let text = '';
+    c.on('connect', () => c.write(`GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n`));
+    c.on('data', (d) => (text += d));
+    c.on('end', () => resolve(text));
+    c.on('error', reject);
+  });
+  assert.match(metrics, /^HTTP\/1\.1 200/);
+  assert.match(metrics, /Content-Type: text\/plain; version=0\.0\.4/i);
+  assert.match(metrics, /worker="0"/);
+  assert.match(metrics, /worker="1"/);
+  assert.match(metrics, /worker="all"/);
+  await stop(srv);
+});
+
+/*
+ * A raw client with its GET stream that reconnects with Last-Event-ID
+ * whenever the stream ends, recording each stream (attempt) separately.
+ */
+class ResumingClient {
+  constructor(srv, sid, uri) {
+    this.srv = srv;
+    this.sid = sid;
+    this.uri = uri;
+    this.attempts = []; // { lastEventId, stream }
+    this.running = true;
+    this.errors = [];
+  }
+
+  get lastId() {
+    for (let i = this.attempts.length - 1; i >= 0; i--) {
+      const id = this.attempts[i].stream.lastId;
+      if (id !== undefined) return id;
+    }
+    return undefined;
+  }
+
+  async run() {
+    while (this.running) {
+      const lastEventId = this.lastId;
+      let stream;
+      try {
+        stream = await EventStream.open(this.srv.port, this.sid, lastEventId ? { lastEventId } : {});
+      } catch (err) {
+        this.errors.push(String(err.message).slice(0, 200));
+        await sleep(50);
+        continue;
+      }
+      const attempt = { lastEventId, stream };
+      this.attempts.push(attempt);
+      await stream.waitClosed({ timeoutMs: 120000 }).catch(() => {});
+    }
+  }
+
+  stop() {
+    this.running = false;
+    for (const a of this.attempts) a.stream.close();
+  }
+
+  /*
+   * Is the change with audit seq s covered? Live (or replayed) with its own
+   * seq, or recovered from the audit log on a stream resumed from a
+   * position at or before s whose priming event names a position at or
+   * after s.
+   */
+  covered(s) {
+    for (const { lastEventId, stream } of this.attempts) {
+      const ups = stream.updates().filter((e) => e.json.params.uri === this.uri);
+      if (ups.some((e) => /-t\d+$/.test(e.id) && idSeq(e.id) === s)) return true;
+      const primed = stream.priming;
+      if (lastEventId !== undefined && primed !== undefined && ups.some((e) => /-r\d+$/.test(e.id))) {
+        if (idSeq(lastEventId) <= s && s <= idSeq(primed.id)) return true;
+      }
+    }
+    return false;
+  }
+}
+
+test('SIGKILL of a worker while a writer commits: restarted; its clients resume with Last-Event-ID and miss no change', async () => {
+  const srv = await server(['--workers', '3']);
+  const B = srv.base;
+  const N = 12;
+  const key = (i) => `K-${i}`;
+  let sql = 'BEGIN;';
+  for (let i = 0; i < N; i++) sql += `INSERT INTO Product (sku, name, category) VALUES ('${key(i)}', 'k', 'k');`;
+  sqlite(srv.dbPath, `${sql} COMMIT;`);
+
+  const clients = [];
+  for (let i = 0; i < N; i++) {
+    const sid = await initialize(srv.port);
+    const uri = `${B}/Product/${key(i)}`;
+    const res = await mcpPost(srv.port, sid, { jsonrpc: '2.0', id: 1, method: 'resources/subscribe', params: { uri } });
+    assert.equal(res.status, 200, res.text);
+    const c = new ResumingClient(srv, sid, uri);
+    c.key = key(i);
+    c.done = c.run();
+    clients.push(c);
+  }
+  await waitStatus(srv.port, { streams: N });
+  const start = auditMax(srv.dbPath);
+
+  // The victim: the worker holding client 0's session.
+  const victimSlot = slotOf(clients[0].sid);
+  const before = (await ctl(srv, { cmd: 'workers' })).workers[victimSlot];
+  assert.equal(before.alive, true);
+
+  // A writer: REST PATCHes (any worker; some may fail while one is down) and sqlite3 commits.
+  let writing = true;
+  let acked = 0;
+  const writer = (async () => {
+    let n = 0;
+    while (writing) {
+      const i = n % N;
+      n++;
+      try {
+        if (n % 3 === 0) sqlite(srv.dbPath, `UPDATE Product SET price_cents = ${n} WHERE sku = '${key(i)}'`);
+        else await rest(srv.port, 'PATCH', `/Product/${key(i)}`, { price_cents: n });
+        acked++;
+      } catch {
+        /* a request on the killed worker's connection */
+      }
+      await sleep(5);
+    }
+  })();
+  await waitFor(() => acked >= 40, { timeoutMs: 10000, message: 'writes before the kill' });
+  process.kill(before.pid, 'SIGKILL');
+  await waitFor(async () => {
+    const w = (await ctl(srv, { cmd: 'workers' })).workers[victimSlot];
+    return w.alive && w.pid !== before.pid && w.generation === before.generation + 1 && w.restarts === 1;
+  }, { timeoutMs: 10000, message: 'the master to restart the killed worker' });
+  const afterKill = acked;
+  await waitFor(() => acked >= afterKill + 40, { timeoutMs: 10000, message: 'writes after the restart' });
+  writing = false;
+  await writer;
+  const end = auditMax(srv.dbPath);
+  try {
+    for (const c of clients) {
+      const changes = auditAfter(srv.dbPath, start, { tbl: 'Product', key: c.key }).map((r) => r.seq);
+      assert.ok(changes.length > 0, `no change to ${c.key}`);
+      await waitFor(() => changes.every((s) => c.covered(s)), {
+        timeoutMs: 10000,
+        message: `${c.key} (session on worker ${slotOf(c.sid)}): every change of audit seqs ${changes.join(',')} seen`,
+      }).catch((err) => {
+        const missing = changes.filter((s) => !c.covered(s));
+        throw new Error(`${err.message}\nmissing ${missing.join(',')}; attempts: ${c.attempts.map((a) => `[from ${a.lastEventId}: ${a.stream.describe(8)}]`).join(' ')}; errors ${c.errors.slice(-3)}`);
+      });
+    }
+    // The victim's clients did reconnect; the others' streams never broke.
+    const resumed = clients.filter((c) => c.attempts.length > 1);
+    assert.ok(resumed.some((c) => slotOf(c.sid) === victimSlot), 'no client of the killed worker reconnected');
+    for (const c of clients) if (slotOf(c.sid) !== victimSlot) assert.equal(c.attempts.length, 1, `client on worker ${slotOf(c.sid)} reconnected`);
+    assert.ok(end > start);
+  } finally {
+    for (const c of clients) c.stop();
+  }
+  await stop(srv);
+});
+
+test('SIGTERM under load: drains within --drain-timeout, no acknowledged write lost; the next server restores the sessions', async () => {
+  const srv = await server(['--workers', '4', '--drain-timeout', '3']);
+  const B = srv.base;
+  const N = 8;
+  const sessions = [];
+  for (let i = 0; i < N; i++) {
+    const sid = await initialize(srv.port);
+    const uri = `${B}/Product/D-${i}`;
+    await rest(srv.port, 'PUT', `/Product/D-${i}`, { sku: `D-${i}`, name: 'd', price_cents: 0, category: 'd', in_stock: 1 });
+    const res = await mcpPost(srv.port, sid, { jsonrpc: '2.0', id: 1, method: 'resources/subscribe', params: { uri } });
+    assert.equal(res.status, 200, res.text);
+    const stream = await EventStream.open(srv.port, sid);
+    await stream.waitPrimed();
+    sessions.push({ sid, uri, stream, key: `D-${i}` });
+  }
+  // A pending wait_and_read: the drain answers it (timedOut).
+  const waiter = mcpPost(srv.port, sessions[0].sid, {
+    jsonrpc: '2.0', id: 9, method: 'tools/call',
+    params: { name: 'wait_and_read', arguments: { resources: [{ uri: `${B}/Product/NOPE`, sinceVersion: '0' }], timeoutMs: 60000 } },
+  }, { timeoutMs: 20000 });
+  await waitStatus(srv.port, { waiters: 1 });
+
+  // Load: writers inserting rows; each acknowledged id must be in the database afterwards.
+  const acked = [];
+  let writing = true;
+  let next = 70000;
+  const writers = Array.from({ length: 6 }, async () => {
+    while (writing) {
+      const id = next++;
+      try {
+        await rest(srv.port, 'PUT', `/StockEvent/${id}`, { sku: 'LOAD', delta: 1 });
+        acked.push(id);
+      } catch {
+        /* refused or cut while stopping: not acknowledged */
+      }
+    }
+  });
+  await waitFor(() => acked.length >= 50, { timeoutMs: 10000, message: 'load before SIGTERM' });
+  const t0 = Date.now();
+  srv.child.kill('SIGTERM');
+  const exit = await withTimeout(srv.exited, 6000, 'the drained server to exit');
+  const took = Date.now() - t0;
+  writing = false;
+  await Promise.all(writers);
+  assert.deepEqual(exit, { code: 0, signal: null }, srv.stderrTail());
+  assert.ok(took < 3000 + 1000, `drain took ${took} ms`);
+  const w = await waiter;
+  assert.equal(w.status, 200, w.text);
+  assert.equal(JSON.parse(w.json().result.content[0].text).timedOut, true, w.text);
+  for (const s of sessions) {
+    await s.stream.waitClosed();
+    // The last thing on each stream: the server asks the client to come back in a second.
+    assert.equal(s.stream.events.at(-1).retry, '1000', s.stream.describe(4));
+  }
+  const rows = new Set(sqliteRows(srv.dbPath, 'SELECT id FROM StockEvent WHERE sku = \'LOAD\'').map((r) => r.id));
+  const lost = acked.filter((id) => !rows.has(id));
+  assert.deepEqual(lost, [], `${lost.length} acknowledged writes missing`);
+  const inAudit = new Set(auditAfter(srv.dbPath, 0, { tbl: 'StockEvent' }).map((r) => Number(r.key)));
+  assert.deepEqual(acked.filter((id) => !inAudit.has(id)), [], 'acknowledged writes missing from the audit log');
+
+  // The next server on the same database and port: sessions come back with their subscriptions.
+  servers.delete(srv);
+  await srv.stop({ keepDir: true });
+  const again = await startServerOn(srv.port, srv.dbPath, { args: ['--workers', '4'], ownDirs: [srv.dir] });
+  servers.add(again);
+  for (const s of sessions) {
+    const res = await mcpPost(again.port, s.sid, { jsonrpc: '2.0', id: 2, method: 'ping' });
+    assert.equal(res.status, 200, res.text);
+    s.stream2 = await EventStream.open(again.port, s.sid, { lastEventId: s.stream.lastId });
+    await s.stream2.waitPrimed();
+  }
+  sqlite(again.dbPath, "UPDATE Product SET price_cents = 42 WHERE category = 'd'");
+  for (const s of sessions) {
+    await s.stream2.waitUntil((x) => x.updates(s.uri).some((e) => e.json.params.uri === s.uri), { what: `${s.key} notified after restart` });
+    s.stream2.close();
+  }
+  await stop(again);
+});

@@ -1,0 +1,283 @@
+/*
+ * Unit tests of the stats renderers: the exact Prometheus text for two
+ * workers (per-worker samples, sums, the largest tailer lag), HELP and TYPE
+ * once per family, the one-process case without slot facts, and the JSON
+ * form the control socket serves.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "check.h"
+#include "common/buf.h"
+#include "common/stats.h"
+
+static void two_workers(worker_stats w[2], slot_stats s[2]) {
+  memset(w, 0, 2 * sizeof(*w));
+  w[0] = (worker_stats){.slot = 0,
+                        .generation = 1,
+                        .pid = 101,
+                        .started_ms = 1700000000000,
+                        .sessions = 3,
+                        .streams = 2,
+                        .subscriptions = 7,
+                        .waiters = 1,
+                        .connections = 4,
+                        .queued_bytes = 512,
+                        .requests = 100,
+                        .notifications = 20,
+                        .frames_sent = 30,
+                        .frames_replayed = 5,
+                        .frames_dropped = 1,
+                        .audit_position = 90,
+                        .audit_head = 100};
+  w[1] = (worker_stats){.slot = 1,
+                        .generation = 0,
+                        .pid = 102,
+                        .started_ms = 1700000000500,
+                        .sessions = 2,
+                        .streams = 1,
+                        .subscriptions = 3,
+                        .waiters = 0,
+                        .connections = 2,
+                        .queued_bytes = 0,
+                        .requests = 50,
+                        .notifications = 10,
+                        .frames_sent = 12,
+                        .frames_replayed = 0,
+                        .frames_dropped = 0,
+                        .audit_position = 97,
+                        .audit_head = 100};
+  s[0] = (slot_stats){.restarts = 1, .alive = 1};
+  s[1] = (slot_stats){.restarts = 0, .alive = 0};
+}
+
+/* The rendered text, as a new string. */
+static char *render(const worker_stats *w, const slot_stats *s, size_t n) {
+  buf_t b;
+  buf_init(&b);
+  stats_render_prometheus(&b, w, s, n);
+  return buf_steal(&b);
+}
+
+static int count_occurrences(const char *text, const char *needle) {
+  int n = 0;
+  for (const char *p = strstr(text, needle); p != NULL; p = strstr(p + 1, needle)) n++;
+  return n;
+}
+
+static void test_prometheus_two_workers_exact(void) {
+  worker_stats w[2];
+  slot_stats s[2];
+  two_workers(w, s);
+  char *text = render(w, s, 2);
+  static const char expected[] =
+      "# HELP mcpsub_worker_up 1 when a worker process runs in the slot.\n"
+      "# TYPE mcpsub_worker_up gauge\n"
+      "mcpsub_worker_up{worker=\"0\"} 1\n"
+      "mcpsub_worker_up{worker=\"1\"} 0\n"
+      "mcpsub_worker_up{worker=\"all\"} 1\n"
+      "# HELP mcpsub_sessions Live MCP sessions.\n"
+      "# TYPE mcpsub_sessions gauge\n"
+      "mcpsub_sessions{worker=\"0\"} 3\n"
+      "mcpsub_sessions{worker=\"1\"} 2\n"
+      "mcpsub_sessions{worker=\"all\"} 5\n"
+      "# HELP mcpsub_streams Open SSE streams.\n"
+      "# TYPE mcpsub_streams gauge\n"
+      "mcpsub_streams{worker=\"0\"} 2\n"
+      "mcpsub_streams{worker=\"1\"} 1\n"
+      "mcpsub_streams{worker=\"all\"} 3\n"
+      "# HELP mcpsub_subscriptions Live resource subscriptions (sessions and waiters).\n"
+      "# TYPE mcpsub_subscriptions gauge\n"
+      "mcpsub_subscriptions{worker=\"0\"} 7\n"
+      "mcpsub_subscriptions{worker=\"1\"} 3\n"
+      "mcpsub_subscriptions{worker=\"all\"} 10\n"
+      "# HELP mcpsub_waiters Pending wait_and_read calls.\n"
+      "# TYPE mcpsub_waiters gauge\n"
+      "mcpsub_waiters{worker=\"0\"} 1\n"
+      "mcpsub_waiters{worker=\"1\"} 0\n"
+      "mcpsub_waiters{worker=\"all\"} 1\n"
+      "# HELP mcpsub_connections Open HTTP connections.\n"
+      "# TYPE mcpsub_connections gauge\n"
+      "mcpsub_connections{worker=\"0\"} 4\n"
+      "mcpsub_connections{worker=\"1\"} 2\n"
+      "mcpsub_connections{worker=\"all\"} 6\n"
+      "# HELP mcpsub_stream_queue_bytes Bytes queued on SSE streams, not yet taken by the kernel.\n"
+      "# TYPE mcpsub_stream_queue_bytes gauge\n"
+      "mcpsub_stream_queue_bytes{worker=\"0\"} 512\n"
+      "mcpsub_stream_queue_bytes{worker=\"1\"} 0\n"
+      "mcpsub_stream_queue_bytes{worker=\"all\"} 512\n"
+      "# HELP mcpsub_audit_tailer_lag Audit rows committed but not yet handed on by the tailer "
+      "(total: the largest).\n"
+      "# TYPE mcpsub_audit_tailer_lag gauge\n"
+      "mcpsub_audit_tailer_lag{worker=\"0\"} 10\n"
+      "mcpsub_audit_tailer_lag{worker=\"1\"} 3\n"
+      "mcpsub_audit_tailer_lag{worker=\"all\"} 10\n"
+      "# HELP mcpsub_requests_total HTTP requests served.\n"
+      "# TYPE mcpsub_requests_total counter\n"
+      "mcpsub_requests_total{worker=\"0\"} 100\n"
+      "mcpsub_requests_total{worker=\"1\"} 50\n"
+      "mcpsub_requests_total{worker=\"all\"} 150\n"
+      "# HELP mcpsub_notifications_sent_total SSE frames written to streams.\n"
+      "# TYPE mcpsub_notifications_sent_total counter\n"
+      "mcpsub_notifications_sent_total{worker=\"0\"} 30\n"
+      "mcpsub_notifications_sent_total{worker=\"1\"} 12\n"
+      "mcpsub_notifications_sent_total{worker=\"all\"} 42\n"
+      "# HELP mcpsub_notifications_formatted_total Resource-update frames formatted.\n"
+      "# TYPE mcpsub_notifications_formatted_total counter\n"
+      "mcpsub_notifications_formatted_total{worker=\"0\"} 20\n"
+      "mcpsub_notifications_formatted_total{worker=\"1\"} 10\n"
+      "mcpsub_notifications_formatted_total{worker=\"all\"} 30\n"
+      "# HELP mcpsub_notifications_replayed_total Frames sent again on resumption (replay ring or "
+      "audit log).\n"
+      "# TYPE mcpsub_notifications_replayed_total counter\n"
+      "mcpsub_notifications_replayed_total{worker=\"0\"} 5\n"
+      "mcpsub_notifications_replayed_total{worker=\"1\"} 0\n"
+      "mcpsub_notifications_replayed_total{worker=\"all\"} 5\n"
+      "# HELP mcpsub_notifications_dropped_total Frames that left a replay ring before any stream "
+      "took them.\n"
+      "# TYPE mcpsub_notifications_dropped_total counter\n"
+      "mcpsub_notifications_dropped_total{worker=\"0\"} 1\n"
+      "mcpsub_notifications_dropped_total{worker=\"1\"} 0\n"
+      "mcpsub_notifications_dropped_total{worker=\"all\"} 1\n"
+      "# HELP mcpsub_worker_restarts_total Times the master restarted the slot's worker.\n"
+      "# TYPE mcpsub_worker_restarts_total counter\n"
+      "mcpsub_worker_restarts_total{worker=\"0\"} 1\n"
+      "mcpsub_worker_restarts_total{worker=\"1\"} 0\n"
+      "mcpsub_worker_restarts_total{worker=\"all\"} 1\n";
+  CHECK_STR_EQ(text, expected);
+  free(text);
+}
+
+/* Every family has exactly one HELP and one TYPE line, before its samples. */
+static void test_prometheus_help_type_once(void) {
+  worker_stats w[2];
+  slot_stats s[2];
+  two_workers(w, s);
+  char *text = render(w, s, 2);
+  int families = 0;
+  for (char *line = text; *line != '\0';) {
+    char *end = strchr(line, '\n');
+    CHECK(end != NULL); /* every line, the last included, ends in \n */
+    if (strncmp(line, "# TYPE ", 7) == 0) {
+      char name[96];
+      CHECK(sscanf(line + 7, "%95s", name) == 1);
+      char help[128], type[128], sample[128];
+      snprintf(help, sizeof(help), "# HELP %s ", name);
+      snprintf(type, sizeof(type), "# TYPE %s ", name);
+      snprintf(sample, sizeof(sample), "\n%s{", name);
+      CHECK_INT_EQ(count_occurrences(text, help), 1);
+      CHECK_INT_EQ(count_occurrences(text, type), 1);
+      CHECK_INT_EQ(count_occurrences(text, sample), 3);
+      /* HELP comes right before TYPE, the samples after it */
+      CHECK(strstr(text, help) < strstr(text, type));
+      CHECK(strstr(text, sample) > line);
+      families++;
+    }
+    line = end + 1;
+  }
+  CHECK_INT_EQ(families, 14);
+  CHECK_INT_EQ(count_occurrences(text, "# HELP "), 14);
+  CHECK_INT_EQ(count_occurrences(text, "{worker=\"all\"}"), 14);
+  free(text);
+}
+
+/* The tailer's lag is clamped at 0 and its total is the largest, not the sum. */
+static void test_prometheus_lag_max_and_clamp(void) {
+  worker_stats w[3] = {
+      {.slot = 0, .audit_position = 50, .audit_head = 40}, /* head sampled behind: 0 */
+      {.slot = 1, .audit_position = 10, .audit_head = 18},
+      {.slot = 2, .audit_position = 20, .audit_head = 25},
+  };
+  char *text = render(w, NULL, 3);
+  CHECK(strstr(text, "mcpsub_audit_tailer_lag{worker=\"0\"} 0\n") != NULL);
+  CHECK(strstr(text, "mcpsub_audit_tailer_lag{worker=\"1\"} 8\n") != NULL);
+  CHECK(strstr(text, "mcpsub_audit_tailer_lag{worker=\"2\"} 5\n") != NULL);
+  CHECK(strstr(text, "mcpsub_audit_tailer_lag{worker=\"all\"} 8\n") != NULL);
+  free(text);
+}
+
+/* Without slot facts (one process) every reported worker is up, none restarted. */
+static void test_prometheus_without_slots(void) {
+  worker_stats w[2];
+  slot_stats s[2];
+  two_workers(w, s);
+  w[1].slot = 7; /* labels are the slot numbers, not array positions */
+  char *text = render(w, NULL, 2);
+  CHECK(strstr(text, "mcpsub_worker_up{worker=\"0\"} 1\n") != NULL);
+  CHECK(strstr(text, "mcpsub_worker_up{worker=\"7\"} 1\n") != NULL);
+  CHECK(strstr(text, "mcpsub_worker_up{worker=\"all\"} 2\n") != NULL);
+  CHECK(strstr(text, "mcpsub_worker_restarts_total{worker=\"0\"} 0\n") != NULL);
+  CHECK(strstr(text, "mcpsub_worker_restarts_total{worker=\"all\"} 0\n") != NULL);
+  CHECK(strstr(text, "mcpsub_sessions{worker=\"7\"} 2\n") != NULL);
+  free(text);
+}
+
+/* No worker reported yet: the families and zero totals, still valid text. */
+static void test_prometheus_no_workers(void) {
+  char *text = render(NULL, NULL, 0);
+  CHECK_INT_EQ(count_occurrences(text, "# TYPE "), 14);
+  CHECK(strstr(text, "mcpsub_sessions{worker=\"all\"} 0\n") != NULL);
+  CHECK(strstr(text, "mcpsub_worker_up{worker=\"all\"} 0\n") != NULL);
+  CHECK(strstr(text, "{worker=\"0\"}") == NULL);
+  free(text);
+}
+
+/* Appends: what was in the buffer stays in front. */
+static void test_prometheus_appends(void) {
+  buf_t b;
+  buf_init(&b);
+  buf_append_str(&b, "# before\n");
+  stats_render_prometheus(&b, NULL, NULL, 0);
+  CHECK(strncmp(b.data, "# before\n# HELP mcpsub_worker_up ", 33) == 0);
+  buf_finish(&b);
+}
+
+static double number(const cJSON *o, const char *key) {
+  const cJSON *item = cJSON_GetObjectItemCaseSensitive(o, key);
+  CHECK(cJSON_IsNumber(item));
+  return item->valuedouble;
+}
+
+static void test_json_keys_and_values(void) {
+  worker_stats w[2];
+  slot_stats s[2];
+  two_workers(w, s);
+  cJSON *o = stats_to_json(&w[0]);
+  CHECK(cJSON_IsObject(o));
+  static const struct {
+    const char *key;
+    double value;
+  } want[] = {
+      {"slot", 0},          {"generation", 1},
+      {"pid", 101},         {"startedMs", 1700000000000.0},
+      {"sessions", 3},      {"streams", 2},
+      {"subscriptions", 7}, {"waiters", 1},
+      {"connections", 4},   {"queuedBytes", 512},
+      {"requests", 100},    {"notifications", 20},
+      {"framesSent", 30},   {"framesReplayed", 5},
+      {"framesDropped", 1}, {"auditPosition", 90},
+      {"auditHead", 100},
+  };
+  for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+    if (number(o, want[i].key) != want[i].value) {
+      fprintf(stderr, "key %s: %f, want %f\n", want[i].key, number(o, want[i].key), want[i].value);
+      CHECK(0);
+    }
+  }
+  CHECK_INT_EQ(cJSON_GetArraySize(o), sizeof(want) / sizeof(want[0]));
+  char *text = cJSON_PrintUnformatted(o);
+  CHECK(strstr(text, "\"startedMs\":1700000000000") != NULL); /* not in exponent form */
+  cJSON_free(text);
+  cJSON_Delete(o);
+}
+
+int main(void) {
+  RUN(test_prometheus_two_workers_exact);
+  RUN(test_prometheus_help_type_once);
+  RUN(test_prometheus_lag_max_and_clamp);
+  RUN(test_prometheus_without_slots);
+  RUN(test_prometheus_no_workers);
+  RUN(test_prometheus_appends);
+  RUN(test_json_keys_and_values);
+  return 0;
+}
