@@ -202,6 +202,7 @@ void session_deliver(session_t *s, frame_t *f) {
 static void session_replay_from(session_t *s, unsigned first) {
   for (unsigned i = first; i < s->ring_count; i++) {
     if (!session_write(s, ring_at(s, i))) return;
+    s->registry->frames_replayed++;
   }
   s->undelivered = 0;
 }

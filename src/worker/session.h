@@ -73,6 +73,7 @@ struct session_registry {
   void *position_data;
   uint64_t frames_sent;    /* frames written to streams */
   uint64_t frames_dropped; /* frames no stream took before they left the ring */
+  uint64_t frames_replayed; /* frames sent again on a resumption (ring or audit log) */
 };
 
 void session_registry_init(session_registry_t *reg, unsigned sse_retry_ms,

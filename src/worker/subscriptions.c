@@ -452,6 +452,7 @@ static int recover_row(const store_audit_row *row, void *data) {
 /* Sends one recovered notification (JSON text) as a frame of the session. */
 static void recover_send(recover_ctx *ctx, const char *json, uint64_t n) {
   frame_t *f = frame_create(ctx->from, 'r', n, json, strlen(json));
+  ctx->s->registry->frames_replayed++;
   session_deliver(ctx->s, f);
   frame_unref(f);
 }

@@ -174,7 +174,7 @@ void worker_stats_collect(worker_t *w, worker_stats *st) {
   st->requests = w->requests;
   st->notifications = w->notifications;
   st->frames_sent = w->sessions.frames_sent;
-  st->frames_replayed = 0; /* not counted yet */
+  st->frames_replayed = w->sessions.frames_replayed;
   st->frames_dropped = w->sessions.frames_dropped;
   st->audit_position = w->store != NULL ? subs_position(w) : 0;
   int64_t head = 0;

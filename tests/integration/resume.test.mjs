@@ -56,6 +56,14 @@ async function caughtUp(server) {
 const key = (p) => JSON.stringify(p);
 const sortedPairs = (events) => events.map(pair).map(key).sort();
 
+/* mcpsub_notifications_replayed_total over all workers, from /metrics. */
+async function replayedTotal(port) {
+  const text = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
+  const m = text.match(/^mcpsub_notifications_replayed_total\{worker="all"\} (\d+)$/m);
+  assert.ok(m, `no replayed total in /metrics:\n${text}`);
+  return Number(m[1]);
+}
+
 test('Last-Event-ID held by the ring: every missed frame is replayed exactly, in order, none twice', async () => {
   const s = await McpSession.open(srv.port);
   try {
@@ -81,9 +89,11 @@ test('Last-Event-ID held by the ring: every missed frame is replayed exactly, in
     seqs.push(auditMax(srv.dbPath));
     await caughtUp(srv);
 
+    const replayedBefore = await replayedTotal(srv.port);
     st = await openPrimed(srv, s, last);
     const replayed = st.updates();
     assert.equal(replayed.length, 10, st.describe());
+    assert.ok((await replayedTotal(srv.port)) >= replayedBefore + 10, 'the replay is counted in /metrics');
     assert.ok(!replayed.some((e) => e.id === last), `the frame named by Last-Event-ID came again: ${st.describe()}`);
     assert.equal(new Set(replayed.map((e) => e.id)).size, 10, `duplicate ids: ${st.describe()}`);
     assert.deepEqual(
