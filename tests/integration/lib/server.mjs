@@ -86,12 +86,13 @@ function tail(text, n = 8000) {
 }
 
 class ServerHandle {
-  constructor({ child, port, dir, dbPath, argv }) {
+  constructor({ child, port, dir, dbPath, argv, ownDirs }) {
     this.child = child;
     this.port = port;
     this.dir = dir;
     this.dbPath = dbPath;
     this.argv = argv;
+    this.ownDirs = ownDirs; // removed at stop() unless keepDir
     this.base = `http://127.0.0.1:${port}`;
     this.url = `${this.base}/mcp`;
     this._stderr = '';
@@ -103,15 +104,14 @@ class ServerHandle {
         resolve(this.exit);
       });
     });
-    child.stderr.setEncoding('utf8');
-    child.stderr.on('data', (d) => {
+    const keep = (d) => {
       this._stderr += d;
       if (this._stderr.length > 2 * STDERR_KEEP) this._stderr = this._stderr.slice(-STDERR_KEEP);
-    });
+    };
+    child.stderr.setEncoding('utf8');
+    child.stderr.on('data', keep);
     child.stdout.setEncoding('utf8');
-    child.stdout.on('data', (d) => {
-      this._stderr += d;
-    });
+    child.stdout.on('data', keep);
     this._stopped = null;
   }
 
@@ -130,8 +130,9 @@ class ServerHandle {
 
   /*
    * SIGTERM, then requires exit code 0 within timeoutMs. Throws (failing the
-   * calling test) otherwise, with the server's stderr. Idempotent: later
-   * calls return the first call's outcome.
+   * calling test) otherwise, with the server's stderr. keepDir: leave its
+   * directories (and so its database) in place. Idempotent: later calls
+   * return the first call's outcome.
    */
   stop({ timeoutMs = 10000, keepDir = false } = {}) {
     if (!this._stopped) this._stopped = this._stop(timeoutMs, keepDir);
@@ -144,11 +145,10 @@ class ServerHandle {
     try {
       result = await withTimeout(this.exited, timeoutMs, 'server exit after SIGTERM');
     } catch {
-      this.child.kill('SIGKILL');
-      await this.exited;
+      await this.kill();
       throw new Error(`${this.describe()} did not exit within ${timeoutMs} ms of SIGTERM\n--- stderr ---\n${this.stderrTail()}`);
     }
-    if (!keepDir) fs.rmSync(this.dir, { recursive: true, force: true });
+    if (!keepDir) for (const d of this.ownDirs) fs.rmSync(d, { recursive: true, force: true });
     if (result.code !== 0) {
       throw new Error(
         `${this.describe()} exited with code ${result.code} signal ${result.signal} (expected 0)\n--- stderr ---\n${this.stderrTail(20000)}`,
@@ -164,32 +164,42 @@ class ServerHandle {
   }
 }
 
+const ADDR_IN_USE = /address already in use|EADDRINUSE/i;
+
 /*
- * Starts mcpsubd. Options:
- *   args    extra command-line arguments (e.g. ['--max-body', '2048'])
- *   db      database path (default <tmp>/test.db)
- *   schema  schema file (default schema/example.sql of the source tree)
- *   env     extra environment variables
+ * Starts mcpsubd in a fresh temporary directory (its cwd). Options:
+ *   args     extra command-line arguments (e.g. ['--max-body', '2048'])
+ *   db       database path, e.g. an earlier server's (default <dir>/test.db)
+ *   schema   schema file (default schema/example.sql of the source tree)
+ *   env      extra environment variables
+ *   port     listen on this port (e.g. after another server on it stopped);
+ *            while the bind fails with "address already in use" (the old
+ *            socket may linger a moment) it is retried every 100 ms until
+ *            healthTimeoutMs has passed. Default: a free port, and another
+ *            one (up to 3 in all) if something takes it first.
+ *   ownDirs  more directories stop() removes along with the server's own
+ *            (e.g. an earlier server's, kept for its database); the
+ *            handle's ownDirs lists them all.
+ *   healthTimeoutMs  (default 10000)
  * Resolves once GET /healthz answers 200; rejects with the server's stderr
- * if it exits first or is not healthy within 10 s.
+ * if it exits first or is not healthy in time.
  */
-export async function startServer({ args = [], db, schema, env = {}, healthTimeoutMs = 10000 } = {}) {
-  let lastErr;
-  for (let attempt = 0; attempt < 3; attempt++) {
-    const port = await freePort();
+export async function startServer({ port, ownDirs = [], healthTimeoutMs = 10000, ...opts } = {}) {
+  const deadline = Date.now() + healthTimeoutMs; // a given port: for all attempts
+  for (let attempt = 1; ; attempt++) {
     try {
-      return await startOnPort(port, { args, db, schema, env, healthTimeoutMs });
+      if (port !== undefined) return await startOnPort(port, deadline, healthTimeoutMs, ownDirs, opts);
+      return await startOnPort(await freePort(), Date.now() + healthTimeoutMs, healthTimeoutMs, ownDirs, opts);
     } catch (err) {
-      lastErr = err;
-      // Another process took the port between our probe and the server's
-      // bind: try another one. Anything else is a real failure.
-      if (!/address already in use|EADDRINUSE/i.test(String(err.message))) throw err;
+      // Another process (or the old server) holds the port: try again, on
+      // the same port or another one. Anything else is a real failure.
+      if (!err.addrInUse || (port !== undefined ? Date.now() >= deadline : attempt >= 3)) throw err;
+      if (port !== undefined) await sleep(100);
     }
   }
-  throw lastErr;
 }
 
-async function startOnPort(port, { args, db, schema, env, healthTimeoutMs }) {
+async function startOnPort(port, deadline, healthTimeoutMs, ownDirs, { args = [], db, schema, env = {} }) {
   const dir = makeTempDir();
   const dbPath = db || path.join(dir, 'test.db');
   const argv = [
@@ -204,18 +214,18 @@ async function startOnPort(port, { args, db, schema, env, healthTimeoutMs }) {
     env: { ...process.env, ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
-  const server = new ServerHandle({ child, port, dir, dbPath, argv });
+  const server = new ServerHandle({ child, port, dir, dbPath, argv, ownDirs: [dir, ...ownDirs] });
   live.add(server);
   const spawnError = new Promise((_, reject) => child.on('error', reject));
+  const fail = (message) => {
+    fs.rmSync(dir, { recursive: true, force: true }); // its own directory only
+    const err = new Error(`${server.describe()} ${message}\n--- stderr ---\n${server.stderrTail()}`);
+    err.addrInUse = ADDR_IN_USE.test(server.stderrTail());
+    return err;
+  };
 
-  const deadline = Date.now() + healthTimeoutMs;
   for (;;) {
-    if (server.exit) {
-      fs.rmSync(dir, { recursive: true, force: true });
-      throw new Error(
-        `${server.describe()} exited early (code ${server.exit.code}, signal ${server.exit.signal})\n--- stderr ---\n${server.stderrTail()}`,
-      );
-    }
+    if (server.exit) throw fail(`exited early (code ${server.exit.code}, signal ${server.exit.signal})`);
     try {
       const res = await Promise.race([httpGet(port, '/healthz', { timeoutMs: 1000 }), spawnError]);
       if (res.status === 200) return server;
@@ -227,8 +237,7 @@ async function startOnPort(port, { args, db, schema, env, healthTimeoutMs }) {
     }
     if (Date.now() >= deadline) {
       await server.kill();
-      fs.rmSync(dir, { recursive: true, force: true });
-      throw new Error(`${server.describe()} not healthy within ${healthTimeoutMs} ms\n--- stderr ---\n${server.stderrTail()}`);
+      throw fail(`not healthy within ${healthTimeoutMs} ms`);
     }
     await sleep(20);
   }

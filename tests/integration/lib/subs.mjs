@@ -4,121 +4,21 @@
 
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import fs from 'node:fs';
 
 import { request } from './raw.mjs';
-import { EXAMPLE_SCHEMA, MCPSUBD, getStatus, httpGet, makeTempDir } from './server.mjs';
+import { getStatus, startServer } from './server.mjs';
 import { q, sqliteRows } from './sqlite.mjs';
-import { sleep, waitFor, withTimeout } from './wait.mjs';
-
-const live = new Set();
-process.on('exit', () => {
-  for (const s of live) {
-    try {
-      s.child.kill('SIGKILL');
-    } catch {
-      /* gone */
-    }
-  }
-});
+import { waitFor } from './wait.mjs';
 
 /*
- * A server started on a given port and database (e.g. after another one
- * on that port stopped): the same surface as startServer's handle (port,
- * base, dbPath, dir, stop, kill, stderrTail). ownDirs are directories
- * removed when it stops (the first server's, kept for its database).
+ * Starts mcpsubd on port with database dbPath (e.g. after another server
+ * on that port stopped); resolves once /healthz answers, retrying the bind
+ * meanwhile (the old server's socket may linger a moment). ownDirs are
+ * directories removed when it stops, besides its own (the first server's,
+ * kept for its database).
  */
-class RespawnedServer {
-  constructor(child, { port, dbPath, dir, argv, ownDirs }) {
-    this.child = child;
-    this.port = port;
-    this.base = `http://127.0.0.1:${port}`;
-    this.url = `${this.base}/mcp`;
-    this.dbPath = dbPath;
-    this.dir = dir;
-    this.argv = argv;
-    this.ownDirs = ownDirs;
-    this._stderr = '';
-    this.exit = null;
-    this.exited = new Promise((resolve) => {
-      child.on('exit', (code, signal) => {
-        this.exit = { code, signal };
-        live.delete(this);
-        resolve(this.exit);
-      });
-    });
-    child.stderr.setEncoding('utf8');
-    child.stderr.on('data', (d) => {
-      this._stderr = (this._stderr + d).slice(-(1 << 20));
-    });
-    child.stdout.resume();
-    this._stopped = null;
-  }
-
-  stderrTail(n = 8000) {
-    return this._stderr.length > n ? `…${this._stderr.slice(-n)}` : this._stderr;
-  }
-
-  /* SIGTERM; requires exit code 0. keepDir: leave the directories (and database) in place. */
-  stop({ timeoutMs = 10000, keepDir = false } = {}) {
-    if (!this._stopped) this._stopped = this._stop(timeoutMs, keepDir);
-    return this._stopped;
-  }
-
-  async _stop(timeoutMs, keepDir) {
-    if (!this.exit) this.child.kill('SIGTERM');
-    let result;
-    try {
-      result = await withTimeout(this.exited, timeoutMs, 'server exit after SIGTERM');
-    } catch {
-      await this.kill();
-      throw new Error(`mcpsubd ${this.argv.join(' ')} did not exit within ${timeoutMs} ms\n${this.stderrTail()}`);
-    }
-    if (!keepDir) for (const d of this.ownDirs) fs.rmSync(d, { recursive: true, force: true });
-    if (result.code !== 0) {
-      throw new Error(`mcpsubd ${this.argv.join(' ')} exited with ${result.code}/${result.signal}\n${this.stderrTail(20000)}`);
-    }
-    return result;
-  }
-
-  kill() {
-    if (!this.exit) this.child.kill('SIGKILL');
-    return this.exited;
-  }
-}
-
-/*
- * Starts mcpsubd on port with database dbPath; resolves once /healthz
- * answers. Retries the bind for a while (the old server's socket may
- * linger a moment).
- */
-export async function startServerOn(port, dbPath, { args = [], ownDirs = [], healthTimeoutMs = 10000 } = {}) {
-  const dir = makeTempDir('mcpsub-respawn-');
-  const argv = ['--listen', `127.0.0.1:${port}`, '--db', dbPath, '--schema', EXAMPLE_SCHEMA, '--log-level', 'debug', ...args];
-  const deadline = Date.now() + healthTimeoutMs;
-  for (;;) {
-    const child = spawn(MCPSUBD, argv, { cwd: dir, stdio: ['ignore', 'pipe', 'pipe'] });
-    const srv = new RespawnedServer(child, { port, dbPath, dir, argv, ownDirs: [dir, ...ownDirs] });
-    live.add(srv);
-    for (;;) {
-      if (srv.exit) break;
-      try {
-        const res = await httpGet(port, '/healthz', { timeoutMs: 1000 });
-        if (res.status === 200) return srv;
-      } catch {
-        /* not yet */
-      }
-      if (Date.now() >= deadline) {
-        await srv.kill();
-        throw new Error(`restarted server not healthy on port ${port}\n${srv.stderrTail()}`);
-      }
-      await sleep(20);
-    }
-    if (!/address already in use/i.test(srv.stderrTail()) || Date.now() >= deadline) {
-      throw new Error(`restarted server exited (${JSON.stringify(srv.exit)})\n${srv.stderrTail()}`);
-    }
-    await sleep(100);
-  }
+export function startServerOn(port, dbPath, { args = [], ownDirs = [], healthTimeoutMs = 10000 } = {}) {
+  return startServer({ port, db: dbPath, args, ownDirs, healthTimeoutMs });
 }
 
 /*
@@ -128,7 +28,7 @@ export async function startServerOn(port, dbPath, { args = [], ownDirs = [], hea
  */
 export async function restartServer(srv, { args = [] } = {}) {
   await srv.stop({ keepDir: true });
-  return startServerOn(srv.port, srv.dbPath, { args, ownDirs: srv.ownDirs ?? [srv.dir] });
+  return startServerOn(srv.port, srv.dbPath, { args, ownDirs: srv.ownDirs });
 }
 
 /* REST write: PUT (replace), PATCH, POST (collection) or DELETE; asserts a 2xx answer. */
