@@ -16,16 +16,14 @@
 #include "common/mem.h"
 
 /* Starts b empty; no allocation until the first append. */
-void buf_init(buf_t *b)
-{
+void buf_init(buf_t *b) {
   b->data = NULL;
   b->len = 0;
   b->cap = 0;
 }
 
 /* Frees b's storage and leaves it empty; NULL-safe on b->data. */
-void buf_finish(buf_t *b)
-{
+void buf_finish(buf_t *b) {
   free(b->data);
   buf_init(b);
 }
@@ -34,37 +32,30 @@ void buf_finish(buf_t *b)
  * Ensures room for extra more bytes plus the terminating NUL. Grows
  * geometrically so that a sequence of appends is amortised O(1).
  */
-void buf_reserve(buf_t *b, size_t extra)
-{
+void buf_reserve(buf_t *b, size_t extra) {
   size_t need = b->len + extra + 1;
-  if (need <= b->cap)
-    return;
+  if (need <= b->cap) return;
   size_t cap = b->cap ? b->cap : 64;
-  while (cap < need)
-    cap = cap > SIZE_MAX / 2 ? need : cap * 2;
+  while (cap < need) cap = cap > SIZE_MAX / 2 ? need : cap * 2;
   b->data = mem_realloc(b->data, cap);
   b->cap = cap;
 }
 
 /* Appends len bytes of data (which may contain NULs). */
-void buf_append(buf_t *b, const void *data, size_t len)
-{
+void buf_append(buf_t *b, const void *data, size_t len) {
   buf_reserve(b, len);
-  if (len)
-    memcpy(b->data + b->len, data, len);
+  if (len) memcpy(b->data + b->len, data, len);
   b->len += len;
   b->data[b->len] = '\0';
 }
 
 /* Appends the NUL-terminated s without its NUL. */
-void buf_append_str(buf_t *b, const char *s)
-{
+void buf_append_str(buf_t *b, const char *s) {
   buf_append(b, s, strlen(s));
 }
 
 /* Appends printf-formatted text. */
-void buf_printf(buf_t *b, const char *fmt, ...)
-{
+void buf_printf(buf_t *b, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   buf_vprintf(b, fmt, ap);
@@ -72,8 +63,7 @@ void buf_printf(buf_t *b, const char *fmt, ...)
 }
 
 /* Appends vprintf-formatted text; ap is consumed. */
-void buf_vprintf(buf_t *b, const char *fmt, va_list ap)
-{
+void buf_vprintf(buf_t *b, const char *fmt, va_list ap) {
   va_list ap2;
   va_copy(ap2, ap);
   buf_reserve(b, 0);
@@ -101,8 +91,7 @@ void buf_vprintf(buf_t *b, const char *fmt, va_list ap)
  * where JSON has them); bytes >= 0x80 pass through, so valid UTF-8 stays
  * valid and readable.
  */
-void buf_append_json_string(buf_t *b, const char *s, size_t len)
-{
+void buf_append_json_string(buf_t *b, const char *s, size_t len) {
   static const char hex[] = "0123456789abcdef";
   buf_reserve(b, len + 2);
   buf_append(b, "\"", 1);
@@ -120,8 +109,7 @@ void buf_append_json_string(buf_t *b, const char *s, size_t len)
     case '\b': esc = "\\b"; break;
     case '\f': esc = "\\f"; break;
     default:
-      if (c >= 0x20)
-        continue;
+      if (c >= 0x20) continue;
       break;
     }
     buf_append(b, s + run, i - run);
@@ -140,16 +128,13 @@ void buf_append_json_string(buf_t *b, const char *s, size_t len)
 }
 
 /* Empties b but keeps its storage for reuse. */
-void buf_reset(buf_t *b)
-{
+void buf_reset(buf_t *b) {
   b->len = 0;
-  if (b->data)
-    b->data[0] = '\0';
+  if (b->data) b->data[0] = '\0';
 }
 
 /* Drops the first n bytes (all of them when n >= len), keeping the rest. */
-void buf_consume(buf_t *b, size_t n)
-{
+void buf_consume(buf_t *b, size_t n) {
   if (n >= b->len) {
     buf_reset(b);
     return;
@@ -164,11 +149,9 @@ void buf_consume(buf_t *b, size_t n)
  * (an empty string when nothing was appended, never NULL), and leaves b
  * empty and reusable.
  */
-char *buf_steal(buf_t *b)
-{
+char *buf_steal(buf_t *b) {
   char *p = b->data;
-  if (p == NULL)
-    p = mem_strdup("");
+  if (p == NULL) p = mem_strdup("");
   buf_init(b);
   return p;
 }

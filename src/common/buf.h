@@ -24,8 +24,8 @@ void buf_printf(buf_t *b, const char *fmt, ...) __attribute__((format(printf, 2,
 void buf_vprintf(buf_t *b, const char *fmt, va_list ap);
 /* Appends s as a JSON string literal, quotes included. */
 void buf_append_json_string(buf_t *b, const char *s, size_t len);
-void buf_reset(buf_t *b);                /* len = 0, keeps storage */
-void buf_consume(buf_t *b, size_t n);    /* drops the first n bytes */
+void buf_reset(buf_t *b);             /* len = 0, keeps storage */
+void buf_consume(buf_t *b, size_t n); /* drops the first n bytes */
 /* Hands the storage to the caller (who frees it) and resets b. Never NULL. */
 char *buf_steal(buf_t *b);
 

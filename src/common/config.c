@@ -19,37 +19,36 @@
 
 #include "common/buf.h"
 
-#define CONFIG_DEFAULT_HOST "127.0.0.1"
-#define CONFIG_DEFAULT_PORT 9926
-#define CONFIG_DEFAULT_DB "data/mcpsub.db"
-#define CONFIG_DEFAULT_SCHEMA "schema/example.sql"
-#define CONFIG_DEFAULT_IDLE_S 1800
-#define CONFIG_DEFAULT_MAX_BODY (1024 * 1024)
-#define CONFIG_MIN_MAX_BODY 1024
-#define CONFIG_MAX_MAX_BODY (1024ULL * 1024 * 1024)
-#define CONFIG_DEFAULT_KEEPALIVE_S 15
+#define CONFIG_DEFAULT_HOST         "127.0.0.1"
+#define CONFIG_DEFAULT_PORT         9926
+#define CONFIG_DEFAULT_DB           "data/mcpsub.db"
+#define CONFIG_DEFAULT_SCHEMA       "schema/example.sql"
+#define CONFIG_DEFAULT_IDLE_S       1800
+#define CONFIG_DEFAULT_MAX_BODY     (1024 * 1024)
+#define CONFIG_MIN_MAX_BODY         1024
+#define CONFIG_MAX_MAX_BODY         (1024ULL * 1024 * 1024)
+#define CONFIG_DEFAULT_KEEPALIVE_S  15
 #define CONFIG_DEFAULT_MAX_SESSIONS 10000
-#define CONFIG_DEFAULT_PAGE_SIZE 100
-#define CONFIG_MAX_PAGE_SIZE 1000
-#define CONFIG_DEFAULT_RETAIN_ROWS 1000000
+#define CONFIG_DEFAULT_PAGE_SIZE    100
+#define CONFIG_MAX_PAGE_SIZE        1000
+#define CONFIG_DEFAULT_RETAIN_ROWS  1000000
 #define CONFIG_DEFAULT_RETAIN_AGE_S 604800
 
 typedef int (*config_setter)(config_t *cfg, const char *flag, const char *value, char *err,
                              size_t errlen);
 
 typedef struct config_flag {
-  const char *name;     /* "--listen" */
-  const char *metavar;  /* NULL for flags without a value */
-  const char *defval;   /* shown in --help; NULL when there is none */
-  const char *help;     /* one line */
-  config_setter set;    /* NULL for --help and --version */
+  const char *name;    /* "--listen" */
+  const char *metavar; /* NULL for flags without a value */
+  const char *defval;  /* shown in --help; NULL when there is none */
+  const char *help;    /* one line */
+  config_setter set;   /* NULL for --help and --version */
 } config_flag;
 
 /* Formats an error into err (if given) and returns -EINVAL. */
 static int config_fail(char *err, size_t errlen, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-static int config_fail(char *err, size_t errlen, const char *fmt, ...)
-{
+static int config_fail(char *err, size_t errlen, const char *fmt, ...) {
   if (err && errlen) {
     va_list ap;
     va_start(ap, fmt);
@@ -65,16 +64,13 @@ static int config_fail(char *err, size_t errlen, const char *fmt, ...)
  * junk and overflow with a message naming flag.
  */
 static int config_parse_uint(const char *flag, const char *value, uint64_t min, uint64_t max,
-                             bool size_suffix, uint64_t *out, char *err, size_t errlen)
-{
+                             bool size_suffix, uint64_t *out, char *err, size_t errlen) {
   const char *p = value;
-  if (!isdigit((unsigned char)*p))
-    goto bad;
+  if (!isdigit((unsigned char)*p)) goto bad;
   errno = 0;
   char *end;
   unsigned long long n = strtoull(p, &end, 10);
-  if (errno == ERANGE)
-    goto range;
+  if (errno == ERANGE) goto range;
   uint64_t mult = 1;
   if (size_suffix && *end != '\0' && end[1] == '\0') {
     if (*end == 'k' || *end == 'K')
@@ -85,27 +81,23 @@ static int config_parse_uint(const char *flag, const char *value, uint64_t min, 
       goto bad;
     end++;
   }
-  if (*end != '\0')
-    goto bad;
-  if (n > UINT64_MAX / mult)
-    goto range;
+  if (*end != '\0') goto bad;
+  if (n > UINT64_MAX / mult) goto range;
   n *= mult;
-  if (n < min || n > max)
-    goto range;
+  if (n < min || n > max) goto range;
   *out = n;
   return 0;
 bad:
   return config_fail(err, errlen, "%s: expected a non-negative integer%s, got \"%s\"", flag,
                      size_suffix ? " (optionally with k or m suffix)" : "", value);
 range:
-  return config_fail(err, errlen, "%s: %s is out of range (%" PRIu64 "..%" PRIu64 ")", flag,
-                     value, min, max);
+  return config_fail(err, errlen, "%s: %s is out of range (%" PRIu64 "..%" PRIu64 ")", flag, value,
+                     min, max);
 }
 
 /* Splits "HOST:PORT", "[V6]:PORT" or "PORT" into cfg's listen fields. */
 static int config_set_listen(config_t *cfg, const char *flag, const char *value, char *err,
-                             size_t errlen)
-{
+                             size_t errlen) {
   const char *host = CONFIG_DEFAULT_HOST, *port = value;
   size_t host_len = strlen(CONFIG_DEFAULT_HOST);
   if (value[0] == '[') {
@@ -126,14 +118,14 @@ static int config_set_listen(config_t *cfg, const char *flag, const char *value,
       port = colon + 1;
     }
   }
-  if (host_len == 0)
-    return config_fail(err, errlen, "%s: empty host in \"%s\"", flag, value);
+  if (host_len == 0) return config_fail(err, errlen, "%s: empty host in \"%s\"", flag, value);
   if (host_len >= sizeof(cfg->listen_host))
     return config_fail(err, errlen, "%s: host is too long", flag);
   uint64_t n;
   if (config_parse_uint(flag, port, 0, 65535, false, &n, NULL, 0) < 0)
-    return config_fail(err, errlen, "%s: expected HOST:PORT, [IPV6]:PORT or PORT (0..65535), got \"%s\"",
-                       flag, value);
+    return config_fail(err, errlen,
+                       "%s: expected HOST:PORT, [IPV6]:PORT or PORT (0..65535), got \"%s\"", flag,
+                       value);
   memcpy(cfg->listen_host, host, host_len);
   cfg->listen_host[host_len] = '\0';
   cfg->listen_port = (int)n;
@@ -141,8 +133,7 @@ static int config_set_listen(config_t *cfg, const char *flag, const char *value,
 }
 
 static int config_set_db(config_t *cfg, const char *flag, const char *value, char *err,
-                         size_t errlen)
-{
+                         size_t errlen) {
   if (value[0] == '\0')
     return config_fail(err, errlen, "%s: the database path must not be empty", flag);
   cfg->db_path = value;
@@ -150,44 +141,38 @@ static int config_set_db(config_t *cfg, const char *flag, const char *value, cha
 }
 
 static int config_set_schema(config_t *cfg, const char *flag, const char *value, char *err,
-                             size_t errlen)
-{
+                             size_t errlen) {
   cfg->schema_path = strcmp(value, "none") == 0 ? "" : value;
   return 0;
 }
 
 /* Checks and stores an explicit base URL, without trailing slashes. */
 static int config_set_public_url(config_t *cfg, const char *flag, const char *value, char *err,
-                                 size_t errlen)
-{
+                                 size_t errlen) {
   size_t len = strlen(value);
-  while (len > 0 && value[len - 1] == '/')
-    len--;
+  while (len > 0 && value[len - 1] == '/') len--;
   size_t scheme = strncmp(value, "http://", 7) == 0    ? 7
                   : strncmp(value, "https://", 8) == 0 ? 8
                                                        : 0;
   if (scheme == 0)
     return config_fail(err, errlen, "%s: must start with http:// or https://, got \"%s\"", flag,
                        value);
-  if (len <= scheme)
-    return config_fail(err, errlen, "%s: no host in \"%s\"", flag, value);
+  if (len <= scheme) return config_fail(err, errlen, "%s: no host in \"%s\"", flag, value);
   for (size_t i = 0; i < len; i++) {
     unsigned char c = (unsigned char)value[i];
     if (c <= 0x20 || c == 0x7f || c == '?' || c == '#')
-      return config_fail(err, errlen,
-                         "%s: must not contain spaces, control characters, '?' or '#'", flag);
+      return config_fail(err, errlen, "%s: must not contain spaces, control characters, '?' or '#'",
+                         flag);
   }
   if (len >= sizeof(cfg->public_url))
-    return config_fail(err, errlen, "%s: longer than %zu bytes", flag,
-                       sizeof(cfg->public_url) - 1);
+    return config_fail(err, errlen, "%s: longer than %zu bytes", flag, sizeof(cfg->public_url) - 1);
   memcpy(cfg->public_url, value, len);
   cfg->public_url[len] = '\0';
   return 0;
 }
 
 static int config_set_log_level(config_t *cfg, const char *flag, const char *value, char *err,
-                                size_t errlen)
-{
+                                size_t errlen) {
   if (log_level_parse(value, &cfg->log_level) < 0)
     return config_fail(err, errlen, "%s: expected debug, info, warn or error, got \"%s\"", flag,
                        value);
@@ -200,8 +185,7 @@ static int config_set_log_level(config_t *cfg, const char *flag, const char *val
  * skipped. The storage is rebuilt so that every pointer stays valid.
  */
 static int config_set_origins(config_t *cfg, const char *flag, const char *value, char *err,
-                              size_t errlen)
-{
+                              size_t errlen) {
   buf_t all;
   buf_init(&all);
   size_t n = cfg->n_allowed_origins;
@@ -210,13 +194,10 @@ static int config_set_origins(config_t *cfg, const char *flag, const char *value
   const char *p = value;
   while (*p) {
     const char *end = strchr(p, ',');
-    if (end == NULL)
-      end = p + strlen(p);
+    if (end == NULL) end = p + strlen(p);
     const char *s = p, *e = end;
-    while (s < e && isspace((unsigned char)*s))
-      s++;
-    while (e > s && (isspace((unsigned char)e[-1]) || e[-1] == '/'))
-      e--;
+    while (s < e && isspace((unsigned char)*s)) s++;
+    while (e > s && (isspace((unsigned char)e[-1]) || e[-1] == '/')) e--;
     if (e > s) {
       if (n == CONFIG_MAX_ORIGINS) {
         buf_finish(&all);
@@ -240,246 +221,214 @@ static int config_set_origins(config_t *cfg, const char *flag, const char *value
 }
 
 static int config_set_idle_timeout(config_t *cfg, const char *flag, const char *value, char *err,
-                                   size_t errlen)
-{
+                                   size_t errlen) {
   uint64_t n;
   int rc = config_parse_uint(flag, value, 1, UINT32_MAX, false, &n, err, errlen);
-  if (rc == 0)
-    cfg->idle_timeout_ms = n * 1000;
+  if (rc == 0) cfg->idle_timeout_ms = n * 1000;
   return rc;
 }
 
 static int config_set_max_body(config_t *cfg, const char *flag, const char *value, char *err,
-                               size_t errlen)
-{
+                               size_t errlen) {
   uint64_t n;
   int rc = config_parse_uint(flag, value, CONFIG_MIN_MAX_BODY, CONFIG_MAX_MAX_BODY, true, &n, err,
                              errlen);
-  if (rc == 0)
-    cfg->max_body = (size_t)n;
+  if (rc == 0) cfg->max_body = (size_t)n;
   return rc;
 }
 
 static int config_set_keepalive(config_t *cfg, const char *flag, const char *value, char *err,
-                                size_t errlen)
-{
+                                size_t errlen) {
   uint64_t n;
   int rc = config_parse_uint(flag, value, 1, 86400, false, &n, err, errlen);
-  if (rc == 0)
-    cfg->keepalive_ms = n * 1000;
+  if (rc == 0) cfg->keepalive_ms = n * 1000;
   return rc;
 }
 
 static int config_set_max_sessions(config_t *cfg, const char *flag, const char *value, char *err,
-                                   size_t errlen)
-{
+                                   size_t errlen) {
   uint64_t n;
   int rc = config_parse_uint(flag, value, 1, 100000000, false, &n, err, errlen);
-  if (rc == 0)
-    cfg->max_sessions = (size_t)n;
+  if (rc == 0) cfg->max_sessions = (size_t)n;
   return rc;
 }
 
 static int config_set_page_size(config_t *cfg, const char *flag, const char *value, char *err,
-                                size_t errlen)
-{
+                                size_t errlen) {
   uint64_t n;
   int rc = config_parse_uint(flag, value, 1, CONFIG_MAX_PAGE_SIZE, false, &n, err, errlen);
-  if (rc == 0)
-    cfg->page_size = (int)n;
+  if (rc == 0) cfg->page_size = (int)n;
   return rc;
 }
 
 static int config_set_retain_rows(config_t *cfg, const char *flag, const char *value, char *err,
-                                  size_t errlen)
-{
+                                  size_t errlen) {
   uint64_t n;
   int rc = config_parse_uint(flag, value, 0, INT64_MAX, false, &n, err, errlen);
-  if (rc == 0)
-    cfg->audit_retain_rows = (int64_t)n;
+  if (rc == 0) cfg->audit_retain_rows = (int64_t)n;
   return rc;
 }
 
 static int config_set_retain_age(config_t *cfg, const char *flag, const char *value, char *err,
-                                 size_t errlen)
-{
+                                 size_t errlen) {
   uint64_t n;
   int rc = config_parse_uint(flag, value, 0, INT64_MAX / 1000, false, &n, err, errlen);
-  if (rc == 0)
-    cfg->audit_retain_ms = (int64_t)n * 1000;
+  if (rc == 0) cfg->audit_retain_ms = (int64_t)n * 1000;
   return rc;
 }
 
 #define STR2(x) #x
-#define STR(x) STR2(x)
+#define STR(x)  STR2(x)
 
 static int config_set_max_stream_queue(config_t *cfg, const char *flag, const char *value,
-                                       char *err, size_t errlen)
-{
+                                       char *err, size_t errlen) {
   uint64_t n;
   int rc = config_parse_uint(flag, value, 4096, CONFIG_MAX_MAX_BODY, true, &n, err, errlen);
-  if (rc == 0)
-    cfg->max_stream_queue = (size_t)n;
+  if (rc == 0) cfg->max_stream_queue = (size_t)n;
   return rc;
 }
 
 static int config_set_max_subscriptions(config_t *cfg, const char *flag, const char *value,
-                                        char *err, size_t errlen)
-{
+                                        char *err, size_t errlen) {
   uint64_t n;
   int rc = config_parse_uint(flag, value, 1, 1000000, false, &n, err, errlen);
-  if (rc == 0)
-    cfg->max_subscriptions = (size_t)n;
+  if (rc == 0) cfg->max_subscriptions = (size_t)n;
   return rc;
 }
 
 static int config_set_coalesce(config_t *cfg, const char *flag, const char *value, char *err,
-                               size_t errlen)
-{
+                               size_t errlen) {
   uint64_t n;
   int rc = config_parse_uint(flag, value, 0, 3600000, false, &n, err, errlen);
-  if (rc == 0)
-    cfg->coalesce_ms = n;
+  if (rc == 0) cfg->coalesce_ms = n;
   return rc;
 }
 
 static int config_set_max_wait(config_t *cfg, const char *flag, const char *value, char *err,
-                               size_t errlen)
-{
+                               size_t errlen) {
   uint64_t n;
   int rc = config_parse_uint(flag, value, 1, 86400, false, &n, err, errlen);
-  if (rc == 0)
-    cfg->max_wait_ms = n * 1000;
+  if (rc == 0) cfg->max_wait_ms = n * 1000;
   return rc;
 }
 
 static int config_set_strict(config_t *cfg, const char *flag, const char *value, char *err,
-                             size_t errlen)
-{
+                             size_t errlen) {
   cfg->strict_subscribe = true;
   return 0;
 }
 
 static int config_set_workers(config_t *cfg, const char *flag, const char *value, char *err,
-                              size_t errlen)
-{
+                              size_t errlen) {
   uint64_t n;
   int rc = config_parse_uint(flag, value, 0, CONFIG_MAX_WORKERS, false, &n, err, errlen);
-  if (rc == 0)
-    cfg->workers = (int)n;
+  if (rc == 0) cfg->workers = (int)n;
   return rc;
 }
 
-static int config_set_drain_timeout(config_t *cfg, const char *flag, const char *value,
-                                    char *err, size_t errlen)
-{
+static int config_set_drain_timeout(config_t *cfg, const char *flag, const char *value, char *err,
+                                    size_t errlen) {
   uint64_t n;
   int rc = config_parse_uint(flag, value, 0, 3600, false, &n, err, errlen);
-  if (rc == 0)
-    cfg->drain_timeout_ms = n * 1000;
+  if (rc == 0) cfg->drain_timeout_ms = n * 1000;
   return rc;
 }
 
-static int config_set_control_socket(config_t *cfg, const char *flag, const char *value,
-                                     char *err, size_t errlen)
-{
-  if (value[0] == '\0')
-    return config_fail(err, errlen, "%s: empty path", flag);
+static int config_set_control_socket(config_t *cfg, const char *flag, const char *value, char *err,
+                                     size_t errlen) {
+  if (value[0] == '\0') return config_fail(err, errlen, "%s: empty path", flag);
   cfg->control_socket = value;
   return 0;
 }
 
 static int config_set_worker_slot(config_t *cfg, const char *flag, const char *value, char *err,
-                                  size_t errlen)
-{
+                                  size_t errlen) {
   uint64_t n;
   int rc = config_parse_uint(flag, value, 0, CONFIG_MAX_WORKERS - 1, false, &n, err, errlen);
-  if (rc == 0)
-    cfg->worker_slot = (int)n;
+  if (rc == 0) cfg->worker_slot = (int)n;
   return rc;
 }
 
 static int config_set_worker_generation(config_t *cfg, const char *flag, const char *value,
-                                        char *err, size_t errlen)
-{
+                                        char *err, size_t errlen) {
   uint64_t n;
   int rc = config_parse_uint(flag, value, 0, UINT32_MAX, false, &n, err, errlen);
-  if (rc == 0)
-    cfg->worker_generation = (uint32_t)n;
+  if (rc == 0) cfg->worker_generation = (uint32_t)n;
   return rc;
 }
 
 /* Flags with a NULL help are internal: accepted, never shown by --help. */
 static const config_flag config_flags[] = {
-  {"--listen", "HOST:PORT", CONFIG_DEFAULT_HOST ":" STR(CONFIG_DEFAULT_PORT),
-   "address to listen on; IPv6 as [::1]:PORT; a bare PORT\n"
-   "means 127.0.0.1:PORT; port 0 picks a free port",
-   config_set_listen},
-  {"--db", "PATH", CONFIG_DEFAULT_DB, "SQLite database file", config_set_db},
-  {"--schema", "PATH", CONFIG_DEFAULT_SCHEMA,
-   "SQL run at start to create the application tables;\n"
-   "\"none\" or \"\" runs nothing",
-   config_set_schema},
-  {"--public-url", "URL", "http://HOST:PORT of --listen",
-   "base of resource URIs as clients reach the server:\n"
-   "http:// or https://, no query; a trailing '/' is dropped",
-   config_set_public_url},
-  {"--log-level", "LEVEL", "info", "least severe level logged: debug, info, warn, error",
-   config_set_log_level},
-  {"--allowed-origins", "LIST", "none",
-   "comma-separated Origin values accepted besides\n"
-   "localhost ones; repeatable; at most " STR(CONFIG_MAX_ORIGINS),
-   config_set_origins},
-  {"--idle-timeout", "SECONDS", STR(CONFIG_DEFAULT_IDLE_S),
-   "end a session idle this long (no request, no stream)", config_set_idle_timeout},
-  {"--max-body", "BYTES", "1m",
-   "largest request body (suffix k or m; 1k to 1024m);\n"
-   "a larger one is refused with 413",
-   config_set_max_body},
-  {"--sse-keepalive", "SECONDS", STR(CONFIG_DEFAULT_KEEPALIVE_S),
-   "interval of keep-alive comments on idle SSE streams", config_set_keepalive},
-  {"--max-sessions", "N", STR(CONFIG_DEFAULT_MAX_SESSIONS),
-   "most live sessions; a new initialize beyond it fails", config_set_max_sessions},
-  {"--page-size", "N", STR(CONFIG_DEFAULT_PAGE_SIZE),
-   "rows per collection read and per list page (1-" STR(CONFIG_MAX_PAGE_SIZE) ")",
-   config_set_page_size},
-  {"--audit-retain-rows", "N", STR(CONFIG_DEFAULT_RETAIN_ROWS),
-   "audit-log rows kept for resumption; 0 = no limit", config_set_retain_rows},
-  {"--audit-retain-age", "SECONDS", STR(CONFIG_DEFAULT_RETAIN_AGE_S) " (7 days)",
-   "audit-log rows older than this are pruned; 0 = no limit", config_set_retain_age},
-  {"--max-subscriptions", "N", "1000", "most subscriptions per session", config_set_max_subscriptions},
-  {"--max-stream-queue", "BYTES", "1m",
-   "bytes queued on one SSE stream before it is cut (the\n"
-   "client resumes with Last-Event-ID); suffix k or m",
-   config_set_max_stream_queue},
-  {"--coalesce-ms", "MS", "0 (off)",
-   "at most one update per URI per subscription in this\n"
-   "window; the last change is always sent",
-   config_set_coalesce},
-  {"--strict-subscribe", NULL, NULL,
-   "refuse resources/subscribe before the session's GET\n"
-   "stream is open (Harper's behaviour)",
-   config_set_strict},
-  {"--max-wait", "SECONDS", "300", "longest wait of the wait_and_read tool", config_set_max_wait},
-  {"--workers", "N", "the number of CPUs",
-   "worker processes behind one master (at most " STR(CONFIG_MAX_WORKERS) ");\n"
-   "0 = everything in one process",
-   config_set_workers},
-  {"--drain-timeout", "SECONDS", STR(CONFIG_DEFAULT_DRAIN_S),
-   "on SIGTERM or SIGINT, how long in-flight requests and\n"
-   "connections may take before they are closed",
-   config_set_drain_timeout},
-  {"--control-socket", "PATH", "mcpsubd.sock beside --db",
-   "unix socket of the control interface (mcpsubctl)", config_set_control_socket},
-  {"--worker-slot", "N", NULL, NULL, config_set_worker_slot},
-  {"--worker-generation", "G", NULL, NULL, config_set_worker_generation},
-  {"--help", NULL, NULL, "print this help and exit (also -h)", NULL},
-  {"--version", NULL, NULL, "print the version and exit (also -V)", NULL},
+    {"--listen", "HOST:PORT", CONFIG_DEFAULT_HOST ":" STR(CONFIG_DEFAULT_PORT),
+     "address to listen on; IPv6 as [::1]:PORT; a bare PORT\n"
+     "means 127.0.0.1:PORT; port 0 picks a free port",
+     config_set_listen},
+    {"--db", "PATH", CONFIG_DEFAULT_DB, "SQLite database file", config_set_db},
+    {"--schema", "PATH", CONFIG_DEFAULT_SCHEMA,
+     "SQL run at start to create the application tables;\n"
+     "\"none\" or \"\" runs nothing",
+     config_set_schema},
+    {"--public-url", "URL", "http://HOST:PORT of --listen",
+     "base of resource URIs as clients reach the server:\n"
+     "http:// or https://, no query; a trailing '/' is dropped",
+     config_set_public_url},
+    {"--log-level", "LEVEL", "info", "least severe level logged: debug, info, warn, error",
+     config_set_log_level},
+    {"--allowed-origins", "LIST", "none",
+     "comma-separated Origin values accepted besides\n"
+     "localhost ones; repeatable; at most " STR(CONFIG_MAX_ORIGINS),
+     config_set_origins},
+    {"--idle-timeout", "SECONDS", STR(CONFIG_DEFAULT_IDLE_S),
+     "end a session idle this long (no request, no stream)", config_set_idle_timeout},
+    {"--max-body", "BYTES", "1m",
+     "largest request body (suffix k or m; 1k to 1024m);\n"
+     "a larger one is refused with 413",
+     config_set_max_body},
+    {"--sse-keepalive", "SECONDS", STR(CONFIG_DEFAULT_KEEPALIVE_S),
+     "interval of keep-alive comments on idle SSE streams", config_set_keepalive},
+    {"--max-sessions", "N", STR(CONFIG_DEFAULT_MAX_SESSIONS),
+     "most live sessions; a new initialize beyond it fails", config_set_max_sessions},
+    {"--page-size", "N", STR(CONFIG_DEFAULT_PAGE_SIZE),
+     "rows per collection read and per list page (1-" STR(CONFIG_MAX_PAGE_SIZE) ")",
+     config_set_page_size},
+    {"--audit-retain-rows", "N", STR(CONFIG_DEFAULT_RETAIN_ROWS),
+     "audit-log rows kept for resumption; 0 = no limit", config_set_retain_rows},
+    {"--audit-retain-age", "SECONDS", STR(CONFIG_DEFAULT_RETAIN_AGE_S) " (7 days)",
+     "audit-log rows older than this are pruned; 0 = no limit", config_set_retain_age},
+    {"--max-subscriptions", "N", "1000", "most subscriptions per session",
+     config_set_max_subscriptions},
+    {"--max-stream-queue", "BYTES", "1m",
+     "bytes queued on one SSE stream before it is cut (the\n"
+     "client resumes with Last-Event-ID); suffix k or m",
+     config_set_max_stream_queue},
+    {"--coalesce-ms", "MS", "0 (off)",
+     "at most one update per URI per subscription in this\n"
+     "window; the last change is always sent",
+     config_set_coalesce},
+    {"--strict-subscribe", NULL, NULL,
+     "refuse resources/subscribe before the session's GET\n"
+     "stream is open (Harper's behaviour)",
+     config_set_strict},
+    {"--max-wait", "SECONDS", "300", "longest wait of the wait_and_read tool", config_set_max_wait},
+    {"--workers", "N", "the number of CPUs",
+     "worker processes behind one master (at most " STR(
+         CONFIG_MAX_WORKERS) ");\n"
+                             "0 = everything in one process",
+     config_set_workers},
+    {"--drain-timeout", "SECONDS", STR(CONFIG_DEFAULT_DRAIN_S),
+     "on SIGTERM or SIGINT, how long in-flight requests and\n"
+     "connections may take before they are closed",
+     config_set_drain_timeout},
+    {"--control-socket", "PATH", "mcpsubd.sock beside --db",
+     "unix socket of the control interface (mcpsubctl)", config_set_control_socket},
+    {"--worker-slot", "N", NULL, NULL, config_set_worker_slot},
+    {"--worker-generation", "G", NULL, NULL, config_set_worker_generation},
+    {"--help", NULL, NULL, "print this help and exit (also -h)", NULL},
+    {"--version", NULL, NULL, "print the version and exit (also -V)", NULL},
 };
 
 /* Fills cfg with every default; allocates nothing. */
-void config_defaults(config_t *cfg)
-{
+void config_defaults(config_t *cfg) {
   memset(cfg, 0, sizeof(*cfg));
   snprintf(cfg->listen_host, sizeof(cfg->listen_host), "%s", CONFIG_DEFAULT_HOST);
   cfg->listen_port = CONFIG_DEFAULT_PORT;
@@ -514,8 +463,7 @@ void config_defaults(config_t *cfg)
 }
 
 /* Finds the flag named by arg up to name_len bytes; NULL when unknown. */
-static const config_flag *config_find_flag(const char *arg, size_t name_len)
-{
+static const config_flag *config_find_flag(const char *arg, size_t name_len) {
   for (size_t i = 0; i < ARRAY_LEN(config_flags); i++) {
     if (strlen(config_flags[i].name) == name_len &&
         memcmp(config_flags[i].name, arg, name_len) == 0)
@@ -524,11 +472,9 @@ static const config_flag *config_find_flag(const char *arg, size_t name_len)
   return NULL;
 }
 
-int config_parse(config_t *cfg, int argc, char **argv, FILE *out, char *err, size_t errlen)
-{
+int config_parse(config_t *cfg, int argc, char **argv, FILE *out, char *err, size_t errlen) {
   bool explicit_url = false;
-  if (err && errlen)
-    err[0] = '\0';
+  if (err && errlen) err[0] = '\0';
   for (int i = 1; i < argc; i++) {
     const char *arg = argv[i];
     if (strcmp(arg, "-h") == 0)
@@ -544,12 +490,10 @@ int config_parse(config_t *cfg, int argc, char **argv, FILE *out, char *err, siz
       return config_fail(err, errlen, "unknown flag %.*s (try --help)", (int)name_len, arg);
     }
     if (f->metavar == NULL) {
-      if (eq)
-        return config_fail(err, errlen, "%s takes no value", f->name);
+      if (eq) return config_fail(err, errlen, "%s takes no value", f->name);
       if (f->set != NULL) { /* a switch */
         int rc = f->set(cfg, f->name, NULL, err, errlen);
-        if (rc < 0)
-          return rc;
+        if (rc < 0) return rc;
         continue;
       }
       if (strcmp(f->name, "--help") == 0)
@@ -567,10 +511,8 @@ int config_parse(config_t *cfg, int argc, char **argv, FILE *out, char *err, siz
       value = argv[++i];
     }
     int rc = f->set(cfg, f->name, value, err, errlen);
-    if (rc < 0)
-      return rc;
-    if (f->set == config_set_public_url)
-      explicit_url = true;
+    if (rc < 0) return rc;
+    if (f->set == config_set_public_url) explicit_url = true;
   }
   if (!explicit_url) {
     bool v6 = strchr(cfg->listen_host, ':') != NULL;
@@ -586,27 +528,24 @@ int config_parse(config_t *cfg, int argc, char **argv, FILE *out, char *err, siz
     if (slash == NULL)
       snprintf(cfg->control_socket_default, sizeof(cfg->control_socket_default), "mcpsubd.sock");
     else
-      snprintf(cfg->control_socket_default, sizeof(cfg->control_socket_default), "%.*s/mcpsubd.sock",
-               (int)(slash - cfg->db_path), cfg->db_path);
+      snprintf(cfg->control_socket_default, sizeof(cfg->control_socket_default),
+               "%.*s/mcpsubd.sock", (int)(slash - cfg->db_path), cfg->db_path);
     cfg->control_socket = cfg->control_socket_default;
   }
   return 0;
 }
 
 /* Prints the --help text: a synopsis and every flag with its default. */
-void config_usage(FILE *out)
-{
-  fprintf(out,
-          "Usage: mcpsubd [FLAGS]\n"
-          "\n"
-          "MCP server (Streamable HTTP, endpoint /mcp) with live, resumable\n"
-          "subscriptions to the tables of a SQLite database.\n"
-          "Flags take a value as \"--flag VALUE\" or \"--flag=VALUE\".\n"
-          "\n");
+void config_usage(FILE *out) {
+  fprintf(out, "Usage: mcpsubd [FLAGS]\n"
+               "\n"
+               "MCP server (Streamable HTTP, endpoint /mcp) with live, resumable\n"
+               "subscriptions to the tables of a SQLite database.\n"
+               "Flags take a value as \"--flag VALUE\" or \"--flag=VALUE\".\n"
+               "\n");
   for (size_t i = 0; i < ARRAY_LEN(config_flags); i++) {
     const config_flag *f = &config_flags[i];
-    if (f->help == NULL)
-      continue; /* internal */
+    if (f->help == NULL) continue; /* internal */
     char head[64];
     snprintf(head, sizeof(head), "%s%s%s", f->name, f->metavar ? " " : "",
              f->metavar ? f->metavar : "");
@@ -617,15 +556,13 @@ void config_usage(FILE *out)
       fprintf(out, "      %.*s\n", (int)n, line);
       line += n + (line[n] == '\n');
     }
-    if (f->defval)
-      fprintf(out, "      default: %s\n", f->defval);
+    if (f->defval) fprintf(out, "      default: %s\n", f->defval);
   }
   fprintf(out, "\nmcpsubd %s\n", MCPSUB_VERSION);
 }
 
 /* Frees what config_parse allocated; cfg's origin pointers become invalid. */
-void config_finish(config_t *cfg)
-{
+void config_finish(config_t *cfg) {
   free(cfg->origins_storage);
   cfg->origins_storage = NULL;
   cfg->n_allowed_origins = 0;

@@ -15,7 +15,7 @@
 
 #define CONFIG_MAX_ORIGINS 32
 /* Most worker processes; session ids carry the slot in two hex digits. */
-#define CONFIG_MAX_WORKERS 128
+#define CONFIG_MAX_WORKERS     128
 #define CONFIG_DEFAULT_DRAIN_S 10
 
 #ifndef MCPSUB_VERSION
@@ -23,35 +23,36 @@
 #endif
 
 typedef struct config {
-  char listen_host[64];        /* --listen host part, default 127.0.0.1 */
-  int listen_port;             /* --listen port part, default 9926 */
-  const char *db_path;         /* --db, default data/mcpsub.db */
-  const char *schema_path;     /* --schema, default schema/example.sql; "" = none */
-  char public_url[512];        /* --public-url without trailing '/' */
-  enum log_level log_level;    /* --log-level */
-  const char *allowed_origins[CONFIG_MAX_ORIGINS]; /* --allowed-origins (comma list), extra to localhost */
+  char listen_host[64];     /* --listen host part, default 127.0.0.1 */
+  int listen_port;          /* --listen port part, default 9926 */
+  const char *db_path;      /* --db, default data/mcpsub.db */
+  const char *schema_path;  /* --schema, default schema/example.sql; "" = none */
+  char public_url[512];     /* --public-url without trailing '/' */
+  enum log_level log_level; /* --log-level */
+  const char
+      *allowed_origins[CONFIG_MAX_ORIGINS]; /* --allowed-origins (comma list), extra to localhost */
   size_t n_allowed_origins;
-  uint64_t idle_timeout_ms;    /* --idle-timeout seconds, default 1800 */
-  size_t max_body;             /* --max-body bytes, default 1 MiB */
-  size_t max_header;           /* header block bound, 16 KiB */
-  uint64_t header_timeout_ms;  /* slow-header bound, 10 s */
-  uint64_t keepalive_ms;       /* --sse-keepalive seconds, SSE comment interval, default 15 */
-  unsigned sse_retry_ms;       /* retry: field of SSE streams, default 1000 */
-  size_t max_sessions;         /* --max-sessions, default 10000 */
-  int page_size;               /* --page-size: rows per collection read / list page, default 100 */
-  int64_t audit_retain_rows;   /* --audit-retain-rows, default 1000000, 0 = unbounded */
-  int64_t audit_retain_ms;     /* --audit-retain-age seconds, default 7 days, 0 = unbounded */
-  size_t max_subscriptions;    /* --max-subscriptions per session, default 1000 */
-  size_t max_stream_queue;     /* --max-stream-queue bytes, default 1 MiB */
-  uint64_t coalesce_ms;        /* --coalesce-ms, 0 = off */
-  bool strict_subscribe;       /* --strict-subscribe */
-  uint64_t max_wait_ms;        /* --max-wait seconds: cap of wait_and_read's timeoutMs, default 300 */
-  int workers;                 /* --workers: worker processes; 0 = one process; default: CPUs */
-  uint64_t drain_timeout_ms;   /* --drain-timeout seconds: longest graceful stop, default 10 */
-  const char *control_socket;  /* --control-socket, default <directory of --db>/mcpsubd.sock */
-  int worker_slot;             /* hidden --worker-slot: -1, or the slot of a spawned worker */
-  uint32_t worker_generation;  /* hidden --worker-generation: restarts of that slot so far */
-  char *origins_storage;       /* owned copy of the --allowed-origins list */
+  uint64_t idle_timeout_ms;   /* --idle-timeout seconds, default 1800 */
+  size_t max_body;            /* --max-body bytes, default 1 MiB */
+  size_t max_header;          /* header block bound, 16 KiB */
+  uint64_t header_timeout_ms; /* slow-header bound, 10 s */
+  uint64_t keepalive_ms;      /* --sse-keepalive seconds, SSE comment interval, default 15 */
+  unsigned sse_retry_ms;      /* retry: field of SSE streams, default 1000 */
+  size_t max_sessions;        /* --max-sessions, default 10000 */
+  int page_size;              /* --page-size: rows per collection read / list page, default 100 */
+  int64_t audit_retain_rows;  /* --audit-retain-rows, default 1000000, 0 = unbounded */
+  int64_t audit_retain_ms;    /* --audit-retain-age seconds, default 7 days, 0 = unbounded */
+  size_t max_subscriptions;   /* --max-subscriptions per session, default 1000 */
+  size_t max_stream_queue;    /* --max-stream-queue bytes, default 1 MiB */
+  uint64_t coalesce_ms;       /* --coalesce-ms, 0 = off */
+  bool strict_subscribe;      /* --strict-subscribe */
+  uint64_t max_wait_ms;      /* --max-wait seconds: cap of wait_and_read's timeoutMs, default 300 */
+  int workers;               /* --workers: worker processes; 0 = one process; default: CPUs */
+  uint64_t drain_timeout_ms; /* --drain-timeout seconds: longest graceful stop, default 10 */
+  const char *control_socket; /* --control-socket, default <directory of --db>/mcpsubd.sock */
+  int worker_slot;            /* hidden --worker-slot: -1, or the slot of a spawned worker */
+  uint32_t worker_generation; /* hidden --worker-generation: restarts of that slot so far */
+  char *origins_storage;      /* owned copy of the --allowed-origins list */
   char control_socket_default[4096]; /* where the default --control-socket points */
 } config_t;
 
@@ -67,8 +68,8 @@ void config_defaults(config_t *cfg);
  * process may run on, at most CONFIG_MAX_WORKERS) and the default
  * --control-socket (beside the database). Release with config_finish.
  */
-int config_parse(config_t *cfg, int argc, char **argv, FILE *out, char *err, size_t errlen)
-    MCPSUB_NODISCARD;
+int config_parse(config_t *cfg, int argc, char **argv, FILE *out, char *err,
+                 size_t errlen) MCPSUB_NODISCARD;
 void config_usage(FILE *out);
 void config_finish(config_t *cfg);
 

@@ -51,8 +51,9 @@ enum ipc_cmd {
 };
 
 /* ipc_header.flags */
-#define IPC_F_CONT 0x1u      /* a continuation packet of the message begun before */
-#define IPC_F_REROUTED 0x100u /* CONN: the master already routed this request once; do not hand it back */
+#define IPC_F_CONT 0x1u /* a continuation packet of the message begun before */
+#define IPC_F_REROUTED                                                                             \
+  0x100u /* CONN: the master already routed this request once; do not hand it back */
 #define IPC_F_USER_MASK 0xff00u /* flags a sender may set; the rest belong to this module */
 
 typedef struct ipc_header {
@@ -67,8 +68,8 @@ typedef struct ipc_header {
 /* The STATS payload: the worker's report, plus what the master needs to route. */
 typedef struct ipc_stats {
   worker_stats stats;
-  uint64_t adopted;  /* CONN messages the worker has taken so far */
-  uint64_t request;  /* the STATS_REQ number this answers, 0 for a periodic report */
+  uint64_t adopted; /* CONN messages the worker has taken so far */
+  uint64_t request; /* the STATS_REQ number this answers, 0 for a periodic report */
 } ipc_stats;
 
 /* A complete message as delivered to the owner of a channel. */
@@ -76,7 +77,7 @@ typedef struct ipc_msg {
   uint32_t cmd, slot, generation, flags;
   const char *payload; /* valid only during the callback; NUL-terminated */
   size_t len;
-  int fd;              /* -1, or an fd the callback now owns (it must close or keep it) */
+  int fd; /* -1, or an fd the callback now owns (it must close or keep it) */
 } ipc_msg;
 
 /* Name of a command for logs ("CONN"), or "?" */
@@ -101,7 +102,7 @@ int ipc_packet_recv(int sock, ipc_header *h, char *payload, size_t cap, int *fd)
 
 /* Reassembles chunked messages from validated packets. */
 typedef struct ipc_assembler {
-  bool active;     /* a message is partly received */
+  bool active; /* a message is partly received */
   ipc_header first;
   buf_t data;
   int fd;
@@ -138,12 +139,12 @@ struct ipc_channel {
   ipc_msg_cb on_msg;
   ipc_eof_cb on_eof;
   void *data;
-  char *rbuf;                /* one packet's payload */
+  char *rbuf; /* one packet's payload */
   ipc_assembler assembler;
   ipc_out *out_head, *out_tail;
-  size_t queued;             /* payload bytes waiting in the queue */
-  uint64_t dropped;          /* messages dropped: queue full, or invalid on receipt */
-  int events;                /* what the poll handle waits for */
+  size_t queued;    /* payload bytes waiting in the queue */
+  uint64_t dropped; /* messages dropped: queue full, or invalid on receipt */
+  int events;       /* what the poll handle waits for */
   bool closing, eof, broken;
   void (*closed)(ipc_channel_t *ch);
 };

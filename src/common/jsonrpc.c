@@ -15,8 +15,7 @@
 #include <string.h>
 
 /* Aborts when cJSON failed to allocate; returns p otherwise. */
-static void *jsonrpc_must(void *p)
-{
+static void *jsonrpc_must(void *p) {
   if (p == NULL) {
     fprintf(stderr, "mcpsub: out of memory building a JSON-RPC message\n");
     abort();
@@ -29,8 +28,7 @@ static void *jsonrpc_must(void *p)
  * backslash inside a string escapes the next byte). Malformed text is not
  * rejected here: cJSON does that once the depth is known to be safe.
  */
-bool jsonrpc_depth_ok(const char *text, size_t len, int max_depth)
-{
+bool jsonrpc_depth_ok(const char *text, size_t len, int max_depth) {
   int depth = 0;
   bool in_string = false;
   for (size_t i = 0; i < len; i++) {
@@ -43,56 +41,43 @@ bool jsonrpc_depth_ok(const char *text, size_t len, int max_depth)
       continue;
     }
     switch (c) {
-    case '"':
-      in_string = true;
-      break;
+    case '"': in_string = true; break;
     case '[':
     case '{':
-      if (++depth > max_depth)
-        return false;
+      if (++depth > max_depth) return false;
       break;
     case ']':
     case '}':
-      if (depth > 0)
-        depth--;
+      if (depth > 0) depth--;
       break;
-    default:
-      break;
+    default: break;
     }
   }
   return true;
 }
 
 /* True for a number with an integral value in the exactly representable range. */
-static bool jsonrpc_is_integer(const cJSON *item)
-{
-  if (!cJSON_IsNumber(item))
-    return false;
+static bool jsonrpc_is_integer(const cJSON *item) {
+  if (!cJSON_IsNumber(item)) return false;
   double d = item->valuedouble;
-  if (!(d >= -9007199254740992.0 && d <= 9007199254740992.0))
-    return false;
+  if (!(d >= -9007199254740992.0 && d <= 9007199254740992.0)) return false;
   return (double)(int64_t)d == d;
 }
 
 /* True for an id MCP allows: a string or an integer (never null). */
-static bool jsonrpc_id_ok(const cJSON *id)
-{
+static bool jsonrpc_id_ok(const cJSON *id) {
   return cJSON_IsString(id) || jsonrpc_is_integer(id);
 }
 
 /* Sets *why and returns JSONRPC_INVALID. */
-static jsonrpc_kind jsonrpc_invalid(const char **why, const char *reason)
-{
-  if (why)
-    *why = reason;
+static jsonrpc_kind jsonrpc_invalid(const char **why, const char *reason) {
+  if (why) *why = reason;
   return JSONRPC_INVALID;
 }
 
 /* Checks an error member: an object with an integer code and a string message. */
-static bool jsonrpc_error_object_ok(const cJSON *error)
-{
-  if (!cJSON_IsObject(error))
-    return false;
+static bool jsonrpc_error_object_ok(const cJSON *error) {
+  if (!cJSON_IsObject(error)) return false;
   const cJSON *code = cJSON_GetObjectItemCaseSensitive(error, "code");
   const cJSON *message = cJSON_GetObjectItemCaseSensitive(error, "message");
   return jsonrpc_is_integer(code) && cJSON_IsString(message);
@@ -104,10 +89,8 @@ static bool jsonrpc_error_object_ok(const cJSON *error)
  * response "result" xor "error" + "id" and no "method". *why (when not
  * NULL) is set only for JSONRPC_INVALID, to a static string.
  */
-jsonrpc_kind jsonrpc_classify(const cJSON *msg, const char **why)
-{
-  if (!cJSON_IsObject(msg))
-    return jsonrpc_invalid(why, "a JSON-RPC message must be a JSON object");
+jsonrpc_kind jsonrpc_classify(const cJSON *msg, const char **why) {
+  if (!cJSON_IsObject(msg)) return jsonrpc_invalid(why, "a JSON-RPC message must be a JSON object");
   const cJSON *version = cJSON_GetObjectItemCaseSensitive(msg, "jsonrpc");
   if (!cJSON_IsString(version) || strcmp(version->valuestring, "2.0") != 0)
     return jsonrpc_invalid(why, "jsonrpc must be \"2.0\"");
@@ -116,13 +99,10 @@ jsonrpc_kind jsonrpc_classify(const cJSON *msg, const char **why)
   const cJSON *params = cJSON_GetObjectItemCaseSensitive(msg, "params");
   const cJSON *result = cJSON_GetObjectItemCaseSensitive(msg, "result");
   const cJSON *error = cJSON_GetObjectItemCaseSensitive(msg, "error");
-  if (id && !jsonrpc_id_ok(id))
-    return jsonrpc_invalid(why, "id must be a string or an integer");
+  if (id && !jsonrpc_id_ok(id)) return jsonrpc_invalid(why, "id must be a string or an integer");
   if (method) {
-    if (!cJSON_IsString(method))
-      return jsonrpc_invalid(why, "method must be a string");
-    if (result || error)
-      return jsonrpc_invalid(why, "a request must not carry result or error");
+    if (!cJSON_IsString(method)) return jsonrpc_invalid(why, "method must be a string");
+    if (result || error) return jsonrpc_invalid(why, "a request must not carry result or error");
     if (params && !cJSON_IsObject(params) && !cJSON_IsArray(params))
       return jsonrpc_invalid(why, "params must be an object or an array");
     return id ? JSONRPC_REQUEST : JSONRPC_NOTIFICATION;
@@ -131,16 +111,15 @@ jsonrpc_kind jsonrpc_classify(const cJSON *msg, const char **why)
     return jsonrpc_invalid(why, "a response must not carry both result and error");
   if (!result && !error)
     return jsonrpc_invalid(why, "a message needs a method, a result or an error");
-  if (!id)
-    return jsonrpc_invalid(why, "a response needs an id");
+  if (!id) return jsonrpc_invalid(why, "a response needs an id");
   if (error && !jsonrpc_error_object_ok(error))
-    return jsonrpc_invalid(why, "error must be an object with an integer code and a string message");
+    return jsonrpc_invalid(why,
+                           "error must be an object with an integer code and a string message");
   return JSONRPC_RESPONSE;
 }
 
 /* Starts {"jsonrpc":"2.0","id":<copy of id or null>}. */
-static cJSON *jsonrpc_start(const cJSON *id)
-{
+static cJSON *jsonrpc_start(const cJSON *id) {
   cJSON *msg = jsonrpc_must(cJSON_CreateObject());
   jsonrpc_must(cJSON_AddStringToObject(msg, "jsonrpc", "2.0"));
   cJSON *copy = id ? cJSON_Duplicate(id, true) : cJSON_CreateNull();
@@ -150,18 +129,15 @@ static cJSON *jsonrpc_start(const cJSON *id)
 }
 
 /* result NULL becomes {} (e.g. the reply to subscribe). Never returns NULL. */
-cJSON *jsonrpc_result(const cJSON *id, cJSON *result)
-{
+cJSON *jsonrpc_result(const cJSON *id, cJSON *result) {
   cJSON *msg = jsonrpc_start(id);
-  if (result == NULL)
-    result = jsonrpc_must(cJSON_CreateObject());
+  if (result == NULL) result = jsonrpc_must(cJSON_CreateObject());
   cJSON_AddItemToObject(msg, "result", result);
   return msg;
 }
 
 /* message NULL becomes "". Never returns NULL. */
-cJSON *jsonrpc_error(const cJSON *id, int code, const char *message)
-{
+cJSON *jsonrpc_error(const cJSON *id, int code, const char *message) {
   cJSON *msg = jsonrpc_start(id);
   cJSON *error = jsonrpc_must(cJSON_AddObjectToObject(msg, "error"));
   jsonrpc_must(cJSON_AddNumberToObject(error, "code", code));
@@ -170,12 +146,10 @@ cJSON *jsonrpc_error(const cJSON *id, int code, const char *message)
 }
 
 /* params NULL omits the member. Never returns NULL. */
-cJSON *jsonrpc_notification(const char *method, cJSON *params)
-{
+cJSON *jsonrpc_notification(const char *method, cJSON *params) {
   cJSON *msg = jsonrpc_must(cJSON_CreateObject());
   jsonrpc_must(cJSON_AddStringToObject(msg, "jsonrpc", "2.0"));
   jsonrpc_must(cJSON_AddStringToObject(msg, "method", method));
-  if (params)
-    cJSON_AddItemToObject(msg, "params", params);
+  if (params) cJSON_AddItemToObject(msg, "params", params);
   return msg;
 }

@@ -10,13 +10,13 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#define JSONRPC_PARSE_ERROR -32700
-#define JSONRPC_INVALID_REQUEST -32600
+#define JSONRPC_PARSE_ERROR      -32700
+#define JSONRPC_INVALID_REQUEST  -32600
 #define JSONRPC_METHOD_NOT_FOUND -32601
-#define JSONRPC_INVALID_PARAMS -32602
-#define JSONRPC_INTERNAL_ERROR -32603
-#define MCP_SESSION_NOT_FOUND -32001
-#define MCP_RESOURCE_NOT_FOUND -32002
+#define JSONRPC_INVALID_PARAMS   -32602
+#define JSONRPC_INTERNAL_ERROR   -32603
+#define MCP_SESSION_NOT_FOUND    -32001
+#define MCP_RESOURCE_NOT_FOUND   -32002
 
 #define JSONRPC_MAX_DEPTH 64
 
@@ -40,11 +40,13 @@ bool jsonrpc_depth_ok(const char *text, size_t len, int max_depth);
  */
 jsonrpc_kind jsonrpc_classify(const cJSON *msg, const char **why);
 
-/* Builds {"jsonrpc":"2.0","id":id,"result":result}; takes ownership of result. id may be NULL (-> null). */
+/* Builds {"jsonrpc":"2.0","id":id,"result":result}; takes ownership of result. id may be NULL (->
+ * null). */
 cJSON *jsonrpc_result(const cJSON *id, cJSON *result);
 /* Builds {"jsonrpc":"2.0","id":id,"error":{"code":..,"message":..}}; id may be NULL (-> null). */
 cJSON *jsonrpc_error(const cJSON *id, int code, const char *message);
-/* Builds a notification {"jsonrpc":"2.0","method":m,"params":p}; takes ownership of params (may be NULL). */
+/* Builds a notification {"jsonrpc":"2.0","method":m,"params":p}; takes ownership of params (may be
+ * NULL). */
 cJSON *jsonrpc_notification(const char *method, cJSON *params);
 
 #endif

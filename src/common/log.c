@@ -19,17 +19,15 @@
 static enum log_level log_threshold = LOG_INFO;
 
 static const char *const log_level_names[] = {
-  [LOG_DEBUG] = "debug",
-  [LOG_INFO] = "info",
-  [LOG_WARN] = "warn",
-  [LOG_ERROR] = "error",
+    [LOG_DEBUG] = "debug",
+    [LOG_INFO] = "info",
+    [LOG_WARN] = "warn",
+    [LOG_ERROR] = "error",
 };
 
 /* Maps debug/info/warn/error (exact, lowercase) to *out; -EINVAL otherwise. */
-int log_level_parse(const char *name, enum log_level *out)
-{
-  if (name == NULL)
-    return -EINVAL;
+int log_level_parse(const char *name, enum log_level *out) {
+  if (name == NULL) return -EINVAL;
   for (size_t i = 0; i < sizeof(log_level_names) / sizeof(log_level_names[0]); i++) {
     if (strcmp(name, log_level_names[i]) == 0) {
       *out = (enum log_level)i;
@@ -40,20 +38,17 @@ int log_level_parse(const char *name, enum log_level *out)
 }
 
 /* Sets the process-wide threshold; events below it are dropped. */
-void log_set_level(enum log_level level)
-{
+void log_set_level(enum log_level level) {
   log_threshold = level;
 }
 
 /* True when an event at level would be written (lets callers skip work). */
-int log_enabled(enum log_level level)
-{
+int log_enabled(enum log_level level) {
   return level >= log_threshold;
 }
 
 /* Appends "YYYY-MM-DDTHH:MM:SS.mmmZ" for the current UTC time. */
-static void log_append_timestamp(buf_t *b)
-{
+static void log_append_timestamp(buf_t *b) {
   struct timespec ts;
   struct tm tm;
   clock_gettime(CLOCK_REALTIME, &ts);
@@ -63,13 +58,11 @@ static void log_append_timestamp(buf_t *b)
 }
 
 /* Writes all of data to stderr, retrying on EINTR; other errors drop the line. */
-static void log_write(const char *data, size_t len)
-{
+static void log_write(const char *data, size_t len) {
   while (len > 0) {
     ssize_t n = write(STDERR_FILENO, data, len);
     if (n < 0) {
-      if (errno == EINTR)
-        continue;
+      if (errno == EINTR) continue;
       return;
     }
     data += n;
@@ -83,10 +76,8 @@ static void log_write(const char *data, size_t len)
  * written as JSON null. Keys and values are escaped. errno is preserved so
  * that logging between a failed call and its errno check is harmless.
  */
-void log_emit(enum log_level level, const char *msg, ...)
-{
-  if (!log_enabled(level))
-    return;
+void log_emit(enum log_level level, const char *msg, ...) {
+  if (!log_enabled(level)) return;
   int saved_errno = errno;
   buf_t b;
   buf_init(&b);

@@ -15,8 +15,8 @@ int log_enabled(enum log_level level);
 void log_emit(enum log_level level, const char *msg, ...) __attribute__((sentinel));
 
 #define log_debug(...) log_emit(LOG_DEBUG, __VA_ARGS__, (const char *)0)
-#define log_info(...) log_emit(LOG_INFO, __VA_ARGS__, (const char *)0)
-#define log_warn(...) log_emit(LOG_WARN, __VA_ARGS__, (const char *)0)
+#define log_info(...)  log_emit(LOG_INFO, __VA_ARGS__, (const char *)0)
+#define log_warn(...)  log_emit(LOG_WARN, __VA_ARGS__, (const char *)0)
 #define log_error(...) log_emit(LOG_ERROR, __VA_ARGS__, (const char *)0)
 
 #endif

@@ -13,7 +13,7 @@
 #include <stdlib.h>
 
 #define MCPSUB_NODISCARD __attribute__((warn_unused_result))
-#define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+#define ARRAY_LEN(a)     (sizeof(a) / sizeof((a)[0]))
 
 void *mem_alloc(size_t n);
 void *mem_calloc(size_t count, size_t size);

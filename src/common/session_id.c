@@ -18,17 +18,14 @@
 #define SESSION_ID_RANDOM_BYTES 16
 
 /* Fills buf from /dev/urandom; used only where getrandom(2) is missing. */
-static int session_id_urandom(unsigned char *buf, size_t len)
-{
+static int session_id_urandom(unsigned char *buf, size_t len) {
   int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
-  if (fd < 0)
-    return -errno;
+  if (fd < 0) return -errno;
   int rc = 0;
   size_t got = 0;
   while (got < len) {
     ssize_t n = read(fd, buf + got, len - got);
-    if (n < 0 && errno == EINTR)
-      continue;
+    if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
       rc = n < 0 ? -errno : -EIO;
       break;
@@ -40,16 +37,13 @@ static int session_id_urandom(unsigned char *buf, size_t len)
 }
 
 /* Fills buf with len bytes from the kernel CSPRNG; 0 or -errno. */
-static int session_id_random(unsigned char *buf, size_t len)
-{
+static int session_id_random(unsigned char *buf, size_t len) {
   size_t got = 0;
   while (got < len) {
     ssize_t n = getrandom(buf + got, len - got, 0);
     if (n < 0) {
-      if (errno == EINTR)
-        continue;
-      if (errno == ENOSYS)
-        return session_id_urandom(buf + got, len - got);
+      if (errno == EINTR) continue;
+      if (errno == ENOSYS) return session_id_urandom(buf + got, len - got);
       return -errno;
     }
     got += (size_t)n;
@@ -62,14 +56,12 @@ static int session_id_random(unsigned char *buf, size_t len)
  * Returns 0, or -errno when no randomness was available (out is then an
  * empty string).
  */
-int session_id_generate(char out[SESSION_ID_LEN + 1], unsigned slot)
-{
+int session_id_generate(char out[SESSION_ID_LEN + 1], unsigned slot) {
   static const char hex[] = "0123456789abcdef";
   unsigned char rnd[SESSION_ID_RANDOM_BYTES];
   out[0] = '\0';
   int rc = session_id_random(rnd, sizeof(rnd));
-  if (rc < 0)
-    return rc;
+  if (rc < 0) return rc;
   out[0] = hex[(slot >> 4) & 0xf];
   out[1] = hex[slot & 0xf];
   for (size_t i = 0; i < sizeof(rnd); i++) {
@@ -81,21 +73,17 @@ int session_id_generate(char out[SESSION_ID_LEN + 1], unsigned slot)
 }
 
 /* True when s[0..len) is exactly SESSION_ID_LEN lowercase hex digits. */
-bool session_id_valid(const char *s, size_t len)
-{
-  if (s == NULL || len != SESSION_ID_LEN)
-    return false;
+bool session_id_valid(const char *s, size_t len) {
+  if (s == NULL || len != SESSION_ID_LEN) return false;
   for (size_t i = 0; i < len; i++) {
     char c = s[i];
-    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f')))
-      return false;
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
   }
   return true;
 }
 
 /* The slot in the first two hex digits; s must satisfy session_id_valid. */
-unsigned session_id_slot(const char *s)
-{
+unsigned session_id_slot(const char *s) {
   unsigned v = 0;
   for (int i = 0; i < 2; i++) {
     char c = s[i];

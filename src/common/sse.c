@@ -12,8 +12,7 @@
 #include <string.h>
 
 /* Appends s without its CR and LF bytes (those would end the field). */
-static void sse_append_field_value(buf_t *out, const char *s)
-{
+static void sse_append_field_value(buf_t *out, const char *s) {
   size_t len = strlen(s);
   size_t run = 0;
   for (size_t i = 0; i < len; i++) {
@@ -31,17 +30,14 @@ static void sse_append_field_value(buf_t *out, const char *s)
  * empty last line, so the receiver reassembles exactly the same text
  * (with LF line breaks).
  */
-static void sse_append_lines(buf_t *out, const char *prefix, const char *text, size_t len)
-{
+static void sse_append_lines(buf_t *out, const char *prefix, const char *text, size_t len) {
   size_t start = 0;
   for (size_t i = 0; i <= len; i++) {
-    if (i < len && text[i] != '\r' && text[i] != '\n')
-      continue;
+    if (i < len && text[i] != '\r' && text[i] != '\n') continue;
     buf_append_str(out, prefix);
     buf_append(out, text + start, i - start);
     buf_append(out, "\n", 1);
-    if (i < len && text[i] == '\r' && i + 1 < len && text[i + 1] == '\n')
-      i++;
+    if (i < len && text[i] == '\r' && i + 1 < len && text[i + 1] == '\n') i++;
     start = i + 1;
   }
 }
@@ -51,8 +47,7 @@ static void sse_append_lines(buf_t *out, const char *prefix, const char *text, s
  * (when event is not NULL), a "data: " line per payload line, and the
  * blank line that dispatches it. data may be NULL when len is 0.
  */
-void sse_format_event(buf_t *out, const char *id, const char *event, const char *data, size_t len)
-{
+void sse_format_event(buf_t *out, const char *id, const char *event, const char *data, size_t len) {
   if (id) {
     buf_append_str(out, "id: ");
     sse_append_field_value(out, id);
@@ -68,8 +63,7 @@ void sse_format_event(buf_t *out, const char *id, const char *event, const char 
 }
 
 /* Appends "retry: <ms>\n\n": the client's reconnection delay. */
-void sse_format_retry(buf_t *out, unsigned ms)
-{
+void sse_format_retry(buf_t *out, unsigned ms) {
   buf_printf(out, "retry: %u\n\n", ms);
 }
 
@@ -78,10 +72,8 @@ void sse_format_retry(buf_t *out, unsigned ms)
  * timing out). A multi-line text becomes one ": " line per line; NULL is
  * treated as "".
  */
-void sse_format_comment(buf_t *out, const char *text)
-{
-  if (text == NULL)
-    text = "";
+void sse_format_comment(buf_t *out, const char *text) {
+  if (text == NULL) text = "";
   sse_append_lines(out, ": ", text, strlen(text));
   buf_append(out, "\n", 1);
 }

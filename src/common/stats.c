@@ -41,13 +41,17 @@ static uint64_t stats_sessions(const worker_stats *w, const slot_stats *slot) {
   return w->sessions;
 }
 
-static uint64_t stats_streams(const worker_stats *w, const slot_stats *slot) { return w->streams; }
+static uint64_t stats_streams(const worker_stats *w, const slot_stats *slot) {
+  return w->streams;
+}
 
 static uint64_t stats_subscriptions(const worker_stats *w, const slot_stats *slot) {
   return w->subscriptions;
 }
 
-static uint64_t stats_waiters(const worker_stats *w, const slot_stats *slot) { return w->waiters; }
+static uint64_t stats_waiters(const worker_stats *w, const slot_stats *slot) {
+  return w->waiters;
+}
 
 static uint64_t stats_connections(const worker_stats *w, const slot_stats *slot) {
   return w->connections;
@@ -126,7 +130,8 @@ static void stats_render_family(buf_t *out, const stats_metric *m, const worker_
   for (size_t i = 0; i < n; i++) {
     uint64_t v = m->value(&workers[i], slots != NULL ? &slots[i] : NULL);
     buf_printf(out, "%s{worker=\"%" PRIu32 "\"} %" PRIu64 "\n", m->name, workers[i].slot, v);
-    if (m->total == STATS_TOTAL_MAX) total = v > total ? v : total;
+    if (m->total == STATS_TOTAL_MAX)
+      total = v > total ? v : total;
     else
       total += v;
   }

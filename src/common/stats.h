@@ -16,29 +16,29 @@
 
 typedef struct worker_stats {
   uint32_t slot;
-  uint32_t generation;     /* restarts of this slot so far */
+  uint32_t generation; /* restarts of this slot so far */
   int32_t pid;
   uint32_t reserved;
-  int64_t started_ms;      /* Unix ms */
-  uint64_t sessions;       /* live sessions */
-  uint64_t streams;        /* open SSE streams */
-  uint64_t subscriptions;  /* live subscriptions (sessions and waiters) */
-  uint64_t waiters;        /* pending wait_and_read calls */
-  uint64_t connections;    /* open HTTP connections */
-  uint64_t queued_bytes;   /* bytes queued on SSE streams, not yet taken by the kernel */
-  uint64_t requests;       /* HTTP requests served */
-  uint64_t notifications;  /* resource-update frames formatted */
-  uint64_t frames_sent;    /* SSE frames written to streams */
-  uint64_t frames_replayed;/* frames sent again on resumption (ring or audit log) */
-  uint64_t frames_dropped; /* frames that left a ring before any stream took them */
-  int64_t audit_position;  /* last audit seq the tailer handed on */
-  int64_t audit_head;      /* newest audit seq when the report was made */
+  int64_t started_ms;       /* Unix ms */
+  uint64_t sessions;        /* live sessions */
+  uint64_t streams;         /* open SSE streams */
+  uint64_t subscriptions;   /* live subscriptions (sessions and waiters) */
+  uint64_t waiters;         /* pending wait_and_read calls */
+  uint64_t connections;     /* open HTTP connections */
+  uint64_t queued_bytes;    /* bytes queued on SSE streams, not yet taken by the kernel */
+  uint64_t requests;        /* HTTP requests served */
+  uint64_t notifications;   /* resource-update frames formatted */
+  uint64_t frames_sent;     /* SSE frames written to streams */
+  uint64_t frames_replayed; /* frames sent again on resumption (ring or audit log) */
+  uint64_t frames_dropped;  /* frames that left a ring before any stream took them */
+  int64_t audit_position;   /* last audit seq the tailer handed on */
+  int64_t audit_head;       /* newest audit seq when the report was made */
 } worker_stats;
 
 /* Master-side facts about a slot, beside the worker's own report. */
 typedef struct slot_stats {
-  uint64_t restarts;       /* times the master restarted this slot's worker */
-  int alive;               /* a worker runs in the slot */
+  uint64_t restarts; /* times the master restarted this slot's worker */
+  int alive;         /* a worker runs in the slot */
 } slot_stats;
 
 /*
@@ -49,7 +49,8 @@ typedef struct slot_stats {
  * describes the slot of workers[i]; NULL means one process: every reported
  * worker is up and none was restarted. n may be 0 (only the totals).
  */
-void stats_render_prometheus(buf_t *out, const worker_stats *workers, const slot_stats *slots, size_t n);
+void stats_render_prometheus(buf_t *out, const worker_stats *workers, const slot_stats *slots,
+                             size_t n);
 
 /*
  * One report as a new JSON object with camelCase keys (slot, generation,

@@ -55,14 +55,14 @@ extern const char store_system_sql[];
  * function call at 127 arguments (SQLITE_MAX_FUNCTION_ARG), so wider tables
  * are serialised in chunks that are spliced together.
  */
-#define STORE_JSON_CHUNK 50
+#define STORE_JSON_CHUNK     50
 #define STORE_TRIGGER_PREFIX "mcpsub_audit_"
 
 /* Unix milliseconds, as SQL, for audit_log.committed_at. */
 #define STORE_SQL_NOW_MS "CAST(round((julianday('now') - 2440587.5) * 86400000) AS INTEGER)"
 /* Tables that are never application tables (see schema/system.sql). */
-#define STORE_SQL_NOT_SYSTEM                                                                   \
-  "name NOT LIKE 'sqlite\\_%' ESCAPE '\\' AND name NOT LIKE 'mcpsub\\_%' ESCAPE '\\' "         \
+#define STORE_SQL_NOT_SYSTEM                                                                       \
+  "name NOT LIKE 'sqlite\\_%' ESCAPE '\\' AND name NOT LIKE 'mcpsub\\_%' ESCAPE '\\' "             \
   "AND name NOT LIKE 'audit\\_log%' ESCAPE '\\' AND name NOT LIKE 'mcp\\_session%' ESCAPE '\\'"
 
 typedef struct store_stmt_slot {
@@ -93,10 +93,8 @@ typedef struct store_assign {
 
 static void store_set_err(char *err, size_t errlen, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-static void store_set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-  if (err == NULL || errlen == 0)
-    return;
+static void store_set_err(char *err, size_t errlen, const char *fmt, ...) {
+  if (err == NULL || errlen == 0) return;
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(err, errlen, fmt, ap);
@@ -109,28 +107,21 @@ static void store_set_err(char *err, size_t errlen, const char *fmt, ...)
  * run before any other call on the connection (a ROLLBACK would replace the
  * message). Unexpected failures are logged.
  */
-static int store_error(store_t *s, int rc, char *err, size_t errlen)
-{
+static int store_error(store_t *s, int rc, char *err, size_t errlen) {
   const char *msg = sqlite3_errmsg(s->db);
   store_set_err(err, errlen, "%s", msg);
   switch (rc & 0xff) {
-  case SQLITE_CONSTRAINT:
-    return -EEXIST;
+  case SQLITE_CONSTRAINT: return -EEXIST;
   case SQLITE_BUSY:
-  case SQLITE_LOCKED:
-    return -EBUSY;
+  case SQLITE_LOCKED: return -EBUSY;
   case SQLITE_MISMATCH:
-  case SQLITE_TOOBIG:
-    return -EINVAL;
-  default:
-    log_warn("sqlite error", "code", sqlite3_errstr(rc), "error", msg);
-    return -EIO;
+  case SQLITE_TOOBIG: return -EINVAL;
+  default: log_warn("sqlite error", "code", sqlite3_errstr(rc), "error", msg); return -EIO;
   }
 }
 
 /* Aborts when a cJSON constructor ran out of memory (mem.h's policy). */
-static cJSON *store_json_checked(cJSON *item)
-{
+static cJSON *store_json_checked(cJSON *item) {
   if (item == NULL) {
     fprintf(stderr, "mcpsub: out of memory building JSON\n");
     abort();
@@ -138,8 +129,7 @@ static cJSON *store_json_checked(cJSON *item)
   return item;
 }
 
-static void store_json_add(cJSON *obj, const char *name, cJSON *item)
-{
+static void store_json_add(cJSON *obj, const char *name, cJSON *item) {
   if (!cJSON_AddItemToObject(obj, name, store_json_checked(item))) {
     fprintf(stderr, "mcpsub: out of memory building JSON\n");
     abort();
@@ -148,14 +138,12 @@ static void store_json_add(cJSON *obj, const char *name, cJSON *item)
 
 /* SQL text ------------------------------------------------------------------ */
 
-static sqlite3_str *store_sql_new(store_t *s)
-{
+static sqlite3_str *store_sql_new(store_t *s) {
   return sqlite3_str_new(s->db);
 }
 
 /* Returns the built text (release with sqlite3_free); aborts on OOM. */
-static char *store_sql_finish(sqlite3_str *q)
-{
+static char *store_sql_finish(sqlite3_str *q) {
   if (sqlite3_str_errcode(q) != SQLITE_OK) {
     fprintf(stderr, "mcpsub: out of memory building SQL\n");
     abort();
@@ -169,14 +157,12 @@ static char *store_sql_finish(sqlite3_str *q)
 }
 
 /* Appends name as a double-quoted identifier (embedded quotes doubled). */
-static void store_sql_ident(sqlite3_str *q, const char *name)
-{
+static void store_sql_ident(sqlite3_str *q, const char *name) {
   sqlite3_str_appendf(q, "\"%w\"", name);
 }
 
 /* Appends the expression naming t's key: its key column, or rowid. */
-static void store_sql_key(sqlite3_str *q, const store_table *t)
-{
+static void store_sql_key(sqlite3_str *q, const store_table *t) {
   if (t->key_col < 0)
     sqlite3_str_appendall(q, "rowid");
   else
@@ -190,14 +176,13 @@ static void store_sql_key(sqlite3_str *q, const store_table *t)
  * store_stmt_put). When the cached statement for sql is already in use up
  * the stack, a private one is prepared and finalized on put.
  */
-static int store_stmt_get(store_t *s, const char *sql, sqlite3_stmt **out, char *err, size_t errlen)
-{
+static int store_stmt_get(store_t *s, const char *sql, sqlite3_stmt **out, char *err,
+                          size_t errlen) {
   bool cacheable = true;
   *out = NULL;
   for (int i = 0; i < s->n_cache; i++) {
     store_stmt_slot *slot = &s->cache[i];
-    if (strcmp(slot->sql, sql) != 0)
-      continue;
+    if (strcmp(slot->sql, sql) != 0) continue;
     if (!slot->busy) {
       slot->busy = true;
       slot->last_used = ++s->clock;
@@ -209,8 +194,8 @@ static int store_stmt_get(store_t *s, const char *sql, sqlite3_stmt **out, char 
   }
 
   sqlite3_stmt *stmt = NULL;
-  int rc = sqlite3_prepare_v3(s->db, sql, -1, cacheable ? SQLITE_PREPARE_PERSISTENT : 0, &stmt,
-                              NULL);
+  int rc =
+      sqlite3_prepare_v3(s->db, sql, -1, cacheable ? SQLITE_PREPARE_PERSISTENT : 0, &stmt, NULL);
   if (rc != SQLITE_OK) {
     int ret = store_error(s, rc, err, errlen);
     sqlite3_finalize(stmt);
@@ -223,8 +208,7 @@ static int store_stmt_get(store_t *s, const char *sql, sqlite3_stmt **out, char 
     } else {
       for (int i = 0; i < s->n_cache; i++) {
         store_stmt_slot *c = &s->cache[i];
-        if (!c->busy && (slot == NULL || c->last_used < slot->last_used))
-          slot = c;
+        if (!c->busy && (slot == NULL || c->last_used < slot->last_used)) slot = c;
       }
       if (slot != NULL) {
         sqlite3_finalize(slot->stmt);
@@ -243,10 +227,8 @@ static int store_stmt_get(store_t *s, const char *sql, sqlite3_stmt **out, char 
 }
 
 /* Resets a statement from store_stmt_get and makes it available again. NULL is a no-op. */
-static void store_stmt_put(store_t *s, sqlite3_stmt *stmt)
-{
-  if (stmt == NULL)
-    return;
+static void store_stmt_put(store_t *s, sqlite3_stmt *stmt) {
+  if (stmt == NULL) return;
   for (int i = 0; i < s->n_cache; i++) {
     if (s->cache[i].stmt == stmt) {
       sqlite3_reset(stmt);
@@ -259,8 +241,7 @@ static void store_stmt_put(store_t *s, sqlite3_stmt *stmt)
 }
 
 /* Finalizes every cached statement not in use (after a schema change, at close). */
-static void store_stmt_clear(store_t *s)
-{
+static void store_stmt_clear(store_t *s) {
   int kept = 0;
   for (int i = 0; i < s->n_cache; i++) {
     store_stmt_slot *slot = &s->cache[i];
@@ -275,73 +256,59 @@ static void store_stmt_clear(store_t *s)
 }
 
 /* Runs a statement without parameters to completion, ignoring any rows. */
-static int store_exec(store_t *s, const char *sql, char *err, size_t errlen)
-{
+static int store_exec(store_t *s, const char *sql, char *err, size_t errlen) {
   sqlite3_stmt *st;
   int ret = store_stmt_get(s, sql, &st, err, errlen);
-  if (ret < 0)
-    return ret;
+  if (ret < 0) return ret;
   int rc;
   while ((rc = sqlite3_step(st)) == SQLITE_ROW)
     ;
-  if (rc != SQLITE_DONE)
-    ret = store_error(s, rc, err, errlen);
+  if (rc != SQLITE_DONE) ret = store_error(s, rc, err, errlen);
   store_stmt_put(s, st);
   return ret;
 }
 
 /* Runs a statement, already bound, that yields one integer (NULL or no row = 0). */
-static int store_step_int64(store_t *s, sqlite3_stmt *st, int64_t *out, char *err, size_t errlen)
-{
+static int store_step_int64(store_t *s, sqlite3_stmt *st, int64_t *out, char *err, size_t errlen) {
   int rc = sqlite3_step(st);
   *out = 0;
   if (rc == SQLITE_ROW) {
     *out = sqlite3_column_int64(st, 0);
     return 0;
   }
-  if (rc == SQLITE_DONE)
-    return 0;
+  if (rc == SQLITE_DONE) return 0;
   return store_error(s, rc, err, errlen);
 }
 
 /* Runs a statement, already bound, that changes rows; *changes may be NULL. */
 static int store_step_done(store_t *s, sqlite3_stmt *st, int64_t *changes, char *err,
-                           size_t errlen)
-{
+                           size_t errlen) {
   int rc = sqlite3_step(st);
-  if (rc != SQLITE_DONE && rc != SQLITE_ROW)
-    return store_error(s, rc, err, errlen);
-  if (changes != NULL)
-    *changes = sqlite3_changes64(s->db);
+  if (rc != SQLITE_DONE && rc != SQLITE_ROW) return store_error(s, rc, err, errlen);
+  if (changes != NULL) *changes = sqlite3_changes64(s->db);
   return 0;
 }
 
-static int store_begin(store_t *s, bool write, char *err, size_t errlen)
-{
+static int store_begin(store_t *s, bool write, char *err, size_t errlen) {
   return store_exec(s, write ? "BEGIN IMMEDIATE" : "BEGIN", err, errlen);
 }
 
-static int store_commit(store_t *s, char *err, size_t errlen)
-{
+static int store_commit(store_t *s, char *err, size_t errlen) {
   return store_exec(s, "COMMIT", err, errlen);
 }
 
 /* Rolls back the open transaction, if SQLite has not already done so. */
-static void store_rollback(store_t *s)
-{
-  if (sqlite3_get_autocommit(s->db))
-    return;
+static void store_rollback(store_t *s) {
+  if (sqlite3_get_autocommit(s->db)) return;
   int ret = store_exec(s, "ROLLBACK", NULL, 0);
   (void)ret;
 }
 
-static int store_schema_version(store_t *s, int *version, char *err, size_t errlen)
-{
+static int store_schema_version(store_t *s, int *version, char *err, size_t errlen) {
   sqlite3_stmt *st;
   int64_t v = 0;
   int ret = store_stmt_get(s, "PRAGMA schema_version", &st, err, errlen);
-  if (ret < 0)
-    return ret;
+  if (ret < 0) return ret;
   ret = store_step_int64(s, st, &v, err, errlen);
   store_stmt_put(s, st);
   *version = (int)v;
@@ -351,14 +318,12 @@ static int store_schema_version(store_t *s, int *version, char *err, size_t errl
 /* Values -------------------------------------------------------------------- */
 
 /* True when d is a whole number that int64_t holds exactly. */
-static bool store_double_is_int64(double d)
-{
+static bool store_double_is_int64(double d) {
   return isfinite(d) && d == trunc(d) && d >= -9223372036854775808.0 && d < 9223372036854775808.0;
 }
 
 /* True for the JSON values a column can take (not cJSON_Raw or invalid items). */
-static bool store_json_storable(const cJSON *v)
-{
+static bool store_json_storable(const cJSON *v) {
   return cJSON_IsString(v) || cJSON_IsNumber(v) || cJSON_IsBool(v) || cJSON_IsNull(v) ||
          cJSON_IsObject(v) || cJSON_IsArray(v);
 }
@@ -368,21 +333,17 @@ static bool store_json_storable(const cJSON *v)
  * number -> REAL, bool -> 1/0, null -> NULL, object/array -> compact JSON
  * TEXT. v must satisfy store_json_storable. Returns a SQLite result code.
  */
-static int store_bind_json(sqlite3_stmt *st, int idx, const cJSON *v)
-{
-  if (cJSON_IsString(v))
-    return sqlite3_bind_text(st, idx, v->valuestring, -1, SQLITE_TRANSIENT);
+static int store_bind_json(sqlite3_stmt *st, int idx, const cJSON *v) {
+  if (cJSON_IsString(v)) return sqlite3_bind_text(st, idx, v->valuestring, -1, SQLITE_TRANSIENT);
   if (cJSON_IsNumber(v)) {
     if (store_double_is_int64(v->valuedouble))
       return sqlite3_bind_int64(st, idx, (sqlite3_int64)v->valuedouble);
     return sqlite3_bind_double(st, idx, v->valuedouble);
   }
-  if (cJSON_IsBool(v))
-    return sqlite3_bind_int(st, idx, cJSON_IsTrue(v) ? 1 : 0);
+  if (cJSON_IsBool(v)) return sqlite3_bind_int(st, idx, cJSON_IsTrue(v) ? 1 : 0);
   if (cJSON_IsObject(v) || cJSON_IsArray(v)) {
     char *text = cJSON_PrintUnformatted(v);
-    if (text == NULL)
-      return SQLITE_NOMEM;
+    if (text == NULL) return SQLITE_NOMEM;
     int rc = sqlite3_bind_text(st, idx, text, -1, SQLITE_TRANSIENT);
     cJSON_free(text);
     return rc;
@@ -395,8 +356,7 @@ static int store_bind_json(sqlite3_stmt *st, int idx, const cJSON *v)
  * +-2^53, where a double would lose digits), REAL -> number, TEXT -> string,
  * NULL -> null, BLOB -> uppercase hex string (as SQL hex() writes it).
  */
-static cJSON *store_value_json(sqlite3_stmt *st, int idx)
-{
+static cJSON *store_value_json(sqlite3_stmt *st, int idx) {
   switch (sqlite3_column_type(st, idx)) {
   case SQLITE_INTEGER: {
     int64_t n = sqlite3_column_int64(st, idx);
@@ -406,8 +366,7 @@ static cJSON *store_value_json(sqlite3_stmt *st, int idx)
     snprintf(text, sizeof(text), "%" PRId64, n);
     return store_json_checked(cJSON_CreateString(text));
   }
-  case SQLITE_FLOAT:
-    return store_json_checked(cJSON_CreateNumber(sqlite3_column_double(st, idx)));
+  case SQLITE_FLOAT: return store_json_checked(cJSON_CreateNumber(sqlite3_column_double(st, idx)));
   case SQLITE_TEXT:
     return store_json_checked(cJSON_CreateString((const char *)sqlite3_column_text(st, idx)));
   case SQLITE_BLOB: {
@@ -424,8 +383,7 @@ static cJSON *store_value_json(sqlite3_stmt *st, int idx)
     free(text);
     return item;
   }
-  default:
-    return store_json_checked(cJSON_CreateNull());
+  default: return store_json_checked(cJSON_CreateNull());
   }
 }
 
@@ -435,10 +393,8 @@ static cJSON *store_value_json(sqlite3_stmt *st, int idx)
  * other numbers as SQLite formats a REAL, booleans as 1/0, null as "".
  * NULL for objects and arrays. New string.
  */
-static char *store_json_key_text(const cJSON *v)
-{
-  if (cJSON_IsString(v))
-    return mem_strdup(v->valuestring);
+static char *store_json_key_text(const cJSON *v) {
+  if (cJSON_IsString(v)) return mem_strdup(v->valuestring);
   if (cJSON_IsNumber(v)) {
     char text[64];
     if (store_double_is_int64(v->valuedouble))
@@ -447,10 +403,8 @@ static char *store_json_key_text(const cJSON *v)
       sqlite3_snprintf(sizeof(text), text, "%!.15g", v->valuedouble);
     return mem_strdup(text);
   }
-  if (cJSON_IsBool(v))
-    return mem_strdup(cJSON_IsTrue(v) ? "1" : "0");
-  if (cJSON_IsNull(v))
-    return mem_strdup("");
+  if (cJSON_IsBool(v)) return mem_strdup(cJSON_IsTrue(v) ? "1" : "0");
+  if (cJSON_IsNull(v)) return mem_strdup("");
   return NULL;
 }
 
@@ -459,44 +413,35 @@ static char *store_json_key_text(const cJSON *v)
  * is accepted ("12", "-3", "0"; not "012", "+1", "-0" or " 1"), so that
  * each row has exactly one key text, the one the audit log records.
  */
-static bool store_parse_int_key(const char *key, int64_t *out)
-{
+static bool store_parse_int_key(const char *key, int64_t *out) {
   const char *p = key;
-  if (*p == '-')
-    p++;
-  if (*p < '0' || *p > '9' || (*p == '0' && (p[1] != '\0' || p != key)))
-    return false;
+  if (*p == '-') p++;
+  if (*p < '0' || *p > '9' || (*p == '0' && (p[1] != '\0' || p != key))) return false;
   for (const char *q = p; *q; q++)
-    if (*q < '0' || *q > '9')
-      return false;
+    if (*q < '0' || *q > '9') return false;
   errno = 0;
   long long v = strtoll(key, NULL, 10);
-  if (errno == ERANGE)
-    return false;
+  if (errno == ERANGE) return false;
   *out = v;
   return true;
 }
 
 /* True when key can name a row of t (integer-keyed tables need an integer). */
-static bool store_key_valid(const store_table *t, const char *key)
-{
+static bool store_key_valid(const store_table *t, const char *key) {
   int64_t v;
   return !t->key_integer || store_parse_int_key(key, &v);
 }
 
 /* Binds key as t compares it; key must satisfy store_key_valid. */
-static int store_bind_key(sqlite3_stmt *st, int idx, const store_table *t, const char *key)
-{
+static int store_bind_key(sqlite3_stmt *st, int idx, const store_table *t, const char *key) {
   int64_t v = 0;
-  if (t->key_integer && store_parse_int_key(key, &v))
-    return sqlite3_bind_int64(st, idx, v);
+  if (t->key_integer && store_parse_int_key(key, &v)) return sqlite3_bind_int64(st, idx, v);
   return sqlite3_bind_text(st, idx, key, -1, SQLITE_TRANSIENT);
 }
 
 /* Schema: exported tables ------------------------------------------------------ */
 
-static void store_tables_free(store_table *tables, int n)
-{
+static void store_tables_free(store_table *tables, int n) {
   for (int i = 0; i < n; i++) {
     for (int c = 0; c < tables[i].n_cols; c++) {
       free(tables[i].cols[c].name);
@@ -508,10 +453,8 @@ static void store_tables_free(store_table *tables, int n)
   free(tables);
 }
 
-static bool store_tables_equal(const store_table *a, int na, const store_table *b, int nb)
-{
-  if (na != nb)
-    return false;
+static bool store_tables_equal(const store_table *a, int na, const store_table *b, int nb) {
+  if (na != nb) return false;
   for (int i = 0; i < na; i++) {
     if (strcmp(a[i].name, b[i].name) != 0 || a[i].n_cols != b[i].n_cols ||
         a[i].key_col != b[i].key_col || a[i].key_integer != b[i].key_integer)
@@ -533,8 +476,7 @@ static bool store_tables_equal(const store_table *a, int na, const store_table *
  * column named "rowid" (its rows' "rowid" member would be ambiguous).
  */
 static int store_read_table(store_t *s, const char *name, bool without_rowid, store_table *t,
-                            bool *exported, char *err, size_t errlen)
-{
+                            bool *exported, char *err, size_t errlen) {
   sqlite3_stmt *st = NULL;
   int ret, rc, n_pk = 0, pk_col = -1, cap = 8;
   int64_t pk_indexes = 0;
@@ -549,8 +491,7 @@ static int store_read_table(store_t *s, const char *name, bool without_rowid, st
                        "SELECT name, type, \"notnull\", pk, hidden "
                        "FROM pragma_table_xinfo(?1, 'main') WHERE hidden <> 1 ORDER BY cid",
                        &st, err, errlen);
-  if (ret < 0)
-    goto fail;
+  if (ret < 0) goto fail;
   sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
   while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
     if (t->n_cols == cap) {
@@ -576,29 +517,24 @@ static int store_read_table(store_t *s, const char *name, bool without_rowid, st
   store_stmt_put(s, st);
   st = NULL;
 
-  ret = store_stmt_get(s,
-                       "SELECT count(*) FROM pragma_index_list(?1, 'main') WHERE origin = 'pk'",
+  ret = store_stmt_get(s, "SELECT count(*) FROM pragma_index_list(?1, 'main') WHERE origin = 'pk'",
                        &st, err, errlen);
-  if (ret < 0)
-    goto fail;
+  if (ret < 0) goto fail;
   sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
   ret = store_step_int64(s, st, &pk_indexes, err, errlen);
-  if (ret < 0)
-    goto fail;
+  if (ret < 0) goto fail;
   store_stmt_put(s, st);
   st = NULL;
 
   if (n_pk == 1) {
     /* Only an INTEGER PRIMARY KEY without its own index aliases the rowid. */
     t->key_col = pk_col;
-    t->key_integer = !without_rowid && pk_indexes == 0 &&
-                     strcasecmp(t->cols[pk_col].decl_type, "INTEGER") == 0;
+    t->key_integer =
+        !without_rowid && pk_indexes == 0 && strcasecmp(t->cols[pk_col].decl_type, "INTEGER") == 0;
   } else {
-    if (without_rowid)
-      goto skip;
+    if (without_rowid) goto skip;
     for (int c = 0; c < t->n_cols; c++)
-      if (strcasecmp(t->cols[c].name, "rowid") == 0)
-        goto skip;
+      if (strcasecmp(t->cols[c].name, "rowid") == 0) goto skip;
     t->key_col = -1;
     t->key_integer = true;
   }
@@ -620,8 +556,7 @@ fail:
 }
 
 /* Reads every exported table, sorted by name, into a new array. */
-static int store_read_tables(store_t *s, store_table **out, int *n_out, char *err, size_t errlen)
-{
+static int store_read_tables(store_t *s, store_table **out, int *n_out, char *err, size_t errlen) {
   sqlite3_stmt *st = NULL;
   store_table *tables = NULL;
   int n = 0, cap = 0, ret, rc;
@@ -631,8 +566,7 @@ static int store_read_tables(store_t *s, store_table **out, int *n_out, char *er
                        "WHERE schema = 'main' AND type = 'table' AND " STORE_SQL_NOT_SYSTEM
                        " ORDER BY name",
                        &st, err, errlen);
-  if (ret < 0)
-    goto fail;
+  if (ret < 0) goto fail;
   while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
     if (n == cap) {
       cap = cap ? 2 * cap : 8;
@@ -641,10 +575,8 @@ static int store_read_tables(store_t *s, store_table **out, int *n_out, char *er
     bool exported;
     ret = store_read_table(s, (const char *)sqlite3_column_text(st, 0),
                            sqlite3_column_int(st, 1) != 0, &tables[n], &exported, err, errlen);
-    if (ret < 0)
-      goto fail;
-    if (exported)
-      n++;
+    if (ret < 0) goto fail;
+    if (exported) n++;
   }
   if (rc != SQLITE_DONE) {
     ret = store_error(s, rc, err, errlen);
@@ -664,8 +596,7 @@ fail:
 /* Schema: audit triggers -------------------------------------------------------- */
 
 /* Appends `ref."col"` as a value json_object() accepts (a BLOB as its hex text). */
-static void store_sql_json_value(sqlite3_str *q, const char *ref, const char *col)
-{
+static void store_sql_json_value(sqlite3_str *q, const char *ref, const char *col) {
   sqlite3_str_appendf(q,
                       "CASE WHEN typeof(%s.\"%w\") = 'blob' THEN hex(%s.\"%w\") "
                       "ELSE %s.\"%w\" END",
@@ -678,18 +609,15 @@ static void store_sql_json_value(sqlite3_str *q, const char *ref, const char *co
  * json_object() of scalars always begins with {" and ends with a scalar
  * then }, so trimming one brace from each side of the seam is exact.
  */
-static void store_sql_row_json(sqlite3_str *q, const store_table *t, const char *ref)
-{
+static void store_sql_row_json(sqlite3_str *q, const store_table *t, const char *ref) {
   int n_chunks = (t->n_cols + STORE_JSON_CHUNK - 1) / STORE_JSON_CHUNK;
   for (int k = 0; k < n_chunks; k++) {
-    if (k > 0)
-      sqlite3_str_appendall(q, " || ',' || ");
+    if (k > 0) sqlite3_str_appendall(q, " || ',' || ");
     if (n_chunks > 1)
       sqlite3_str_appendall(q, k == 0 ? "rtrim(" : k == n_chunks - 1 ? "ltrim(" : "trim(");
     sqlite3_str_appendall(q, "json_object(");
     for (int c = k * STORE_JSON_CHUNK; c < t->n_cols && c < (k + 1) * STORE_JSON_CHUNK; c++) {
-      if (c > k * STORE_JSON_CHUNK)
-        sqlite3_str_appendall(q, ", ");
+      if (c > k * STORE_JSON_CHUNK) sqlite3_str_appendall(q, ", ");
       sqlite3_str_appendf(q, "'%q', ", t->cols[c].name);
       store_sql_json_value(q, ref, t->cols[c].name);
     }
@@ -700,8 +628,7 @@ static void store_sql_row_json(sqlite3_str *q, const store_table *t, const char 
 }
 
 /* Appends the key of row ref as audit_log.key text. */
-static void store_sql_row_key(sqlite3_str *q, const store_table *t, const char *ref)
-{
+static void store_sql_row_key(sqlite3_str *q, const store_table *t, const char *ref) {
   if (t->key_col < 0)
     sqlite3_str_appendf(q, "ifnull(CAST(%s.rowid AS TEXT), '')", ref);
   else
@@ -715,8 +642,7 @@ static void store_sql_row_key(sqlite3_str *q, const store_table *t, const char *
  */
 static void store_sql_audit_insert(sqlite3_str *q, const store_table *t, const char *op,
                                    const char *key_ref, const char *old_ref, const char *new_ref,
-                                   const char *cond)
-{
+                                   const char *cond) {
   sqlite3_str_appendf(q,
                       " INSERT INTO audit_log (tbl, key, op, old_row, new_row, committed_at)"
                       " SELECT '%q', ",
@@ -733,8 +659,7 @@ static void store_sql_audit_insert(sqlite3_str *q, const store_table *t, const c
   else
     sqlite3_str_appendall(q, "NULL");
   sqlite3_str_appendall(q, ", " STORE_SQL_NOW_MS);
-  if (cond)
-    sqlite3_str_appendf(q, " WHERE %s", cond);
+  if (cond) sqlite3_str_appendf(q, " WHERE %s", cond);
   sqlite3_str_appendall(q, ";");
 }
 
@@ -750,8 +675,7 @@ typedef struct store_trigger {
  * new one, so that each key's newest audit row says whether it still
  * exists (retention relies on it) and both records' subscribers hear of it.
  */
-static void store_build_triggers(store_t *s, const store_table *t, store_trigger out[3])
-{
+static void store_build_triggers(store_t *s, const store_table *t, store_trigger out[3]) {
   static const char *const events[3] = {"insert", "update", "delete"};
   sqlite3_str *q;
   char *moved, *same;
@@ -798,12 +722,10 @@ static void store_build_triggers(store_t *s, const store_table *t, store_trigger
   sqlite3_free(same);
 }
 
-static int store_ddl(store_t *s, const char *sql, char *err, size_t errlen)
-{
+static int store_ddl(store_t *s, const char *sql, char *err, size_t errlen) {
   char *msg = NULL;
   int rc = sqlite3_exec(s->db, sql, NULL, NULL, &msg);
-  if (rc == SQLITE_OK)
-    return 0;
+  if (rc == SQLITE_OK) return 0;
   int ret = store_error(s, rc, NULL, 0);
   store_set_err(err, errlen, "%s", msg ? msg : sqlite3_errstr(rc));
   sqlite3_free(msg);
@@ -816,22 +738,19 @@ static int store_ddl(store_t *s, const char *sql, char *err, size_t errlen)
  * creates the missing ones. Runs no DDL at all when they already match.
  * Must run inside a write transaction.
  */
-static int store_sync_triggers(store_t *s, char *err, size_t errlen)
-{
+static int store_sync_triggers(store_t *s, char *err, size_t errlen) {
   int n_want = 3 * s->n_tables, n_have = 0, cap = 0, ret = 0, rc;
   store_trigger *want = mem_calloc((size_t)n_want + 1, sizeof(*want));
   char **drop = NULL;
   sqlite3_stmt *st = NULL;
 
-  for (int i = 0; i < s->n_tables; i++)
-    store_build_triggers(s, &s->tables[i], &want[3 * i]);
+  for (int i = 0; i < s->n_tables; i++) store_build_triggers(s, &s->tables[i], &want[3 * i]);
 
   ret = store_stmt_get(s,
                        "SELECT name, sql FROM sqlite_schema WHERE type = 'trigger' "
                        "AND name LIKE '" STORE_TRIGGER_PREFIX "%' ESCAPE '\\'",
                        &st, err, errlen);
-  if (ret < 0)
-    goto done;
+  if (ret < 0) goto done;
   while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
     const char *name = (const char *)sqlite3_column_text(st, 0);
     const char *sql = (const char *)sqlite3_column_text(st, 1);
@@ -841,8 +760,7 @@ static int store_sync_triggers(store_t *s, char *err, size_t errlen)
           strcmp(want[i].sql, sql) == 0)
         keep = want[i].present = true;
     }
-    if (keep)
-      continue;
+    if (keep) continue;
     if (n_have == cap) {
       cap = cap ? 2 * cap : 8;
       drop = mem_realloc(drop, (size_t)cap * sizeof(*drop));
@@ -858,19 +776,16 @@ static int store_sync_triggers(store_t *s, char *err, size_t errlen)
 
   for (int i = 0; i < n_have && ret == 0; i++) {
     char *sql = sqlite3_mprintf("DROP TRIGGER IF EXISTS \"%w\"", drop[i]);
-    if (sql == NULL)
-      abort();
+    if (sql == NULL) abort();
     ret = store_ddl(s, sql, err, errlen);
     sqlite3_free(sql);
   }
   for (int i = 0; i < n_want && ret == 0; i++)
-    if (!want[i].present)
-      ret = store_ddl(s, want[i].sql, err, errlen);
+    if (!want[i].present) ret = store_ddl(s, want[i].sql, err, errlen);
 
 done:
   store_stmt_put(s, st);
-  for (int i = 0; i < n_have; i++)
-    free(drop[i]);
+  for (int i = 0; i < n_have; i++) free(drop[i]);
   free(drop);
   for (int i = 0; i < n_want; i++) {
     sqlite3_free(want[i].name);
@@ -886,24 +801,20 @@ done:
  * transaction (a write one unless read-only). *changed (may be NULL) says
  * whether the tables differ from the ones held before.
  */
-static int store_reload(store_t *s, bool *changed, char *err, size_t errlen)
-{
+static int store_reload(store_t *s, bool *changed, char *err, size_t errlen) {
   store_table *tables = NULL;
   int n = 0;
   int ret = store_read_tables(s, &tables, &n, err, errlen);
-  if (ret < 0)
-    return ret;
+  if (ret < 0) return ret;
   bool same = store_tables_equal(s->tables, s->n_tables, tables, n);
   store_tables_free(s->tables, s->n_tables);
   s->tables = tables;
   s->n_tables = n;
-  if (changed != NULL)
-    *changed = !same;
+  if (changed != NULL) *changed = !same;
   store_stmt_clear(s);
   if (!s->readonly) {
     ret = store_sync_triggers(s, err, errlen);
-    if (ret < 0)
-      return ret;
+    if (ret < 0) return ret;
   }
   return store_schema_version(s, &s->schema_version, err, errlen);
 }
@@ -911,11 +822,9 @@ static int store_reload(store_t *s, bool *changed, char *err, size_t errlen)
 /* Opening ---------------------------------------------------------------------- */
 
 /* Creates the directory that will hold path, if it is missing (one level). */
-static int store_make_parent_dir(const char *path, char *err, size_t errlen)
-{
+static int store_make_parent_dir(const char *path, char *err, size_t errlen) {
   const char *slash = strrchr(path, '/');
-  if (slash == NULL || slash == path)
-    return 0;
+  if (slash == NULL || slash == path) return 0;
   char *dir = mem_strndup(path, (size_t)(slash - path));
   int ret = 0;
   if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
@@ -927,8 +836,7 @@ static int store_make_parent_dir(const char *path, char *err, size_t errlen)
 }
 
 /* Reads the whole file at path into a new NUL-terminated string. */
-static int store_read_file(const char *path, char **out, char *err, size_t errlen)
-{
+static int store_read_file(const char *path, char **out, char *err, size_t errlen) {
   FILE *f = fopen(path, "re");
   char *text = NULL;
   size_t len = 0, cap = 0;
@@ -952,8 +860,7 @@ static int store_read_file(const char *path, char **out, char *err, size_t errle
       store_set_err(err, errlen, "schema %s is larger than %d bytes", path, STORE_SCHEMA_FILE_MAX);
       goto done;
     }
-    if (got == 0)
-      break;
+    if (got == 0) break;
   }
   if (ferror(f)) {
     ret = -EIO;
@@ -970,8 +877,7 @@ done:
 }
 
 /* Applies the schema file at path when the database has no application table or view. */
-static int store_apply_app_schema(store_t *s, const char *path, char *err, size_t errlen)
-{
+static int store_apply_app_schema(store_t *s, const char *path, char *err, size_t errlen) {
   sqlite3_stmt *st;
   int64_t n = 0;
   char *text = NULL;
@@ -979,30 +885,25 @@ static int store_apply_app_schema(store_t *s, const char *path, char *err, size_
                            "SELECT count(*) FROM sqlite_schema "
                            "WHERE type IN ('table', 'view') AND " STORE_SQL_NOT_SYSTEM,
                            &st, err, errlen);
-  if (ret < 0)
-    return ret;
+  if (ret < 0) return ret;
   ret = store_step_int64(s, st, &n, err, errlen);
   store_stmt_put(s, st);
-  if (ret < 0 || n > 0)
-    return ret;
+  if (ret < 0 || n > 0) return ret;
   ret = store_read_file(path, &text, err, errlen);
-  if (ret < 0)
-    return ret;
+  if (ret < 0) return ret;
   char msg[512];
   /* The operator's file may use the legacy "string" quoting our own SQL refuses. */
   sqlite3_db_config(s->db, SQLITE_DBCONFIG_DQS_DML, 1, (int *)NULL);
   ret = store_ddl(s, text, msg, sizeof(msg));
   sqlite3_db_config(s->db, SQLITE_DBCONFIG_DQS_DML, 0, (int *)NULL);
-  if (ret < 0)
-    store_set_err(err, errlen, "schema %s: %s", path, msg);
+  if (ret < 0) store_set_err(err, errlen, "schema %s: %s", path, msg);
   free(text);
   return ret;
 }
 
 /* Opens the connection with flags and the settings every store has. */
 static int store_connect(const char *path, int flags, bool readonly, store_t **out, char *err,
-                         size_t errlen)
-{
+                         size_t errlen) {
   store_t *s = mem_calloc(1, sizeof(*s));
   s->readonly = readonly;
   int rc = sqlite3_open_v2(path, &s->db, flags, NULL);
@@ -1025,41 +926,33 @@ static int store_connect(const char *path, int flags, bool readonly, store_t **o
   return 0;
 }
 
-int store_open(const char *path, const char *schema_path, store_t **out, char *err, size_t errlen)
-{
+int store_open(const char *path, const char *schema_path, store_t **out, char *err, size_t errlen) {
   store_t *s = NULL;
   int ret;
 
   *out = NULL;
   ret = store_make_parent_dir(path, err, errlen);
-  if (ret < 0)
-    return ret;
+  if (ret < 0) return ret;
   ret = store_connect(path, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, false,
                       &s, err, errlen);
-  if (ret < 0)
-    return ret;
+  if (ret < 0) return ret;
   if ((ret = store_exec(s, "PRAGMA journal_mode=WAL", err, errlen)) < 0 ||
       (ret = store_exec(s, "PRAGMA synchronous=NORMAL", err, errlen)) < 0 ||
       (ret = store_exec(s, "PRAGMA foreign_keys=ON", err, errlen)) < 0)
     goto fail;
   /* One write transaction: concurrent starters apply schemas and triggers once. */
   ret = store_begin(s, true, err, errlen);
-  if (ret < 0)
-    goto fail;
+  if (ret < 0) goto fail;
   ret = store_ddl(s, store_system_sql, err, errlen);
-  if (ret < 0)
-    goto fail;
+  if (ret < 0) goto fail;
   if (schema_path != NULL && schema_path[0] != '\0') {
     ret = store_apply_app_schema(s, schema_path, err, errlen);
-    if (ret < 0)
-      goto fail;
+    if (ret < 0) goto fail;
   }
   ret = store_reload(s, NULL, err, errlen);
-  if (ret < 0)
-    goto fail;
+  if (ret < 0) goto fail;
   ret = store_commit(s, err, errlen);
-  if (ret < 0)
-    goto fail;
+  if (ret < 0) goto fail;
   *out = s;
   return 0;
 
@@ -1069,24 +962,19 @@ fail:
   return ret;
 }
 
-int store_open_readonly(const char *path, store_t **out, char *err, size_t errlen)
-{
+int store_open_readonly(const char *path, store_t **out, char *err, size_t errlen) {
   store_t *s = NULL;
   int ret;
 
   *out = NULL;
   ret = store_connect(path, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, true, &s, err, errlen);
-  if (ret < 0)
-    return ret;
+  if (ret < 0) return ret;
   ret = store_begin(s, false, err, errlen);
-  if (ret < 0)
-    goto fail;
+  if (ret < 0) goto fail;
   ret = store_reload(s, NULL, err, errlen);
-  if (ret < 0)
-    goto fail;
+  if (ret < 0) goto fail;
   ret = store_commit(s, err, errlen);
-  if (ret < 0)
-    goto fail;
+  if (ret < 0) goto fail;
   *out = s;
   return 0;
 
@@ -1096,10 +984,8 @@ fail:
   return ret;
 }
 
-void store_close(store_t *s)
-{
-  if (s == NULL)
-    return;
+void store_close(store_t *s) {
+  if (s == NULL) return;
   for (int i = 0; i < s->n_cache; i++) {
     sqlite3_finalize(s->cache[i].stmt);
     free(s->cache[i].sql);
@@ -1110,22 +996,17 @@ void store_close(store_t *s)
   free(s);
 }
 
-int store_refresh_schema(store_t *s, bool *tables_changed)
-{
+int store_refresh_schema(store_t *s, bool *tables_changed) {
   int version, ret;
   char err[256];
 
-  if (tables_changed != NULL)
-    *tables_changed = false;
+  if (tables_changed != NULL) *tables_changed = false;
   ret = store_schema_version(s, &version, err, sizeof(err));
-  if (ret < 0 || version == s->schema_version)
-    return ret;
+  if (ret < 0 || version == s->schema_version) return ret;
   ret = store_begin(s, !s->readonly, err, sizeof(err));
-  if (ret < 0)
-    return ret;
+  if (ret < 0) return ret;
   ret = store_reload(s, tables_changed, err, sizeof(err));
-  if (ret == 0)
-    ret = store_commit(s, err, sizeof(err));
+  if (ret == 0) ret = store_commit(s, err, sizeof(err));
   if (ret < 0) {
     log_warn("schema refresh failed", "error", err);
     store_rollback(s);
@@ -1133,29 +1014,23 @@ int store_refresh_schema(store_t *s, bool *tables_changed)
   return ret;
 }
 
-const store_table *store_tables(const store_t *s, int *n)
-{
+const store_table *store_tables(const store_t *s, int *n) {
   *n = s->n_tables;
   return s->tables;
 }
 
-static int store_table_cmp(const void *key, const void *elem)
-{
+static int store_table_cmp(const void *key, const void *elem) {
   return strcmp(key, ((const store_table *)elem)->name);
 }
 
-const store_table *store_find_table(const store_t *s, const char *name)
-{
-  if (s->n_tables == 0)
-    return NULL;
+const store_table *store_find_table(const store_t *s, const char *name) {
+  if (s->n_tables == 0) return NULL;
   return bsearch(name, s->tables, (size_t)s->n_tables, sizeof(*s->tables), store_table_cmp);
 }
 
-int store_column_index(const store_table *t, const char *name)
-{
+int store_column_index(const store_table *t, const char *name) {
   for (int c = 0; c < t->n_cols; c++)
-    if (strcmp(t->cols[c].name, name) == 0)
-      return c;
+    if (strcmp(t->cols[c].name, name) == 0) return c;
   return -1;
 }
 
@@ -1166,13 +1041,11 @@ int store_column_index(const store_table *t, const char *name)
  * is the key as the audit log writes it, then the row as store_row_json
  * reads it.
  */
-static void store_sql_select(sqlite3_str *q, const store_table *t)
-{
+static void store_sql_select(sqlite3_str *q, const store_table *t) {
   sqlite3_str_appendall(q, "SELECT CAST(");
   store_sql_key(q, t);
   sqlite3_str_appendall(q, " AS TEXT)");
-  if (t->key_col < 0)
-    sqlite3_str_appendall(q, ", rowid");
+  if (t->key_col < 0) sqlite3_str_appendall(q, ", rowid");
   for (int c = 0; c < t->n_cols; c++) {
     sqlite3_str_appendall(q, ", ");
     store_sql_ident(q, t->cols[c].name);
@@ -1186,24 +1059,20 @@ static void store_sql_select(sqlite3_str *q, const store_table *t)
  * rowid-keyed table's rows carry their key as member "rowid" (such tables
  * never have a column of that name; see store_read_table).
  */
-static cJSON *store_row_json(const store_table *t, sqlite3_stmt *st)
-{
+static cJSON *store_row_json(const store_table *t, sqlite3_stmt *st) {
   cJSON *row = store_json_checked(cJSON_CreateObject());
   int idx = 1;
-  if (t->key_col < 0)
-    store_json_add(row, "rowid", store_value_json(st, idx++));
+  if (t->key_col < 0) store_json_add(row, "rowid", store_value_json(st, idx++));
   for (int c = 0; c < t->n_cols; c++)
     store_json_add(row, t->cols[c].name, store_value_json(st, idx++));
   return row;
 }
 
-static int store_key_version(store_t *s, const char *tbl, const char *key, int64_t *version)
-{
+static int store_key_version(store_t *s, const char *tbl, const char *key, int64_t *version) {
   sqlite3_stmt *st;
-  int ret = store_stmt_get(s, "SELECT max(seq) FROM audit_log WHERE tbl = ?1 AND key = ?2", &st,
-                           NULL, 0);
-  if (ret < 0)
-    return ret;
+  int ret =
+      store_stmt_get(s, "SELECT max(seq) FROM audit_log WHERE tbl = ?1 AND key = ?2", &st, NULL, 0);
+  if (ret < 0) return ret;
   sqlite3_bind_text(st, 1, tbl, -1, SQLITE_STATIC);
   sqlite3_bind_text(st, 2, key, -1, SQLITE_STATIC);
   ret = store_step_int64(s, st, version, NULL, 0);
@@ -1212,8 +1081,7 @@ static int store_key_version(store_t *s, const char *tbl, const char *key, int64
 }
 
 int store_get_record(store_t *s, const store_table *t, const char *key, cJSON **row,
-                     int64_t *version)
-{
+                     int64_t *version) {
   sqlite3_stmt *st = NULL;
   sqlite3_str *q;
   char *sql, *key_text = NULL;
@@ -1222,8 +1090,7 @@ int store_get_record(store_t *s, const store_table *t, const char *key, cJSON **
 
   *row = NULL;
   *version = 0;
-  if (!store_key_valid(t, key))
-    return -ENOENT;
+  if (!store_key_valid(t, key)) return -ENOENT;
   q = store_sql_new(s);
   store_sql_select(q, t);
   sqlite3_str_appendall(q, " WHERE ");
@@ -1233,11 +1100,9 @@ int store_get_record(store_t *s, const store_table *t, const char *key, cJSON **
 
   /* One read transaction, so that the version belongs to the row read. */
   ret = store_begin(s, false, NULL, 0);
-  if (ret < 0)
-    goto done;
+  if (ret < 0) goto done;
   ret = store_stmt_get(s, sql, &st, NULL, 0);
-  if (ret < 0)
-    goto done;
+  if (ret < 0) goto done;
   store_bind_key(st, 1, t, key);
   rc = sqlite3_step(st);
   if (rc == SQLITE_DONE) {
@@ -1249,17 +1114,14 @@ int store_get_record(store_t *s, const store_table *t, const char *key, cJSON **
     goto done;
   }
   result = store_row_json(t, st);
-  key_text = mem_strdup(sqlite3_column_type(st, 0) == SQLITE_NULL
-                            ? ""
-                            : (const char *)sqlite3_column_text(st, 0));
+  key_text = mem_strdup(
+      sqlite3_column_type(st, 0) == SQLITE_NULL ? "" : (const char *)sqlite3_column_text(st, 0));
   store_stmt_put(s, st);
   st = NULL;
   ret = store_key_version(s, t->name, key_text, version);
-  if (ret < 0)
-    goto done;
+  if (ret < 0) goto done;
   ret = store_commit(s, NULL, 0);
-  if (ret < 0)
-    goto done;
+  if (ret < 0) goto done;
   *row = result;
   result = NULL;
 
@@ -1272,18 +1134,15 @@ done:
   return ret;
 }
 
-char *store_row_key(const store_table *t, const cJSON *row)
-{
+char *store_row_key(const store_table *t, const cJSON *row) {
   const char *member = t->key_col < 0 ? "rowid" : t->cols[t->key_col].name;
   const cJSON *v = cJSON_GetObjectItemCaseSensitive(row, member);
-  if (v == NULL)
-    return NULL;
+  if (v == NULL) return NULL;
   return store_json_key_text(v);
 }
 
 int store_query(store_t *s, const store_table *t, const store_filter *filters, size_t n_filters,
-                int limit, const char *after_key, cJSON **rows, char **next_key)
-{
+                int limit, const char *after_key, cJSON **rows, char **next_key) {
   sqlite3_stmt *st = NULL;
   sqlite3_str *q;
   char *sql;
@@ -1293,16 +1152,12 @@ int store_query(store_t *s, const store_table *t, const store_filter *filters, s
 
   *rows = NULL;
   *next_key = NULL;
-  if (limit < 1)
-    limit = 1;
-  if (limit > STORE_QUERY_MAX_LIMIT)
-    limit = STORE_QUERY_MAX_LIMIT;
-  if (after_key != NULL && !store_key_valid(t, after_key))
-    return -EINVAL;
+  if (limit < 1) limit = 1;
+  if (limit > STORE_QUERY_MAX_LIMIT) limit = STORE_QUERY_MAX_LIMIT;
+  if (after_key != NULL && !store_key_valid(t, after_key)) return -EINVAL;
   for (size_t i = 0; i < n_filters; i++) {
     assert(filters[i].col >= 0 && filters[i].col < t->n_cols);
-    if (!store_json_storable(filters[i].value))
-      return -EINVAL;
+    if (!store_json_storable(filters[i].value)) return -EINVAL;
   }
 
   q = store_sql_new(s);
@@ -1326,20 +1181,17 @@ int store_query(store_t *s, const store_table *t, const store_filter *filters, s
   sql = store_sql_finish(q);
 
   ret = store_stmt_get(s, sql, &st, NULL, 0);
-  if (ret < 0)
-    goto done;
+  if (ret < 0) goto done;
   param = 0;
   for (size_t i = 0; i < n_filters; i++) {
-    if (cJSON_IsNull(filters[i].value))
-      continue;
+    if (cJSON_IsNull(filters[i].value)) continue;
     rc = store_bind_json(st, ++param, filters[i].value);
     if (rc != SQLITE_OK) {
       ret = store_error(s, rc, NULL, 0);
       goto done;
     }
   }
-  if (after_key != NULL)
-    store_bind_key(st, ++param, t, after_key);
+  if (after_key != NULL) store_bind_key(st, ++param, t, after_key);
   sqlite3_bind_int(st, ++param, limit + 1);
 
   result = store_json_checked(cJSON_CreateArray());
@@ -1355,8 +1207,7 @@ int store_query(store_t *s, const store_table *t, const store_filter *filters, s
     ret = store_error(s, rc, NULL, 0);
     goto done;
   }
-  if (more)
-    *next_key = store_row_key(t, cJSON_GetArrayItem(result, n - 1));
+  if (more) *next_key = store_row_key(t, cJSON_GetArrayItem(result, n - 1));
   *rows = result;
   result = NULL;
 
@@ -1367,21 +1218,18 @@ done:
   return ret;
 }
 
-int store_table_version(store_t *s, const store_table *t, int64_t *version)
-{
+int store_table_version(store_t *s, const store_table *t, int64_t *version) {
   sqlite3_stmt *st;
   *version = 0;
   int ret = store_stmt_get(s, "SELECT max(seq) FROM audit_log WHERE tbl = ?1", &st, NULL, 0);
-  if (ret < 0)
-    return ret;
+  if (ret < 0) return ret;
   sqlite3_bind_text(st, 1, t->name, -1, SQLITE_STATIC);
   ret = store_step_int64(s, st, version, NULL, 0);
   store_stmt_put(s, st);
   return ret;
 }
 
-int store_table_count(store_t *s, const store_table *t, int64_t *count)
-{
+int store_table_count(store_t *s, const store_table *t, int64_t *count) {
   sqlite3_stmt *st;
   sqlite3_str *q = store_sql_new(s);
   sqlite3_str_appendall(q, "SELECT count(*) FROM ");
@@ -1408,8 +1256,7 @@ int store_table_count(store_t *s, const store_table *t, int64_t *count)
  */
 static int store_write_parse(const store_table *t, const char *key, const cJSON *obj,
                              store_assign *assigns, int *n_assign, const cJSON **key_value,
-                             char *err, size_t errlen)
-{
+                             char *err, size_t errlen) {
   const char *key_name = t->key_col < 0 ? "rowid" : t->cols[t->key_col].name;
   const cJSON *item;
 
@@ -1435,8 +1282,7 @@ static int store_write_parse(const store_table *t, const char *key, const cJSON 
       return -EINVAL;
     }
     bool seen = col == t->key_col && *key_value != NULL;
-    for (int i = 0; i < *n_assign && !seen; i++)
-      seen = assigns[i].col == col;
+    for (int i = 0; i < *n_assign && !seen; i++) seen = assigns[i].col == col;
     if (seen) {
       store_set_err(err, errlen, "column %s given twice", name);
       return -EINVAL;
@@ -1459,8 +1305,7 @@ static int store_write_parse(const store_table *t, const char *key, const cJSON 
 }
 
 static int store_row_exists(store_t *s, const store_table *t, const char *key, bool *exists,
-                            char *err, size_t errlen)
-{
+                            char *err, size_t errlen) {
   sqlite3_stmt *st;
   int64_t found = 0;
   sqlite3_str *q = store_sql_new(s);
@@ -1483,36 +1328,29 @@ static int store_row_exists(store_t *s, const store_table *t, const char *key, b
 
 /* Binds assigns to parameters first, first + 1, ... */
 static int store_bind_assigns(store_t *s, sqlite3_stmt *st, int first, const store_assign *assigns,
-                              int n, char *err, size_t errlen)
-{
+                              int n, char *err, size_t errlen) {
   for (int i = 0; i < n; i++) {
     int rc = store_bind_json(st, first + i, assigns[i].value);
-    if (rc != SQLITE_OK)
-      return store_error(s, rc, err, errlen);
+    if (rc != SQLITE_OK) return store_error(s, rc, err, errlen);
   }
   return 0;
 }
 
 /* Prepares sql, binds the key (?1, unless key_value/key are both NULL) and assigns, steps it. */
 static int store_run_write(store_t *s, const store_table *t, const char *sql, const char *key,
-                           const cJSON *key_value, const store_assign *assigns, int n,
-                           char *err, size_t errlen)
-{
+                           const cJSON *key_value, const store_assign *assigns, int n, char *err,
+                           size_t errlen) {
   sqlite3_stmt *st;
   int first = 1, rc = SQLITE_OK;
   int ret = store_stmt_get(s, sql, &st, err, errlen);
-  if (ret < 0)
-    return ret;
+  if (ret < 0) return ret;
   if (key != NULL)
     rc = store_bind_key(st, first++, t, key);
   else if (key_value != NULL)
     rc = store_bind_json(st, first++, key_value);
-  if (rc != SQLITE_OK)
-    ret = store_error(s, rc, err, errlen);
-  if (ret == 0)
-    ret = store_bind_assigns(s, st, first, assigns, n, err, errlen);
-  if (ret == 0)
-    ret = store_step_done(s, st, NULL, err, errlen);
+  if (rc != SQLITE_OK) ret = store_error(s, rc, err, errlen);
+  if (ret == 0) ret = store_bind_assigns(s, st, first, assigns, n, err, errlen);
+  if (ret == 0) ret = store_step_done(s, st, NULL, err, errlen);
   store_stmt_put(s, st);
   return ret;
 }
@@ -1524,12 +1362,10 @@ static int store_run_write(store_t *s, const store_table *t, const char *sql, co
  */
 static int store_write_replace(store_t *s, const store_table *t, const char *key,
                                const store_assign *assigns, int n, bool *created, char *err,
-                               size_t errlen)
-{
+                               size_t errlen) {
   bool exists;
   int ret = store_row_exists(s, t, key, &exists, err, errlen);
-  if (ret < 0)
-    return ret;
+  if (ret < 0) return ret;
   sqlite3_str *q = store_sql_new(s);
   sqlite3_str_appendall(q, "INSERT INTO ");
   store_sql_ident(q, t->name);
@@ -1540,23 +1376,20 @@ static int store_write_replace(store_t *s, const store_table *t, const char *key
     store_sql_ident(q, t->cols[assigns[i].col].name);
   }
   sqlite3_str_appendall(q, ") VALUES (?1");
-  for (int i = 0; i < n; i++)
-    sqlite3_str_appendf(q, ", ?%d", i + 2);
+  for (int i = 0; i < n; i++) sqlite3_str_appendf(q, ", ?%d", i + 2);
   sqlite3_str_appendall(q, ") ON CONFLICT (");
   store_sql_key(q, t);
   sqlite3_str_appendall(q, ") DO ");
   bool any = false;
   for (int c = 0; c < t->n_cols; c++) {
-    if (c == t->key_col || t->cols[c].generated)
-      continue;
+    if (c == t->key_col || t->cols[c].generated) continue;
     sqlite3_str_appendall(q, any ? ", " : "UPDATE SET ");
     store_sql_ident(q, t->cols[c].name);
     sqlite3_str_appendall(q, " = excluded.");
     store_sql_ident(q, t->cols[c].name);
     any = true;
   }
-  if (!any)
-    sqlite3_str_appendall(q, "NOTHING");
+  if (!any) sqlite3_str_appendall(q, "NOTHING");
   char *sql = store_sql_finish(q);
   ret = store_run_write(s, t, sql, key, NULL, assigns, n, err, errlen);
   sqlite3_free(sql);
@@ -1566,18 +1399,15 @@ static int store_write_replace(store_t *s, const store_table *t, const char *key
 
 /* PATCH: the given columns of an existing row. */
 static int store_write_patch(store_t *s, const store_table *t, const char *key,
-                             const store_assign *assigns, int n, char *err, size_t errlen)
-{
+                             const store_assign *assigns, int n, char *err, size_t errlen) {
   bool exists;
   int ret = store_row_exists(s, t, key, &exists, err, errlen);
-  if (ret < 0)
-    return ret;
+  if (ret < 0) return ret;
   if (!exists) {
     store_set_err(err, errlen, "no record %s in table %s", key, t->name);
     return -ENOENT;
   }
-  if (n == 0)
-    return 0;
+  if (n == 0) return 0;
   sqlite3_str *q = store_sql_new(s);
   sqlite3_str_appendall(q, "UPDATE ");
   store_sql_ident(q, t->name);
@@ -1598,8 +1428,7 @@ static int store_write_patch(store_t *s, const store_table *t, const char *key,
 /* POST: a new row; the key comes from obj, or from the rowid for integer keys. */
 static int store_write_insert(store_t *s, const store_table *t, const cJSON *key_value,
                               const store_assign *assigns, int n, char **new_key, char *err,
-                              size_t errlen)
-{
+                              size_t errlen) {
   if (key_value == NULL && !t->key_integer) {
     store_set_err(err, errlen, "missing key column %s", t->cols[t->key_col].name);
     return -EINVAL;
@@ -1617,20 +1446,17 @@ static int store_write_insert(store_t *s, const store_table *t, const cJSON *key
       param++;
     }
     for (int i = 0; i < n; i++) {
-      if (param > 0 || i > 0)
-        sqlite3_str_appendall(q, ", ");
+      if (param > 0 || i > 0) sqlite3_str_appendall(q, ", ");
       store_sql_ident(q, t->cols[assigns[i].col].name);
     }
     sqlite3_str_appendall(q, ") VALUES (");
-    for (int i = 0; i < n + param; i++)
-      sqlite3_str_appendf(q, i == 0 ? "?%d" : ", ?%d", i + 1);
+    for (int i = 0; i < n + param; i++) sqlite3_str_appendf(q, i == 0 ? "?%d" : ", ?%d", i + 1);
     sqlite3_str_appendall(q, ")");
   }
   char *sql = store_sql_finish(q);
   int ret = store_run_write(s, t, sql, NULL, key_value, assigns, n, err, errlen);
   sqlite3_free(sql);
-  if (ret < 0)
-    return ret;
+  if (ret < 0) return ret;
   if (t->key_integer) {
     char text[24];
     snprintf(text, sizeof(text), "%lld", (long long)sqlite3_last_insert_rowid(s->db));
@@ -1642,18 +1468,15 @@ static int store_write_insert(store_t *s, const store_table *t, const cJSON *key
 }
 
 int store_write(store_t *s, const store_table *t, const char *key, const cJSON *obj,
-                store_write_mode mode, char **out_key, bool *created, char *err, size_t errlen)
-{
+                store_write_mode mode, char **out_key, bool *created, char *err, size_t errlen) {
   store_assign *assigns = mem_calloc((size_t)t->n_cols + 1, sizeof(*assigns));
   const cJSON *key_value = NULL;
   char *new_key = NULL;
   bool was_created = false, in_txn = false;
   int n = 0, ret;
 
-  if (out_key != NULL)
-    *out_key = NULL;
-  if (created != NULL)
-    *created = false;
+  if (out_key != NULL) *out_key = NULL;
+  if (created != NULL) *created = false;
   if (mode != STORE_WRITE_INSERT) {
     if (key == NULL) {
       store_set_err(err, errlen, "a record key is required");
@@ -1675,60 +1498,48 @@ int store_write(store_t *s, const store_table *t, const char *key, const cJSON *
     key = NULL;
   }
   ret = store_write_parse(t, key, obj, assigns, &n, &key_value, err, errlen);
-  if (ret < 0)
-    goto done;
+  if (ret < 0) goto done;
 
   ret = store_begin(s, true, err, errlen);
-  if (ret < 0)
-    goto done;
+  if (ret < 0) goto done;
   in_txn = true;
   switch (mode) {
   case STORE_WRITE_REPLACE:
     ret = store_write_replace(s, t, key, assigns, n, &was_created, err, errlen);
-    if (ret == 0)
-      new_key = mem_strdup(key);
+    if (ret == 0) new_key = mem_strdup(key);
     break;
   case STORE_WRITE_PATCH:
     ret = store_write_patch(s, t, key, assigns, n, err, errlen);
-    if (ret == 0)
-      new_key = mem_strdup(key);
+    if (ret == 0) new_key = mem_strdup(key);
     break;
   case STORE_WRITE_INSERT:
     ret = store_write_insert(s, t, key_value, assigns, n, &new_key, err, errlen);
     was_created = ret == 0;
     break;
-  default:
-    store_set_err(err, errlen, "unknown write mode");
-    ret = -EINVAL;
+  default: store_set_err(err, errlen, "unknown write mode"); ret = -EINVAL;
   }
-  if (ret < 0)
-    goto done;
+  if (ret < 0) goto done;
   ret = store_commit(s, err, errlen);
-  if (ret < 0)
-    goto done;
+  if (ret < 0) goto done;
   in_txn = false;
   if (out_key != NULL) {
     *out_key = new_key;
     new_key = NULL;
   }
-  if (created != NULL)
-    *created = was_created;
+  if (created != NULL) *created = was_created;
 
 done:
-  if (in_txn)
-    store_rollback(s);
+  if (in_txn) store_rollback(s);
   free(new_key);
   free(assigns);
   return ret;
 }
 
-int store_delete(store_t *s, const store_table *t, const char *key)
-{
+int store_delete(store_t *s, const store_table *t, const char *key) {
   sqlite3_stmt *st;
   int64_t changes = 0;
 
-  if (!store_key_valid(t, key))
-    return -ENOENT;
+  if (!store_key_valid(t, key)) return -ENOENT;
   sqlite3_str *q = store_sql_new(s);
   sqlite3_str_appendall(q, "DELETE FROM ");
   store_sql_ident(q, t->name);
@@ -1743,15 +1554,13 @@ int store_delete(store_t *s, const store_table *t, const char *key)
     store_stmt_put(s, st);
   }
   sqlite3_free(sql);
-  if (ret == 0 && changes == 0)
-    ret = -ENOENT;
+  if (ret == 0 && changes == 0) ret = -ENOENT;
   return ret;
 }
 
 /* Audit log ------------------------------------------------------------------------- */
 
-int store_audit_max_seq(store_t *s, int64_t *seq)
-{
+int store_audit_max_seq(store_t *s, int64_t *seq) {
   /* sqlite_sequence remembers the highest seq ever used, even once pruned away. */
   sqlite3_stmt *st;
   int ret = store_stmt_get(s,
@@ -1759,8 +1568,7 @@ int store_audit_max_seq(store_t *s, int64_t *seq)
                            "ifnull((SELECT seq FROM sqlite_sequence WHERE name = 'audit_log'), 0))",
                            &st, NULL, 0);
   *seq = 0;
-  if (ret < 0)
-    return ret;
+  if (ret < 0) return ret;
   ret = store_step_int64(s, st, seq, NULL, 0);
   store_stmt_put(s, st);
   return ret;
@@ -1768,8 +1576,7 @@ int store_audit_max_seq(store_t *s, int64_t *seq)
 
 /* Hands one row of the store_audit_read statement to fn. */
 static int store_audit_row_call(sqlite3_stmt *st, int (*fn)(const store_audit_row *row, void *data),
-                                void *data)
-{
+                                void *data) {
   store_audit_row row = {
       .seq = sqlite3_column_int64(st, 0),
       .table = (const char *)sqlite3_column_text(st, 1),
@@ -1783,12 +1590,9 @@ static int store_audit_row_call(sqlite3_stmt *st, int (*fn)(const store_audit_ro
   cJSON *new_row = row.new_json ? cJSON_Parse(row.new_json) : NULL;
   row.old_row = old_row;
   row.new_row = new_row;
-  if (row.table == NULL)
-    row.table = "";
-  if (row.key == NULL)
-    row.key = "";
-  if (row.op == NULL)
-    row.op = "";
+  if (row.table == NULL) row.table = "";
+  if (row.key == NULL) row.key = "";
+  if (row.op == NULL) row.op = "";
   int stop = fn(&row, data);
   cJSON_Delete(old_row);
   cJSON_Delete(new_row);
@@ -1796,45 +1600,35 @@ static int store_audit_row_call(sqlite3_stmt *st, int (*fn)(const store_audit_ro
 }
 
 int store_audit_read(store_t *s, int64_t after_seq, int limit,
-                     int (*fn)(const store_audit_row *row, void *data), void *data, int *n)
-{
+                     int (*fn)(const store_audit_row *row, void *data), void *data, int *n) {
   sqlite3_stmt *st;
   int rc, count = 0;
 
-  if (n != NULL)
-    *n = 0;
-  if (limit < 1)
-    limit = 1;
-  if (limit > STORE_QUERY_MAX_LIMIT)
-    limit = STORE_QUERY_MAX_LIMIT;
+  if (n != NULL) *n = 0;
+  if (limit < 1) limit = 1;
+  if (limit > STORE_QUERY_MAX_LIMIT) limit = STORE_QUERY_MAX_LIMIT;
   int ret = store_stmt_get(s,
                            "SELECT seq, tbl, key, op, old_row, new_row, committed_at "
                            "FROM audit_log WHERE seq > ?1 ORDER BY seq LIMIT ?2",
                            &st, NULL, 0);
-  if (ret < 0)
-    return ret;
+  if (ret < 0) return ret;
   sqlite3_bind_int64(st, 1, after_seq);
   sqlite3_bind_int(st, 2, limit);
   while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
     count++;
-    if (store_audit_row_call(st, fn, data) != 0)
-      break;
+    if (store_audit_row_call(st, fn, data) != 0) break;
   }
-  if (rc != SQLITE_ROW && rc != SQLITE_DONE)
-    ret = store_error(s, rc, NULL, 0);
+  if (rc != SQLITE_ROW && rc != SQLITE_DONE) ret = store_error(s, rc, NULL, 0);
   store_stmt_put(s, st);
-  if (n != NULL)
-    *n = count;
+  if (n != NULL) *n = count;
   return ret;
 }
 
-int store_data_version(store_t *s, int64_t *version)
-{
+int store_data_version(store_t *s, int64_t *version) {
   sqlite3_stmt *st;
   *version = 0;
   int ret = store_stmt_get(s, "PRAGMA data_version", &st, NULL, 0);
-  if (ret < 0)
-    return ret;
+  if (ret < 0) return ret;
   ret = store_step_int64(s, st, version, NULL, 0);
   store_stmt_put(s, st);
   return ret;
@@ -1846,39 +1640,32 @@ int store_data_version(store_t *s, int64_t *version)
  * newest row (it is the collection's version, which must not move back).
  */
 int store_audit_prune(store_t *s, int64_t retain_rows, int64_t retain_ms, int64_t now_ms,
-                      int64_t *deleted)
-{
+                      int64_t *deleted) {
   sqlite3_stmt *st;
   int64_t changes = 0, highest = 0;
   int ret = 0;
 
-  if (deleted != NULL)
-    *deleted = 0;
-  if (retain_rows <= 0 && retain_ms <= 0)
-    return 0;
+  if (deleted != NULL) *deleted = 0;
+  if (retain_rows <= 0 && retain_ms <= 0) return 0;
   ret = store_begin(s, true, NULL, 0);
-  if (ret < 0)
-    return ret;
-  ret = store_stmt_get(
-      s,
-      "DELETE FROM audit_log WHERE "
-      "((?1 > 0 AND seq <= (SELECT max(seq) FROM audit_log) - ?1) "
-      " OR (?2 > 0 AND committed_at < ?3 - ?2)) "
-      "AND NOT (tbl IN (SELECT name FROM sqlite_schema WHERE type = 'table') AND ("
-      " seq = (SELECT max(t.seq) FROM audit_log AS t WHERE t.tbl = audit_log.tbl)"
-      " OR (op <> 'DELETE' AND seq = (SELECT max(k.seq) FROM audit_log AS k"
-      "  WHERE k.tbl = audit_log.tbl AND k.key = audit_log.key)))) RETURNING seq",
-      &st, NULL, 0);
-  if (ret < 0)
-    goto fail;
+  if (ret < 0) return ret;
+  ret = store_stmt_get(s,
+                       "DELETE FROM audit_log WHERE "
+                       "((?1 > 0 AND seq <= (SELECT max(seq) FROM audit_log) - ?1) "
+                       " OR (?2 > 0 AND committed_at < ?3 - ?2)) "
+                       "AND NOT (tbl IN (SELECT name FROM sqlite_schema WHERE type = 'table') AND ("
+                       " seq = (SELECT max(t.seq) FROM audit_log AS t WHERE t.tbl = audit_log.tbl)"
+                       " OR (op <> 'DELETE' AND seq = (SELECT max(k.seq) FROM audit_log AS k"
+                       "  WHERE k.tbl = audit_log.tbl AND k.key = audit_log.key)))) RETURNING seq",
+                       &st, NULL, 0);
+  if (ret < 0) goto fail;
   sqlite3_bind_int64(st, 1, retain_rows > 0 ? retain_rows : 0);
   sqlite3_bind_int64(st, 2, retain_ms > 0 ? retain_ms : 0);
   sqlite3_bind_int64(st, 3, now_ms);
   int rc;
   while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
     int64_t seq = sqlite3_column_int64(st, 0);
-    if (seq > highest)
-      highest = seq;
+    if (seq > highest) highest = seq;
     changes++;
   }
   store_stmt_put(s, st);
@@ -1892,33 +1679,27 @@ int store_audit_prune(store_t *s, int64_t retain_rows, int64_t retain_ms, int64_
                          "INSERT INTO mcpsub_state(name, value) VALUES('audit_pruned_through', ?1) "
                          "ON CONFLICT(name) DO UPDATE SET value = max(value, excluded.value)",
                          &st, NULL, 0);
-    if (ret < 0)
-      goto fail;
+    if (ret < 0) goto fail;
     sqlite3_bind_int64(st, 1, highest);
     ret = store_step_done(s, st, NULL, NULL, 0);
     store_stmt_put(s, st);
-    if (ret < 0)
-      goto fail;
+    if (ret < 0) goto fail;
   }
   ret = store_commit(s, NULL, 0);
-  if (ret < 0)
-    goto fail;
-  if (deleted != NULL)
-    *deleted = changes;
+  if (ret < 0) goto fail;
+  if (deleted != NULL) *deleted = changes;
   return 0;
 fail:
   store_rollback(s);
   return ret;
 }
 
-int store_audit_pruned_through(store_t *s, int64_t *seq)
-{
+int store_audit_pruned_through(store_t *s, int64_t *seq) {
   sqlite3_stmt *st;
   *seq = 0;
   int ret = store_stmt_get(s, "SELECT value FROM mcpsub_state WHERE name = 'audit_pruned_through'",
                            &st, NULL, 0);
-  if (ret < 0)
-    return ret;
+  if (ret < 0) return ret;
   int rc = sqlite3_step(st);
   if (rc == SQLITE_ROW)
     *seq = sqlite3_column_int64(st, 0);
@@ -1930,19 +1711,17 @@ int store_audit_pruned_through(store_t *s, int64_t *seq)
 
 /* Sessions ------------------------------------------------------------------------------ */
 
-#define STORE_SESSION_COLUMNS                                                                  \
-  "id, created_at, last_seen, protocol_version, client_info, client_capabilities, log_level, " \
+#define STORE_SESSION_COLUMNS                                                                      \
+  "id, created_at, last_seen, protocol_version, client_info, client_capabilities, log_level, "     \
   "subscriptions"
 
-static char *store_column_strdup(sqlite3_stmt *st, int idx)
-{
+static char *store_column_strdup(sqlite3_stmt *st, int idx) {
   const unsigned char *text = sqlite3_column_text(st, idx);
   return text ? mem_strdup((const char *)text) : NULL;
 }
 
 /* Fills ss from a row of STORE_SESSION_COLUMNS. */
-static void store_session_from_row(sqlite3_stmt *st, store_session *ss)
-{
+static void store_session_from_row(sqlite3_stmt *st, store_session *ss) {
   const unsigned char *text;
   memset(ss, 0, sizeof(*ss));
   text = sqlite3_column_text(st, 0);
@@ -1956,14 +1735,11 @@ static void store_session_from_row(sqlite3_stmt *st, store_session *ss)
   ss->client_capabilities = store_column_strdup(st, 5);
   ss->log_level = store_column_strdup(st, 6);
   ss->subscriptions = store_column_strdup(st, 7);
-  if (ss->subscriptions == NULL)
-    ss->subscriptions = mem_strdup("[]");
+  if (ss->subscriptions == NULL) ss->subscriptions = mem_strdup("[]");
 }
 
-void store_session_finish(store_session *ss)
-{
-  if (ss == NULL)
-    return;
+void store_session_finish(store_session *ss) {
+  if (ss == NULL) return;
   free(ss->client_info);
   free(ss->client_capabilities);
   free(ss->log_level);
@@ -1971,23 +1747,20 @@ void store_session_finish(store_session *ss)
   ss->client_info = ss->client_capabilities = ss->log_level = ss->subscriptions = NULL;
 }
 
-static void store_bind_text_or_null(sqlite3_stmt *st, int idx, const char *text)
-{
+static void store_bind_text_or_null(sqlite3_stmt *st, int idx, const char *text) {
   if (text != NULL)
     sqlite3_bind_text(st, idx, text, -1, SQLITE_STATIC);
   else
     sqlite3_bind_null(st, idx);
 }
 
-int store_session_insert(store_t *s, const store_session *ss)
-{
+int store_session_insert(store_t *s, const store_session *ss) {
   sqlite3_stmt *st;
   int ret = store_stmt_get(s,
                            "INSERT INTO mcp_session (" STORE_SESSION_COLUMNS
                            ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
                            &st, NULL, 0);
-  if (ret < 0)
-    return ret;
+  if (ret < 0) return ret;
   sqlite3_bind_text(st, 1, ss->id, -1, SQLITE_STATIC);
   sqlite3_bind_int64(st, 2, ss->created_at);
   sqlite3_bind_int64(st, 3, ss->last_seen);
@@ -2001,14 +1774,12 @@ int store_session_insert(store_t *s, const store_session *ss)
   return ret;
 }
 
-int store_session_load(store_t *s, const char *id, store_session *ss)
-{
+int store_session_load(store_t *s, const char *id, store_session *ss) {
   sqlite3_stmt *st;
   memset(ss, 0, sizeof(*ss));
   int ret = store_stmt_get(s, "SELECT " STORE_SESSION_COLUMNS " FROM mcp_session WHERE id = ?1",
                            &st, NULL, 0);
-  if (ret < 0)
-    return ret;
+  if (ret < 0) return ret;
   sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
   int rc = sqlite3_step(st);
   if (rc == SQLITE_ROW)
@@ -2023,13 +1794,11 @@ int store_session_load(store_t *s, const char *id, store_session *ss)
 
 /* Runs an UPDATE/DELETE of one session: ?1 = id, ?2 = text or int64 value; -ENOENT when no row. */
 static int store_session_update(store_t *s, const char *sql, const char *id, const char *text,
-                                int64_t number)
-{
+                                int64_t number) {
   sqlite3_stmt *st;
   int64_t changes = 0;
   int ret = store_stmt_get(s, sql, &st, NULL, 0);
-  if (ret < 0)
-    return ret;
+  if (ret < 0) return ret;
   sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
   if (sqlite3_bind_parameter_count(st) >= 2) {
     if (text != NULL)
@@ -2039,20 +1808,17 @@ static int store_session_update(store_t *s, const char *sql, const char *id, con
   }
   ret = store_step_done(s, st, &changes, NULL, 0);
   store_stmt_put(s, st);
-  if (ret == 0 && changes == 0)
-    ret = -ENOENT;
+  if (ret == 0 && changes == 0) ret = -ENOENT;
   return ret;
 }
 
-int store_session_touch(store_t *s, const char *id, int64_t last_seen)
-{
+int store_session_touch(store_t *s, const char *id, int64_t last_seen) {
   return store_session_update(s, "UPDATE mcp_session SET last_seen = ?2 WHERE id = ?1", id, NULL,
                               last_seen);
 }
 
 /* level NULL clears it. */
-int store_session_set_log_level(store_t *s, const char *id, const char *level)
-{
+int store_session_set_log_level(store_t *s, const char *id, const char *level) {
   if (level == NULL)
     return store_session_update(s, "UPDATE mcp_session SET log_level = NULL WHERE id = ?1", id,
                                 NULL, 0);
@@ -2061,30 +1827,25 @@ int store_session_set_log_level(store_t *s, const char *id, const char *level)
 }
 
 /* json_array NULL stores "[]". */
-int store_session_set_subscriptions(store_t *s, const char *id, const char *json_array)
-{
+int store_session_set_subscriptions(store_t *s, const char *id, const char *json_array) {
   return store_session_update(s, "UPDATE mcp_session SET subscriptions = ?2 WHERE id = ?1", id,
                               json_array ? json_array : "[]", 0);
 }
 
-int store_session_delete(store_t *s, const char *id)
-{
+int store_session_delete(store_t *s, const char *id) {
   return store_session_update(s, "DELETE FROM mcp_session WHERE id = ?1", id, NULL, 0);
 }
 
 int store_session_prune_slot(store_t *s, int64_t before_ms, unsigned slot, unsigned n_slots,
-                             int64_t *deleted)
-{
+                             int64_t *deleted) {
   sqlite3_stmt *st;
   int64_t changes = 0;
-  if (deleted != NULL)
-    *deleted = 0;
+  if (deleted != NULL) *deleted = 0;
   int ret = store_stmt_get(s,
                            "DELETE FROM mcp_session WHERE last_seen < ?1 AND "
                            "(substr(id, 1, 2) = ?2 OR substr(id, 1, 2) >= ?3)",
                            &st, NULL, 0);
-  if (ret < 0)
-    return ret;
+  if (ret < 0) return ret;
   char own[3], foreign[3];
   snprintf(own, sizeof own, "%02x", slot & 0xff);
   /* Slot 0 also prunes slots no worker runs any more ("zz" sorts after every id). */
@@ -2097,25 +1858,20 @@ int store_session_prune_slot(store_t *s, int64_t before_ms, unsigned slot, unsig
   sqlite3_bind_text(st, 3, foreign, 2, SQLITE_TRANSIENT);
   ret = store_step_done(s, st, &changes, NULL, 0);
   store_stmt_put(s, st);
-  if (ret == 0 && deleted != NULL)
-    *deleted = changes;
+  if (ret == 0 && deleted != NULL) *deleted = changes;
   return ret;
 }
 
-int store_session_prune(store_t *s, int64_t before_ms, int64_t *deleted)
-{
+int store_session_prune(store_t *s, int64_t before_ms, int64_t *deleted) {
   sqlite3_stmt *st;
   int64_t changes = 0;
-  if (deleted != NULL)
-    *deleted = 0;
+  if (deleted != NULL) *deleted = 0;
   int ret = store_stmt_get(s, "DELETE FROM mcp_session WHERE last_seen < ?1", &st, NULL, 0);
-  if (ret < 0)
-    return ret;
+  if (ret < 0) return ret;
   sqlite3_bind_int64(st, 1, before_ms);
   ret = store_step_done(s, st, &changes, NULL, 0);
   store_stmt_put(s, st);
-  if (ret == 0 && deleted != NULL)
-    *deleted = changes;
+  if (ret == 0 && deleted != NULL) *deleted = changes;
   return ret;
 }
 
@@ -2124,32 +1880,26 @@ int store_session_prune(store_t *s, int64_t before_ms, int64_t *deleted)
  * ss is valid only during the call. Returns 0 when the walk ended or fn
  * stopped it.
  */
-int store_session_foreach(store_t *s, int (*fn)(const store_session *ss, void *data), void *data)
-{
+int store_session_foreach(store_t *s, int (*fn)(const store_session *ss, void *data), void *data) {
   sqlite3_stmt *st;
   int rc;
-  int ret = store_stmt_get(s,
-                           "SELECT " STORE_SESSION_COLUMNS
-                           " FROM mcp_session ORDER BY last_seen DESC, id",
-                           &st, NULL, 0);
-  if (ret < 0)
-    return ret;
+  int ret = store_stmt_get(
+      s, "SELECT " STORE_SESSION_COLUMNS " FROM mcp_session ORDER BY last_seen DESC, id", &st, NULL,
+      0);
+  if (ret < 0) return ret;
   while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
     store_session ss;
     store_session_from_row(st, &ss);
     int stop = fn(&ss, data);
     store_session_finish(&ss);
-    if (stop != 0)
-      break;
+    if (stop != 0) break;
   }
-  if (rc != SQLITE_ROW && rc != SQLITE_DONE)
-    ret = store_error(s, rc, NULL, 0);
+  if (rc != SQLITE_ROW && rc != SQLITE_DONE) ret = store_error(s, rc, NULL, 0);
   store_stmt_put(s, st);
   return ret;
 }
 
-int64_t store_now_ms(void)
-{
+int64_t store_now_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;

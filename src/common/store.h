@@ -29,17 +29,18 @@ typedef struct store store_t;
 
 typedef struct store_column {
   char *name;
-  char *decl_type;  /* as declared, may be "" */
+  char *decl_type; /* as declared, may be "" */
   bool notnull;
-  bool generated;   /* GENERATED ALWAYS AS: read like any column, never written (-EINVAL) */
+  bool generated; /* GENERATED ALWAYS AS: read like any column, never written (-EINVAL) */
 } store_column;
 
 typedef struct store_table {
   char *name;
   store_column *cols;
   int n_cols;
-  int key_col;       /* index of the single-column primary key, or -1 when the key is the rowid */
-  bool key_integer;  /* key is an INTEGER PRIMARY KEY or the rowid: compared and bound as an integer */
+  int key_col;      /* index of the single-column primary key, or -1 when the key is the rowid */
+  bool key_integer; /* key is an INTEGER PRIMARY KEY or the rowid: compared and bound as an integer
+                     */
 } store_table;
 
 /* Opening and schema --------------------------------------------------- */
@@ -51,8 +52,8 @@ typedef struct store_table {
  * reads the exported tables and installs their audit triggers.
  * On failure *out is NULL and err holds a message.
  */
-int store_open(const char *path, const char *schema_path, store_t **out, char *err, size_t errlen)
-    MCPSUB_NODISCARD;
+int store_open(const char *path, const char *schema_path, store_t **out, char *err,
+               size_t errlen) MCPSUB_NODISCARD;
 /* Opens read-only, for the CLI on a stopped server: no schema change, no triggers. */
 int store_open_readonly(const char *path, store_t **out, char *err, size_t errlen) MCPSUB_NODISCARD;
 void store_close(store_t *s); /* NULL is a no-op */
@@ -75,8 +76,8 @@ int store_column_index(const store_table *t, const char *name);
 /* Reads ------------------------------------------------------------------ */
 
 typedef struct store_filter {
-  int col;              /* column index in the table */
-  const cJSON *value;   /* string, number, bool or null (IS NULL) */
+  int col;            /* column index in the table */
+  const cJSON *value; /* string, number, bool or null (IS NULL) */
 } store_filter;
 
 /*
@@ -118,7 +119,8 @@ int store_table_count(store_t *s, const store_table *t, int64_t *count) MCPSUB_N
 /* Writes (each its own transaction; the audit triggers record them) ------ */
 
 typedef enum store_write_mode {
-  STORE_WRITE_REPLACE, /* PUT: insert, or replace every column; columns not given take their default */
+  STORE_WRITE_REPLACE, /* PUT: insert, or replace every column; columns not given take their default
+                        */
   STORE_WRITE_PATCH,   /* PATCH: update the given columns of an existing row; -ENOENT if none */
   STORE_WRITE_INSERT,  /* POST: insert a new row; key from obj or generated; -EEXIST if taken */
 } store_write_mode;
@@ -132,8 +134,8 @@ typedef enum store_write_mode {
  * row was inserted.
  */
 int store_write(store_t *s, const store_table *t, const char *key, const cJSON *obj,
-                store_write_mode mode, char **out_key, bool *created, char *err, size_t errlen)
-    MCPSUB_NODISCARD;
+                store_write_mode mode, char **out_key, bool *created, char *err,
+                size_t errlen) MCPSUB_NODISCARD;
 /* Deletes the record; -ENOENT if there was none. */
 int store_delete(store_t *s, const store_table *t, const char *key) MCPSUB_NODISCARD;
 
@@ -152,12 +154,12 @@ typedef struct store_audit_row {
   int64_t seq;
   const char *table;
   const char *key;
-  const char *op;          /* "INSERT", "UPDATE" or "DELETE" */
-  const char *old_json;    /* row image before the change; NULL for INSERT */
-  const char *new_json;    /* row image after the change; NULL for DELETE */
-  const cJSON *old_row;    /* old_json parsed (NULL when NULL or unparsable) */
-  const cJSON *new_row;    /* new_json parsed (NULL when NULL or unparsable) */
-  int64_t committed_at;    /* Unix ms */
+  const char *op;       /* "INSERT", "UPDATE" or "DELETE" */
+  const char *old_json; /* row image before the change; NULL for INSERT */
+  const char *new_json; /* row image after the change; NULL for DELETE */
+  const cJSON *old_row; /* old_json parsed (NULL when NULL or unparsable) */
+  const cJSON *new_row; /* new_json parsed (NULL when NULL or unparsable) */
+  int64_t committed_at; /* Unix ms */
 } store_audit_row;
 
 /*
@@ -167,8 +169,8 @@ typedef struct store_audit_row {
  * SQLite, so a row never becomes visible after a row with a greater seq.
  */
 int store_audit_read(store_t *s, int64_t after_seq, int limit,
-                     int (*fn)(const store_audit_row *row, void *data), void *data, int *n)
-    MCPSUB_NODISCARD;
+                     int (*fn)(const store_audit_row *row, void *data), void *data,
+                     int *n) MCPSUB_NODISCARD;
 
 /* PRAGMA data_version: moves whenever another connection commits to the file. */
 int store_data_version(store_t *s, int64_t *version) MCPSUB_NODISCARD;
@@ -194,13 +196,13 @@ int store_audit_pruned_through(store_t *s, int64_t *seq) MCPSUB_NODISCARD;
 
 typedef struct store_session {
   char id[SESSION_ID_LEN + 1];
-  int64_t created_at;         /* Unix ms */
-  int64_t last_seen;          /* Unix ms */
+  int64_t created_at; /* Unix ms */
+  int64_t last_seen;  /* Unix ms */
   char protocol_version[16];
-  char *client_info;          /* JSON text or NULL */
-  char *client_capabilities;  /* JSON text or NULL */
-  char *log_level;            /* or NULL */
-  char *subscriptions;        /* JSON array text, never NULL after a load */
+  char *client_info;         /* JSON text or NULL */
+  char *client_capabilities; /* JSON text or NULL */
+  char *log_level;           /* or NULL */
+  char *subscriptions;       /* JSON array text, never NULL after a load */
 } store_session;
 
 void store_session_finish(store_session *ss); /* frees the strings */
@@ -209,8 +211,8 @@ int store_session_insert(store_t *s, const store_session *ss) MCPSUB_NODISCARD;
 int store_session_load(store_t *s, const char *id, store_session *ss) MCPSUB_NODISCARD;
 int store_session_touch(store_t *s, const char *id, int64_t last_seen) MCPSUB_NODISCARD;
 int store_session_set_log_level(store_t *s, const char *id, const char *level) MCPSUB_NODISCARD;
-int store_session_set_subscriptions(store_t *s, const char *id, const char *json_array)
-    MCPSUB_NODISCARD;
+int store_session_set_subscriptions(store_t *s, const char *id,
+                                    const char *json_array) MCPSUB_NODISCARD;
 /* -ENOENT if unknown. */
 int store_session_delete(store_t *s, const char *id) MCPSUB_NODISCARD;
 /* Deletes rows with last_seen < before_ms. *deleted may be NULL. */
@@ -224,8 +226,8 @@ int store_session_prune(store_t *s, int64_t before_ms, int64_t *deleted) MCPSUB_
 int store_session_prune_slot(store_t *s, int64_t before_ms, unsigned slot, unsigned n_slots,
                              int64_t *deleted) MCPSUB_NODISCARD;
 /* Calls fn for every row, newest last_seen first; fn returning non-zero stops. */
-int store_session_foreach(store_t *s, int (*fn)(const store_session *ss, void *data), void *data)
-    MCPSUB_NODISCARD;
+int store_session_foreach(store_t *s, int (*fn)(const store_session *ss, void *data),
+                          void *data) MCPSUB_NODISCARD;
 
 /* Unix time in milliseconds (CLOCK_REALTIME). */
 int64_t store_now_ms(void);

@@ -43,7 +43,8 @@ void strmap_finish(strmap *m) {
 
 static strmap_entry **strmap_slot(const strmap *m, const char *key, size_t len, size_t hash) {
   strmap_entry **p = &m->buckets[hash & (m->n_buckets - 1)];
-  while (*p != NULL && !((*p)->hash == hash && (*p)->len == len && memcmp((*p)->key, key, len) == 0))
+  while (*p != NULL &&
+         !((*p)->hash == hash && (*p)->len == len && memcmp((*p)->key, key, len) == 0))
     p = &(*p)->next;
   return p;
 }
@@ -101,9 +102,10 @@ void *strmap_remove(strmap *m, const char *key, size_t len) {
   return value;
 }
 
-void strmap_foreach(const strmap *m, void (*fn)(const char *key, size_t len, void *value, void *data),
-                    void *data) {
+void strmap_foreach(const strmap *m,
+                    void (*fn)(const char *key, size_t len, void *value, void *data), void *data) {
   for (size_t i = 0; i < m->n_buckets; i++) {
-    for (strmap_entry *e = m->buckets[i]; e != NULL; e = e->next) fn(e->key, e->len, e->value, data);
+    for (strmap_entry *e = m->buckets[i]; e != NULL; e = e->next)
+      fn(e->key, e->len, e->value, data);
   }
 }

@@ -35,8 +35,8 @@ void *strmap_put(strmap *m, const char *key, size_t len, void *value);
 /* Removes key; returns its value, or NULL when absent. */
 void *strmap_remove(strmap *m, const char *key, size_t len);
 /* Calls fn for each entry; fn must not modify the map. */
-void strmap_foreach(const strmap *m, void (*fn)(const char *key, size_t len, void *value, void *data),
-                    void *data);
+void strmap_foreach(const strmap *m,
+                    void (*fn)(const char *key, size_t len, void *value, void *data), void *data);
 size_t strmap_hash(const char *key, size_t len);
 
 #endif

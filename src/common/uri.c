@@ -18,35 +18,29 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define URI_META_SCHEME "mcpsub://"
-#define URI_ABOUT_TEXT "mcpsub://about"
+#define URI_META_SCHEME   "mcpsub://"
+#define URI_ABOUT_TEXT    "mcpsub://about"
 #define URI_SCHEMA_PREFIX "mcpsub://schema/"
 
 /* Value of one hex digit, or -1. */
-static int uri_hex_value(char c)
-{
-  if (c >= '0' && c <= '9')
-    return c - '0';
-  if (c >= 'a' && c <= 'f')
-    return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F')
-    return c - 'A' + 10;
+static int uri_hex_value(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
   return -1;
 }
 
 /* RFC 3986 unreserved: ALPHA / DIGIT / "-" / "." / "_" / "~". */
-static bool uri_unreserved(unsigned char c)
-{
-  return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
-         c == '-' || c == '.' || c == '_' || c == '~';
+static bool uri_unreserved(unsigned char c) {
+  return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' ||
+         c == '.' || c == '_' || c == '~';
 }
 
 /*
  * Appends s[0..len) with every byte but the unreserved ones written as
  * %XX (uppercase hex). Bytes of UTF-8 sequences are encoded one by one.
  */
-void uri_encode_component(buf_t *out, const char *s, size_t len)
-{
+void uri_encode_component(buf_t *out, const char *s, size_t len) {
   static const char hex[] = "0123456789ABCDEF";
   buf_reserve(out, len);
   for (size_t i = 0; i < len; i++) {
@@ -65,20 +59,16 @@ void uri_encode_component(buf_t *out, const char *s, size_t len)
  * (either hex case). '+' is not a space. NULL when a '%' is not followed by
  * two hex digits or when the result would contain a NUL byte.
  */
-char *uri_decode_component(const char *s, size_t len)
-{
+char *uri_decode_component(const char *s, size_t len) {
   char *out = mem_alloc(len + 1);
   size_t n = 0;
   for (size_t i = 0; i < len; i++) {
     char c = s[i];
-    if (c == '\0')
-      goto bad;
+    if (c == '\0') goto bad;
     if (c == '%') {
-      if (len - i < 3)
-        goto bad;
+      if (len - i < 3) goto bad;
       int h = uri_hex_value(s[i + 1]), l = uri_hex_value(s[i + 2]);
-      if (h < 0 || l < 0 || (h == 0 && l == 0))
-        goto bad;
+      if (h < 0 || l < 0 || (h == 0 && l == 0)) goto bad;
       c = (char)(h << 4 | l);
       i += 2;
     }
@@ -92,8 +82,7 @@ bad:
 }
 
 /* Decodes s[0..len) as a table name: non-empty, no '/'. NULL when not. */
-static char *uri_decode_table(const char *s, size_t len)
-{
+static char *uri_decode_table(const char *s, size_t len) {
   char *table = uri_decode_component(s, len);
   if (table && (table[0] == '\0' || strchr(table, '/'))) {
     free(table);
@@ -103,26 +92,20 @@ static char *uri_decode_table(const char *s, size_t len)
 }
 
 /* Parses a _limit value: a positive decimal integer within long. */
-static int uri_parse_limit(const char *v, long *out)
-{
-  if (*v < '0' || *v > '9')
-    return -EINVAL;
+static int uri_parse_limit(const char *v, long *out) {
+  if (*v < '0' || *v > '9') return -EINVAL;
   long n = 0;
   for (; *v; v++) {
-    if (*v < '0' || *v > '9')
-      return -EINVAL;
-    if (n > (LONG_MAX - (*v - '0')) / 10)
-      return -EINVAL;
+    if (*v < '0' || *v > '9') return -EINVAL;
+    if (n > (LONG_MAX - (*v - '0')) / 10) return -EINVAL;
     n = n * 10 + (*v - '0');
   }
-  if (n <= 0)
-    return -EINVAL;
+  if (n <= 0) return -EINVAL;
   *out = n;
   return 0;
 }
 
-static int uri_filter_cmp(const void *a, const void *b)
-{
+static int uri_filter_cmp(const void *a, const void *b) {
   const uri_filter *fa = a, *fb = b;
   return strcmp(fa->column, fb->column);
 }
@@ -131,31 +114,24 @@ static int uri_filter_cmp(const void *a, const void *b)
  * Parses one "name=value" query parameter (undecoded, len bytes) into out:
  * _limit, _cursor or a filter. Rejects repeats, empty names, bad escapes.
  */
-static int uri_parse_param(const char *p, size_t len, uri_t *out)
-{
+static int uri_parse_param(const char *p, size_t len, uri_t *out) {
   const char *eq = memchr(p, '=', len);
-  if (eq == NULL || eq == p)
-    return -EINVAL;
+  if (eq == NULL || eq == p) return -EINVAL;
   char *name = uri_decode_component(p, (size_t)(eq - p));
   char *value = uri_decode_component(eq + 1, len - (size_t)(eq - p) - 1);
   int rc = -EINVAL;
-  if (name == NULL || value == NULL)
-    goto out;
+  if (name == NULL || value == NULL) goto out;
   if (strcmp(name, "_limit") == 0) {
-    if (out->limit != 0 || uri_parse_limit(value, &out->limit) < 0)
-      goto out;
+    if (out->limit != 0 || uri_parse_limit(value, &out->limit) < 0) goto out;
   } else if (strcmp(name, "_cursor") == 0) {
-    if (out->cursor)
-      goto out;
+    if (out->cursor) goto out;
     out->cursor = value;
     value = NULL;
   } else {
     for (size_t i = 0; i < out->n_filters; i++) {
-      if (strcmp(out->filters[i].column, name) == 0)
-        goto out;
+      if (strcmp(out->filters[i].column, name) == 0) goto out;
     }
-    if (out->n_filters == URI_MAX_FILTERS)
-      goto out;
+    if (out->n_filters == URI_MAX_FILTERS) goto out;
     out->filters[out->n_filters].column = name;
     out->filters[out->n_filters].value = value;
     out->n_filters++;
@@ -169,25 +145,20 @@ out:
 }
 
 /* Parses the part after "{base}/": Table, Table/key, or Table?query. */
-static int uri_parse_path(const char *path, uri_t *out)
-{
-  if (strchr(path, '#'))
-    return -EINVAL;
+static int uri_parse_path(const char *path, uri_t *out) {
+  if (strchr(path, '#')) return -EINVAL;
   const char *query = strchr(path, '?');
   size_t path_len = query ? (size_t)(query - path) : strlen(path);
   const char *slash = memchr(path, '/', path_len);
   size_t table_len = slash ? (size_t)(slash - path) : path_len;
   out->table = uri_decode_table(path, table_len);
-  if (out->table == NULL)
-    return -EINVAL;
+  if (out->table == NULL) return -EINVAL;
   if (slash) {
     const char *key = slash + 1;
     size_t key_len = path_len - table_len - 1;
-    if (key_len == 0 || memchr(key, '/', key_len) || query)
-      return -EINVAL;
+    if (key_len == 0 || memchr(key, '/', key_len) || query) return -EINVAL;
     out->key = uri_decode_component(key, key_len);
-    if (out->key == NULL)
-      return -EINVAL;
+    if (out->key == NULL) return -EINVAL;
     out->kind = URI_RECORD;
     return 0;
   }
@@ -197,10 +168,8 @@ static int uri_parse_path(const char *path, uri_t *out)
       const char *amp = strchr(p, '&');
       size_t len = amp ? (size_t)(amp - p) : strlen(p);
       int rc = uri_parse_param(p, len, out);
-      if (rc < 0)
-        return rc;
-      if (amp == NULL)
-        break;
+      if (rc < 0) return rc;
+      if (amp == NULL) break;
       p = amp + 1;
     }
     qsort(out->filters, out->n_filters, sizeof(out->filters[0]), uri_filter_cmp);
@@ -210,21 +179,17 @@ static int uri_parse_path(const char *path, uri_t *out)
 }
 
 /* Parses the mcpsub:// metadata URIs. */
-static int uri_parse_meta(const char *text, uri_t *out)
-{
+static int uri_parse_meta(const char *text, uri_t *out) {
   if (strcmp(text, URI_ABOUT_TEXT) == 0) {
     out->kind = URI_ABOUT;
     return 0;
   }
   size_t plen = strlen(URI_SCHEMA_PREFIX);
-  if (strncmp(text, URI_SCHEMA_PREFIX, plen) != 0)
-    return -ENOENT;
+  if (strncmp(text, URI_SCHEMA_PREFIX, plen) != 0) return -ENOENT;
   const char *name = text + plen;
-  if (strpbrk(name, "/?#"))
-    return -EINVAL;
+  if (strpbrk(name, "/?#")) return -EINVAL;
   out->table = uri_decode_table(name, strlen(name));
-  if (out->table == NULL)
-    return -EINVAL;
+  if (out->table == NULL) return -EINVAL;
   out->kind = URI_SCHEMA;
   return 0;
 }
@@ -235,14 +200,11 @@ static int uri_parse_meta(const char *text, uri_t *out)
  * encoded by uri_format. On failure out is left zeroed (uri_finish on it
  * is harmless).
  */
-int uri_parse(const char *base, const char *text, uri_t *out)
-{
+int uri_parse(const char *base, const char *text, uri_t *out) {
   memset(out, 0, sizeof(*out));
-  if (text == NULL || strnlen(text, URI_MAX_LEN + 1) > URI_MAX_LEN)
-    return -EINVAL;
+  if (text == NULL || strnlen(text, URI_MAX_LEN + 1) > URI_MAX_LEN) return -EINVAL;
   for (const char *p = text; *p; p++) {
-    if ((unsigned char)*p < 0x20 || *p == 0x7f)
-      return -EINVAL;
+    if ((unsigned char)*p < 0x20 || *p == 0x7f) return -EINVAL;
   }
   int rc;
   size_t blen = base ? strlen(base) : 0;
@@ -252,16 +214,13 @@ int uri_parse(const char *base, const char *text, uri_t *out)
     rc = uri_parse_path(text + blen + 1, out);
   else
     rc = -ENOENT;
-  if (rc < 0)
-    uri_finish(out);
+  if (rc < 0) uri_finish(out);
   return rc;
 }
 
 /* Frees every string in u and zeroes it; safe on a zeroed or finished u. */
-void uri_finish(uri_t *u)
-{
-  if (u == NULL)
-    return;
+void uri_finish(uri_t *u) {
+  if (u == NULL) return;
   free(u->table);
   free(u->key);
   free(u->cursor);
@@ -273,23 +232,20 @@ void uri_finish(uri_t *u)
 }
 
 /* Appends base + "/" + encoded table. */
-static void uri_append_collection(buf_t *b, const char *base, const char *table)
-{
+static void uri_append_collection(buf_t *b, const char *base, const char *table) {
   buf_append_str(b, base);
   buf_append(b, "/", 1);
   uri_encode_component(b, table, strlen(table));
 }
 
-char *uri_format_collection(const char *base, const char *table)
-{
+char *uri_format_collection(const char *base, const char *table) {
   buf_t b;
   buf_init(&b);
   uri_append_collection(&b, base, table);
   return buf_steal(&b);
 }
 
-char *uri_format_record(const char *base, const char *table, const char *key)
-{
+char *uri_format_record(const char *base, const char *table, const char *key) {
   buf_t b;
   buf_init(&b);
   uri_append_collection(&b, base, table);
@@ -299,8 +255,7 @@ char *uri_format_record(const char *base, const char *table, const char *key)
 }
 
 /* Appends "?" or "&" then name=value, both encoded. */
-static void uri_append_param(buf_t *b, bool *first, const char *name, const char *value)
-{
+static void uri_append_param(buf_t *b, bool *first, const char *name, const char *value) {
   buf_append(b, *first ? "?" : "&", 1);
   *first = false;
   uri_encode_component(b, name, strlen(name));
@@ -313,14 +268,11 @@ static void uri_append_param(buf_t *b, bool *first, const char *name, const char
  * order in u (a caller may fill a uri_t by hand); _limit only when > 0,
  * _cursor only when not NULL. A record ignores query fields.
  */
-char *uri_format(const char *base, const uri_t *u)
-{
+char *uri_format(const char *base, const uri_t *u) {
   buf_t b;
   buf_init(&b);
   switch (u->kind) {
-  case URI_ABOUT:
-    buf_append_str(&b, URI_ABOUT_TEXT);
-    break;
+  case URI_ABOUT: buf_append_str(&b, URI_ABOUT_TEXT); break;
   case URI_SCHEMA:
     buf_append_str(&b, URI_SCHEMA_PREFIX);
     uri_encode_component(&b, u->table, strlen(u->table));
@@ -338,15 +290,13 @@ char *uri_format(const char *base, const uri_t *u)
     memcpy(sorted, u->filters, n * sizeof(sorted[0]));
     qsort(sorted, n, sizeof(sorted[0]), uri_filter_cmp);
     bool first = true;
-    for (size_t i = 0; i < n; i++)
-      uri_append_param(&b, &first, sorted[i].column, sorted[i].value);
+    for (size_t i = 0; i < n; i++) uri_append_param(&b, &first, sorted[i].column, sorted[i].value);
     if (u->limit > 0) {
       char num[24];
       snprintf(num, sizeof(num), "%ld", u->limit);
       uri_append_param(&b, &first, "_limit", num);
     }
-    if (u->cursor)
-      uri_append_param(&b, &first, "_cursor", u->cursor);
+    if (u->cursor) uri_append_param(&b, &first, "_cursor", u->cursor);
     break;
   }
   }

@@ -21,7 +21,7 @@
 #include "common/buf.h"
 #include "common/mem.h"
 
-#define URI_MAX_LEN 4096
+#define URI_MAX_LEN     4096
 #define URI_MAX_FILTERS 16
 
 typedef enum uri_kind {
@@ -39,12 +39,12 @@ typedef struct uri_filter {
 
 typedef struct uri {
   uri_kind kind;
-  char *table;              /* decoded; NULL for URI_ABOUT */
-  char *key;                /* decoded; URI_RECORD only */
+  char *table;                         /* decoded; NULL for URI_ABOUT */
+  char *key;                           /* decoded; URI_RECORD only */
   uri_filter filters[URI_MAX_FILTERS]; /* URI_FILTERED; sorted by column */
   size_t n_filters;
-  long limit;               /* _limit, or 0 when absent */
-  char *cursor;             /* _cursor, or NULL */
+  long limit;   /* _limit, or 0 when absent */
+  char *cursor; /* _cursor, or NULL */
 } uri_t;
 
 /*

@@ -43,7 +43,7 @@ struct control_conn {
   bool peer_eof;
   bool close_after_writes;
   bool closing;
-  bool dispatching;        /* inside control_conn_dispatch */
+  bool dispatching; /* inside control_conn_dispatch */
   bool reading;
 };
 
@@ -68,7 +68,8 @@ static void control_conn_on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *
  */
 static void control_conn_settle(control_conn *c) {
   if (c->closing) return;
-  bool want = !c->peer_eof && !c->close_after_writes && !(c->busy != NULL && c->in.len > CONTROL_MAX_LINE);
+  bool want =
+      !c->peer_eof && !c->close_after_writes && !(c->busy != NULL && c->in.len > CONTROL_MAX_LINE);
   if (want && !c->reading) {
     if (uv_read_start((uv_stream_t *)&c->pipe, control_conn_on_alloc, control_conn_on_read) < 0) {
       control_conn_close(c);
@@ -92,8 +93,10 @@ static void control_server_maybe_free(control_server_t *srv) {
 static void control_conn_on_closed(uv_handle_t *h) {
   control_conn *c = h->data;
   control_server_t *srv = c->srv;
-  if (c->prev) c->prev->next = c->next;
-  else srv->conns = c->next;
+  if (c->prev)
+    c->prev->next = c->next;
+  else
+    srv->conns = c->next;
   if (c->next) c->next->prev = c->prev;
   srv->n_conns--;
   buf_finish(&c->in);
@@ -115,8 +118,10 @@ static void control_conn_on_write(uv_write_t *req, int status) {
   free(w->text);
   free(w);
   c->writes--;
-  if (status < 0) control_conn_close(c);
-  else if (c->close_after_writes && c->writes == 0) control_conn_close(c);
+  if (status < 0)
+    control_conn_close(c);
+  else if (c->close_after_writes && c->writes == 0)
+    control_conn_close(c);
 }
 
 /* Writes one answer line (takes text, a NUL-terminated JSON text without newline). */
@@ -233,15 +238,19 @@ static void control_conn_dispatch(control_conn *c) {
     size_t n = (size_t)(nl - c->in.data);
     char *copy = mem_strndup(c->in.data, n);
     buf_consume(&c->in, n + 1);
-    if (n > CONTROL_MAX_LINE) control_conn_error(c, "request line too long");
-    else control_conn_line(c, copy, n);
+    if (n > CONTROL_MAX_LINE)
+      control_conn_error(c, "request line too long");
+    else
+      control_conn_line(c, copy, n);
     free(copy);
   }
   c->dispatching = false;
   if (c->closing) return;
   if (c->peer_eof && c->busy == NULL && c->in.len == 0) {
-    if (c->writes == 0) control_conn_close(c);
-    else c->close_after_writes = true;
+    if (c->writes == 0)
+      control_conn_close(c);
+    else
+      c->close_after_writes = true;
   } else if (c->close_after_writes && c->writes == 0) {
     control_conn_close(c);
   }

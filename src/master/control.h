@@ -14,7 +14,7 @@
 
 #include "common/mem.h"
 
-#define CONTROL_MAX_LINE ((size_t)64 * 1024)
+#define CONTROL_MAX_LINE  ((size_t)64 * 1024)
 #define CONTROL_MAX_CONNS 16
 
 typedef struct control_server control_server_t;

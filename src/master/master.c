@@ -53,10 +53,10 @@
  */
 #define MASTER_SLOT_WAIT_MS 2000
 #define MASTER_KEEPALIVE_MS (5 * 60 * 1000)
-#define MASTER_LINGER_MS 2000
+#define MASTER_LINGER_MS    2000
 /* Restart backoff: the first restart is immediate, then 100 ms doubling to 10 s. */
 #define MASTER_BACKOFF_FIRST_MS 100
-#define MASTER_BACKOFF_MAX_MS 10000
+#define MASTER_BACKOFF_MAX_MS   10000
 /* A worker up this long has proven itself: its next death restarts at once. */
 #define MASTER_STABLE_MS 30000
 /* Re-serialised headers of a re-routed request may be a little longer than the client's. */
@@ -82,13 +82,13 @@ struct master_worker {
 struct master_slot {
   master_t *m;
   unsigned index;
-  uint32_t generation;     /* of the current (or next) worker */
-  master_worker *w;        /* the running worker, or NULL */
-  bool ready;              /* it has reported: connections may go to it */
-  ipc_stats last;          /* its latest report */
-  uint64_t assigned;       /* CONN messages sent to it */
-  int64_t started_ms;      /* Unix ms */
-  uint64_t started_at;     /* loop ms */
+  uint32_t generation; /* of the current (or next) worker */
+  master_worker *w;    /* the running worker, or NULL */
+  bool ready;          /* it has reported: connections may go to it */
+  ipc_stats last;      /* its latest report */
+  uint64_t assigned;   /* CONN messages sent to it */
+  int64_t started_ms;  /* Unix ms */
+  uint64_t started_at; /* loop ms */
   uint64_t restarts;
   uint64_t backoff_ms;
   uv_timer_t restart_timer;
@@ -111,13 +111,13 @@ struct master_conn {
   enum master_conn_state state;
   buf_t in;
   peek_request pk;
-  bool rerouted;          /* the first request came back from a worker */
-  bool any_worker;        /* its session's slot did not come up in time: any worker will do */
+  bool rerouted;   /* the first request came back from a worker */
+  bool any_worker; /* its session's slot did not come up in time: any worker will do */
   bool close_after_write;
   bool closing;
   bool reading;
-  uint64_t answered;      /* requests the master answered on this connection */
-  master_gather *gather;  /* the reports this connection waits for */
+  uint64_t answered;     /* requests the master answered on this connection */
+  master_gather *gather; /* the reports this connection waits for */
   uv_write_t write_req;
   uv_shutdown_t shutdown_req;
   char *wbuf;
@@ -132,15 +132,15 @@ struct master_gather {
   uint64_t id;
   enum master_gather_kind kind;
   size_t pending;
-  uint8_t *want;          /* per slot: still waiting for it */
-  cJSON **replies;        /* per slot: its CTL_REP (GATHER_CTL) */
+  uint8_t *want;   /* per slot: still waiting for it */
+  cJSON **replies; /* per slot: its CTL_REP (GATHER_CTL) */
   uv_timer_t timer;
   bool finished;
   void (*done)(master_gather *g);
-  master_conn *conn;      /* for /status, /metrics (NULL once it closed) */
-  control_request_t *creq;/* for a control request */
-  cJSON *req;             /* the control request */
-  int path;               /* for an HTTP answer: 's' /status, 'm' /metrics */
+  master_conn *conn;       /* for /status, /metrics (NULL once it closed) */
+  control_request_t *creq; /* for a control request */
+  cJSON *req;              /* the control request */
+  int path;                /* for an HTTP answer: 's' /status, 'm' /metrics */
 };
 
 struct master {
@@ -148,22 +148,22 @@ struct master {
   const config_t *cfg;
   int argc;
   char **argv;
-  unsigned n;               /* worker slots; 0 in one process */
+  unsigned n; /* worker slots; 0 in one process */
   master_slot *slots;
-  worker_t *local;          /* --workers 0: the one worker */
+  worker_t *local; /* --workers 0: the one worker */
   uv_tcp_t listener;
   bool listening;
   master_conn *conns;
   size_t n_conns;
   master_gather *gathers;
   uint64_t next_id;
-  uint64_t requests;        /* requests the master answered itself */
+  uint64_t requests; /* requests the master answered itself */
   control_server_t *ctl;
   uv_signal_t sigterm, sigint;
-  uv_timer_t drain_timer;   /* the deadline of a drain */
+  uv_timer_t drain_timer; /* the deadline of a drain */
   bool draining;
   bool forced;
-  bool stopped;             /* master_stop ran */
+  bool stopped; /* master_stop ran */
   int exit_code;
   int64_t started_ms;
   char listen_addr[128];
@@ -205,8 +205,10 @@ static void master_gather_finish(master_gather *g) {
   if (g->finished) return;
   g->finished = true;
   master_t *m = g->m;
-  if (g->prev) g->prev->next = g->next;
-  else m->gathers = g->next;
+  if (g->prev)
+    g->prev->next = g->next;
+  else
+    m->gathers = g->next;
   if (g->next) g->next->prev = g->prev;
   uv_timer_stop(&g->timer);
   g->done(g);
@@ -259,7 +261,8 @@ static master_gather *master_gather_start(master_t *m, enum master_gather_kind k
       if ((int)i == durable_slot) cJSON_AddTrueToObject(copy, "durable");
       char *text = cJSON_PrintUnformatted(copy);
       cJSON_Delete(copy);
-      rc = text != NULL ? ipc_channel_send(&s->w->ch, IPC_CTL_REQ, 0, text, strlen(text), -1) : -ENOMEM;
+      rc = text != NULL ? ipc_channel_send(&s->w->ch, IPC_CTL_REQ, 0, text, strlen(text), -1)
+                        : -ENOMEM;
       cJSON_free(text);
     }
     if (rc == 0) {
@@ -334,8 +337,10 @@ static void master_conn_on_closed(uv_handle_t *h) {
   master_conn *c = h->data;
   if (--c->handles > 0) return;
   master_t *m = c->m;
-  if (c->prev) c->prev->next = c->next;
-  else m->conns = c->next;
+  if (c->prev)
+    c->prev->next = c->next;
+  else
+    m->conns = c->next;
   if (c->next) c->next->prev = c->prev;
   m->n_conns--;
   buf_finish(&c->in);
@@ -357,8 +362,10 @@ static void master_conn_on_timer(uv_timer_t *t);
 
 static void master_conn_timer(master_conn *c, uint64_t ms) {
   if (c->closing) return;
-  if (ms == 0) uv_timer_stop(&c->timer);
-  else uv_timer_start(&c->timer, master_conn_on_timer, ms, 0);
+  if (ms == 0)
+    uv_timer_stop(&c->timer);
+  else
+    uv_timer_start(&c->timer, master_conn_on_timer, ms, 0);
 }
 
 static void master_conn_on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *b) {
@@ -398,7 +405,8 @@ static void master_conn_on_shutdown(uv_shutdown_t *req, int status) {
     master_conn_close(c);
     return;
   }
-  /* Lingering close: read and drop what the peer still sends, so it sees our answer, not a reset. */
+  /* Lingering close: read and drop what the peer still sends, so it sees our answer, not a reset.
+   */
   c->state = MC_LINGER;
   master_conn_timer(c, MASTER_LINGER_MS);
   master_conn_read(c, true);
@@ -534,8 +542,8 @@ static bool master_conn_own_request(master_conn *c) {
     return true;
   }
   c->state = MC_WAIT_STATS;
-  master_gather *g = master_gather_start(c->m, GATHER_STATS, NULL, -1, MASTER_STATS_WAIT_MS,
-                                         master_answer_stats);
+  master_gather *g =
+      master_gather_start(c->m, GATHER_STATS, NULL, -1, MASTER_STATS_WAIT_MS, master_answer_stats);
   g->conn = c;
   g->path = metrics ? 'm' : 's';
   c->gather = g;
@@ -605,8 +613,8 @@ static void master_route(master_conn *c) {
   int rc = ipc_channel_send(&s->w->ch, IPC_CONN, flags, c->in.data, c->in.len, fd);
   if (rc != 0) {
     char slot[16];
-    log_warn("cannot hand a connection to a worker", "slot", master_fmt_u(slot, sizeof(slot), s->index),
-             "error", strerror(-rc));
+    log_warn("cannot hand a connection to a worker", "slot",
+             master_fmt_u(slot, sizeof(slot), s->index), "error", strerror(-rc));
     master_conn_fail(c, 503, "worker unavailable", true);
     return;
   }
@@ -668,9 +676,7 @@ static void master_conn_on_timer(uv_timer_t *t) {
       master_conn_fail(c, 503, "no worker available", true);
     }
     break;
-  default:
-    master_conn_close(c);
-    break;
+  default: master_conn_close(c); break;
   }
 }
 
@@ -781,7 +787,8 @@ static void master_on_ctl_rep(master_slot *s, const ipc_msg *msg) {
   const cJSON *rid = cJSON_GetObjectItemCaseSensitive(rep, "rid");
   if (cJSON_IsNumber(rid)) {
     for (master_gather *g = s->m->gathers; g != NULL; g = g->next) {
-      if (g->kind != GATHER_CTL || (double)g->id != rid->valuedouble || !g->want[s->index]) continue;
+      if (g->kind != GATHER_CTL || (double)g->id != rid->valuedouble || !g->want[s->index])
+        continue;
       g->replies[s->index] = rep;
       rep = NULL;
       master_gather_got(g, s->index);
@@ -800,9 +807,7 @@ static void master_on_msg(ipc_channel_t *ch, ipc_msg *msg, void *data) {
     return;
   }
   switch (msg->cmd) {
-  case IPC_STATS:
-    master_on_stats(s, msg);
-    break;
+  case IPC_STATS: master_on_stats(s, msg); break;
   case IPC_COMMITTED:
     /* Wake every other worker's tailer now: no coalescing here, the workers already did. */
     for (unsigned i = 0; i < m->n; i++) {
@@ -813,12 +818,8 @@ static void master_on_msg(ipc_channel_t *ch, ipc_msg *msg, void *data) {
       }
     }
     break;
-  case IPC_REROUTE:
-    master_adopt(m, msg->fd, msg->payload, msg->len);
-    break;
-  case IPC_CTL_REP:
-    master_on_ctl_rep(s, msg);
-    break;
+  case IPC_REROUTE: master_adopt(m, msg->fd, msg->payload, msg->len); break;
+  case IPC_CTL_REP: master_on_ctl_rep(s, msg); break;
   default:
     if (msg->fd >= 0) close(msg->fd);
     log_warn("ipc: unexpected message from a worker", "cmd", ipc_cmd_name(msg->cmd));
@@ -860,8 +861,10 @@ static void master_on_exit(uv_process_t *p, int64_t status, int term_signal) {
   master_fmt_u(pid, sizeof(pid), (unsigned long long)w->pid);
   bool clean = status == 0 && term_signal == 0;
   if (m->draining) {
-    if (clean) log_info("worker exited", "slot", slot, "pid", pid);
-    else log_warn("worker exited", "slot", slot, "pid", pid, "status", st, "signal", sig);
+    if (clean)
+      log_info("worker exited", "slot", slot, "pid", pid);
+    else
+      log_warn("worker exited", "slot", slot, "pid", pid, "status", st, "signal", sig);
     if (!clean && !m->forced) m->exit_code = 1;
   } else {
     log_error("worker died; restarting", "slot", slot, "pid", pid, "status", st, "signal", sig);
@@ -875,8 +878,10 @@ static void master_on_exit(uv_process_t *p, int64_t status, int term_signal) {
     next = g->next;
     master_gather_got(g, s->index);
   }
-  if (m->draining) master_check_drained(m);
-  else master_schedule_restart(s, uptime);
+  if (m->draining)
+    master_check_drained(m);
+  else
+    master_schedule_restart(s, uptime);
 }
 
 /* Starts the slot's current generation. On failure the slot is scheduled to try again. */
@@ -949,13 +954,14 @@ static void master_spawn(master_slot *s) {
   s->started_ms = store_now_ms();
   s->started_at = uv_now(m->loop);
   char pid[16];
-  log_debug("worker started", "slot", slot, "generation", gen,
-            "pid", master_fmt_u(pid, sizeof(pid), (unsigned long long)w->pid));
+  log_debug("worker started", "slot", slot, "generation", gen, "pid",
+            master_fmt_u(pid, sizeof(pid), (unsigned long long)w->pid));
 }
 
 /* ---- the control socket's commands ------------------------------------------------- */
 
-static cJSON *master_slot_json(master_t *m, unsigned i, const worker_stats *st, const slot_stats *sl) {
+static cJSON *master_slot_json(master_t *m, unsigned i, const worker_stats *st,
+                               const slot_stats *sl) {
   cJSON *o = cJSON_CreateObject();
   bool local = m->local != NULL;
   const master_slot *s = local ? NULL : &m->slots[i];
@@ -1097,7 +1103,8 @@ static void master_ctl_fanout_done(master_gather *g) {
 static void master_ctl_handle(control_request_t *r, const cJSON *req, void *data) {
   master_t *m = data;
   const char *cmd = cJSON_GetObjectItemCaseSensitive(req, "cmd")->valuestring;
-  bool stats = strcmp(cmd, "status") == 0 || strcmp(cmd, "workers") == 0 || strcmp(cmd, "stats") == 0;
+  bool stats =
+      strcmp(cmd, "status") == 0 || strcmp(cmd, "workers") == 0 || strcmp(cmd, "stats") == 0;
   bool fanout = strcmp(cmd, "sessions") == 0 || strcmp(cmd, "session") == 0 ||
                 strcmp(cmd, "evict") == 0 || strcmp(cmd, "subs") == 0;
   if (!stats && !fanout) {
@@ -1131,16 +1138,18 @@ static void master_ctl_handle(control_request_t *r, const cJSON *req, void *data
   }
   int durable = -1;
   if (strcmp(cmd, "session") == 0) {
-    /* The id's slot reads the row when no worker holds the session live; else the first ready one. */
+    /* The id's slot reads the row when no worker holds the session live; else the first ready one.
+     */
     const char *text = id->valuestring;
     unsigned slot = session_id_valid(text, strlen(text)) ? session_id_slot(text) : m->n;
     for (unsigned i = 0; i < m->n && durable < 0; i++)
       if (m->slots[i].ready) durable = (int)i;
     if (slot < m->n && m->slots[slot].ready) durable = (int)slot;
   }
-  master_gather *g = master_gather_start(m, stats ? GATHER_STATS : GATHER_CTL, cJSON_Duplicate(req, true),
-                                         durable, stats ? MASTER_STATS_WAIT_MS : MASTER_CTL_WAIT_MS,
-                                         stats ? master_ctl_stats_done : master_ctl_fanout_done);
+  master_gather *g =
+      master_gather_start(m, stats ? GATHER_STATS : GATHER_CTL, cJSON_Duplicate(req, true), durable,
+                          stats ? MASTER_STATS_WAIT_MS : MASTER_CTL_WAIT_MS,
+                          stats ? master_ctl_stats_done : master_ctl_fanout_done);
   g->creq = r;
 }
 
@@ -1223,13 +1232,16 @@ static void master_drain(master_t *m, const char *why) {
   /* Connections that have not sent a complete request: nothing is in flight on them. */
   for (master_conn *c = m->conns, *next; c != NULL; c = next) {
     next = c->next;
-    if (c->state == MC_HEAD) master_conn_close(c);
-    else if (c->state == MC_WAIT_WORKER) master_conn_fail(c, 503, "server is stopping", true);
+    if (c->state == MC_HEAD)
+      master_conn_close(c);
+    else if (c->state == MC_WAIT_WORKER)
+      master_conn_fail(c, 503, "server is stopping", true);
   }
   for (unsigned i = 0; i < m->n; i++) {
     master_slot *s = &m->slots[i];
     uv_timer_stop(&s->restart_timer);
-    if (s->w != NULL && (!s->w->ch_open || ipc_channel_send(&s->w->ch, IPC_DRAIN, 0, NULL, 0, -1) != 0))
+    if (s->w != NULL &&
+        (!s->w->ch_open || ipc_channel_send(&s->w->ch, IPC_DRAIN, 0, NULL, 0, -1) != 0))
       uv_process_kill(&s->w->proc, SIGTERM); /* no channel: the signal says the same */
   }
   uv_timer_start(&m->drain_timer, master_on_drain_deadline, m->cfg->drain_timeout_ms + 1000, 0);
@@ -1239,8 +1251,10 @@ static void master_drain(master_t *m, const char *why) {
 static void master_on_signal(uv_signal_t *h, int signum) {
   master_t *m = h->data;
   const char *name = signum == SIGTERM ? "SIGTERM" : "SIGINT";
-  if (!m->draining) master_drain(m, name);
-  else if (!m->forced) master_force(m, name);
+  if (!m->draining)
+    master_drain(m, name);
+  else if (!m->forced)
+    master_force(m, name);
 }
 
 /* ---- start ------------------------------------------------------------------------------ */

@@ -101,13 +101,17 @@ int peek_parse(const char *buf, size_t len, size_t max_header, peek_request *out
     size_t n = stop - pos;
     if (n > 0 && buf[pos + n - 1] == '\r') n--;
     if (n > 0) {
-      if (first) peek_request_line(buf + pos, n, out);
-      else peek_header(buf + pos, n, out, &conn_close, &conn_keep_alive);
+      if (first)
+        peek_request_line(buf + pos, n, out);
+      else
+        peek_header(buf + pos, n, out, &conn_close, &conn_keep_alive);
       first = false;
     }
     pos = stop + 1;
   }
-  if (out->http_minor >= 1) out->keep_alive = !conn_close;
-  else out->keep_alive = out->http_minor == 0 && conn_keep_alive && !conn_close;
+  if (out->http_minor >= 1)
+    out->keep_alive = !conn_close;
+  else
+    out->keep_alive = out->http_minor == 0 && conn_keep_alive && !conn_close;
   return 0;
 }

@@ -15,18 +15,18 @@
 #include "common/mem.h"
 #include "common/session_id.h"
 
-#define PEEK_MAX_PATH 64
+#define PEEK_MAX_PATH  64
 #define PEEK_MAX_FIELD 256
 
 typedef struct peek_request {
-  size_t head_len;      /* bytes of request line and headers, blank line included */
-  char method[16];      /* "" when the request line is not understood */
-  char path[PEEK_MAX_PATH]; /* target up to '?'; "" when longer or absent */
-  int http_minor;       /* HTTP/1.x; -1 when not HTTP/1.x */
+  size_t head_len;                     /* bytes of request line and headers, blank line included */
+  char method[16];                     /* "" when the request line is not understood */
+  char path[PEEK_MAX_PATH];            /* target up to '?'; "" when longer or absent */
+  int http_minor;                      /* HTTP/1.x; -1 when not HTTP/1.x */
   char session_id[SESSION_ID_LEN + 1]; /* "" unless a well-formed Mcp-Session-Id */
-  bool has_session_header;  /* an Mcp-Session-Id header, well-formed or not */
-  bool has_body;        /* Content-Length other than 0, or Transfer-Encoding */
-  bool keep_alive;      /* HTTP/1.1 without "Connection: close", or 1.0 with keep-alive */
+  bool has_session_header;             /* an Mcp-Session-Id header, well-formed or not */
+  bool has_body;                       /* Content-Length other than 0, or Transfer-Encoding */
+  bool keep_alive;             /* HTTP/1.1 without "Connection: close", or 1.0 with keep-alive */
   char host[PEEK_MAX_FIELD];   /* Host value, "" when absent */
   char origin[PEEK_MAX_FIELD]; /* Origin value, "" when absent */
   bool has_origin;

@@ -48,7 +48,8 @@ int frame_id_parse(const char *id, int64_t *seq) {
   if (id[0] < '0' || id[0] > '9') return -EINVAL;
   errno = 0;
   long long v = strtoll(id, &end, 10);
-  if (errno != 0 || *end != '-' || (end[1] != 't' && end[1] != 's' && end[1] != 'r')) return -EINVAL;
+  if (errno != 0 || *end != '-' || (end[1] != 't' && end[1] != 's' && end[1] != 'r'))
+    return -EINVAL;
   const char *p = end + 2;
   if (*p < '0' || *p > '9') return -EINVAL;
   while (*p >= '0' && *p <= '9') p++;

@@ -19,10 +19,10 @@
 
 typedef struct frame {
   uint32_t refs;
-  uint16_t id_len;   /* the id is data + 4 ("id: ") */
-  int64_t seq;       /* audit position named by the id */
+  uint16_t id_len; /* the id is data + 4 ("id: ") */
+  int64_t seq;     /* audit position named by the id */
   size_t len;
-  char data[];       /* the whole event, wire-ready */
+  char data[]; /* the whole event, wire-ready */
 } frame_t;
 
 /*

@@ -42,17 +42,17 @@
 /* One read from the socket; also the step the input buffer grows by. */
 #define HTTP_READ_CHUNK ((size_t)64 * 1024)
 /* Header lines per request, beyond which the request gets a 431. */
-#define HTTP_MAX_HEADERS 100
+#define HTTP_MAX_HEADERS    100
 #define HTTP_LISTEN_BACKLOG 511
 /* Time a closing connection gets to take its last response (then reset). */
 #define HTTP_DRAIN_MS 10000
 /* After our FIN, how long the peer's leftover bytes are read and dropped. */
 #define HTTP_LINGER_MS 2000
 /* Defaults applied to options left at zero. */
-#define HTTP_DEFAULT_MAX_HEADER ((size_t)16 * 1024)
-#define HTTP_DEFAULT_MAX_BODY ((size_t)4 * 1024 * 1024)
+#define HTTP_DEFAULT_MAX_HEADER        ((size_t)16 * 1024)
+#define HTTP_DEFAULT_MAX_BODY          ((size_t)4 * 1024 * 1024)
 #define HTTP_DEFAULT_HEADER_TIMEOUT_MS 10000
-#define HTTP_DEFAULT_MAX_STREAM_QUEUE ((size_t)1024 * 1024)
+#define HTTP_DEFAULT_MAX_STREAM_QUEUE  ((size_t)1024 * 1024)
 
 enum conn_phase {
   PHASE_IDLE,       /* kept alive between requests; no byte of the next one parsed */
@@ -82,12 +82,12 @@ struct http_conn {
   llhttp_t parser;
   enum conn_phase phase;
   enum conn_pause pause;
-  buf_t in;             /* received, not yet parsed */
-  size_t hdr_raw;       /* raw bytes of the current header block */
-  size_t hdr_copied;    /* bytes of url, names and values copied from it */
-  size_t chunk_ext;     /* bytes of chunk extensions in the current body */
-  int fail_status;      /* set by an llhttp callback that rejects the request */
-  bool msg_keep_alive;  /* llhttp's verdict at on_message_complete */
+  buf_t in;            /* received, not yet parsed */
+  size_t hdr_raw;      /* raw bytes of the current header block */
+  size_t hdr_copied;   /* bytes of url, names and values copied from it */
+  size_t chunk_ext;    /* bytes of chunk extensions in the current body */
+  int fail_status;     /* set by an llhttp callback that rejects the request */
+  bool msg_keep_alive; /* llhttp's verdict at on_message_complete */
   uint8_t http_major, http_minor;
 
   bool reading;         /* uv_read_start in effect */
@@ -100,17 +100,17 @@ struct http_conn {
   unsigned adopt_flags; /* http_server_adopt_flags: apply to the first request dispatched */
   unsigned req_flags;   /* flags of the request in hand */
 
-  http_request_t req;   /* being built, then dispatched */
+  http_request_t req; /* being built, then dispatched */
   size_t headers_cap;
   buf_t url, field, value, body;
 
-  buf_t out;            /* stream bytes queued during this loop turn */
-  buf_t inflight;       /* stream bytes being written; swapped with out, so that a
-                           busy stream reuses two buffers instead of allocating */
+  buf_t out;      /* stream bytes queued during this loop turn */
+  buf_t inflight; /* stream bytes being written; swapped with out, so that a
+                     busy stream reuses two buffers instead of allocating */
   uv_write_t stream_write;
-  bool stream_writing;  /* inflight is in a uv_write */
-  bool stream_exempt;   /* a bounded replay is being queued: no queue cap */
-  size_t queued;        /* out.len plus bytes in unfinished uv_write requests */
+  bool stream_writing; /* inflight is in a uv_write */
+  bool stream_exempt;  /* a bounded replay is being queued: no queue cap */
+  size_t queued;       /* out.len plus bytes in unfinished uv_write requests */
 
   void (*close_cb)(http_conn_t *c, void *data);
   void *close_data;
@@ -134,7 +134,7 @@ struct http_server {
   http_conn_t *running; /* what the idle callback has not reached yet */
 
   bool closing;
-  bool draining;  /* http_server_drain: every response closes its connection */
+  bool draining; /* http_server_drain: every response closes its connection */
   bool done_called;
   void (*done)(void *data);
   void *done_data;
@@ -159,8 +159,7 @@ static void server_on_idle(uv_idle_t *h);
 
 /* ---- status texts and request accessors -------------------------------- */
 
-const char *http_status_text(int status)
-{
+const char *http_status_text(int status) {
   switch (status) {
   case 100: return "Continue";
   case 101: return "Switching Protocols";
@@ -208,19 +207,15 @@ const char *http_status_text(int status)
   }
 }
 
-const char *http_request_header(const http_request_t *req, const char *lname)
-{
-  if (req == NULL || lname == NULL)
-    return NULL;
+const char *http_request_header(const http_request_t *req, const char *lname) {
+  if (req == NULL || lname == NULL) return NULL;
   for (size_t i = 0; i < req->n_headers; i++)
-    if (strcmp(req->headers[i].name, lname) == 0)
-      return req->headers[i].value;
+    if (strcmp(req->headers[i].name, lname) == 0) return req->headers[i].value;
   return NULL;
 }
 
 /* Frees everything the current request holds and empties its builders. */
-static void conn_request_clear(http_conn_t *c)
-{
+static void conn_request_clear(http_conn_t *c) {
   http_request_t *r = &c->req;
   free(r->target);
   free(r->path);
@@ -244,17 +239,13 @@ static void conn_request_clear(http_conn_t *c)
 
 /* Runs the server's done callback once the listener, the idle handle and
  * every connection are gone. */
-static void server_check_done(http_server_t *srv)
-{
-  if (!srv->closing || srv->done_called || srv->handles_open > 0 || srv->n_conns > 0)
-    return;
+static void server_check_done(http_server_t *srv) {
+  if (!srv->closing || srv->done_called || srv->handles_open > 0 || srv->n_conns > 0) return;
   srv->done_called = true;
-  if (srv->done)
-    srv->done(srv->done_data);
+  if (srv->done) srv->done(srv->done_data);
 }
 
-static void server_on_handle_closed(uv_handle_t *h)
-{
+static void server_on_handle_closed(uv_handle_t *h) {
   http_server_t *srv = h->data;
   srv->handles_open--;
   server_check_done(srv);
@@ -262,11 +253,9 @@ static void server_on_handle_closed(uv_handle_t *h)
 
 /* Puts c on the deferred-work list; the idle callback picks it up on the
  * next loop turn. A zombie is scheduled only to run a late close callback. */
-static void conn_schedule(http_conn_t *c)
-{
+static void conn_schedule(http_conn_t *c) {
   http_server_t *srv = c->srv;
-  if (c->pending || (c->handle_closing && !c->zombie) || srv->closing)
-    return;
+  if (c->pending || (c->handle_closing && !c->zombie) || srv->closing) return;
   c->pending = true;
   c->pending_next = srv->pending;
   srv->pending = c;
@@ -275,10 +264,8 @@ static void conn_schedule(http_conn_t *c)
 
 /* Takes c off whichever deferred-work list holds it, so that freeing c
  * (even from user code inside the idle callback) leaves no dangling entry. */
-static void conn_pending_unlink(http_conn_t *c)
-{
-  if (!c->pending)
-    return;
+static void conn_pending_unlink(http_conn_t *c) {
+  if (!c->pending) return;
   http_conn_t **lists[] = {&c->srv->pending, &c->srv->running};
   for (size_t i = 0; i < ARRAY_LEN(lists); i++) {
     for (http_conn_t **p = lists[i]; *p; p = &(*p)->pending_next) {
@@ -296,8 +283,7 @@ unlinked:
 /* ---- connection lifetime ----------------------------------------------- */
 
 /* Frees c; its handles are closed and no owner holds it any more. */
-static void conn_free(http_conn_t *c)
-{
+static void conn_free(http_conn_t *c) {
   http_server_t *srv = c->srv;
   conn_pending_unlink(c);
   conn_request_clear(c);
@@ -308,8 +294,7 @@ static void conn_free(http_conn_t *c)
     c->prev->next = c->next;
   else
     srv->conns = c->next;
-  if (c->next)
-    c->next->prev = c->prev;
+  if (c->next) c->next->prev = c->prev;
   srv->n_conns--;
   free(c);
   server_check_done(srv);
@@ -321,11 +306,9 @@ static void conn_free(http_conn_t *c)
  * allocated (a zombie) until the owner's http_respond or http_stream_end,
  * so that a late response never touches freed memory.
  */
-static void conn_on_handle_closed(uv_handle_t *h)
-{
+static void conn_on_handle_closed(uv_handle_t *h) {
   http_conn_t *c = h->data;
-  if (--c->handles_open > 0)
-    return;
+  if (--c->handles_open > 0) return;
   conn_pending_unlink(c);
   if (c->close_cb) {
     void (*cb)(http_conn_t *, void *) = c->close_cb;
@@ -339,10 +322,8 @@ static void conn_on_handle_closed(uv_handle_t *h)
 }
 
 /* Closes c's handles now; in-flight writes are cancelled. Idempotent. */
-static void conn_close_now(http_conn_t *c)
-{
-  if (c->handle_closing)
-    return;
+static void conn_close_now(http_conn_t *c) {
+  if (c->handle_closing) return;
   c->handle_closing = true;
   c->closing = true;
   c->reading = false;
@@ -350,31 +331,26 @@ static void conn_close_now(http_conn_t *c)
   uv_close((uv_handle_t *)&c->timer, conn_on_handle_closed);
 }
 
-static void conn_timer_start(http_conn_t *c, uint64_t ms)
-{
-  if (c->handle_closing)
-    return;
+static void conn_timer_start(http_conn_t *c, uint64_t ms) {
+  if (c->handle_closing) return;
   if (ms == 0)
     (void)uv_timer_stop(&c->timer); /* cannot fail */
   else
     (void)uv_timer_start(&c->timer, conn_on_timer, ms, 0); /* fails only on a closing handle */
 }
 
-static void conn_on_write(uv_write_t *req, int status)
-{
+static void conn_on_write(uv_write_t *req, int status) {
   http_write_t *w = (http_write_t *)req;
   http_conn_t *c = w->conn;
   c->queued -= w->len;
   free(w->data);
   free(w);
-  if (status < 0 && status != UV_ECANCELED)
-    conn_close_now(c);
+  if (status < 0 && status != UV_ECANCELED) conn_close_now(c);
 }
 
 /* Writes data (takes ownership; len bytes already counted in c->queued).
  * The buffer stays alive until the write callback frees it. */
-static void conn_write_owned(http_conn_t *c, char *data, size_t len)
-{
+static void conn_write_owned(http_conn_t *c, char *data, size_t len) {
   http_write_t *w = mem_alloc(sizeof *w);
   w->conn = c;
   w->data = data;
@@ -390,15 +366,13 @@ static void conn_write_owned(http_conn_t *c, char *data, size_t len)
 }
 
 /* Sends the content of b (emptied) as one write. */
-static void conn_send(http_conn_t *c, buf_t *b)
-{
+static void conn_send(http_conn_t *c, buf_t *b) {
   size_t len = b->len;
   c->queued += len;
   conn_write_owned(c, buf_steal(b), len);
 }
 
-static void conn_on_stream_write(uv_write_t *req, int status)
-{
+static void conn_on_stream_write(uv_write_t *req, int status) {
   http_conn_t *c = req->data;
   c->stream_writing = false;
   c->queued -= c->inflight.len;
@@ -407,14 +381,12 @@ static void conn_on_stream_write(uv_write_t *req, int status)
     buf_finish(&c->inflight);
   else
     buf_reset(&c->inflight);
-  if (status == UV_ECANCELED)
-    return;
+  if (status == UV_ECANCELED) return;
   if (status < 0) {
     conn_close_now(c);
     return;
   }
-  if (c->out.len > 0)
-    conn_flush(c);
+  if (c->out.len > 0) conn_flush(c);
 }
 
 /*
@@ -423,10 +395,8 @@ static void conn_on_stream_write(uv_write_t *req, int status)
  * completes; only a closing stream writes a second buffer concurrently
  * (its FIN must follow every byte).
  */
-static void conn_flush(http_conn_t *c)
-{
-  if (c->out.len == 0 || c->handle_closing)
-    return;
+static void conn_flush(http_conn_t *c) {
+  if (c->out.len == 0 || c->handle_closing) return;
   if (c->stream_writing) {
     if (c->closing) {
       size_t len = c->out.len;
@@ -449,11 +419,9 @@ static void conn_flush(http_conn_t *c)
   }
 }
 
-static void conn_on_shutdown(uv_shutdown_t *req, int status)
-{
+static void conn_on_shutdown(uv_shutdown_t *req, int status) {
   http_conn_t *c = req->data;
-  if (status == UV_ECANCELED || c->handle_closing)
-    return;
+  if (status == UV_ECANCELED || c->handle_closing) return;
   if (status < 0 || c->peer_eof) {
     conn_close_now(c);
     return;
@@ -468,10 +436,8 @@ static void conn_on_shutdown(uv_shutdown_t *req, int status)
  * bytes are read and dropped until its EOF or the linger timeout. Bounded
  * by HTTP_DRAIN_MS while a slow peer takes the last response.
  */
-static void conn_finish(http_conn_t *c, bool flush)
-{
-  if (c->closing)
-    return;
+static void conn_finish(http_conn_t *c, bool flush) {
+  if (c->closing) return;
   c->closing = true;
   if (flush) {
     conn_flush(c);
@@ -479,8 +445,7 @@ static void conn_finish(http_conn_t *c, bool flush)
     c->queued -= c->out.len;
     buf_finish(&c->out);
   }
-  if (c->handle_closing)
-    return;
+  if (c->handle_closing) return;
   buf_finish(&c->in);
   c->shutdown_req.data = c;
   if (uv_shutdown(&c->shutdown_req, (uv_stream_t *)&c->tcp, conn_on_shutdown) < 0) {
@@ -493,8 +458,7 @@ static void conn_finish(http_conn_t *c, bool flush)
 
 /* ---- responses --------------------------------------------------------- */
 
-static bool header_text_ok(const char *s)
-{
+static bool header_text_ok(const char *s) {
   return strpbrk(s, "\r\n") == NULL;
 }
 
@@ -505,8 +469,7 @@ static bool header_text_ok(const char *s)
  * Headers with CR or LF in them are dropped (no response splitting).
  */
 static void http_format_head(buf_t *b, int status, const http_header *headers, size_t n,
-                             bool *want_close)
-{
+                             bool *want_close) {
   buf_printf(b, "HTTP/1.1 %d %s\r\n", status, http_status_text(status));
   for (size_t i = 0; i < n; i++) {
     const char *name = headers[i].name, *value = headers[i].value;
@@ -517,8 +480,7 @@ static void http_format_head(buf_t *b, int status, const http_header *headers, s
     if (strcasecmp(name, "content-length") == 0 || strcasecmp(name, "transfer-encoding") == 0)
       continue;
     if (strcasecmp(name, "connection") == 0) {
-      if (strcasestr(value, "close"))
-        *want_close = true;
+      if (strcasestr(value, "close")) *want_close = true;
       continue;
     }
     buf_append_str(b, name);
@@ -529,10 +491,8 @@ static void http_format_head(buf_t *b, int status, const http_header *headers, s
 }
 
 /* Sends an error of this layer's own (400, 408, 413, 431) and closes. */
-static void conn_fail(http_conn_t *c, int status)
-{
-  if (c->closing)
-    return;
+static void conn_fail(http_conn_t *c, int status) {
+  if (c->closing) return;
   const char *reason = http_status_text(status);
   buf_t body, b;
   buf_init(&body);
@@ -540,8 +500,7 @@ static void conn_fail(http_conn_t *c, int status)
   buf_append_str(&body, "{\"error\":\"");
   for (const char *p = reason; *p; p++) {
     char ch = *p;
-    if (ch >= 'A' && ch <= 'Z')
-      ch = (char)(ch - 'A' + 'a');
+    if (ch >= 'A' && ch <= 'Z') ch = (char)(ch - 'A' + 'a');
     buf_append(&body, &ch, 1);
   }
   buf_append_str(&body, "\"}");
@@ -556,16 +515,13 @@ static void conn_fail(http_conn_t *c, int status)
 }
 
 void http_respond(http_conn_t *c, int status, const http_header *headers, size_t n_headers,
-                  const char *body, size_t body_len)
-{
-  if (c == NULL || c->phase != PHASE_DISPATCHED || !c->owner_holds)
-    return;
+                  const char *body, size_t body_len) {
+  if (c == NULL || c->phase != PHASE_DISPATCHED || !c->owner_holds) return;
   c->owner_holds = false;
   if (c->closing) {
     conn_request_clear(c);
     c->phase = PHASE_IDLE;
-    if (c->zombie)
-      conn_free(c);
+    if (c->zombie) conn_free(c);
     return;
   }
 
@@ -575,20 +531,17 @@ void http_respond(http_conn_t *c, int status, const http_header *headers, size_t
   http_format_head(&b, status, headers, n_headers, &want_close);
   bool no_length = (status >= 100 && status < 200) || status == 204;
   bool no_body = no_length || status == 304 || c->req.method == HTTP_HEAD;
-  if (!no_length)
-    buf_printf(&b, "Content-Length: %zu\r\n", body_len);
+  if (!no_length) buf_printf(&b, "Content-Length: %zu\r\n", body_len);
   if (want_close)
     buf_append_str(&b, "Connection: close\r\n");
   else if (c->http_major == 1 && c->http_minor == 0)
     buf_append_str(&b, "Connection: keep-alive\r\n");
   buf_append(&b, "\r\n", 2);
-  if (!no_body && body_len > 0)
-    buf_append(&b, body, body_len);
+  if (!no_body && body_len > 0) buf_append(&b, body, body_len);
   conn_send(c, &b);
   conn_request_clear(c);
   c->phase = PHASE_IDLE;
-  if (c->handle_closing)
-    return; /* the write failed */
+  if (c->handle_closing) return; /* the write failed */
   if (want_close) {
     conn_finish(c, true);
     return;
@@ -603,13 +556,10 @@ void http_respond(http_conn_t *c, int status, const http_header *headers, size_t
 
 /* ---- streams ----------------------------------------------------------- */
 
-void http_stream_begin(http_conn_t *c, int status, const http_header *headers, size_t n_headers)
-{
-  if (c == NULL || c->phase != PHASE_DISPATCHED || !c->owner_holds)
-    return;
+void http_stream_begin(http_conn_t *c, int status, const http_header *headers, size_t n_headers) {
+  if (c == NULL || c->phase != PHASE_DISPATCHED || !c->owner_holds) return;
   c->phase = PHASE_STREAM;
-  if (c->closing)
-    return;
+  if (c->closing) return;
   bool want_close = true; /* the stream is delimited by the connection's close */
   http_format_head(&c->out, status, headers, n_headers, &want_close);
   buf_append_str(&c->out, "Connection: close\r\n\r\n");
@@ -624,37 +574,28 @@ void http_stream_begin(http_conn_t *c, int status, const http_header *headers, s
   conn_settle(c);
 }
 
-int http_stream_write(http_conn_t *c, const char *data, size_t len)
-{
-  if (c == NULL)
-    return -EINVAL;
-  if (c->closing)
-    return -EPIPE;
-  if (c->phase != PHASE_STREAM)
-    return -EINVAL;
+int http_stream_write(http_conn_t *c, const char *data, size_t len) {
+  if (c == NULL) return -EINVAL;
+  if (c->closing) return -EPIPE;
+  if (c->phase != PHASE_STREAM) return -EINVAL;
   size_t max = c->srv->opts.max_stream_queue;
   if (!c->stream_exempt && (c->queued > max || len > max - c->queued)) {
     conn_finish(c, false);
     return -ENOBUFS;
   }
-  if (len == 0)
-    return 0;
+  if (len == 0) return 0;
   buf_append(&c->out, data, len);
   c->queued += len;
   conn_schedule(c);
   return 0;
 }
 
-void http_stream_exempt(http_conn_t *c, bool exempt)
-{
-  if (c != NULL)
-    c->stream_exempt = exempt;
+void http_stream_exempt(http_conn_t *c, bool exempt) {
+  if (c != NULL) c->stream_exempt = exempt;
 }
 
-void http_stream_flush(http_conn_t *c)
-{
-  if (c == NULL || c->phase != PHASE_STREAM || c->handle_closing || c->out.len == 0)
-    return;
+void http_stream_flush(http_conn_t *c) {
+  if (c == NULL || c->phase != PHASE_STREAM || c->handle_closing || c->out.len == 0) return;
   if (c->stream_writing) {
     size_t len = c->out.len;
     conn_write_owned(c, buf_steal(&c->out), len); /* queued behind the write in flight */
@@ -663,41 +604,33 @@ void http_stream_flush(http_conn_t *c)
   }
 }
 
-void http_stream_end(http_conn_t *c)
-{
-  if (c == NULL)
-    return;
+void http_stream_end(http_conn_t *c) {
+  if (c == NULL) return;
   bool was_held = c->owner_holds;
   c->owner_holds = false;
   if (c->zombie) {
-    if (was_held)
-      conn_free(c);
+    if (was_held) conn_free(c);
     return;
   }
   conn_finish(c, true);
 }
 
-size_t http_conn_queued(const http_conn_t *c)
-{
+size_t http_conn_queued(const http_conn_t *c) {
   return c ? c->queued : 0;
 }
 
-void http_conn_set_close_cb(http_conn_t *c, void (*cb)(http_conn_t *c, void *data), void *data)
-{
-  if (c == NULL)
-    return;
+void http_conn_set_close_cb(http_conn_t *c, void (*cb)(http_conn_t *c, void *data), void *data) {
+  if (c == NULL) return;
   c->close_cb = cb;
   c->close_data = cb ? data : NULL;
-  if (c->zombie && cb)
-    conn_schedule(c); /* closed already: tell the owner from the loop */
+  if (c->zombie && cb) conn_schedule(c); /* closed already: tell the owner from the loop */
 }
 
 /* ---- llhttp callbacks -------------------------------------------------- */
 
 /* Counts bytes copied out of a header block against max_header, so that
  * memory stays bounded even inside one large llhttp_execute call. */
-static int conn_count_head(http_conn_t *c, size_t len)
-{
+static int conn_count_head(http_conn_t *c, size_t len) {
   c->hdr_copied += len;
   if (c->hdr_copied > c->srv->opts.max_header) {
     c->fail_status = 431;
@@ -706,50 +639,39 @@ static int conn_count_head(http_conn_t *c, size_t len)
   return 0;
 }
 
-static int on_message_begin(llhttp_t *p)
-{
+static int on_message_begin(llhttp_t *p) {
   http_conn_t *c = p->data;
   c->pause = PAUSE_NONE;
   c->chunk_ext = 0;
   return 0;
 }
 
-static int on_url(llhttp_t *p, const char *at, size_t len)
-{
+static int on_url(llhttp_t *p, const char *at, size_t len) {
   http_conn_t *c = p->data;
-  if (conn_count_head(c, len))
-    return HPE_USER;
+  if (conn_count_head(c, len)) return HPE_USER;
   buf_append(&c->url, at, len);
   return 0;
 }
 
 /* Header names and values; in the body phase these are chunked trailers,
  * which count against max_header but are not kept. */
-static int on_header_field(llhttp_t *p, const char *at, size_t len)
-{
+static int on_header_field(llhttp_t *p, const char *at, size_t len) {
   http_conn_t *c = p->data;
-  if (conn_count_head(c, len))
-    return HPE_USER;
-  if (c->phase != PHASE_BODY)
-    buf_append(&c->field, at, len);
+  if (conn_count_head(c, len)) return HPE_USER;
+  if (c->phase != PHASE_BODY) buf_append(&c->field, at, len);
   return 0;
 }
 
-static int on_header_value(llhttp_t *p, const char *at, size_t len)
-{
+static int on_header_value(llhttp_t *p, const char *at, size_t len) {
   http_conn_t *c = p->data;
-  if (conn_count_head(c, len))
-    return HPE_USER;
-  if (c->phase != PHASE_BODY)
-    buf_append(&c->value, at, len);
+  if (conn_count_head(c, len)) return HPE_USER;
+  if (c->phase != PHASE_BODY) buf_append(&c->value, at, len);
   return 0;
 }
 
-static int on_header_value_complete(llhttp_t *p)
-{
+static int on_header_value_complete(llhttp_t *p) {
   http_conn_t *c = p->data;
-  if (c->phase == PHASE_BODY)
-    return 0;
+  if (c->phase == PHASE_BODY) return 0;
   http_request_t *r = &c->req;
   if (r->n_headers >= HTTP_MAX_HEADERS) {
     c->fail_status = 431;
@@ -761,14 +683,11 @@ static int on_header_value_complete(llhttp_t *p)
   }
   char *name = buf_steal(&c->field);
   for (char *s = name; *s; s++)
-    if (*s >= 'A' && *s <= 'Z')
-      *s = (char)(*s - 'A' + 'a');
+    if (*s >= 'A' && *s <= 'Z') *s = (char)(*s - 'A' + 'a');
   const char *v = c->value.data ? c->value.data : "";
   size_t start = 0, end = c->value.len;
-  while (start < end && (v[start] == ' ' || v[start] == '\t'))
-    start++;
-  while (end > start && (v[end - 1] == ' ' || v[end - 1] == '\t'))
-    end--;
+  while (start < end && (v[start] == ' ' || v[start] == '\t')) start++;
+  while (end > start && (v[end - 1] == ' ' || v[end - 1] == '\t')) end--;
   r->headers[r->n_headers].name = name;
   r->headers[r->n_headers].value = mem_strndup(v + start, end - start);
   r->n_headers++;
@@ -776,16 +695,14 @@ static int on_header_value_complete(llhttp_t *p)
   return 0;
 }
 
-static int on_headers_complete(llhttp_t *p)
-{
+static int on_headers_complete(llhttp_t *p) {
   http_conn_t *c = p->data;
   c->phase = PHASE_BODY;
   c->pause = PAUSE_HEADERS;
   return HPE_PAUSED;
 }
 
-static int on_body(llhttp_t *p, const char *at, size_t len)
-{
+static int on_body(llhttp_t *p, const char *at, size_t len) {
   http_conn_t *c = p->data;
   if (len > c->srv->opts.max_body - c->body.len) {
     c->fail_status = 413;
@@ -796,15 +713,13 @@ static int on_body(llhttp_t *p, const char *at, size_t len)
 }
 
 /* Chunk extensions are skipped, but bounded like a header block. */
-static int on_chunk_extension(llhttp_t *p, const char *at, size_t len)
-{
+static int on_chunk_extension(llhttp_t *p, const char *at, size_t len) {
   http_conn_t *c = p->data;
   c->chunk_ext += len;
   return c->chunk_ext > c->srv->opts.max_header ? HPE_USER : 0;
 }
 
-static int on_message_complete(llhttp_t *p)
-{
+static int on_message_complete(llhttp_t *p) {
   http_conn_t *c = p->data;
   /* An Upgrade or CONNECT is answered as a plain request, then the
    * connection closes: the bytes after it are not HTTP we could parse. */
@@ -818,8 +733,7 @@ static int on_message_complete(llhttp_t *p)
 /* ---- parsing and dispatch ---------------------------------------------- */
 
 /* Starts the clock for the next request's header block. */
-static void conn_begin_request(http_conn_t *c)
-{
+static void conn_begin_request(http_conn_t *c) {
   c->phase = PHASE_HEADERS;
   c->hdr_raw = 0;
   c->hdr_copied = 0;
@@ -828,16 +742,14 @@ static void conn_begin_request(http_conn_t *c)
 }
 
 /* The header block is complete: check its bounds. 0, or a status to fail with. */
-static int conn_headers_done(http_conn_t *c)
-{
+static int conn_headers_done(http_conn_t *c) {
   const http_server_options *o = &c->srv->opts;
   llhttp_t *p = &c->parser;
-  if (c->hdr_raw > o->max_header)
-    return 431;
-  if ((p->flags & F_CONTENT_LENGTH) && p->content_length > o->max_body)
-    return 413;
+  if (c->hdr_raw > o->max_header) return 431;
+  if ((p->flags & F_CONTENT_LENGTH) && p->content_length > o->max_body) return 413;
   conn_timer_start(c, o->header_timeout_ms); /* now an inactivity bound on the body */
-  bool has_body = (p->flags & F_CHUNKED) || ((p->flags & F_CONTENT_LENGTH) && p->content_length > 0);
+  bool has_body =
+      (p->flags & F_CHUNKED) || ((p->flags & F_CONTENT_LENGTH) && p->content_length > 0);
   const char *expect = http_request_header(&c->req, "expect");
   if (has_body && expect && strcasecmp(expect, "100-continue") == 0 && p->http_major == 1 &&
       p->http_minor >= 1) {
@@ -849,8 +761,7 @@ static int conn_headers_done(http_conn_t *c)
   return 0;
 }
 
-static void conn_dispatch(http_conn_t *c)
-{
+static void conn_dispatch(http_conn_t *c) {
   http_request_t *r = &c->req;
   r->method = llhttp_get_method(&c->parser);
   r->method_name = llhttp_method_name((llhttp_method_t)r->method);
@@ -877,25 +788,21 @@ static void conn_dispatch(http_conn_t *c)
  * parser pauses after each header block (to check it before any body is
  * read) and after each message (one request at a time).
  */
-static void conn_parse(http_conn_t *c)
-{
+static void conn_parse(http_conn_t *c) {
   const http_server_options *o = &c->srv->opts;
   bool resumed = false; /* llhttp must run again, even on no bytes, after a pause */
   while (!c->closing && (c->in.len > 0 || resumed) &&
          (c->phase == PHASE_IDLE || c->phase == PHASE_HEADERS || c->phase == PHASE_BODY)) {
     resumed = false;
-    if (c->phase == PHASE_IDLE)
-      conn_begin_request(c);
+    if (c->phase == PHASE_IDLE) conn_begin_request(c);
     bool in_head = c->phase == PHASE_HEADERS;
     const char *start = c->in.data ? c->in.data : "";
     llhttp_errno_t err = llhttp_execute(&c->parser, start, c->in.len);
     size_t used = err == HPE_OK ? c->in.len : (size_t)(llhttp_get_error_pos(&c->parser) - start);
     buf_consume(&c->in, used);
-    if (in_head)
-      c->hdr_raw += used;
+    if (in_head) c->hdr_raw += used;
     if (err == HPE_OK) {
-      if (in_head && c->hdr_raw > o->max_header)
-        conn_fail(c, 431);
+      if (in_head && c->hdr_raw > o->max_header) conn_fail(c, 431);
       break;
     }
     if (err != HPE_PAUSED) {
@@ -927,10 +834,8 @@ static void conn_parse(http_conn_t *c)
  * (back-pressure), and release the input buffer while it is empty and the
  * connection is between requests.
  */
-static void conn_settle(http_conn_t *c)
-{
-  if (c->handle_closing)
-    return;
+static void conn_settle(http_conn_t *c) {
+  if (c->handle_closing) return;
   const http_server_options *o = &c->srv->opts;
   bool want = !c->peer_eof && c->in.len <= o->max_header + o->max_body;
   if (want && !c->reading) {
@@ -952,8 +857,7 @@ static void conn_settle(http_conn_t *c)
 /* ---- libuv callbacks --------------------------------------------------- */
 
 /* Deferred work for every connection scheduled since the last turn. */
-static void server_on_idle(uv_idle_t *h)
-{
+static void server_on_idle(uv_idle_t *h) {
   http_server_t *srv = h->data;
   /* Work scheduled while this runs waits for the next turn: a connection
    * answering synchronously cannot starve the others. */
@@ -975,22 +879,18 @@ static void server_on_idle(uv_idle_t *h)
       }
       continue;
     }
-    if (c->handle_closing)
-      continue;
-    if (!c->closing)
-      conn_flush(c);
+    if (c->handle_closing) continue;
+    if (!c->closing) conn_flush(c);
     if (!c->closing && c->in.len > 0 &&
         (c->phase == PHASE_IDLE || c->phase == PHASE_HEADERS || c->phase == PHASE_BODY)) {
       conn_parse(c);
       conn_settle(c);
     }
   }
-  if (srv->pending == NULL && !srv->closing)
-    (void)uv_idle_stop(h); /* cannot fail */
+  if (srv->pending == NULL && !srv->closing) (void)uv_idle_stop(h); /* cannot fail */
 }
 
-static void conn_on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *b)
-{
+static void conn_on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *b) {
   http_conn_t *c = h->data;
   if (c->closing || c->phase == PHASE_STREAM) {
     *b = uv_buf_init(c->srv->scratch, sizeof c->srv->scratch);
@@ -1000,13 +900,11 @@ static void conn_on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *b)
    * buffer's NUL; the read never touches that last byte. */
   buf_reserve(&c->in, HTTP_READ_CHUNK - 1);
   size_t room = c->in.cap - c->in.len - 1;
-  if (room > HTTP_READ_CHUNK)
-    room = HTTP_READ_CHUNK;
+  if (room > HTTP_READ_CHUNK) room = HTTP_READ_CHUNK;
   *b = uv_buf_init(c->in.data + c->in.len, (unsigned int)room);
 }
 
-static void conn_on_eof(http_conn_t *c)
-{
+static void conn_on_eof(http_conn_t *c) {
   c->peer_eof = true;
   c->reading = false; /* libuv stopped reading */
   if (c->phase == PHASE_STREAM) {
@@ -1015,19 +913,16 @@ static void conn_on_eof(http_conn_t *c)
     /* A held request whose owner watches for the client leaving (a long poll). */
     conn_close_now(c);
   } else if (c->closing) {
-    if (c->shutdown_done)
-      conn_close_now(c); /* else conn_on_shutdown closes */
+    if (c->shutdown_done) conn_close_now(c); /* else conn_on_shutdown closes */
   } else if (c->phase != PHASE_DISPATCHED && c->in.len == 0) {
     conn_finish(c, true); /* a half-finished request or none: nothing to answer */
   }
   /* Otherwise the request in hand (or buffered) is answered, then closed. */
 }
 
-static void conn_on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *b)
-{
+static void conn_on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *b) {
   http_conn_t *c = s->data;
-  if (nread == 0 || c->handle_closing)
-    return;
+  if (nread == 0 || c->handle_closing) return;
   if (nread < 0) {
     if (nread == UV_EOF)
       conn_on_eof(c);
@@ -1035,19 +930,15 @@ static void conn_on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *b)
       conn_close_now(c);
     return;
   }
-  if (c->closing || c->phase == PHASE_STREAM)
-    return; /* discarded */
+  if (c->closing || c->phase == PHASE_STREAM) return; /* discarded */
   c->in.len += (size_t)nread;
   c->in.data[c->in.len] = '\0';
-  if (c->phase == PHASE_BODY)
-    conn_timer_start(c, c->srv->opts.header_timeout_ms);
-  if (c->phase != PHASE_DISPATCHED)
-    conn_parse(c);
+  if (c->phase == PHASE_BODY) conn_timer_start(c, c->srv->opts.header_timeout_ms);
+  if (c->phase != PHASE_DISPATCHED) conn_parse(c);
   conn_settle(c);
 }
 
-static void conn_on_timer(uv_timer_t *t)
-{
+static void conn_on_timer(uv_timer_t *t) {
   http_conn_t *c = t->data;
   if (c->closing) {
     conn_close_now(c); /* drain or linger time is up */
@@ -1058,11 +949,8 @@ static void conn_on_timer(uv_timer_t *t)
     conn_finish(c, true); /* idle keep-alive: closed without a word */
     break;
   case PHASE_HEADERS:
-  case PHASE_BODY:
-    conn_fail(c, 408);
-    break;
-  default:
-    break;
+  case PHASE_BODY: conn_fail(c, 408); break;
+  default: break;
   }
 }
 
@@ -1070,8 +958,7 @@ static void conn_on_timer(uv_timer_t *t)
 
 /* A new connection with its handles initialised and linked into srv;
  * NULL if libuv refused the handles. */
-static http_conn_t *conn_create(http_server_t *srv)
-{
+static http_conn_t *conn_create(http_server_t *srv) {
   http_conn_t *c = mem_calloc(1, sizeof *c);
   c->srv = srv;
   if (uv_tcp_init(srv->loop, &c->tcp) < 0) {
@@ -1092,8 +979,7 @@ static http_conn_t *conn_create(http_server_t *srv)
   llhttp_init(&c->parser, HTTP_REQUEST, &srv->settings);
   c->parser.data = c;
   c->next = srv->conns;
-  if (srv->conns)
-    srv->conns->prev = c;
+  if (srv->conns) srv->conns->prev = c;
   srv->conns = c;
   srv->n_conns++;
   return c;
@@ -1102,8 +988,7 @@ static http_conn_t *conn_create(http_server_t *srv)
 /* Starts reading and the header timeout (which runs from connect). 0, or
  * -errno with c already closing (it owns its socket either way). */
 static int conn_start(http_conn_t *c) MCPSUB_NODISCARD;
-static int conn_start(http_conn_t *c)
-{
+static int conn_start(http_conn_t *c) {
   (void)uv_tcp_nodelay(&c->tcp, 1); /* best effort: a latency tweak */
   conn_begin_request(c);
   int r = uv_read_start((uv_stream_t *)&c->tcp, conn_on_alloc, conn_on_read);
@@ -1115,43 +1000,34 @@ static int conn_start(http_conn_t *c)
   return 0;
 }
 
-static void server_on_connection(uv_stream_t *listener, int status)
-{
+static void server_on_connection(uv_stream_t *listener, int status) {
   http_server_t *srv = listener->data;
   if (status < 0) {
     log_warn("http: accept failed", "error", uv_strerror(status));
     return;
   }
-  if (srv->closing)
-    return;
+  if (srv->closing) return;
   http_conn_t *c = conn_create(srv);
-  if (c == NULL)
-    return;
+  if (c == NULL) return;
   if (uv_accept(listener, (uv_stream_t *)&c->tcp) < 0) {
     conn_close_now(c);
     return;
   }
-  if (conn_start(c) < 0)
-    log_warn("http: cannot read from an accepted connection");
+  if (conn_start(c) < 0) log_warn("http: cannot read from an accepted connection");
 }
 
 /* ---- server API -------------------------------------------------------- */
 
 http_server_t *http_server_create(uv_loop_t *loop, const http_server_options *opts,
-                                  http_request_cb cb, void *data)
-{
+                                  http_request_cb cb, void *data) {
   http_server_t *srv = mem_calloc(1, sizeof *srv);
   srv->loop = loop;
-  if (opts)
-    srv->opts = *opts;
-  if (srv->opts.max_header == 0)
-    srv->opts.max_header = HTTP_DEFAULT_MAX_HEADER;
-  if (srv->opts.max_body == 0)
-    srv->opts.max_body = HTTP_DEFAULT_MAX_BODY;
+  if (opts) srv->opts = *opts;
+  if (srv->opts.max_header == 0) srv->opts.max_header = HTTP_DEFAULT_MAX_HEADER;
+  if (srv->opts.max_body == 0) srv->opts.max_body = HTTP_DEFAULT_MAX_BODY;
   if (srv->opts.header_timeout_ms == 0)
     srv->opts.header_timeout_ms = HTTP_DEFAULT_HEADER_TIMEOUT_MS;
-  if (srv->opts.max_stream_queue == 0)
-    srv->opts.max_stream_queue = HTTP_DEFAULT_MAX_STREAM_QUEUE;
+  if (srv->opts.max_stream_queue == 0) srv->opts.max_stream_queue = HTTP_DEFAULT_MAX_STREAM_QUEUE;
   srv->cb = cb;
   srv->cb_data = data;
 
@@ -1173,54 +1049,42 @@ http_server_t *http_server_create(uv_loop_t *loop, const http_server_options *op
   return srv;
 }
 
-int http_server_listen(http_server_t *srv, const char *host, int port)
-{
+int http_server_listen(http_server_t *srv, const char *host, int port) {
   struct sockaddr_storage ss;
   int r;
-  if (srv->closing || srv->listener_init)
-    return UV_EINVAL;
+  if (srv->closing || srv->listener_init) return UV_EINVAL;
   memset(&ss, 0, sizeof ss);
   if (uv_ip4_addr(host, port, (struct sockaddr_in *)&ss) != 0) {
     r = uv_ip6_addr(host, port, (struct sockaddr_in6 *)&ss);
-    if (r < 0)
-      return r;
+    if (r < 0) return r;
   }
   r = uv_tcp_init(srv->loop, &srv->listener);
-  if (r < 0)
-    return r;
+  if (r < 0) return r;
   srv->listener_init = true;
   srv->handles_open++;
   srv->listener.data = srv;
   r = uv_tcp_bind(&srv->listener, (const struct sockaddr *)&ss, 0);
-  if (r < 0)
-    return r;
+  if (r < 0) return r;
   return uv_listen((uv_stream_t *)&srv->listener, HTTP_LISTEN_BACKLOG, server_on_connection);
 }
 
-int http_server_port(const http_server_t *srv)
-{
+int http_server_port(const http_server_t *srv) {
   struct sockaddr_storage ss;
   int len = (int)sizeof ss;
-  if (!srv->listener_init)
-    return UV_EINVAL;
+  if (!srv->listener_init) return UV_EINVAL;
   int r = uv_tcp_getsockname(&srv->listener, (struct sockaddr *)&ss, &len);
-  if (r < 0)
-    return r;
-  if (ss.ss_family == AF_INET)
-    return ntohs(((const struct sockaddr_in *)&ss)->sin_port);
-  if (ss.ss_family == AF_INET6)
-    return ntohs(((const struct sockaddr_in6 *)&ss)->sin6_port);
+  if (r < 0) return r;
+  if (ss.ss_family == AF_INET) return ntohs(((const struct sockaddr_in *)&ss)->sin_port);
+  if (ss.ss_family == AF_INET6) return ntohs(((const struct sockaddr_in6 *)&ss)->sin6_port);
   return UV_EAFNOSUPPORT;
 }
 
-int http_server_adopt(http_server_t *srv, uv_os_sock_t fd, const char *bytes, size_t n)
-{
+int http_server_adopt(http_server_t *srv, uv_os_sock_t fd, const char *bytes, size_t n) {
   return http_server_adopt_flags(srv, fd, bytes, n, 0);
 }
 
 int http_server_adopt_flags(http_server_t *srv, uv_os_sock_t fd, const char *bytes, size_t n,
-                            unsigned flags)
-{
+                            unsigned flags) {
   if (srv->closing) {
     close(fd);
     return UV_ECANCELED;
@@ -1236,26 +1100,20 @@ int http_server_adopt_flags(http_server_t *srv, uv_os_sock_t fd, const char *byt
     conn_close_now(c);
     return r;
   }
-  if (n > 0)
-    buf_append(&c->in, bytes, n);
+  if (n > 0) buf_append(&c->in, bytes, n);
   c->adopt_flags = flags;
   r = conn_start(c);
-  if (r < 0)
-    return r; /* c is closing and owns fd */
-  if (c->in.len > 0)
-    conn_schedule(c); /* parsed from the loop, not from inside this call */
+  if (r < 0) return r;                 /* c is closing and owns fd */
+  if (c->in.len > 0) conn_schedule(c); /* parsed from the loop, not from inside this call */
   return 0;
 }
 
-void http_server_close(http_server_t *srv, void (*done)(void *data), void *data)
-{
-  if (srv == NULL || srv->closing)
-    return;
+void http_server_close(http_server_t *srv, void (*done)(void *data), void *data) {
+  if (srv == NULL || srv->closing) return;
   srv->closing = true;
   srv->done = done;
   srv->done_data = data;
-  if (srv->listener_init)
-    uv_close((uv_handle_t *)&srv->listener, server_on_handle_closed);
+  if (srv->listener_init) uv_close((uv_handle_t *)&srv->listener, server_on_handle_closed);
   uv_close((uv_handle_t *)&srv->idle, server_on_handle_closed);
   http_conn_t **lists[] = {&srv->pending, &srv->running};
   for (size_t i = 0; i < ARRAY_LEN(lists); i++) {
@@ -1266,22 +1124,18 @@ void http_server_close(http_server_t *srv, void (*done)(void *data), void *data)
       c->pending = false;
     }
   }
-  for (http_conn_t *c = srv->conns; c; c = c->next)
-    conn_close_now(c);
+  for (http_conn_t *c = srv->conns; c; c = c->next) conn_close_now(c);
 }
 
-void http_server_drain(http_server_t *srv)
-{
-  if (srv == NULL || srv->closing || srv->draining)
-    return;
+void http_server_drain(http_server_t *srv) {
+  if (srv == NULL || srv->closing || srv->draining) return;
   srv->draining = true;
   if (srv->listener_init) {
     srv->listener_init = false;
     uv_close((uv_handle_t *)&srv->listener, server_on_handle_closed);
   }
   for (http_conn_t *c = srv->conns; c; c = c->next) {
-    if (c->closing)
-      continue;
+    if (c->closing) continue;
     /* No complete header block yet (and no unparsed bytes that may hold
      * one): no request is in flight, so nothing is lost by closing. */
     if ((c->phase == PHASE_IDLE || c->phase == PHASE_HEADERS) && c->in.len == 0)
@@ -1290,8 +1144,7 @@ void http_server_drain(http_server_t *srv)
 }
 
 /* Appends the request in hand to b as HTTP/1.x bytes with a Content-Length body. */
-static void conn_serialize_request(const http_conn_t *c, buf_t *b)
-{
+static void conn_serialize_request(const http_conn_t *c, buf_t *b) {
   const http_request_t *r = &c->req;
   buf_printf(b, "%s %s HTTP/%u.%u\r\n", r->method_name, r->target, c->http_major, c->http_minor);
   for (size_t i = 0; i < r->n_headers; i++) {
@@ -1309,8 +1162,7 @@ static void conn_serialize_request(const http_conn_t *c, buf_t *b)
   buf_append(b, r->body, r->body_len);
 }
 
-int http_conn_detach(http_conn_t *c, size_t max_bytes, uv_os_sock_t *fd, buf_t *bytes)
-{
+int http_conn_detach(http_conn_t *c, size_t max_bytes, uv_os_sock_t *fd, buf_t *bytes) {
   if (c == NULL || c->phase != PHASE_DISPATCHED || !c->owner_holds || c->closing ||
       c->handle_closing)
     return -EINVAL;
@@ -1321,14 +1173,11 @@ int http_conn_detach(http_conn_t *c, size_t max_bytes, uv_os_sock_t *fd, buf_t *
   size_t need = strlen(r->target) + r->body_len + c->in.len + 64;
   for (size_t i = 0; i < r->n_headers; i++)
     need += strlen(r->headers[i].name) + strlen(r->headers[i].value) + 4;
-  if (need > max_bytes)
-    return -E2BIG;
+  if (need > max_bytes) return -E2BIG;
   uv_os_fd_t own;
-  if (uv_fileno((uv_handle_t *)&c->tcp, &own) < 0)
-    return -EBADF;
+  if (uv_fileno((uv_handle_t *)&c->tcp, &own) < 0) return -EBADF;
   int dup_fd = fcntl(own, F_DUPFD_CLOEXEC, 0);
-  if (dup_fd < 0)
-    return -errno;
+  if (dup_fd < 0) return -errno;
   conn_serialize_request(c, bytes);
   buf_append(bytes, c->in.data ? c->in.data : "", c->in.len);
   *fd = dup_fd;
@@ -1341,17 +1190,14 @@ int http_conn_detach(http_conn_t *c, size_t max_bytes, uv_os_sock_t *fd, buf_t *
   return 0;
 }
 
-unsigned http_conn_request_flags(const http_conn_t *c)
-{
+unsigned http_conn_request_flags(const http_conn_t *c) {
   return c ? c->req_flags : 0;
 }
 
-void http_server_destroy(http_server_t *srv)
-{
+void http_server_destroy(http_server_t *srv) {
   free(srv);
 }
 
-size_t http_server_connections(const http_server_t *srv)
-{
+size_t http_server_connections(const http_server_t *srv) {
   return srv ? srv->n_conns : 0;
 }

@@ -44,9 +44,9 @@ typedef struct http_request {
   char *query;             /* after '?', not decoded, or NULL */
   http_header *headers;
   size_t n_headers;
-  char *body;              /* NUL-terminated; "" when none */
+  char *body; /* NUL-terminated; "" when none */
   size_t body_len;
-  bool keep_alive;         /* false when the client asked to close or spoke HTTP/1.0 without keep-alive */
+  bool keep_alive; /* false when the client asked to close or spoke HTTP/1.0 without keep-alive */
 } http_request_t;
 
 /* Value of the first header named lname (lowercase), or NULL. */
@@ -58,11 +58,11 @@ typedef void (*http_request_cb)(http_conn_t *c, http_request_t *req, void *data)
  * 4 MiB body, 10 s header timeout, 1 MiB stream queue). header_timeout_ms
  * also bounds silence in the middle of a body. */
 typedef struct http_server_options {
-  size_t max_header;           /* bytes of request line + headers; 16 KiB */
-  size_t max_body;             /* bytes of decoded body */
-  uint64_t header_timeout_ms;  /* from first byte of a request (or connect) to end of headers */
-  uint64_t keepalive_idle_ms;  /* an idle kept-alive connection is closed after this (0 = never) */
-  size_t max_stream_queue;     /* queued bytes allowed on a stream before it is cut */
+  size_t max_header;          /* bytes of request line + headers; 16 KiB */
+  size_t max_body;            /* bytes of decoded body */
+  uint64_t header_timeout_ms; /* from first byte of a request (or connect) to end of headers */
+  uint64_t keepalive_idle_ms; /* an idle kept-alive connection is closed after this (0 = never) */
+  size_t max_stream_queue;    /* queued bytes allowed on a stream before it is cut */
 } http_server_options;
 
 /* Creates a server on loop; cb is called once per complete request. */
@@ -75,10 +75,11 @@ int http_server_listen(http_server_t *srv, const char *host, int port) MCPSUB_NO
  * if they had just arrived. The fd is owned by the server from here on,
  * even on failure (it is closed). 0 or -errno.
  */
-int http_server_adopt(http_server_t *srv, uv_os_sock_t fd, const char *bytes, size_t n)
-    MCPSUB_NODISCARD;
+int http_server_adopt(http_server_t *srv, uv_os_sock_t fd, const char *bytes,
+                      size_t n) MCPSUB_NODISCARD;
 /* Flags of http_server_adopt_flags. */
-#define HTTP_ADOPT_REROUTED 0x1u /* the first request was already routed once: do not hand it back */
+#define HTTP_ADOPT_REROUTED                                                                        \
+  0x1u /* the first request was already routed once: do not hand it back */
 
 /*
  * http_server_adopt, with flags that apply to the first request read from
@@ -169,8 +170,8 @@ unsigned http_conn_request_flags(const http_conn_t *c);
  * -EAGAIN while an earlier response is not yet all in the kernel,
  * -EINVAL when no request is held, or -errno.
  */
-int http_conn_detach(http_conn_t *c, size_t max_bytes, uv_os_sock_t *fd, buf_t *bytes)
-    MCPSUB_NODISCARD;
+int http_conn_detach(http_conn_t *c, size_t max_bytes, uv_os_sock_t *fd,
+                     buf_t *bytes) MCPSUB_NODISCARD;
 
 /* Reason phrase for a status code ("OK", "Not Found", ...). */
 const char *http_status_text(int status);

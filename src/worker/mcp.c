@@ -64,7 +64,8 @@ static cJSON *mcp_initialize(mcp_call *call) {
   worker_t *w = call->w;
   const cJSON *requested = cJSON_GetObjectItemCaseSensitive(call->params, "protocolVersion");
   if (!cJSON_IsString(requested))
-    return mcp_call_fail(call, JSONRPC_INVALID_PARAMS, "initialize requires params.protocolVersion");
+    return mcp_call_fail(call, JSONRPC_INVALID_PARAMS,
+                         "initialize requires params.protocolVersion");
   if (w->sessions.count >= w->cfg->max_sessions)
     return mcp_call_fail(call, -32000, "too many sessions (limit %zu)", w->cfg->max_sessions);
   /* Negotiation: the client's version when we speak it, else our latest. */
@@ -158,7 +159,8 @@ static bool accept_allows(const char *accept, const char *type) {
     p += strspn(p, " \t,");
     size_t len = strcspn(p, ",;");
     while (len > 0 && (p[len - 1] == ' ' || p[len - 1] == '\t')) len--;
-    if ((len == strlen(type) && strncasecmp(p, type, len) == 0) || (len == 3 && strncmp(p, "*/*", 3) == 0) ||
+    if ((len == strlen(type) && strncasecmp(p, type, len) == 0) ||
+        (len == 3 && strncmp(p, "*/*", 3) == 0) ||
         (len == slash + 2 && strncasecmp(p, type, slash + 1) == 0 && p[slash + 1] == '*'))
       return true;
     p += strcspn(p, ",");
@@ -254,7 +256,8 @@ static cJSON *mcp_request(worker_t *w, session_t *s, const cJSON *msg, session_t
   const cJSON *params = cJSON_GetObjectItemCaseSensitive(msg, "params");
   if (params != NULL && !cJSON_IsObject(params))
     return jsonrpc_error(id, JSONRPC_INVALID_PARAMS, "params must be an object");
-  mcp_call call = {.w = w, .session = s, .method = method, .params = params, .conn = conn, .id = id};
+  mcp_call call = {
+      .w = w, .session = s, .method = method, .params = params, .conn = conn, .id = id};
   if (s != NULL) session_log(s, SESSION_LOG_DEBUG, "mcpsub", method);
   for (size_t i = 0; i < ARRAY_LEN(mcp_methods); i++) {
     if (strcmp(method, mcp_methods[i].name) != 0) continue;
@@ -287,11 +290,8 @@ static cJSON *mcp_message(worker_t *w, session_t *s, const cJSON *msg, session_t
                           bool *invalid, http_conn_t *conn, bool *pending) {
   const char *why = NULL;
   switch (jsonrpc_classify(msg, &why)) {
-  case JSONRPC_REQUEST:
-    return mcp_request(w, s, msg, created, conn, pending);
-  case JSONRPC_NOTIFICATION:
-    mcp_notification(w, s, msg);
-    return NULL;
+  case JSONRPC_REQUEST: return mcp_request(w, s, msg, created, conn, pending);
+  case JSONRPC_NOTIFICATION: mcp_notification(w, s, msg); return NULL;
   case JSONRPC_RESPONSE:
     return NULL; /* we send no requests to clients yet: nothing awaits a reply */
   case JSONRPC_INVALID:
@@ -383,8 +383,10 @@ static void mcp_post(worker_t *w, http_conn_t *c, http_request_t *req) {
       cJSON *reply = mcp_message(w, s, item, &unused, &invalid, NULL, &pending);
       if (reply != NULL) cJSON_AddItemToArray(replies, reply);
     }
-    if (cJSON_GetArraySize(replies) == 0) http_respond(c, 202, NULL, 0, NULL, 0);
-    else worker_respond_json(c, 200, replies, NULL, 0);
+    if (cJSON_GetArraySize(replies) == 0)
+      http_respond(c, 202, NULL, 0, NULL, 0);
+    else
+      worker_respond_json(c, 200, replies, NULL, 0);
     cJSON_Delete(replies);
     goto done;
   }

@@ -14,21 +14,21 @@
 #include "worker/session.h"
 #include "worker/worker.h"
 
-#define MCP_LATEST_VERSION "2025-11-25"
+#define MCP_LATEST_VERSION  "2025-11-25"
 #define MCP_DEFAULT_VERSION "2025-03-26" /* assumed without MCP-Protocol-Version */
 
 /* One JSON-RPC request being handled. */
 typedef struct mcp_call {
   worker_t *w;
-  session_t *session;      /* NULL only for initialize */
+  session_t *session; /* NULL only for initialize */
   const char *method;
-  const cJSON *params;     /* object, or NULL when absent */
-  int err_code;            /* set with err_msg when a handler returns NULL */
+  const cJSON *params; /* object, or NULL when absent */
+  int err_code;        /* set with err_msg when a handler returns NULL */
   char err_msg[512];
-  session_t *created;      /* initialize: the new session */
-  http_conn_t *conn;       /* where the answer goes; NULL inside a batch (no waiting) */
-  const cJSON *id;         /* the request id */
-  bool pending;            /* the handler will answer later (it returned NULL) */
+  session_t *created; /* initialize: the new session */
+  http_conn_t *conn;  /* where the answer goes; NULL inside a batch (no waiting) */
+  const cJSON *id;    /* the request id */
+  bool pending;       /* the handler will answer later (it returned NULL) */
 } mcp_call;
 
 /* A handler returns the result (a new cJSON), or NULL after mcp_call_fail. */

@@ -51,7 +51,8 @@ static cJSON *resource_item(const char *uri, const char *name, const char *descr
 
 /* The i-th listed resource: 0 is mcpsub://about, then a collection and a schema per table. */
 static cJSON *resource_list_item(const mcp_call *call, const store_table *tables, int i) {
-  if (i == 0) return resource_item("mcpsub://about", "about", "Server, protocol and table overview");
+  if (i == 0)
+    return resource_item("mcpsub://about", "about", "Server, protocol and table overview");
   const store_table *t = &tables[(i - 1) / 2];
   buf_t b;
   buf_init(&b);
@@ -97,7 +98,8 @@ cJSON *resources_list(mcp_call *call) {
   if (end > total) end = total;
   cJSON *result = cJSON_CreateObject();
   cJSON *list = cJSON_AddArrayToObject(result, "resources");
-  for (long i = offset; i < end; i++) cJSON_AddItemToArray(list, resource_list_item(call, tables, (int)i));
+  for (long i = offset; i < end; i++)
+    cJSON_AddItemToArray(list, resource_list_item(call, tables, (int)i));
   if (end < total) {
     char next[32];
     snprintf(next, sizeof(next), "o%ld", end);
@@ -191,7 +193,8 @@ static cJSON *about_json(const mcp_call *call) {
     char *uri = uri_format_collection(base_url(call), tables[i].name);
     cJSON_AddStringToObject(t, "uri", uri);
     free(uri);
-    cJSON_AddStringToObject(t, "key", tables[i].key_col >= 0 ? tables[i].cols[tables[i].key_col].name : "rowid");
+    cJSON_AddStringToObject(
+        t, "key", tables[i].key_col >= 0 ? tables[i].cols[tables[i].key_col].name : "rowid");
     cJSON_AddItemToArray(list, t);
   }
   return doc;
@@ -227,7 +230,8 @@ static cJSON *read_collection(mcp_call *call, const char *uri_text, const uri_t 
   cJSON *rows = NULL;
   char *next = NULL;
   int64_t version = 0;
-  int rc = store_query(call->w->store, t, filters, u->n_filters, (int)limit, u->cursor, &rows, &next);
+  int rc =
+      store_query(call->w->store, t, filters, u->n_filters, (int)limit, u->cursor, &rows, &next);
   if (rc == 0) rc = store_table_version(call->w->store, t, &version);
   if (rc == -EINVAL) {
     mcp_call_fail(call, JSONRPC_INVALID_PARAMS, "invalid cursor");
@@ -262,8 +266,10 @@ cJSON *resources_read(mcp_call *call) {
   const char *text = uri_item->valuestring;
   uri_t u;
   int rc = uri_parse(base_url(call), text, &u);
-  if (rc == -ENOENT) return mcp_call_fail(call, MCP_RESOURCE_NOT_FOUND, "Resource not found: %s", text);
-  if (rc != 0) return mcp_call_fail(call, JSONRPC_INVALID_PARAMS, "malformed resource URI: %s", text);
+  if (rc == -ENOENT)
+    return mcp_call_fail(call, MCP_RESOURCE_NOT_FOUND, "Resource not found: %s", text);
+  if (rc != 0)
+    return mcp_call_fail(call, JSONRPC_INVALID_PARAMS, "malformed resource URI: %s", text);
 
   cJSON *result = NULL;
   const store_table *t = u.table != NULL ? store_find_table(call->w->store, u.table) : NULL;
@@ -334,8 +340,9 @@ cJSON *completion_complete(mcp_call *call) {
   const cJSON *name = cJSON_GetObjectItemCaseSensitive(arg, "name");
   const cJSON *value = cJSON_GetObjectItemCaseSensitive(arg, "value");
   if (!cJSON_IsString(type) || !cJSON_IsString(name) || !cJSON_IsString(value))
-    return mcp_call_fail(call, JSONRPC_INVALID_PARAMS,
-                         "completion/complete requires params.ref.type and params.argument {name, value}");
+    return mcp_call_fail(
+        call, JSONRPC_INVALID_PARAMS,
+        "completion/complete requires params.ref.type and params.argument {name, value}");
   if (strcmp(type->valuestring, "ref/resource") != 0)
     return mcp_call_fail(call, JSONRPC_INVALID_PARAMS, "no completions for %s", type->valuestring);
   const cJSON *tmpl = cJSON_GetObjectItemCaseSensitive(ref, "uri");

@@ -124,14 +124,12 @@ static void rest_collection_post(worker_t *w, http_conn_t *c, const http_request
   free(key);
 }
 
-static void rest_record(worker_t *w, http_conn_t *c, const http_request_t *req, const store_table *t,
-                        const char *key) {
+static void rest_record(worker_t *w, http_conn_t *c, const http_request_t *req,
+                        const store_table *t, const char *key) {
   char err[256] = "";
   int rc;
   switch (req->method) {
-  case HTTP_GET:
-    rest_send_record(w, c, 200, t, key, NULL);
-    return;
+  case HTTP_GET: rest_send_record(w, c, 200, t, key, NULL); return;
   case HTTP_PUT:
   case HTTP_PATCH: {
     cJSON *body = rest_parse_body(c, req);
@@ -158,8 +156,7 @@ static void rest_record(worker_t *w, http_conn_t *c, const http_request_t *req, 
     subs_after_write(w);
     http_respond(c, 204, NULL, 0, NULL, 0);
     return;
-  default:
-    worker_respond_not_allowed(c, "GET, PUT, PATCH, DELETE");
+  default: worker_respond_not_allowed(c, "GET, PUT, PATCH, DELETE");
   }
 }
 

@@ -101,7 +101,8 @@ static void collect_cb(const char *key, size_t len, void *value, void *data) {
   ctx->list[ctx->n++] = value;
 }
 
-void session_registry_foreach(session_registry_t *reg, void (*fn)(session_t *s, void *data), void *data) {
+void session_registry_foreach(session_registry_t *reg, void (*fn)(session_t *s, void *data),
+                              void *data) {
   /* A snapshot, so that fn may remove sessions. */
   foreach_ctx ctx = {mem_alloc((reg->count + 1) * sizeof(session_t *)), 0};
   strmap_foreach(&reg->by_id, collect_cb, &ctx);
@@ -113,8 +114,10 @@ void session_registry_foreach(session_registry_t *reg, void (*fn)(session_t *s, 
 
 static void session_stream_unlink(session_t *s) {
   session_registry_t *reg = s->registry;
-  if (s->stream_prev != NULL) s->stream_prev->stream_next = s->stream_next;
-  else reg->streams = s->stream_next;
+  if (s->stream_prev != NULL)
+    s->stream_prev->stream_next = s->stream_next;
+  else
+    reg->streams = s->stream_next;
   if (s->stream_next != NULL) s->stream_next->stream_prev = s->stream_prev;
   s->stream_prev = s->stream_next = NULL;
   s->stream = NULL;
@@ -171,7 +174,8 @@ static bool session_write(session_t *s, const frame_t *f) {
 void session_stream_prime(session_t *s) {
   if (s->stream == NULL) return;
   /* Kept in the ring too: a reconnect naming it is then replayed exactly. */
-  frame_t *f = frame_create(s->registry->position(s->registry->position_data), 's', s->next_frame++, "", 0);
+  frame_t *f =
+      frame_create(s->registry->position(s->registry->position_data), 's', s->next_frame++, "", 0);
   session_deliver(s, f);
   frame_unref(f);
 }
@@ -223,7 +227,8 @@ void session_replay_undelivered(session_t *s) {
 
 int session_send(session_t *s, const char *json, size_t len) {
   if (s->stream == NULL) return -ENOTCONN;
-  frame_t *f = frame_create(s->registry->position(s->registry->position_data), 's', s->next_frame++, json, len);
+  frame_t *f = frame_create(s->registry->position(s->registry->position_data), 's', s->next_frame++,
+                            json, len);
   session_deliver(s, f);
   frame_unref(f);
   return 0;

@@ -43,21 +43,21 @@ enum session_log_level {
 typedef struct session_registry session_registry_t;
 
 typedef struct session {
-  sub_owner owner;            /* SUB_OWNER_SESSION; first, so a sub's owner is the session */
+  sub_owner owner; /* SUB_OWNER_SESSION; first, so a sub's owner is the session */
   char id[SESSION_ID_LEN + 1];
   char protocol_version[16];
   enum session_log_level log_level;
-  int64_t created_ms;         /* Unix ms */
-  int64_t last_seen_ms;       /* Unix ms of the last request or stream activity */
-  int64_t persisted_seen_ms;  /* last_seen as last written to mcp_session */
-  uint64_t next_frame;        /* number for the session's own frames' ids */
-  http_conn_t *stream;        /* open GET stream, or NULL */
-  sub_t *subs;                /* subscriptions, through sub_t.owner_next */
+  int64_t created_ms;        /* Unix ms */
+  int64_t last_seen_ms;      /* Unix ms of the last request or stream activity */
+  int64_t persisted_seen_ms; /* last_seen as last written to mcp_session */
+  uint64_t next_frame;       /* number for the session's own frames' ids */
+  http_conn_t *stream;       /* open GET stream, or NULL */
+  sub_t *subs;               /* subscriptions, through sub_t.owner_next */
   size_t n_subs;
-  frame_t **ring;             /* SESSION_RING_SIZE slots, allocated on first use */
+  frame_t **ring; /* SESSION_RING_SIZE slots, allocated on first use */
   unsigned ring_start, ring_count;
-  unsigned undelivered;       /* newest ring frames no stream has taken yet */
-  int64_t lost_from_seq;      /* undelivered frames fell off the ring from here; -1 none */
+  unsigned undelivered;  /* newest ring frames no stream has taken yet */
+  int64_t lost_from_seq; /* undelivered frames fell off the ring from here; -1 none */
   session_registry_t *registry;
   struct session *stream_prev, *stream_next; /* registry's list of streaming sessions */
 } session_t;
@@ -65,14 +65,14 @@ typedef struct session {
 struct session_registry {
   strmap by_id;
   size_t count;
-  session_t *streams;   /* sessions with an open stream */
+  session_t *streams; /* sessions with an open stream */
   size_t n_streams;
   unsigned sse_retry_ms;
   /* The feed's audit position, for the ids of a session's own frames. */
   int64_t (*position)(void *data);
   void *position_data;
-  uint64_t frames_sent;    /* frames written to streams */
-  uint64_t frames_dropped; /* frames no stream took before they left the ring */
+  uint64_t frames_sent;     /* frames written to streams */
+  uint64_t frames_dropped;  /* frames no stream took before they left the ring */
   uint64_t frames_replayed; /* frames sent again on a resumption (ring or audit log) */
 };
 
@@ -86,10 +86,12 @@ session_t *session_registry_add(session_registry_t *reg, const char *id,
                                 const char *protocol_version, int64_t now_ms);
 /* The live session with this id, or NULL. len is the id's length. */
 session_t *session_registry_find(session_registry_t *reg, const char *id, size_t len);
-/* Ends the session's stream (if any), drops its ring and frees it. Its subscriptions must be gone. */
+/* Ends the session's stream (if any), drops its ring and frees it. Its subscriptions must be gone.
+ */
 void session_registry_remove(session_registry_t *reg, session_t *s);
 /* Calls fn for every session; fn may remove the session it is given. */
-void session_registry_foreach(session_registry_t *reg, void (*fn)(session_t *s, void *data), void *data);
+void session_registry_foreach(session_registry_t *reg, void (*fn)(session_t *s, void *data),
+                              void *data);
 
 /*
  * Makes c the session's SSE stream: sends the 200 response head and the

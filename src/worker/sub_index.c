@@ -82,8 +82,10 @@ static void topic_link(sub_topic **head, sub_topic *t) {
 }
 
 static void topic_unlink(sub_topic **head, sub_topic *t) {
-  if (t->prev != NULL) t->prev->next = t->next;
-  else *head = t->next;
+  if (t->prev != NULL)
+    t->prev->next = t->next;
+  else
+    *head = t->next;
   if (t->next != NULL) t->next->prev = t->prev;
   t->next = t->prev = NULL;
 }
@@ -126,8 +128,10 @@ static void topic_destroy(sub_index *idx, sub_topic *t) {
     record_key(&k, table, t->parsed.key);
     sub_topic *head = strmap_get(&idx->records, k.data, k.len);
     topic_unlink(&head, t);
-    if (head != NULL) strmap_put(&idx->records, k.data, k.len, head);
-    else strmap_remove(&idx->records, k.data, k.len);
+    if (head != NULL)
+      strmap_put(&idx->records, k.data, k.len, head);
+    else
+      strmap_remove(&idx->records, k.data, k.len);
     buf_finish(&k);
   } else {
     topic_unlink(t->parsed.kind == URI_FILTERED ? &st->filtered : &st->collections, t);
@@ -158,8 +162,10 @@ sub_t *sub_index_add(sub_index *idx, const char *uri, const uri_t *parsed, sub_o
 
 void sub_index_remove(sub_index *idx, sub_t *s) {
   sub_topic *t = s->topic;
-  if (s->topic_prev != NULL) s->topic_prev->topic_next = s->topic_next;
-  else t->subs = s->topic_next;
+  if (s->topic_prev != NULL)
+    s->topic_prev->topic_next = s->topic_next;
+  else
+    t->subs = s->topic_next;
   if (s->topic_next != NULL) s->topic_next->topic_prev = s->topic_prev;
   if (s->owner->kind == SUB_OWNER_SESSION) t->n_session_subs--;
   free(s);
@@ -220,7 +226,8 @@ void sub_index_match(const sub_index *idx, const sub_change *change,
     match_records(idx, change->table, change->old_key, fn, data);
   for (sub_topic *t = st->collections; t != NULL; t = t->next) fn(t, data);
   for (sub_topic *t = st->filtered; t != NULL; t = t->next) {
-    if (sub_filters_match(&t->parsed, change->old_row) || sub_filters_match(&t->parsed, change->new_row))
+    if (sub_filters_match(&t->parsed, change->old_row) ||
+        sub_filters_match(&t->parsed, change->new_row))
       fn(t, data);
   }
 }
@@ -232,9 +239,9 @@ bool sub_topic_matches(const sub_topic *t, const sub_change *change) {
     return strcmp(t->parsed.key, change->key) == 0 ||
            (change->old_key != NULL && strcmp(t->parsed.key, change->old_key) == 0);
   case URI_FILTERED:
-    return sub_filters_match(&t->parsed, change->old_row) || sub_filters_match(&t->parsed, change->new_row);
-  default:
-    return true;
+    return sub_filters_match(&t->parsed, change->old_row) ||
+           sub_filters_match(&t->parsed, change->new_row);
+  default: return true;
   }
 }
 

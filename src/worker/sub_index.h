@@ -38,10 +38,10 @@ typedef struct sub_owner {
 } sub_owner;
 
 struct sub_topic {
-  uint32_t id;         /* unique within the index's lifetime; names the topic in event ids */
-  char *uri;           /* exactly as subscribed */
-  uri_t parsed;        /* kind, table, key, filters */
-  sub_t *subs;         /* subscribers (doubly linked through topic_prev/next) */
+  uint32_t id;           /* unique within the index's lifetime; names the topic in event ids */
+  char *uri;             /* exactly as subscribed */
+  uri_t parsed;          /* kind, table, key, filters */
+  sub_t *subs;           /* subscribers (doubly linked through topic_prev/next) */
   size_t n_session_subs; /* of which owned by sessions */
   size_t n_subs;
   sub_topic *next, *prev; /* in its table's collection or filtered list, or its record bucket */
@@ -50,15 +50,15 @@ struct sub_topic {
 struct sub {
   sub_topic *topic;
   sub_owner *owner;
-  int64_t since_seq;  /* omitCurrent: only changes with a greater audit seq notify */
+  int64_t since_seq; /* omitCurrent: only changes with a greater audit seq notify */
   sub_t *topic_prev, *topic_next;
-  sub_t *owner_next;   /* the owner's own list; maintained by the owner */
+  sub_t *owner_next; /* the owner's own list; maintained by the owner */
 };
 
 typedef struct sub_index {
-  strmap topics;    /* uri -> sub_topic */
-  strmap tables;    /* table name -> struct sub_table (collection + filtered lists) */
-  strmap records;   /* table \0 key -> sub_topic list head */
+  strmap topics;  /* uri -> sub_topic */
+  strmap tables;  /* table name -> struct sub_table (collection + filtered lists) */
+  strmap records; /* table \0 key -> sub_topic list head */
   uint32_t next_topic_id;
   size_t n_subs;
 } sub_index;

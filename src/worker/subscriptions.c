@@ -32,8 +32,8 @@
  */
 struct coalesce_entry {
   coalesce_entry *next;
-  char *map_key;        /* "<topic id> <record uri>" */
-  char *topic_uri;      /* the topic may be gone when the window closes */
+  char *map_key;   /* "<topic id> <record uri>" */
+  char *topic_uri; /* the topic may be gone when the window closes */
   char *record_uri;
   int64_t window_start; /* loop time, ms */
   int64_t held_seq;     /* newest change held back, or 0 */
@@ -54,8 +54,10 @@ static void coalesce_arm(worker_t *w) {
 
 static void coalesce_push(worker_t *w, coalesce_entry *e) {
   e->next = NULL;
-  if (w->coalesce_tail != NULL) w->coalesce_tail->next = e;
-  else w->coalesce_head = e;
+  if (w->coalesce_tail != NULL)
+    w->coalesce_tail->next = e;
+  else
+    w->coalesce_head = e;
   w->coalesce_tail = e;
 }
 
@@ -124,9 +126,12 @@ static void coalesce_finish(worker_t *w) {
 
 /* Frames -------------------------------------------------------------------- */
 
-/* {"jsonrpc":"2.0","method":"notifications/resources/updated","params":{"uri":U,"subscribedUri":S}} */
+/* {"jsonrpc":"2.0","method":"notifications/resources/updated","params":{"uri":U,"subscribedUri":S}}
+ */
 static void format_updated(buf_t *b, const char *uri, const char *subscribed) {
-  buf_append_str(b, "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/resources/updated\",\"params\":{\"uri\":");
+  buf_append_str(
+      b,
+      "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/resources/updated\",\"params\":{\"uri\":");
   buf_append_json_string(b, uri, strlen(uri));
   buf_append_str(b, ",\"subscribedUri\":");
   buf_append_json_string(b, subscribed, strlen(subscribed));
@@ -134,15 +139,17 @@ static void format_updated(buf_t *b, const char *uri, const char *subscribed) {
 }
 
 static void subs_deliver(worker_t *w, sub_t *sub, frame_t *f) {
-  if (sub->owner->kind == SUB_OWNER_SESSION) session_deliver((session_t *)sub->owner, f);
-  else wait_on_match(w, sub);
+  if (sub->owner->kind == SUB_OWNER_SESSION)
+    session_deliver((session_t *)sub->owner, f);
+  else
+    wait_on_match(w, sub);
 }
 
 /* Formats the topic's frame for this change once and hands it to every subscriber. */
 static void subs_send_topic(worker_t *w, sub_topic *t, const char *record_uri, int64_t seq) {
   frame_t *f = NULL;
   for (sub_t *sub = t->subs, *next; sub != NULL; sub = next) {
-    next = sub->topic_next; /* a waiter may leave the topic when it completes */
+    next = sub->topic_next;              /* a waiter may leave the topic when it completes */
     if (sub->since_seq >= seq) continue; /* omitCurrent: subscribed after this change */
     if (f == NULL && t->n_session_subs > 0) {
       buf_t b;
@@ -193,7 +200,8 @@ static void subs_on_batch_end(void *data) {
 
 static void subs_on_schema_change(void *data) {
   worker_t *w = data;
-  static const char msg[] = "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/resources/list_changed\"}";
+  static const char msg[] =
+      "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/resources/list_changed\"}";
   log_info("exported tables changed");
   for (session_t *s = w->sessions.streams, *next; s != NULL; s = next) {
     next = s->stream_next;
@@ -265,7 +273,8 @@ int subs_resolve(worker_t *w, const char *text, uri_t *u) {
   if (u->kind == URI_COLLECTION || u->kind == URI_RECORD || u->kind == URI_FILTERED)
     t = store_find_table(w->store, u->table);
   bool ok = t != NULL;
-  for (size_t i = 0; ok && i < u->n_filters; i++) ok = store_column_index(t, u->filters[i].column) >= 0;
+  for (size_t i = 0; ok && i < u->n_filters; i++)
+    ok = store_column_index(t, u->filters[i].column) >= 0;
   if (ok && u->kind == URI_RECORD && t->key_integer) {
     /* The audit log spells integer keys canonically; so must the topic. */
     char *end;
@@ -300,7 +309,8 @@ static void session_unsubscribe(worker_t *w, session_t *s, sub_t **slot) {
   sub_index_remove(&w->subs, sub);
 }
 
-static void session_subscribe(worker_t *w, session_t *s, const char *uri, const uri_t *u, int64_t since) {
+static void session_subscribe(worker_t *w, session_t *s, const char *uri, const uri_t *u,
+                              int64_t since) {
   sub_t *sub = sub_index_add(&w->subs, uri, u, &s->owner, since);
   sub->owner_next = s->subs;
   s->subs = sub;
@@ -327,7 +337,8 @@ static const char *subs_uri_param(mcp_call *call, uri_t *u) {
     return NULL;
   }
   if (subs_resolve(call->w, uri->valuestring, u) != 0) {
-    mcp_call_fail(call, JSONRPC_INVALID_PARAMS, "resource is not subscribable: %.400s", uri->valuestring);
+    mcp_call_fail(call, JSONRPC_INVALID_PARAMS, "resource is not subscribable: %.400s",
+                  uri->valuestring);
     return NULL;
   }
   return uri->valuestring;
@@ -342,7 +353,8 @@ cJSON *subs_subscribe(mcp_call *call) {
   cJSON *result = NULL;
   sub_t **slot = session_sub_slot(s, uri);
   if (w->cfg->strict_subscribe && s->stream == NULL) {
-    mcp_call_fail(call, JSONRPC_INVALID_PARAMS, "open the GET SSE stream before subscribing to resources");
+    mcp_call_fail(call, JSONRPC_INVALID_PARAMS,
+                  "open the GET SSE stream before subscribing to resources");
   } else if (*slot == NULL && s->n_subs >= w->cfg->max_subscriptions) {
     mcp_call_fail(call, JSONRPC_INVALID_PARAMS, "too many subscriptions: at most %zu per session",
                   w->cfg->max_subscriptions);
@@ -413,13 +425,13 @@ void subs_session_restore(worker_t *w, session_t *s, const char *subscriptions) 
 typedef struct recover_ctx {
   worker_t *w;
   session_t *s;
-  int64_t from;    /* the resume point */
-  int64_t upto;    /* the tailer sends what is after this live */
-  strmap seen;     /* "<record uri>\n<subscribed uri>" already collected */
+  int64_t from; /* the resume point */
+  int64_t upto; /* the tailer sends what is after this live */
+  strmap seen;  /* "<record uri>\n<subscribed uri>" already collected */
   buf_t key;
-  char **pending;  /* notification JSON texts, in change order */
+  char **pending; /* notification JSON texts, in change order */
   size_t n_pending;
-  int64_t last;    /* last seq read */
+  int64_t last; /* last seq read */
   bool overflow;
 } recover_ctx;
 
@@ -431,7 +443,8 @@ static int recover_row(const store_audit_row *row, void *data) {
   char *record_uri = NULL;
   for (sub_t *sub = ctx->s->subs; sub != NULL; sub = sub->owner_next) {
     if (sub->since_seq >= row->seq || !sub_topic_matches(sub->topic, &change)) continue;
-    if (record_uri == NULL) record_uri = uri_format_record(ctx->w->cfg->public_url, row->table, row->key);
+    if (record_uri == NULL)
+      record_uri = uri_format_record(ctx->w->cfg->public_url, row->table, row->key);
     buf_reset(&ctx->key);
     buf_printf(&ctx->key, "%s\n%s", record_uri, sub->topic->uri);
     if (strmap_get(&ctx->seen, ctx->key.data, ctx->key.len) != NULL) continue;
@@ -495,14 +508,16 @@ static void subs_recover(worker_t *w, session_t *s, int64_t from) {
     if (n < TAILER_BATCH || ctx.last == before) break;
   }
   /* All or nothing: a partial list would look complete to the client. */
-  if (!exact || ctx.overflow) recover_everything(&ctx);
+  if (!exact || ctx.overflow)
+    recover_everything(&ctx);
   else
     for (size_t i = 0; i < ctx.n_pending; i++) recover_send(&ctx, ctx.pending[i], i);
   char from_text[32], n_text[32];
   snprintf(from_text, sizeof(from_text), "%lld", (long long)from);
-  snprintf(n_text, sizeof(n_text), "%zu", exact && !ctx.overflow ? ctx.n_pending : (size_t)s->n_subs);
-  log_info("stream resumed from the audit log", "session", s->id, "from", from_text, "updates", n_text,
-           "exact", exact && !ctx.overflow ? "true" : "false");
+  snprintf(n_text, sizeof(n_text), "%zu",
+           exact && !ctx.overflow ? ctx.n_pending : (size_t)s->n_subs);
+  log_info("stream resumed from the audit log", "session", s->id, "from", from_text, "updates",
+           n_text, "exact", exact && !ctx.overflow ? "true" : "false");
   for (size_t i = 0; i < ctx.n_pending; i++) free(ctx.pending[i]);
   free(ctx.pending);
   buf_finish(&ctx.key);

@@ -78,7 +78,8 @@ void tailer_run(tailer_t *t) {
 }
 
 void tailer_kick(tailer_t *t) {
-  if (t->active && !uv_is_active((uv_handle_t *)&t->kick)) uv_timer_start(&t->kick, tailer_on_kick, 0, 0);
+  if (t->active && !uv_is_active((uv_handle_t *)&t->kick))
+    uv_timer_start(&t->kick, tailer_on_kick, 0, 0);
 }
 
 static void tailer_on_kick(uv_timer_t *h) {
@@ -130,7 +131,8 @@ void tailer_set_active(tailer_t *t, bool active) {
   if (store_data_version(t->store, &t->data_version) != 0) t->data_version = 0;
   int rc = uv_fs_event_start(&t->watch, tailer_on_fs, t->db_dir, 0);
   t->watching = rc == 0;
-  if (rc != 0) log_warn("cannot watch the database directory; polling only", "error", uv_strerror(rc));
+  if (rc != 0)
+    log_warn("cannot watch the database directory; polling only", "error", uv_strerror(rc));
   uv_timer_start(&t->poll, tailer_on_poll, TAILER_SAFETY_POLL_MS, TAILER_SAFETY_POLL_MS);
 }
 

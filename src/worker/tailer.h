@@ -24,7 +24,7 @@
 
 #include "common/store.h"
 
-#define TAILER_BATCH 256
+#define TAILER_BATCH          256
 #define TAILER_SAFETY_POLL_MS 1000
 /*
  * A writer appends its commit frame to the -wal file before it publishes
@@ -33,7 +33,7 @@
  * every TAILER_RECHECK_MS, TAILER_RECHECKS times.
  */
 #define TAILER_RECHECK_MS 5
-#define TAILER_RECHECKS 20
+#define TAILER_RECHECKS   20
 
 typedef struct tailer_ops {
   /* One committed change; row may be used only during the call. */
@@ -49,20 +49,20 @@ typedef struct tailer {
   store_t *store;
   const tailer_ops *ops;
   void *data;
-  char *db_dir;       /* directory watched */
-  char *wal_name;     /* basename of the -wal file */
-  char *db_name;      /* basename of the database file */
+  char *db_dir;   /* directory watched */
+  char *wal_name; /* basename of the -wal file */
+  char *db_name;  /* basename of the database file */
   uv_fs_event_t watch;
   uv_timer_t poll;
   uv_timer_t kick;    /* zero-delay timer: runs the tailer on the next loop turn */
   uv_timer_t recheck; /* re-reads data_version shortly after a file event */
   int rechecks_left;
-  int64_t cursor;     /* last seq handed on */
+  int64_t cursor; /* last seq handed on */
   int64_t data_version;
   bool active;
   bool watching;
   bool closing;
-  uint64_t changes;   /* changes handed on since start */
+  uint64_t changes; /* changes handed on since start */
 } tailer_t;
 
 /* Sets up handles (inactive). db_path is the database file. */

@@ -23,9 +23,9 @@
 #define QUERY_MAX_LIMIT 1000
 
 typedef struct tool_args {
-  const cJSON *args;         /* the arguments object */
-  const store_table *table;  /* resolved "table", when the tool has one */
-  char key[512];             /* "key" as text, when the tool has one */
+  const cJSON *args;        /* the arguments object */
+  const store_table *table; /* resolved "table", when the tool has one */
+  char key[512];            /* "key" as text, when the tool has one */
 } tool_args;
 
 /* A tool returns a result (text JSON or isError), or NULL after mcp_call_fail. */
@@ -81,9 +81,11 @@ static cJSON *tool_list_tables(mcp_call *call, tool_args *a) {
     cJSON_AddStringToObject(item, "name", t->name);
     cJSON_AddStringToObject(item, "key", t->key_col >= 0 ? t->cols[t->key_col].name : "rowid");
     cJSON *cols = cJSON_AddArrayToObject(item, "columns");
-    for (int j = 0; j < t->n_cols; j++) cJSON_AddItemToArray(cols, cJSON_CreateString(t->cols[j].name));
+    for (int j = 0; j < t->n_cols; j++)
+      cJSON_AddItemToArray(cols, cJSON_CreateString(t->cols[j].name));
     int64_t count = 0;
-    if (store_table_count(call->w->store, t, &count) == 0) cJSON_AddNumberToObject(item, "rows", (double)count);
+    if (store_table_count(call->w->store, t, &count) == 0)
+      cJSON_AddNumberToObject(item, "rows", (double)count);
     char *uri = uri_format_collection(call->w->cfg->public_url, t->name);
     cJSON_AddStringToObject(item, "uri", uri);
     free(uri);
@@ -123,7 +125,9 @@ static cJSON *tool_query_records(mcp_call *call, tool_args *a) {
     filters[n++] = (store_filter){col, f};
   }
   int limit = call->w->cfg->page_size;
-  if (limit_item != NULL) limit = limit_item->valuedouble > QUERY_MAX_LIMIT ? QUERY_MAX_LIMIT : (int)limit_item->valuedouble;
+  if (limit_item != NULL)
+    limit =
+        limit_item->valuedouble > QUERY_MAX_LIMIT ? QUERY_MAX_LIMIT : (int)limit_item->valuedouble;
   cJSON *rows = NULL;
   char *next = NULL;
   int rc = store_query(call->w->store, a->table, filters, n, limit,
@@ -140,11 +144,12 @@ static cJSON *tool_query_records(mcp_call *call, tool_args *a) {
 static cJSON *tool_put_record(mcp_call *call, tool_args *a) {
   const cJSON *record = cJSON_GetObjectItemCaseSensitive(a->args, "record");
   if (!cJSON_IsObject(record))
-    return mcp_call_fail(call, JSONRPC_INVALID_PARAMS, "put_record requires arguments.record (an object)");
+    return mcp_call_fail(call, JSONRPC_INVALID_PARAMS,
+                         "put_record requires arguments.record (an object)");
   char err[256] = "";
   bool created = false;
-  int rc = store_write(call->w->store, a->table, a->key, record, STORE_WRITE_REPLACE, NULL, &created,
-                       err, sizeof(err));
+  int rc = store_write(call->w->store, a->table, a->key, record, STORE_WRITE_REPLACE, NULL,
+                       &created, err, sizeof(err));
   if (rc != 0) return tool_store_error(rc, err, a->table, a->key);
   subs_after_write(call->w);
   cJSON *row = NULL;
@@ -153,7 +158,8 @@ static cJSON *tool_put_record(mcp_call *call, tool_args *a) {
   if (rc != 0) return tool_store_error(rc, "", a->table, a->key);
   if (call->session != NULL) {
     char note[600];
-    snprintf(note, sizeof(note), "put_record %s %s/%s", created ? "inserted" : "replaced", a->table->name, a->key);
+    snprintf(note, sizeof(note), "put_record %s %s/%s", created ? "inserted" : "replaced",
+             a->table->name, a->key);
     session_log(call->session, SESSION_LOG_INFO, "mcpsub.tools", note);
   }
   cJSON *out = cJSON_CreateObject();
@@ -175,8 +181,10 @@ static cJSON *tool_wait_and_read(mcp_call *call, tool_args *a) {
   return wait_tool(call, a->args);
 }
 
-#define TABLE_PROP "\"table\":{\"type\":\"string\",\"description\":\"Table name (see list_tables)\"}"
-#define KEY_PROP "\"key\":{\"type\":[\"string\",\"integer\"],\"description\":\"Primary key of the record\"}"
+#define TABLE_PROP                                                                                 \
+  "\"table\":{\"type\":\"string\",\"description\":\"Table name (see list_tables)\"}"
+#define KEY_PROP                                                                                   \
+  "\"key\":{\"type\":[\"string\",\"integer\"],\"description\":\"Primary key of the record\"}"
 
 static const struct tool {
   const char *name;
@@ -186,10 +194,12 @@ static const struct tool {
   bool needs_key;
   tool_handler handler;
 } tools[] = {
-    {"list_tables", "List the exported tables with their key, columns, row count and collection URI.",
+    {"list_tables",
+     "List the exported tables with their key, columns, row count and collection URI.",
      "{\"type\":\"object\",\"properties\":{}}", false, false, tool_list_tables},
     {"get_record", "Read one record by table and primary key.",
-     "{\"type\":\"object\",\"properties\":{" TABLE_PROP "," KEY_PROP "},\"required\":[\"table\",\"key\"]}",
+     "{\"type\":\"object\",\"properties\":{" TABLE_PROP "," KEY_PROP
+     "},\"required\":[\"table\",\"key\"]}",
      true, true, tool_get_record},
     {"query_records",
      "Query records of a table with equality filters, in key order, paged with a cursor.",
@@ -199,14 +209,14 @@ static const struct tool {
      "\"cursor\":{\"type\":\"string\",\"description\":\"nextCursor of the previous page\"}},"
      "\"required\":[\"table\"]}",
      true, false, tool_query_records},
-    {"put_record",
-     "Insert a record or replace it whole: columns not given take their default.",
+    {"put_record", "Insert a record or replace it whole: columns not given take their default.",
      "{\"type\":\"object\",\"properties\":{" TABLE_PROP "," KEY_PROP
      ",\"record\":{\"type\":\"object\",\"description\":\"column: value\"}},"
      "\"required\":[\"table\",\"key\",\"record\"]}",
      true, true, tool_put_record},
     {"delete_record", "Delete one record by table and primary key.",
-     "{\"type\":\"object\",\"properties\":{" TABLE_PROP "," KEY_PROP "},\"required\":[\"table\",\"key\"]}",
+     "{\"type\":\"object\",\"properties\":{" TABLE_PROP "," KEY_PROP
+     "},\"required\":[\"table\",\"key\"]}",
      true, true, tool_delete_record},
     {"wait_and_read",
      "Wait for any of several resources to change: returns at once those whose version differs "
@@ -239,13 +249,15 @@ cJSON *tools_call(mcp_call *call) {
   for (size_t i = 0; i < ARRAY_LEN(tools); i++) {
     if (strcmp(tools[i].name, name->valuestring) == 0) tool = &tools[i];
   }
-  if (tool == NULL) return mcp_call_fail(call, JSONRPC_INVALID_PARAMS, "Unknown tool: %s", name->valuestring);
+  if (tool == NULL)
+    return mcp_call_fail(call, JSONRPC_INVALID_PARAMS, "Unknown tool: %s", name->valuestring);
 
   tool_args a = {.args = args};
   if (tool->needs_table) {
     const cJSON *table = cJSON_GetObjectItemCaseSensitive(args, "table");
     if (!cJSON_IsString(table))
-      return mcp_call_fail(call, JSONRPC_INVALID_PARAMS, "%s requires arguments.table (a string)", tool->name);
+      return mcp_call_fail(call, JSONRPC_INVALID_PARAMS, "%s requires arguments.table (a string)",
+                           tool->name);
     a.table = store_find_table(call->w->store, table->valuestring);
     if (a.table == NULL) return tool_error("unknown table: %s", table->valuestring);
   }
@@ -258,7 +270,8 @@ cJSON *tools_call(mcp_call *call) {
       snprintf(a.key, sizeof(a.key), "%.0f", key->valuedouble);
     } else {
       return mcp_call_fail(call, JSONRPC_INVALID_PARAMS,
-                           "%s requires arguments.key (a string or an integer, under 512 bytes)", tool->name);
+                           "%s requires arguments.key (a string or an integer, under 512 bytes)",
+                           tool->name);
     }
   }
   return tool->handler(call, &a);

@@ -24,7 +24,7 @@
 typedef struct wait_item {
   char *uri;
   uri_t parsed;
-  char *since;   /* sinceVersion, or NULL */
+  char *since; /* sinceVersion, or NULL */
   sub_t *sub;
   bool changed;
 } wait_item;
@@ -32,8 +32,8 @@ typedef struct wait_item {
 struct waiter {
   sub_owner owner; /* SUB_OWNER_WAITER */
   worker_t *w;
-  waiter_t *prev, *next;  /* the worker's pending waiters */
-  waiter_t *ready_next;   /* on the worker's ready list */
+  waiter_t *prev, *next; /* the worker's pending waiters */
+  waiter_t *ready_next;  /* on the worker's ready list */
   bool ready;
   http_conn_t *conn;
   cJSON *id;
@@ -45,7 +45,8 @@ struct waiter {
 
 const char wait_input_schema[] =
     "{\"type\":\"object\",\"properties\":{"
-    "\"resources\":{\"type\":\"array\",\"minItems\":1,\"maxItems\":100,\"items\":{\"type\":\"object\","
+    "\"resources\":{\"type\":\"array\",\"minItems\":1,\"maxItems\":100,\"items\":{\"type\":"
+    "\"object\","
     "\"properties\":{\"uri\":{\"type\":\"string\"},\"sinceVersion\":{\"type\":\"string\","
     "\"description\":\"version last seen (from _meta.version of a read, or an earlier wait)\"}},"
     "\"required\":[\"uri\"]}},"
@@ -66,8 +67,10 @@ static int resource_version(worker_t *w, const uri_t *u, int64_t *version, cJSON
       row = cJSON_CreateNull();
       rc = 0;
     }
-    if (state != NULL) *state = row;
-    else cJSON_Delete(row);
+    if (state != NULL)
+      *state = row;
+    else
+      cJSON_Delete(row);
     return rc;
   }
   int rc = store_table_version(w->store, t, version);
@@ -128,8 +131,10 @@ static void waiter_destroy(waiter_t *wt) {
     if (wt->items[i].sub != NULL) sub_index_remove(&w->subs, wt->items[i].sub);
     wt->items[i].sub = NULL;
   }
-  if (wt->prev != NULL) wt->prev->next = wt->next;
-  else w->waiters = wt->next;
+  if (wt->prev != NULL)
+    wt->prev->next = wt->next;
+  else
+    w->waiters = wt->next;
   if (wt->next != NULL) wt->next->prev = wt->prev;
   w->n_waiters--;
   if (wt->ready) {
@@ -147,7 +152,8 @@ static void waiter_complete(waiter_t *wt, bool timed_out) {
   cJSON *rows = cJSON_CreateArray();
   for (size_t i = 0; i < wt->n; i++) {
     if (wt->items[i].changed)
-      cJSON_AddItemToArray(rows, result_row(w, wt->items[i].uri, &wt->items[i].parsed, wt->include_state));
+      cJSON_AddItemToArray(
+          rows, result_row(w, wt->items[i].uri, &wt->items[i].parsed, wt->include_state));
   }
   http_conn_t *c = wt->conn;
   cJSON *id = cJSON_Duplicate(wt->id, true);
@@ -195,14 +201,15 @@ static int parse_items(mcp_call *call, const cJSON *resources, wait_item *items,
     const cJSON *uri = cJSON_GetObjectItemCaseSensitive(r, "uri");
     const cJSON *since = cJSON_GetObjectItemCaseSensitive(r, "sinceVersion");
     if (!cJSON_IsString(uri) || (since != NULL && !cJSON_IsString(since) && !cJSON_IsNull(since))) {
-      mcp_call_fail(call, JSONRPC_INVALID_PARAMS,
-                    "wait_and_read: each resource needs a string uri and an optional string sinceVersion");
+      mcp_call_fail(
+          call, JSONRPC_INVALID_PARAMS,
+          "wait_and_read: each resource needs a string uri and an optional string sinceVersion");
       return -EINVAL;
     }
     wait_item *it = &items[*n];
     if (subs_resolve(call->w, uri->valuestring, &it->parsed) != 0) {
-      mcp_call_fail(call, JSONRPC_INVALID_PARAMS, "wait_and_read: not a record or collection URI: %.400s",
-                    uri->valuestring);
+      mcp_call_fail(call, JSONRPC_INVALID_PARAMS,
+                    "wait_and_read: not a record or collection URI: %.400s", uri->valuestring);
       return -EINVAL;
     }
     it->uri = mem_strdup(uri->valuestring);
@@ -230,10 +237,11 @@ cJSON *wait_tool(mcp_call *call, const cJSON *args) {
       (timeout != NULL && (!cJSON_IsNumber(timeout) || timeout->valuedouble < 0 ||
                            timeout->valuedouble != floor(timeout->valuedouble))) ||
       (include != NULL && !cJSON_IsBool(include)))
-    return mcp_call_fail(call, JSONRPC_INVALID_PARAMS,
-                         "wait_and_read requires resources (1 to %d of {uri, sinceVersion}), an optional "
-                         "integer timeoutMs >= 0 and an optional boolean includeState",
-                         WAIT_MAX_RESOURCES);
+    return mcp_call_fail(
+        call, JSONRPC_INVALID_PARAMS,
+        "wait_and_read requires resources (1 to %d of {uri, sinceVersion}), an optional "
+        "integer timeoutMs >= 0 and an optional boolean includeState",
+        WAIT_MAX_RESOURCES);
   uint64_t timeout_ms = timeout != NULL ? (uint64_t)timeout->valuedouble : WAIT_DEFAULT_TIMEOUT_MS;
   if (timeout_ms > w->cfg->max_wait_ms) timeout_ms = w->cfg->max_wait_ms;
   bool include_state = cJSON_IsTrue(include);
@@ -265,7 +273,8 @@ cJSON *wait_tool(mcp_call *call, const cJSON *args) {
     cJSON *rows = cJSON_CreateArray();
     for (size_t i = 0; i < wt->n; i++) {
       if (wt->items[i].changed)
-        cJSON_AddItemToArray(rows, result_row(w, wt->items[i].uri, &wt->items[i].parsed, include_state));
+        cJSON_AddItemToArray(rows,
+                             result_row(w, wt->items[i].uri, &wt->items[i].parsed, include_state));
     }
     free_items(wt->items, wt->n);
     free(wt);
@@ -278,7 +287,8 @@ cJSON *wait_tool(mcp_call *call, const cJSON *args) {
   wt->id = cJSON_Duplicate(call->id, true);
   wt->include_state = include_state;
   for (size_t i = 0; i < wt->n; i++)
-    wt->items[i].sub = sub_index_add(&w->subs, wt->items[i].uri, &wt->items[i].parsed, &wt->owner, since_seq);
+    wt->items[i].sub =
+        sub_index_add(&w->subs, wt->items[i].uri, &wt->items[i].parsed, &wt->owner, since_seq);
   wt->next = w->waiters;
   if (w->waiters != NULL) w->waiters->prev = wt;
   w->waiters = wt;

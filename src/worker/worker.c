@@ -77,8 +77,10 @@ static bool host_is_loopback(const char *host, size_t len) {
 /* The authority ("host[:port]") of an http(s) URL, or NULL. */
 static const char *url_authority(const char *url, size_t *len) {
   const char *p = NULL;
-  if (strncasecmp(url, "http://", 7) == 0) p = url + 7;
-  else if (strncasecmp(url, "https://", 8) == 0) p = url + 8;
+  if (strncasecmp(url, "http://", 7) == 0)
+    p = url + 7;
+  else if (strncasecmp(url, "https://", 8) == 0)
+    p = url + 8;
   if (p == NULL) return NULL;
   *len = strcspn(p, "/?#");
   return p;
@@ -210,7 +212,8 @@ static bool worker_wants_master(worker_t *w, http_conn_t *c, http_request_t *req
 static void worker_on_request(http_conn_t *c, http_request_t *req, void *data) {
   worker_t *w = data;
   w->requests++;
-  if (log_enabled(LOG_DEBUG)) log_debug("request", "method", req->method_name, "target", req->target);
+  if (log_enabled(LOG_DEBUG))
+    log_debug("request", "method", req->method_name, "target", req->target);
   if (!worker_request_allowed(w, req)) {
     worker_respond_error(c, 403, "forbidden: Host or Origin not allowed");
     return;
@@ -245,7 +248,8 @@ static void worker_on_request(http_conn_t *c, http_request_t *req, void *data) {
 /* Writes last_seen to the row when it is a quarter idle-timeout newer. */
 static void worker_session_persist_seen(worker_t *w, session_t *s) {
   if (s->last_seen_ms - s->persisted_seen_ms < (int64_t)(w->cfg->idle_timeout_ms / 4)) return;
-  if (store_session_touch(w->store, s->id, s->last_seen_ms) == 0) s->persisted_seen_ms = s->last_seen_ms;
+  if (store_session_touch(w->store, s->id, s->last_seen_ms) == 0)
+    s->persisted_seen_ms = s->last_seen_ms;
 }
 
 void worker_session_touch(worker_t *w, session_t *s) {
@@ -282,9 +286,11 @@ static void worker_sweep_session(session_t *s, void *data) {
   if (ctx->now - s->last_seen_ms >= idle) {
     worker_session_end(w, s);
     ctx->evicted++;
-  } else if (s->last_seen_ms != s->persisted_seen_ms && ctx->now - s->persisted_seen_ms >= idle / 2) {
+  } else if (s->last_seen_ms != s->persisted_seen_ms &&
+             ctx->now - s->persisted_seen_ms >= idle / 2) {
     /* Rows older than the idle timeout are pruned below: refresh in time. */
-    if (store_session_touch(w->store, s->id, s->last_seen_ms) == 0) s->persisted_seen_ms = s->last_seen_ms;
+    if (store_session_touch(w->store, s->id, s->last_seen_ms) == 0)
+      s->persisted_seen_ms = s->last_seen_ms;
   }
 }
 
@@ -297,8 +303,9 @@ static void worker_sweep(uv_timer_t *t) {
   size_t evicted = ctx.evicted;
   subs_update_active(w); /* streams that ended since */
   int64_t pruned = 0;
-  int rc = w->n_slots > 0 ? store_session_prune_slot(w->store, now - idle, w->slot, w->n_slots, &pruned)
-                          : store_session_prune(w->store, now - idle, &pruned);
+  int rc = w->n_slots > 0
+               ? store_session_prune_slot(w->store, now - idle, w->slot, w->n_slots, &pruned)
+               : store_session_prune(w->store, now - idle, &pruned);
   if (rc != 0) log_warn("session prune failed");
   if (evicted > 0 || pruned > 0) {
     char a[32], b[32];

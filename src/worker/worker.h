@@ -30,21 +30,21 @@ typedef struct worker {
   store_t *store;
   http_server_t *http;
   session_registry_t sessions;
-  sub_index subs;             /* every subscription of every owner */
-  tailer_t tailer;            /* the audit-log feed */
-  waiter_t *waiters;          /* pending wait_and_read calls */
-  waiter_t *waiters_ready;    /* of which saw a change in the current tailer batch */
+  sub_index subs;          /* every subscription of every owner */
+  tailer_t tailer;         /* the audit-log feed */
+  waiter_t *waiters;       /* pending wait_and_read calls */
+  waiter_t *waiters_ready; /* of which saw a change in the current tailer batch */
   size_t n_waiters;
-  strmap coalesce;            /* "<topic id> <uri>" -> coalesce_entry (--coalesce-ms) */
+  strmap coalesce; /* "<topic id> <uri>" -> coalesce_entry (--coalesce-ms) */
   coalesce_entry *coalesce_head, *coalesce_tail; /* by window start, oldest first */
   uv_timer_t coalesce_timer;
-  uint64_t notifications;     /* resource-update frames formatted */
+  uint64_t notifications; /* resource-update frames formatted */
   /*
    * Set by the process model when other workers share the database: called
    * after this worker committed, so that their tailers are woken at once.
    */
   void (*on_local_commit)(struct worker *w);
-  void *ipc;                  /* the worker's end of the master pipe (multi-process mode) */
+  void *ipc; /* the worker's end of the master pipe (multi-process mode) */
   /*
    * Under a master: hands the connection of the request in hand back to the
    * master to be routed again (true), or declines (false: answer here).
@@ -52,18 +52,18 @@ typedef struct worker {
    */
   bool (*reroute)(struct worker *w, http_conn_t *c);
   unsigned n_slots;
-  uint32_t generation;        /* restarts of this slot before this worker */
-  int64_t started_ms;         /* Unix ms */
+  uint32_t generation; /* restarts of this slot before this worker */
+  int64_t started_ms;  /* Unix ms */
   /* Graceful stop (worker_drain). */
   bool draining;
-  uv_timer_t drain_timer;     /* checks for the last connection, then the deadline */
-  uint64_t drain_deadline;    /* loop time */
+  uv_timer_t drain_timer;  /* checks for the last connection, then the deadline */
+  uint64_t drain_deadline; /* loop time */
   void (*drain_done)(struct worker *w);
   uv_timer_t sweep_timer;     /* idle-session prune and audit retention */
   uv_timer_t keepalive_timer; /* SSE keepalive comments */
   unsigned slot;              /* worker number, encoded in session ids */
   int64_t last_audit_prune_ms;
-  uint64_t requests;          /* requests served */
+  uint64_t requests; /* requests served */
   bool closing;
 } worker_t;
 
@@ -90,7 +90,8 @@ void worker_finish(worker_t *w);
 void worker_drain(worker_t *w, uint64_t timeout_ms, void (*done)(worker_t *w));
 /* Fills st with the worker's counters (the report a worker sends its master). */
 void worker_stats_collect(worker_t *w, worker_stats *st);
-/* The DNS-rebinding guard of every request: may a request with these Host and Origin (NULL when absent) be served? */
+/* The DNS-rebinding guard of every request: may a request with these Host and Origin (NULL when
+ * absent) be served? */
 bool worker_host_origin_allowed(const config_t *cfg, const char *host, const char *origin);
 
 /* Response helpers shared by the endpoint modules. ------------------------- */

@@ -23,11 +23,11 @@ typedef struct worker_ipc {
   ipc_channel_t ch;
   bool ch_open;
   uv_timer_t stats_timer;
-  uv_idle_t commit_idle;  /* sends one COMMITTED at the end of a loop turn with commits */
+  uv_idle_t commit_idle; /* sends one COMMITTED at the end of a loop turn with commits */
   uv_signal_t sigterm;
-  uint64_t adopted;       /* CONN messages taken */
+  uint64_t adopted; /* CONN messages taken */
   bool draining;
-  bool stopped;           /* the handles of this file are closed or closing */
+  bool stopped; /* the handles of this file are closed or closing */
 } worker_ipc_t;
 
 static void worker_ipc_send_stats(worker_ipc_t *wi, uint64_t request) {
@@ -46,7 +46,8 @@ static void worker_ipc_on_stats_timer(uv_timer_t *t) {
   worker_ipc_send_stats(t->data, 0);
 }
 
-/* Closes what this file added to the loop; the loop then ends once the worker's own handles are closed. */
+/* Closes what this file added to the loop; the loop then ends once the worker's own handles are
+ * closed. */
 static void worker_ipc_stop(worker_ipc_t *wi) {
   if (wi->stopped) return;
   wi->stopped = true;
@@ -156,9 +157,7 @@ static void worker_ipc_on_msg(ipc_channel_t *ch, ipc_msg *msg, void *data) {
   case IPC_CTL_REQ:
     if (!w->closing) worker_ipc_on_ctl(wi, msg);
     break;
-  case IPC_DRAIN:
-    worker_ipc_drain(wi, "master");
-    break;
+  case IPC_DRAIN: worker_ipc_drain(wi, "master"); break;
   default:
     if (msg->fd >= 0) close(msg->fd);
     log_warn("ipc: unexpected message", "cmd", ipc_cmd_name(msg->cmd));

@@ -10,8 +10,7 @@
 #include "common/buf.h"
 #include "common/mem.h"
 
-static void test_init_and_append(void)
-{
+static void test_init_and_append(void) {
   buf_t b;
   buf_init(&b);
   CHECK(b.data == NULL);
@@ -30,18 +29,15 @@ static void test_init_and_append(void)
   buf_finish(&b); /* twice is harmless */
 }
 
-static void test_growth(void)
-{
+static void test_growth(void) {
   buf_t b;
   buf_init(&b);
-  for (int i = 0; i < 10000; i++)
-    buf_append(&b, "0123456789", 10);
+  for (int i = 0; i < 10000; i++) buf_append(&b, "0123456789", 10);
   CHECK_INT_EQ(b.len, 100000);
   CHECK(b.cap >= 100001);
   CHECK_INT_EQ(b.data[b.len], '\0');
   for (size_t i = 0; i < b.len; i++) {
-    if (b.data[i] != (char)('0' + i % 10))
-      CHECK(!"content corrupted by growth");
+    if (b.data[i] != (char)('0' + i % 10)) CHECK(!"content corrupted by growth");
   }
   buf_finish(&b);
 
@@ -49,15 +45,13 @@ static void test_growth(void)
   buf_reserve(&b, 1000);
   CHECK(b.cap >= 1001);
   char *before = b.data;
-  for (int i = 0; i < 1000; i++)
-    buf_append(&b, "x", 1);
+  for (int i = 0; i < 1000; i++) buf_append(&b, "x", 1);
   CHECK(b.data == before); /* reserve really reserved */
   CHECK_INT_EQ(strlen(b.data), 1000);
   buf_finish(&b);
 }
 
-static void test_binary_data(void)
-{
+static void test_binary_data(void) {
   buf_t b;
   buf_init(&b);
   buf_append(&b, "a\0b", 3);
@@ -66,8 +60,7 @@ static void test_binary_data(void)
   buf_finish(&b);
 }
 
-static void test_printf(void)
-{
+static void test_printf(void) {
   buf_t b;
   buf_init(&b);
   buf_printf(&b, "%d-%s", 42, "x");
@@ -85,8 +78,7 @@ static void test_printf(void)
   buf_finish(&b);
 }
 
-static void check_json(const char *in, size_t len, const char *want)
-{
+static void check_json(const char *in, size_t len, const char *want) {
   buf_t b;
   buf_init(&b);
   buf_append_str(&b, "<");
@@ -96,8 +88,7 @@ static void check_json(const char *in, size_t len, const char *want)
   buf_finish(&b);
 }
 
-static void test_json_string(void)
-{
+static void test_json_string(void) {
   check_json("", 0, "<\"\">");
   check_json("plain", 5, "<\"plain\">");
   check_json("a\"b\\c", 5, "<\"a\\\"b\\\\c\">");
@@ -113,8 +104,7 @@ static void test_json_string(void)
   check_json("abcdef", 3, "<\"abc\">");
 }
 
-static void test_reset_consume(void)
-{
+static void test_reset_consume(void) {
   buf_t b;
   buf_init(&b);
   buf_reset(&b); /* on an empty buffer */
@@ -141,8 +131,7 @@ static void test_reset_consume(void)
   buf_finish(&b);
 }
 
-static void test_steal(void)
-{
+static void test_steal(void) {
   buf_t b;
   buf_init(&b);
   char *empty = buf_steal(&b);
@@ -163,14 +152,12 @@ static void test_steal(void)
   buf_finish(&b);
 }
 
-static void test_mem(void)
-{
+static void test_mem(void) {
   void *p = mem_alloc(0);
   CHECK(p != NULL);
   free(p);
   int *z = mem_calloc(16, sizeof(int));
-  for (int i = 0; i < 16; i++)
-    CHECK_INT_EQ(z[i], 0);
+  for (int i = 0; i < 16; i++) CHECK_INT_EQ(z[i], 0);
   z = mem_realloc(z, 1000 * sizeof(int));
   CHECK_INT_EQ(z[15], 0);
   free(z);
@@ -185,8 +172,7 @@ static void test_mem(void)
   free(d);
 }
 
-int main(void)
-{
+int main(void) {
   RUN(test_init_and_append);
   RUN(test_growth);
   RUN(test_binary_data);

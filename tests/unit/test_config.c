@@ -16,16 +16,14 @@
 static char err[256];
 
 /* Parses argv into a fresh config; returns the rc. */
-static int parse(config_t *cfg, int argc, char **argv)
-{
+static int parse(config_t *cfg, int argc, char **argv) {
   config_defaults(cfg);
   err[0] = '\0';
   return config_parse(cfg, argc, argv, stdout, err, sizeof(err));
 }
 
 /* Expects -EINVAL with a message mentioning needle. */
-static void expect_error(int argc, char **argv, const char *needle)
-{
+static void expect_error(int argc, char **argv, const char *needle) {
   config_t cfg;
   int rc = parse(&cfg, argc, argv);
   if (rc != -EINVAL || strstr(err, needle) == NULL) {
@@ -35,8 +33,7 @@ static void expect_error(int argc, char **argv, const char *needle)
   config_finish(&cfg);
 }
 
-static void test_defaults(void)
-{
+static void test_defaults(void) {
   config_t cfg;
   char *argv[] = {"mcpsubd"};
   CHECK_INT_EQ(parse(&cfg, ARGC(argv), argv), 0);
@@ -65,15 +62,32 @@ static void test_defaults(void)
   config_finish(&cfg);
 }
 
-static void test_every_flag(void)
-{
+static void test_every_flag(void) {
   config_t cfg;
-  char *argv[] = {"mcpsubd",          "--listen",        "0.0.0.0:8080", "--db",
-                  "/var/x.db",        "--schema",        "app.sql",      "--log-level",
-                  "debug",            "--idle-timeout",  "60",           "--max-body",
-                  "2048",             "--sse-keepalive", "5",            "--max-sessions",
-                  "7",                "--page-size",     "1000",         "--audit-retain-rows",
-                  "0",                "--audit-retain-age", "0",         "--allowed-origins",
+  char *argv[] = {"mcpsubd",
+                  "--listen",
+                  "0.0.0.0:8080",
+                  "--db",
+                  "/var/x.db",
+                  "--schema",
+                  "app.sql",
+                  "--log-level",
+                  "debug",
+                  "--idle-timeout",
+                  "60",
+                  "--max-body",
+                  "2048",
+                  "--sse-keepalive",
+                  "5",
+                  "--max-sessions",
+                  "7",
+                  "--page-size",
+                  "1000",
+                  "--audit-retain-rows",
+                  "0",
+                  "--audit-retain-age",
+                  "0",
+                  "--allowed-origins",
                   "https://a.example"};
   CHECK_INT_EQ(parse(&cfg, ARGC(argv), argv), 0);
   CHECK_STR_EQ(cfg.listen_host, "0.0.0.0");
@@ -94,11 +108,15 @@ static void test_every_flag(void)
   config_finish(&cfg);
 }
 
-static void test_equals_form(void)
-{
+static void test_equals_form(void) {
   config_t cfg;
-  char *argv[] = {"mcpsubd", "--listen=127.0.0.1:1234", "--db=x.db", "--log-level=warn",
-                  "--page-size=1", "--max-body=64k", "--public-url=https://mcp.example/base/",
+  char *argv[] = {"mcpsubd",
+                  "--listen=127.0.0.1:1234",
+                  "--db=x.db",
+                  "--log-level=warn",
+                  "--page-size=1",
+                  "--max-body=64k",
+                  "--public-url=https://mcp.example/base/",
                   "--audit-retain-age=60"};
   CHECK_INT_EQ(parse(&cfg, ARGC(argv), argv), 0);
   CHECK_INT_EQ(cfg.listen_port, 1234);
@@ -118,8 +136,7 @@ static void test_equals_form(void)
   config_finish(&cfg);
 }
 
-static void test_listen_and_public_url(void)
-{
+static void test_listen_and_public_url(void) {
   config_t cfg;
   char *v6[] = {"mcpsubd", "--listen", "[::1]:9000"};
   CHECK_INT_EQ(parse(&cfg, ARGC(v6), v6), 0);
@@ -154,8 +171,7 @@ static void test_listen_and_public_url(void)
   config_finish(&cfg);
 }
 
-static void test_schema_none(void)
-{
+static void test_schema_none(void) {
   config_t cfg;
   char *none[] = {"mcpsubd", "--schema", "none"};
   CHECK_INT_EQ(parse(&cfg, ARGC(none), none), 0);
@@ -167,8 +183,7 @@ static void test_schema_none(void)
   config_finish(&cfg);
 }
 
-static void test_max_body_suffixes(void)
-{
+static void test_max_body_suffixes(void) {
   config_t cfg;
   char *k[] = {"mcpsubd", "--max-body", "2K"};
   CHECK_INT_EQ(parse(&cfg, ARGC(k), k), 0);
@@ -189,8 +204,7 @@ static void test_max_body_suffixes(void)
   expect_error(3, (char *[]){"mcpsubd", "--max-body", "k"}, "--max-body");
 }
 
-static void test_origins(void)
-{
+static void test_origins(void) {
   config_t cfg;
   char *argv[] = {"mcpsubd", "--allowed-origins", "https://a.example, https://b.example/,,",
                   "--allowed-origins=http://c.example:8080"};
@@ -206,8 +220,7 @@ static void test_origins(void)
 
   /* CONFIG_MAX_ORIGINS fit, one more does not */
   char list[CONFIG_MAX_ORIGINS * 16 + 16] = "";
-  for (int i = 0; i < CONFIG_MAX_ORIGINS; i++)
-    sprintf(list + strlen(list), "http://h%d,", i);
+  for (int i = 0; i < CONFIG_MAX_ORIGINS; i++) sprintf(list + strlen(list), "http://h%d,", i);
   char *full[] = {"mcpsubd", "--allowed-origins", list};
   CHECK_INT_EQ(parse(&cfg, ARGC(full), full), 0);
   CHECK_INT_EQ(cfg.n_allowed_origins, CONFIG_MAX_ORIGINS);
@@ -217,8 +230,7 @@ static void test_origins(void)
   expect_error(3, (char *[]){"mcpsubd", "--allowed-origins", list}, "--allowed-origins");
 }
 
-static void test_help_version(void)
-{
+static void test_help_version(void) {
   config_t cfg;
   char *outbuf = NULL;
   size_t outlen = 0;
@@ -227,10 +239,11 @@ static void test_help_version(void)
   config_defaults(&cfg);
   CHECK_INT_EQ(config_parse(&cfg, ARGC(help), help, out, err, sizeof(err)), 1);
   fclose(out);
-  const char *flags[] = {"--listen", "--db", "--schema", "--public-url", "--log-level",
-                         "--allowed-origins", "--idle-timeout", "--max-body",
-                         "--sse-keepalive", "--max-sessions", "--page-size",
-                         "--audit-retain-rows", "--audit-retain-age", "--help", "--version"};
+  const char *flags[] = {"--listen",           "--db",        "--schema",
+                         "--public-url",       "--log-level", "--allowed-origins",
+                         "--idle-timeout",     "--max-body",  "--sse-keepalive",
+                         "--max-sessions",     "--page-size", "--audit-retain-rows",
+                         "--audit-retain-age", "--help",      "--version"};
   for (size_t i = 0; i < sizeof(flags) / sizeof(flags[0]); i++)
     CHECK(strstr(outbuf, flags[i]) != NULL);
   CHECK(strstr(outbuf, "127.0.0.1:9926") != NULL);
@@ -258,8 +271,7 @@ static void test_help_version(void)
   config_finish(&cfg);
 }
 
-static void test_errors(void)
-{
+static void test_errors(void) {
   expect_error(2, (char *[]){"mcpsubd", "--bogus"}, "--bogus");
   expect_error(2, (char *[]){"mcpsubd", "--bogus=1"}, "--bogus");
   expect_error(2, (char *[]){"mcpsubd", "positional"}, "positional");
@@ -295,8 +307,7 @@ static void test_errors(void)
   expect_error(2, (char *[]){"mcpsubd", "--max-sessions="}, "--max-sessions");
 }
 
-int main(void)
-{
+int main(void) {
   RUN(test_defaults);
   RUN(test_every_flag);
   RUN(test_equals_form);

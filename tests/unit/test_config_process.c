@@ -37,8 +37,8 @@ static void test_defaults(void) {
 
 static void test_values(void) {
   config_t cfg;
-  char *argv[] = {"mcpsubd", "--workers", "0", "--drain-timeout=3", "--control-socket", "/run/m.sock",
-                  "--worker-slot", "5", "--worker-generation", "7"};
+  char *argv[] = {"mcpsubd",     "--workers",     "0", "--drain-timeout=3",   "--control-socket",
+                  "/run/m.sock", "--worker-slot", "5", "--worker-generation", "7"};
   CHECK_INT_EQ(parse(&cfg, ARGC(argv), argv), 0);
   CHECK_INT_EQ(cfg.workers, 0);
   CHECK_INT_EQ(cfg.drain_timeout_ms, 3000);
@@ -51,8 +51,10 @@ static void test_values(void) {
   CHECK_INT_EQ(parse(&cfg, ARGC(twice), twice), 0);
   CHECK_INT_EQ(cfg.workers, 4);
   config_finish(&cfg);
-  char *bad[][3] = {{"mcpsubd", "--workers", "129"}, {"mcpsubd", "--workers", "-1"},
-                    {"mcpsubd", "--drain-timeout", "x"}, {"mcpsubd", "--control-socket", ""},
+  char *bad[][3] = {{"mcpsubd", "--workers", "129"},
+                    {"mcpsubd", "--workers", "-1"},
+                    {"mcpsubd", "--drain-timeout", "x"},
+                    {"mcpsubd", "--control-socket", ""},
                     {"mcpsubd", "--worker-slot", "128"}};
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
     CHECK(parse(&cfg, 3, bad[i]) < 0);

@@ -63,8 +63,8 @@ static void expect_parse(const char *id, int64_t want) {
   int64_t seq = -12345;
   int rc = frame_id_parse(id, &seq);
   if (rc != 0 || seq != want) {
-    fprintf(stderr, "frame_id_parse(\"%s\") = %d, seq %lld; wanted 0, %lld\n", id, rc, (long long)seq,
-            (long long)want);
+    fprintf(stderr, "frame_id_parse(\"%s\") = %d, seq %lld; wanted 0, %lld\n", id, rc,
+            (long long)seq, (long long)want);
     CHECK(rc == 0 && seq == want);
   }
 }
@@ -73,8 +73,8 @@ static void expect_invalid(const char *id) {
   int64_t seq = -12345;
   int rc = frame_id_parse(id, &seq);
   if (rc != -EINVAL || seq != -12345) {
-    fprintf(stderr, "frame_id_parse(\"%s\") = %d, seq %lld; wanted -EINVAL and seq untouched\n", id, rc,
-            (long long)seq);
+    fprintf(stderr, "frame_id_parse(\"%s\") = %d, seq %lld; wanted -EINVAL and seq untouched\n", id,
+            rc, (long long)seq);
     CHECK(rc == -EINVAL);
     CHECK(seq == -12345);
   }
@@ -137,8 +137,8 @@ static void test_refcount(void) {
   frame_unref(f);
   CHECK_INT_EQ(f->refs, 1);
   CHECK_STR_EQ(f->data, "id: 5-t1\ndata: {}\n\n"); /* still intact with one reference */
-  frame_unref(f);                               /* freed here; ASan would see a leak otherwise */
-  frame_unref(NULL);                            /* no-op */
+  frame_unref(f);                                  /* freed here; ASan would see a leak otherwise */
+  frame_unref(NULL);                               /* no-op */
 }
 
 int main(void) {

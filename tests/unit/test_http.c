@@ -34,11 +34,11 @@ static int server_port;
 static uv_async_t cmd_async;
 static bool server_done;
 
-static atomic_int stream_closes;   /* close callbacks of streams */
-static atomic_int cut_result;      /* http_stream_write's answer past the cap */
-static atomic_long cut_queued;     /* http_conn_queued before that write */
-static atomic_int hold_closes;     /* close callbacks of held requests */
-static atomic_int late_responses;  /* responses sent to a connection already gone */
+static atomic_int stream_closes;  /* close callbacks of streams */
+static atomic_int cut_result;     /* http_stream_write's answer past the cap */
+static atomic_long cut_queued;    /* http_conn_queued before that write */
+static atomic_int hold_closes;    /* close callbacks of held requests */
+static atomic_int late_responses; /* responses sent to a connection already gone */
 
 enum job_kind {
   JOB_ASYNC_RESPOND,
@@ -55,21 +55,18 @@ typedef struct job {
   enum job_kind kind;
 } job_t;
 
-static void job_free(uv_handle_t *h)
-{
+static void job_free(uv_handle_t *h) {
   free(h->data);
 }
 
-static void on_stream_closed(http_conn_t *c, void *data)
-{
+static void on_stream_closed(http_conn_t *c, void *data) {
   (void)c;
   (void)data;
   atomic_fetch_add(&stream_closes, 1);
 }
 
 /* Closed while its job was pending: the job must not touch it. */
-static void on_job_conn_closed(http_conn_t *c, void *data)
-{
+static void on_job_conn_closed(http_conn_t *c, void *data) {
   job_t *j = data;
   j->conn = NULL;
   on_stream_closed(c, NULL);
@@ -77,17 +74,14 @@ static void on_job_conn_closed(http_conn_t *c, void *data)
 
 static void on_hold_closed(http_conn_t *c, void *data);
 
-static void on_job_timer(uv_timer_t *t)
-{
+static void on_job_timer(uv_timer_t *t) {
   job_t *j = t->data;
   static const http_header text[] = {{"Content-Type", "text/plain"}};
   if (j->conn) {
     if (j->kind == JOB_STREAM_MORE || j->kind == JOB_STREAM_CUT)
       http_conn_set_close_cb(j->conn, on_stream_closed, NULL); /* j is about to go */
     switch (j->kind) {
-    case JOB_ASYNC_RESPOND:
-      http_respond(j->conn, 200, text, 1, "async", 5);
-      break;
+    case JOB_ASYNC_RESPOND: http_respond(j->conn, 200, text, 1, "async", 5); break;
     case JOB_LATE_RESPOND:
       http_respond(j->conn, 200, text, 1, "late", 4);
       atomic_fetch_add(&late_responses, 1);
@@ -115,8 +109,7 @@ static void on_job_timer(uv_timer_t *t)
   uv_close((uv_handle_t *)t, job_free);
 }
 
-static job_t *job_start(http_conn_t *c, enum job_kind kind, uint64_t ms)
-{
+static job_t *job_start(http_conn_t *c, enum job_kind kind, uint64_t ms) {
   job_t *j = calloc(1, sizeof *j);
   CHECK(j != NULL);
   j->conn = c;
@@ -127,21 +120,19 @@ static job_t *job_start(http_conn_t *c, enum job_kind kind, uint64_t ms)
   return j;
 }
 
-static void on_hold_closed(http_conn_t *c, void *data)
-{
+static void on_hold_closed(http_conn_t *c, void *data) {
   (void)c;
   (void)data;
   atomic_fetch_add(&hold_closes, 1);
 }
 
 static const http_header sse_headers[] = {
-  {"Content-Type", "text/event-stream"},
-  {"Cache-Control", "no-cache"},
+    {"Content-Type", "text/event-stream"},
+    {"Cache-Control", "no-cache"},
 };
 
 /* Echoes what it saw, except for a few paths that exercise the API. */
-static void on_request(http_conn_t *c, http_request_t *req, void *data)
-{
+static void on_request(http_conn_t *c, http_request_t *req, void *data) {
   static const http_header text[] = {{"Content-Type", "text/plain"}};
   (void)data;
   if (strcmp(req->path, "/async") == 0) {
@@ -167,8 +158,7 @@ static void on_request(http_conn_t *c, http_request_t *req, void *data)
   } else {
     const char *x = http_request_header(req, "x-test");
     size_t dups = 0;
-    for (size_t i = 0; i < req->n_headers; i++)
-      dups += strcmp(req->headers[i].name, "x-dup") == 0;
+    for (size_t i = 0; i < req->n_headers; i++) dups += strcmp(req->headers[i].name, "x-dup") == 0;
     CHECK(req->body[req->body_len] == '\0');
     char out[512];
     int n = snprintf(out, sizeof out, "%s %s q=%s h=%s dups=%zu len=%zu", req->method_name,
@@ -188,18 +178,15 @@ static int cmd_fd;
 static char cmd_bytes[256];
 static size_t cmd_len;
 
-static void on_server_closed(void *data)
-{
+static void on_server_closed(void *data) {
   (void)data;
   server_done = true;
 }
 
-static void on_cmd(uv_async_t *a)
-{
+static void on_cmd(uv_async_t *a) {
   pthread_mutex_lock(&cmd_lock);
   enum cmd_kind kind = cmd_kind;
-  if (kind == CMD_ADOPT)
-    CHECK_INT_EQ(http_server_adopt(srv, cmd_fd, cmd_bytes, cmd_len), 0);
+  if (kind == CMD_ADOPT) CHECK_INT_EQ(http_server_adopt(srv, cmd_fd, cmd_bytes, cmd_len), 0);
   cmd_kind = CMD_NONE;
   pthread_cond_signal(&cmd_cond);
   pthread_mutex_unlock(&cmd_lock);
@@ -210,8 +197,7 @@ static void on_cmd(uv_async_t *a)
 }
 
 /* Runs a command on the loop thread and waits until it was taken. */
-static void send_cmd(enum cmd_kind kind, int fd, const char *bytes, size_t n)
-{
+static void send_cmd(enum cmd_kind kind, int fd, const char *bytes, size_t n) {
   pthread_mutex_lock(&cmd_lock);
   cmd_kind = kind;
   cmd_fd = fd;
@@ -219,8 +205,7 @@ static void send_cmd(enum cmd_kind kind, int fd, const char *bytes, size_t n)
   memcpy(cmd_bytes, bytes, n);
   cmd_len = n;
   CHECK_INT_EQ(uv_async_send(&cmd_async), 0);
-  while (cmd_kind != CMD_NONE)
-    pthread_cond_wait(&cmd_cond, &cmd_lock);
+  while (cmd_kind != CMD_NONE) pthread_cond_wait(&cmd_cond, &cmd_lock);
   pthread_mutex_unlock(&cmd_lock);
 }
 
@@ -239,14 +224,12 @@ typedef struct response {
   size_t body_len;
 } response_t;
 
-static void set_timeout(int fd, int ms)
-{
+static void set_timeout(int fd, int ms) {
   struct timeval tv = {.tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000};
   CHECK_INT_EQ(setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv), 0);
 }
 
-static client_t *client_wrap(int fd)
-{
+static client_t *client_wrap(int fd) {
   client_t *cl = calloc(1, sizeof *cl);
   CHECK(cl != NULL);
   cl->fd = fd;
@@ -254,8 +237,7 @@ static client_t *client_wrap(int fd)
   return cl;
 }
 
-static client_t *client_open(void)
-{
+static client_t *client_open(void) {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   CHECK(fd >= 0);
   struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)server_port)};
@@ -264,22 +246,19 @@ static client_t *client_open(void)
   return client_wrap(fd);
 }
 
-static void client_close(client_t *cl)
-{
+static void client_close(client_t *cl) {
   close(cl->fd);
   free(cl);
 }
 
 /* Closes with a reset instead of a FIN. */
-static void client_reset(client_t *cl)
-{
+static void client_reset(client_t *cl) {
   struct linger lg = {.l_onoff = 1, .l_linger = 0};
   CHECK_INT_EQ(setsockopt(cl->fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg), 0);
   client_close(cl);
 }
 
-static void client_send(client_t *cl, const char *s, size_t n)
-{
+static void client_send(client_t *cl, const char *s, size_t n) {
   while (n > 0) {
     ssize_t w = send(cl->fd, s, n, MSG_NOSIGNAL);
     CHECK(w > 0);
@@ -288,14 +267,12 @@ static void client_send(client_t *cl, const char *s, size_t n)
   }
 }
 
-static void client_sends(client_t *cl, const char *s)
-{
+static void client_sends(client_t *cl, const char *s) {
   client_send(cl, s, strlen(s));
 }
 
 /* Reads more bytes; the count, 0 at EOF, -1 on error or timeout. */
-static ssize_t client_fill(client_t *cl)
-{
+static ssize_t client_fill(client_t *cl) {
   CHECK(cl->len < sizeof cl->buf - 1);
   ssize_t n = recv(cl->fd, cl->buf + cl->len, sizeof cl->buf - 1 - cl->len, 0);
   if (n > 0) {
@@ -305,8 +282,7 @@ static ssize_t client_fill(client_t *cl)
   return n;
 }
 
-static void client_consume(client_t *cl, size_t n)
-{
+static void client_consume(client_t *cl, size_t n) {
   memmove(cl->buf, cl->buf + n, cl->len - n);
   cl->len -= n;
   cl->buf[cl->len] = '\0';
@@ -317,13 +293,11 @@ static void client_consume(client_t *cl, size_t n)
  * 1xx and 204 have none; otherwise the body runs to EOF. 0, or -1 when the
  * connection ended (or timed out) before a complete head.
  */
-static int client_read_response(client_t *cl, response_t *r)
-{
+static int client_read_response(client_t *cl, response_t *r) {
   char *end;
   cl->buf[cl->len] = '\0';
   while ((end = strstr(cl->buf, "\r\n\r\n")) == NULL)
-    if (client_fill(cl) <= 0)
-      return -1;
+    if (client_fill(cl) <= 0) return -1;
   size_t head_len = (size_t)(end - cl->buf) + 4;
   CHECK(head_len < sizeof r->head);
   memcpy(r->head, cl->buf, head_len);
@@ -334,8 +308,7 @@ static int client_read_response(client_t *cl, response_t *r)
   if (cl_hdr || (r->status >= 100 && r->status < 200) || r->status == 204) {
     size_t want = cl_hdr ? strtoul(cl_hdr + 17, NULL, 10) : 0;
     CHECK(want < sizeof r->body);
-    while (cl->len < want)
-      CHECK(client_fill(cl) > 0);
+    while (cl->len < want) CHECK(client_fill(cl) > 0);
     memcpy(r->body, cl->buf, want);
     r->body_len = want;
     client_consume(cl, want);
@@ -351,8 +324,7 @@ static int client_read_response(client_t *cl, response_t *r)
   return 0;
 }
 
-static response_t *client_expect(client_t *cl, int status)
-{
+static response_t *client_expect(client_t *cl, int status) {
   static response_t r;
   memset(&r, 0, sizeof r);
   CHECK_INT_EQ(client_read_response(cl, &r), 0);
@@ -361,33 +333,27 @@ static response_t *client_expect(client_t *cl, int status)
 }
 
 /* True when the server closed: EOF (or a reset) with nothing left unread. */
-static bool client_sees_close(client_t *cl)
-{
+static bool client_sees_close(client_t *cl) {
   ssize_t n = client_fill(cl);
-  if (n == 0)
-    return cl->len == 0;
+  if (n == 0) return cl->len == 0;
   return n < 0 && errno == ECONNRESET;
 }
 
-static double now_ms(void)
-{
+static double now_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
 /* Waits up to 3 s for *counter to reach want. */
-static void wait_for(atomic_int *counter, int want)
-{
-  for (int i = 0; i < 300 && atomic_load(counter) < want; i++)
-    usleep(10000);
+static void wait_for(atomic_int *counter, int want) {
+  for (int i = 0; i < 300 && atomic_load(counter) < want; i++) usleep(10000);
   CHECK_INT_EQ(atomic_load(counter), want);
 }
 
 /* ---- the tests (client thread) ----------------------------------------- */
 
-static void test_simple_get(void)
-{
+static void test_simple_get(void) {
   client_t *cl = client_open();
   client_sends(cl, "GET /hello?a=1&b=2 HTTP/1.1\r\nHost: x\r\nX-TEST:   padded value  \r\n"
                    "X-Dup: 1\r\nx-dup: 2\r\n\r\n");
@@ -399,8 +365,7 @@ static void test_simple_get(void)
   client_close(cl);
 }
 
-static void test_keep_alive(void)
-{
+static void test_keep_alive(void) {
   client_t *cl = client_open();
   client_sends(cl, "GET /one HTTP/1.1\r\nHost: x\r\n\r\n");
   CHECK_STR_EQ(client_expect(cl, 200)->body, "GET /one q=- h=- dups=0 len=0");
@@ -409,8 +374,7 @@ static void test_keep_alive(void)
   client_close(cl);
 }
 
-static void test_pipelined(void)
-{
+static void test_pipelined(void) {
   client_t *cl = client_open();
   /* The first is answered late from a timer; the others wait their turn. */
   client_sends(cl, "GET /async HTTP/1.1\r\nHost: x\r\n\r\n"
@@ -429,8 +393,7 @@ static void test_pipelined(void)
 
 /* More pipelined bytes than max_header + max_body while one request is
  * held: reading pauses, resumes, and every request is answered in order. */
-static void test_pipeline_backpressure(void)
-{
+static void test_pipeline_backpressure(void) {
   client_t *cl = client_open();
   char req[8192];
   size_t n = (size_t)snprintf(req, sizeof req, "GET /async HTTP/1.1\r\nHost: x\r\n\r\n");
@@ -447,8 +410,7 @@ static void test_pipeline_backpressure(void)
   client_close(cl);
 }
 
-static void test_chunked_body(void)
-{
+static void test_chunked_body(void) {
   client_t *cl = client_open();
   client_sends(cl, "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
                    "5\r\nhello\r\n");
@@ -457,8 +419,7 @@ static void test_chunked_body(void)
   client_close(cl);
 }
 
-static void test_expect_continue(void)
-{
+static void test_expect_continue(void) {
   client_t *cl = client_open();
   client_sends(cl, "POST /echo HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
                    "Content-Length: 4\r\n\r\n");
@@ -468,8 +429,7 @@ static void test_expect_continue(void)
   client_close(cl);
 }
 
-static void check_error(client_t *cl, int status, const char *json)
-{
+static void check_error(client_t *cl, int status, const char *json) {
   response_t *r = client_expect(cl, status);
   CHECK_STR_EQ(r->body, json);
   CHECK(strstr(r->head, "Content-Type: application/json\r\n") != NULL);
@@ -477,8 +437,7 @@ static void check_error(client_t *cl, int status, const char *json)
   CHECK(client_sees_close(cl));
 }
 
-static void test_header_too_large(void)
-{
+static void test_header_too_large(void) {
   client_t *cl = client_open();
   char req[4096];
   char big[2001];
@@ -492,8 +451,7 @@ static void test_header_too_large(void)
   /* Many small headers under the byte limit, but too many of them. */
   cl = client_open();
   size_t n = (size_t)snprintf(req, sizeof req, "GET / HTTP/1.1\r\n");
-  for (int i = 0; i < 101; i++)
-    n += (size_t)snprintf(req + n, sizeof req - n, "H%d:\r\n", i % 10);
+  for (int i = 0; i < 101; i++) n += (size_t)snprintf(req + n, sizeof req - n, "H%d:\r\n", i % 10);
   snprintf(req + n, sizeof req - n, "\r\n");
   CHECK(strlen(req) < 1024);
   client_sends(cl, req);
@@ -501,8 +459,7 @@ static void test_header_too_large(void)
   client_close(cl);
 }
 
-static void test_body_too_large(void)
-{
+static void test_body_too_large(void) {
   /* Refused from Content-Length alone, before any body byte is sent. */
   client_t *cl = client_open();
   client_sends(cl, "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5000\r\n\r\n");
@@ -523,8 +480,7 @@ static void test_body_too_large(void)
   client_close(cl);
 }
 
-static void test_slow_headers(void)
-{
+static void test_slow_headers(void) {
   client_t *cl = client_open();
   double t0 = now_ms();
   client_sends(cl, "GET /slow HTTP/1.1\r\nHost: x\r\n");
@@ -534,8 +490,7 @@ static void test_slow_headers(void)
   client_close(cl);
 }
 
-static void test_malformed(void)
-{
+static void test_malformed(void) {
   client_t *cl = client_open();
   client_sends(cl, "THIS IS NOT HTTP\r\n\r\n");
   check_error(cl, 400, "{\"error\":\"bad request\"}");
@@ -548,8 +503,7 @@ static void test_malformed(void)
   client_close(cl);
 }
 
-static void test_connection_close(void)
-{
+static void test_connection_close(void) {
   client_t *cl = client_open();
   client_sends(cl, "GET /bye HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
   response_t *r = client_expect(cl, 200);
@@ -558,8 +512,7 @@ static void test_connection_close(void)
   client_close(cl);
 }
 
-static void test_http10(void)
-{
+static void test_http10(void) {
   client_t *cl = client_open();
   client_sends(cl, "GET /old HTTP/1.0\r\nConnection: keep-alive\r\n\r\n");
   response_t *r = client_expect(cl, 200);
@@ -572,8 +525,7 @@ static void test_http10(void)
   client_close(cl);
 }
 
-static void test_keepalive_idle_close(void)
-{
+static void test_keepalive_idle_close(void) {
   client_t *cl = client_open();
   client_sends(cl, "GET /idle HTTP/1.1\r\nHost: x\r\n\r\n");
   client_expect(cl, 200);
@@ -584,8 +536,7 @@ static void test_keepalive_idle_close(void)
   client_close(cl);
 }
 
-static void test_stream(void)
-{
+static void test_stream(void) {
   int before = atomic_load(&stream_closes);
   client_t *cl = client_open();
   client_sends(cl, "GET /stream HTTP/1.1\r\nHost: x\r\n\r\n");
@@ -598,8 +549,7 @@ static void test_stream(void)
   wait_for(&stream_closes, before + 1);
 }
 
-static void test_stream_queue_cap(void)
-{
+static void test_stream_queue_cap(void) {
   int before = atomic_load(&stream_closes);
   client_t *cl = client_open();
   client_sends(cl, "GET /stream-cut HTTP/1.1\r\nHost: x\r\n\r\n");
@@ -611,8 +561,7 @@ static void test_stream_queue_cap(void)
   CHECK_INT_EQ(atomic_load(&cut_queued), 0);
 }
 
-static void test_peer_reset_while_held(void)
-{
+static void test_peer_reset_while_held(void) {
   client_t *cl = client_open();
   client_sends(cl, "GET /hold HTTP/1.1\r\nHost: x\r\n\r\n");
   usleep(50000);
@@ -634,8 +583,7 @@ static void test_peer_reset_while_held(void)
   wait_for(&hold_closes, 2);
 }
 
-static void test_adopt(void)
-{
+static void test_adopt(void) {
   /* A socket accepted elsewhere, with the first bytes already read. */
   int lfd = socket(AF_INET, SOCK_STREAM, 0);
   CHECK(lfd >= 0);
@@ -661,8 +609,7 @@ static void test_adopt(void)
   client_close(cl);
 }
 
-static void *client_main(void *arg)
-{
+static void *client_main(void *arg) {
   (void)arg;
   RUN(test_simple_get);
   RUN(test_keep_alive);
@@ -685,8 +632,7 @@ static void *client_main(void *arg)
   return NULL;
 }
 
-static void test_status_text(void)
-{
+static void test_status_text(void) {
   CHECK_STR_EQ(http_status_text(200), "OK");
   CHECK_STR_EQ(http_status_text(404), "Not Found");
   CHECK_STR_EQ(http_status_text(431), "Request Header Fields Too Large");
@@ -694,16 +640,15 @@ static void test_status_text(void)
   CHECK(http_status_text(799) != NULL);
 }
 
-int main(void)
-{
+int main(void) {
   RUN(test_status_text);
   CHECK_INT_EQ(uv_loop_init(&loop), 0);
   http_server_options opts = {
-    .max_header = 1024,
-    .max_body = 1000,
-    .header_timeout_ms = 300,
-    .keepalive_idle_ms = 400,
-    .max_stream_queue = 256,
+      .max_header = 1024,
+      .max_body = 1000,
+      .header_timeout_ms = 300,
+      .keepalive_idle_ms = 400,
+      .max_stream_queue = 256,
   };
   srv = http_server_create(&loop, &opts, on_request, NULL);
   CHECK(srv != NULL);

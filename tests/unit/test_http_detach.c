@@ -118,9 +118,11 @@ static void test_detach(void) {
   size_t conns_before = http_server_connections(srv);
 
   /* The same request again, with another pipelined behind it: detached. */
-  const char *again = "POST /second?x=1 HTTP/1.1\r\nHost: a\r\nX-Thing:  spaced  \r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"
+  const char *again = "POST /second?x=1 HTTP/1.1\r\nHost: a\r\nX-Thing:  spaced  "
+                      "\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"
                       "GET /fourth HTTP/1.1\r\nHost: a\r\n\r\n";
-  CHECK(write(client, again, strlen(again)) == (ssize_t)strlen(again)); /* one segment: read at once */
+  CHECK(write(client, again, strlen(again)) ==
+        (ssize_t)strlen(again)); /* one segment: read at once */
   spin(20);
   CHECK_INT_EQ(requests, 4);
   CHECK_INT_EQ(detach_rc, 0);

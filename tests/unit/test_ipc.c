@@ -37,7 +37,8 @@ static bool pipe_eof(int rfd) {
 }
 
 static ipc_header header(uint32_t cmd, uint32_t len, uint32_t total, uint32_t flags) {
-  return (ipc_header){.cmd = cmd, .slot = 3, .generation = 7, .len = len, .total = total, .flags = flags};
+  return (ipc_header){
+      .cmd = cmd, .slot = 3, .generation = 7, .len = len, .total = total, .flags = flags};
 }
 
 static void test_packet_with_fd(void) {
@@ -266,7 +267,7 @@ static void test_channels(void) {
   CHECK_INT_EQ(rb.cmd[1], IPC_COMMITTED);
   char c;
   CHECK_INT_EQ(read(pp[0], &c, 1), 1); /* written through the received fd */
-  CHECK(pipe_eof(pp[0]));               /* and every copy is closed */
+  CHECK(pipe_eof(pp[0]));              /* and every copy is closed */
   close(pp[0]);
 
   /* More than the socket holds: the queue keeps them, in order. */

@@ -11,8 +11,7 @@
 #include "common/jsonrpc.h"
 
 /* Parses text, classifies it, and checks the kind (and reason, if given). */
-static void expect_kind(const char *text, jsonrpc_kind want, const char *why_contains)
-{
+static void expect_kind(const char *text, jsonrpc_kind want, const char *why_contains) {
   cJSON *msg = cJSON_Parse(text);
   CHECK(msg != NULL);
   const char *why = NULL;
@@ -31,8 +30,7 @@ static void expect_kind(const char *text, jsonrpc_kind want, const char *why_con
   cJSON_Delete(msg);
 }
 
-static void test_valid_kinds(void)
-{
+static void test_valid_kinds(void) {
   expect_kind("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}", JSONRPC_REQUEST, NULL);
   expect_kind("{\"jsonrpc\":\"2.0\",\"id\":\"abc\",\"method\":\"x\",\"params\":{}}",
               JSONRPC_REQUEST, NULL);
@@ -41,16 +39,15 @@ static void test_valid_kinds(void)
   expect_kind("{\"jsonrpc\":\"2.0\",\"id\":0,\"method\":\"x\"}", JSONRPC_REQUEST, NULL);
   expect_kind("{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}",
               JSONRPC_NOTIFICATION, NULL);
-  expect_kind("{\"method\":\"n\",\"params\":{\"a\":1},\"jsonrpc\":\"2.0\"}",
-              JSONRPC_NOTIFICATION, NULL);
+  expect_kind("{\"method\":\"n\",\"params\":{\"a\":1},\"jsonrpc\":\"2.0\"}", JSONRPC_NOTIFICATION,
+              NULL);
   expect_kind("{\"jsonrpc\":\"2.0\",\"id\":3,\"result\":{}}", JSONRPC_RESPONSE, NULL);
   expect_kind("{\"jsonrpc\":\"2.0\",\"id\":\"r\",\"result\":null}", JSONRPC_RESPONSE, NULL);
   expect_kind("{\"jsonrpc\":\"2.0\",\"id\":3,\"error\":{\"code\":-1,\"message\":\"no\"}}",
               JSONRPC_RESPONSE, NULL);
 }
 
-static void test_invalid_shapes(void)
-{
+static void test_invalid_shapes(void) {
   expect_kind("[]", JSONRPC_INVALID, "object");
   expect_kind("\"str\"", JSONRPC_INVALID, "object");
   expect_kind("42", JSONRPC_INVALID, "object");
@@ -68,14 +65,14 @@ static void test_invalid_shapes(void)
   expect_kind("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":null}", JSONRPC_INVALID, "method");
   expect_kind("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"x\",\"params\":3}", JSONRPC_INVALID,
               "params");
-  expect_kind("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"x\",\"params\":\"s\"}",
-              JSONRPC_INVALID, "params");
-  expect_kind("{\"jsonrpc\":\"2.0\",\"method\":\"x\",\"params\":null}", JSONRPC_INVALID,
+  expect_kind("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"x\",\"params\":\"s\"}", JSONRPC_INVALID,
               "params");
+  expect_kind("{\"jsonrpc\":\"2.0\",\"method\":\"x\",\"params\":null}", JSONRPC_INVALID, "params");
   expect_kind("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"x\",\"result\":{}}", JSONRPC_INVALID,
               "result");
-  expect_kind("{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{},\"error\":{\"code\":1,\"message\":\"m\"}}",
-              JSONRPC_INVALID, "both");
+  expect_kind(
+      "{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{},\"error\":{\"code\":1,\"message\":\"m\"}}",
+      JSONRPC_INVALID, "both");
   expect_kind("{\"jsonrpc\":\"2.0\",\"id\":1}", JSONRPC_INVALID, NULL);
   expect_kind("{\"jsonrpc\":\"2.0\"}", JSONRPC_INVALID, NULL);
   expect_kind("{\"jsonrpc\":\"2.0\",\"result\":{}}", JSONRPC_INVALID, "id");
@@ -92,8 +89,7 @@ static void test_invalid_shapes(void)
 }
 
 /* n nested arrays: [[[...]]] */
-static char *nested(int n, char open, char close)
-{
+static char *nested(int n, char open, char close) {
   char *s = malloc(2 * (size_t)n + 1);
   for (int i = 0; i < n; i++) {
     s[i] = open;
@@ -103,8 +99,7 @@ static char *nested(int n, char open, char close)
   return s;
 }
 
-static void test_depth(void)
-{
+static void test_depth(void) {
   char *s64 = nested(64, '[', ']');
   char *s65 = nested(65, '[', ']');
   char *o65 = nested(65, '{', '}');
@@ -137,8 +132,7 @@ static void test_depth(void)
 }
 
 /* Prints msg unformatted, checks the text, frees both. */
-static void expect_json(cJSON *msg, const char *want)
-{
+static void expect_json(cJSON *msg, const char *want) {
   CHECK(msg != NULL);
   char *text = cJSON_PrintUnformatted(msg);
   CHECK_STR_EQ(text, want);
@@ -146,12 +140,12 @@ static void expect_json(cJSON *msg, const char *want)
   cJSON_Delete(msg);
 }
 
-static void test_builders(void)
-{
+static void test_builders(void) {
   cJSON *id = cJSON_CreateNumber(7);
   cJSON *result = cJSON_CreateObject();
   cJSON_AddStringToObject(result, "k", "v");
-  expect_json(jsonrpc_result(id, result), "{\"jsonrpc\":\"2.0\",\"id\":7,\"result\":{\"k\":\"v\"}}");
+  expect_json(jsonrpc_result(id, result),
+              "{\"jsonrpc\":\"2.0\",\"id\":7,\"result\":{\"k\":\"v\"}}");
   /* id is copied, not taken */
   CHECK(cJSON_IsNumber(id) && id->valueint == 7);
   cJSON_Delete(id);
@@ -188,8 +182,7 @@ static void test_builders(void)
   cJSON_Delete(r);
 }
 
-int main(void)
-{
+int main(void) {
   RUN(test_valid_kinds);
   RUN(test_invalid_shapes);
   RUN(test_depth);

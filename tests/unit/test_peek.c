@@ -10,7 +10,9 @@
 #include "check.h"
 #include "master/peek.h"
 
-#define SID "01" "0123456789abcdef0123456789abcdef"
+#define SID                                                                                        \
+  "01"                                                                                             \
+  "0123456789abcdef0123456789abcdef"
 
 static int peek(const char *text, peek_request *pk) {
   return peek_parse(text, strlen(text), 16384, pk);
@@ -55,14 +57,18 @@ static void test_bound(void) {
 static void test_headers(void) {
   peek_request pk;
   CHECK_INT_EQ(peek("POST /mcp HTTP/1.1\r\nmcp-SESSION-id:   " SID "  \r\nContent-Length: 12\r\n"
-                    "Connection: close\r\nOrigin: http://localhost\r\n\r\n", &pk), 0);
+                    "Connection: close\r\nOrigin: http://localhost\r\n\r\n",
+                    &pk),
+               0);
   CHECK_STR_EQ(pk.session_id, SID);
   CHECK(pk.has_session_header);
   CHECK(pk.has_body);
   CHECK(!pk.keep_alive);
   CHECK(pk.has_origin);
   CHECK_STR_EQ(pk.origin, "http://localhost");
-  CHECK_INT_EQ(peek("POST /mcp HTTP/1.1\r\nMcp-Session-Id: zz" SID "\r\nContent-Length: 000\r\n\r\n", &pk), 0);
+  CHECK_INT_EQ(
+      peek("POST /mcp HTTP/1.1\r\nMcp-Session-Id: zz" SID "\r\nContent-Length: 000\r\n\r\n", &pk),
+      0);
   CHECK_STR_EQ(pk.session_id, ""); /* malformed: not routed by it */
   CHECK(pk.has_session_header);
   CHECK(!pk.has_body);

@@ -9,8 +9,7 @@
 #include "common/sse.h"
 
 static void expect_event(const char *id, const char *event, const char *data, size_t len,
-                         const char *want)
-{
+                         const char *want) {
   buf_t b;
   buf_init(&b);
   sse_format_event(&b, id, event, data, len);
@@ -19,8 +18,7 @@ static void expect_event(const char *id, const char *event, const char *data, si
   buf_finish(&b);
 }
 
-static void test_event_fields(void)
-{
+static void test_event_fields(void) {
   expect_event("1", NULL, "{}", 2, "id: 1\ndata: {}\n\n");
   expect_event("s-7", "message", "{\"a\":1}", 7, "id: s-7\nevent: message\ndata: {\"a\":1}\n\n");
   expect_event(NULL, NULL, "x", 1, "data: x\n\n");
@@ -29,8 +27,7 @@ static void test_event_fields(void)
   expect_event("2", NULL, "abcdef", 3, "id: 2\ndata: abc\n\n");
 }
 
-static void test_multiline(void)
-{
+static void test_multiline(void) {
   expect_event("1", NULL, "a\nb", 3, "id: 1\ndata: a\ndata: b\n\n");
   expect_event("1", NULL, "a\r\nb", 4, "id: 1\ndata: a\ndata: b\n\n");
   expect_event("1", NULL, "a\rb", 3, "id: 1\ndata: a\ndata: b\n\n");
@@ -43,19 +40,16 @@ static void test_multiline(void)
                "id: 1\ndata: x\ndata: \ndata: id: 666\ndata: event: evil\n\n");
 }
 
-static void test_empty_payload(void)
-{
+static void test_empty_payload(void) {
   expect_event("1", NULL, "", 0, "id: 1\ndata: \n\n");
   expect_event("1", NULL, NULL, 0, "id: 1\ndata: \n\n");
 }
 
-static void test_field_values_stripped(void)
-{
+static void test_field_values_stripped(void) {
   expect_event("1\r\n2", "a\nb\rc", "d", 1, "id: 12\nevent: abc\ndata: d\n\n");
 }
 
-static void test_retry_and_comment(void)
-{
+static void test_retry_and_comment(void) {
   buf_t b;
   buf_init(&b);
   sse_format_retry(&b, 1000);
@@ -75,8 +69,7 @@ static void test_retry_and_comment(void)
   buf_finish(&b);
 }
 
-int main(void)
-{
+int main(void) {
   RUN(test_event_fields);
   RUN(test_multiline);
   RUN(test_empty_payload);

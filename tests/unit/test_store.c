@@ -60,26 +60,22 @@ static const char test_schema[] =
 
 /* Raw sqlite3 connection: the "external writer" ------------------------------ */
 
-static sqlite3 *raw_open(const char *path)
-{
+static sqlite3 *raw_open(const char *path) {
   sqlite3 *db = NULL;
   CHECK(sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE, NULL) == SQLITE_OK);
   sqlite3_busy_timeout(db, 5000);
   return db;
 }
 
-static void raw_exec(sqlite3 *db, const char *sql)
-{
+static void raw_exec(sqlite3 *db, const char *sql) {
   char *msg = NULL;
   int rc = sqlite3_exec(db, sql, NULL, NULL, &msg);
-  if (rc != SQLITE_OK)
-    fprintf(stderr, "raw_exec(%s): %s\n", sql, msg ? msg : "?");
+  if (rc != SQLITE_OK) fprintf(stderr, "raw_exec(%s): %s\n", sql, msg ? msg : "?");
   sqlite3_free(msg);
   CHECK(rc == SQLITE_OK);
 }
 
-static int64_t raw_int(sqlite3 *db, const char *sql)
-{
+static int64_t raw_int(sqlite3 *db, const char *sql) {
   sqlite3_stmt *st = NULL;
   CHECK(sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK);
   int rc = sqlite3_step(st);
@@ -89,8 +85,7 @@ static int64_t raw_int(sqlite3 *db, const char *sql)
   return v;
 }
 
-static int64_t audit_count(sqlite3 *db)
-{
+static int64_t audit_count(sqlite3 *db) {
   return raw_int(db, "SELECT count(*) FROM audit_log");
 }
 
@@ -105,8 +100,7 @@ typedef struct audit_row {
 } audit_row;
 
 /* The audit row `back` places before the newest (0 = newest). */
-static void audit_get(sqlite3 *db, int back, audit_row *out)
-{
+static void audit_get(sqlite3 *db, int back, audit_row *out) {
   sqlite3_stmt *st = NULL;
   memset(out, 0, sizeof(*out));
   CHECK(sqlite3_prepare_v2(db,
@@ -132,8 +126,7 @@ static void audit_get(sqlite3 *db, int back, audit_row *out)
   sqlite3_finalize(st);
 }
 
-static void audit_finish(audit_row *a)
-{
+static void audit_finish(audit_row *a) {
   cJSON_Delete(a->old_row);
   cJSON_Delete(a->new_row);
   a->old_row = a->new_row = NULL;
@@ -141,27 +134,23 @@ static void audit_finish(audit_row *a)
 
 /* JSON helpers ------------------------------------------------------------------ */
 
-static const char *json_str(const cJSON *obj, const char *name)
-{
+static const char *json_str(const cJSON *obj, const char *name) {
   const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, name);
   CHECK(cJSON_IsString(v));
   return v->valuestring;
 }
 
-static double json_num(const cJSON *obj, const char *name)
-{
+static double json_num(const cJSON *obj, const char *name) {
   const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, name);
   CHECK(cJSON_IsNumber(v));
   return v->valuedouble;
 }
 
-static int json_is_null(const cJSON *obj, const char *name)
-{
+static int json_is_null(const cJSON *obj, const char *name) {
   return cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(obj, name));
 }
 
-static cJSON *json(const char *text)
-{
+static cJSON *json(const char *text) {
   cJSON *v = cJSON_Parse(text);
   CHECK(v != NULL);
   return v;
@@ -169,28 +158,24 @@ static cJSON *json(const char *text)
 
 /* Store helpers ------------------------------------------------------------------ */
 
-static void write_file(const char *path, const char *text)
-{
+static void write_file(const char *path, const char *text) {
   FILE *f = fopen(path, "w");
   CHECK(f != NULL);
   CHECK(fputs(text, f) >= 0);
   CHECK(fclose(f) == 0);
 }
 
-static store_t *open_store(const char *path)
-{
+static store_t *open_store(const char *path) {
   store_t *s = NULL;
   char err[256] = "";
   int rc = store_open(path, schema_path, &s, err, sizeof(err));
-  if (rc != 0)
-    fprintf(stderr, "store_open: %d %s\n", rc, err);
+  if (rc != 0) fprintf(stderr, "store_open: %d %s\n", rc, err);
   CHECK(rc == 0);
   CHECK(s != NULL);
   return s;
 }
 
-static const store_table *table(store_t *s, const char *name)
-{
+static const store_table *table(store_t *s, const char *name) {
   const store_table *t = store_find_table(s, name);
   CHECK(t != NULL);
   return t;
@@ -199,8 +184,7 @@ static const store_table *table(store_t *s, const char *name)
 /* store_write with obj given as JSON text; returns the result, fills out_key/created/err. */
 static int write_json(store_t *s, const char *tname, const char *key, const char *obj_text,
                       store_write_mode mode, char **out_key, bool *created, char *err,
-                      size_t errlen)
-{
+                      size_t errlen) {
   cJSON *obj = json(obj_text);
   int rc = store_write(s, table(s, tname), key, obj, mode, out_key, created, err, errlen);
   cJSON_Delete(obj);
@@ -209,28 +193,23 @@ static int write_json(store_t *s, const char *tname, const char *key, const char
 
 /* Writes and checks success; returns nothing. */
 static void write_ok(store_t *s, const char *tname, const char *key, const char *obj_text,
-                     store_write_mode mode)
-{
+                     store_write_mode mode) {
   char err[256] = "";
   int rc = write_json(s, tname, key, obj_text, mode, NULL, NULL, err, sizeof(err));
-  if (rc != 0)
-    fprintf(stderr, "write %s %s: %d %s\n", tname, obj_text, rc, err);
+  if (rc != 0) fprintf(stderr, "write %s %s: %d %s\n", tname, obj_text, rc, err);
   CHECK(rc == 0);
 }
 
-static cJSON *get_ok(store_t *s, const char *tname, const char *key, int64_t *version)
-{
+static cJSON *get_ok(store_t *s, const char *tname, const char *key, int64_t *version) {
   cJSON *row = NULL;
   int64_t v = -1;
   CHECK(store_get_record(s, table(s, tname), key, &row, &v) == 0);
   CHECK(row != NULL);
-  if (version)
-    *version = v;
+  if (version) *version = v;
   return row;
 }
 
-static int64_t table_version(store_t *s, const char *tname)
-{
+static int64_t table_version(store_t *s, const char *tname) {
   int64_t v = -1;
   CHECK(store_table_version(s, table(s, tname), &v) == 0);
   return v;
@@ -238,16 +217,14 @@ static int64_t table_version(store_t *s, const char *tname)
 
 /* Tests ------------------------------------------------------------------------------ */
 
-static void test_open_and_tables(void)
-{
+static void test_open_and_tables(void) {
   store_t *s = open_store(db_path);
   int n = 0;
   const store_table *t = store_tables(s, &n);
-  static const char *const names[] = {"Code", "Event", "Grid", "Note", "Order Line",
-                                      "Product", "Ranked", "it's"};
+  static const char *const names[] = {"Code",       "Event",   "Grid",   "Note",
+                                      "Order Line", "Product", "Ranked", "it's"};
   CHECK_INT_EQ(n, 8);
-  for (int i = 0; i < n; i++)
-    CHECK_STR_EQ(t[i].name, names[i]);
+  for (int i = 0; i < n; i++) CHECK_STR_EQ(t[i].name, names[i]);
 
   /* Not exported: composite WITHOUT ROWID, system/private names, views, a rowid clash. */
   CHECK(store_find_table(s, "Pair") == NULL);
@@ -324,8 +301,7 @@ static void test_open_and_tables(void)
   store_close(NULL);
 }
 
-static void test_open_errors(void)
-{
+static void test_open_errors(void) {
   char path[300], bad_schema[300], err[256] = "";
   store_t *s = NULL;
 
@@ -367,8 +343,7 @@ static void test_open_errors(void)
   store_close(s);
 }
 
-static void test_writes_are_audited(void)
-{
+static void test_writes_are_audited(void) {
   store_t *s = open_store(db_path);
   sqlite3 *raw = raw_open(db_path);
   char *key = NULL;
@@ -466,11 +441,11 @@ static void test_writes_are_audited(void)
 
   /* A PATCH of nothing only checks that the row exists, and logs nothing. */
   int64_t before = audit_count(raw);
-  CHECK(write_json(s, "Product", "A-100", "{}", STORE_WRITE_PATCH, NULL, NULL, err,
-                   sizeof(err)) == 0);
-  CHECK_INT_EQ(write_json(s, "Product", "E-500", "{}", STORE_WRITE_PATCH, NULL, NULL, err,
-                          sizeof(err)),
-               -ENOENT);
+  CHECK(write_json(s, "Product", "A-100", "{}", STORE_WRITE_PATCH, NULL, NULL, err, sizeof(err)) ==
+        0);
+  CHECK_INT_EQ(
+      write_json(s, "Product", "E-500", "{}", STORE_WRITE_PATCH, NULL, NULL, err, sizeof(err)),
+      -ENOENT);
   CHECK_INT_EQ(write_json(s, "Product", "E-500", "{\"name\":\"x\"}", STORE_WRITE_PATCH, NULL, NULL,
                           err, sizeof(err)),
                -ENOENT);
@@ -480,8 +455,7 @@ static void test_writes_are_audited(void)
   store_close(s);
 }
 
-static void test_write_modes_and_errors(void)
-{
+static void test_write_modes_and_errors(void) {
   store_t *s = open_store(db_path);
   sqlite3 *raw = raw_open(db_path);
   char *key = NULL;
@@ -567,9 +541,9 @@ static void test_write_modes_and_errors(void)
   CHECK_INT_EQ(write_json(s, "Product", "A-100", "{\"sku\":\"Z-1\",\"name\":\"x\"}",
                           STORE_WRITE_REPLACE, NULL, NULL, err, sizeof(err)),
                -EINVAL);
-  CHECK_INT_EQ(write_json(s, "Product", "A-100", "[1,2]", STORE_WRITE_REPLACE, NULL, NULL, err,
-                          sizeof(err)),
-               -EINVAL);
+  CHECK_INT_EQ(
+      write_json(s, "Product", "A-100", "[1,2]", STORE_WRITE_REPLACE, NULL, NULL, err, sizeof(err)),
+      -EINVAL);
   CHECK_INT_EQ(write_json(s, "Product", "A-100", "{\"name\":\"a\",\"name\":\"b\"}",
                           STORE_WRITE_PATCH, NULL, NULL, err, sizeof(err)),
                -EINVAL);
@@ -612,9 +586,9 @@ static void test_write_modes_and_errors(void)
   audit_get(raw, 0, &a);
   CHECK(json_num(a.new_row, "twice") == 3.0);
   audit_finish(&a);
-  CHECK_INT_EQ(write_json(s, "Event", "2", "{\"twice\":1}", STORE_WRITE_PATCH, NULL, NULL, err,
-                          sizeof(err)),
-               -EINVAL); /* ...never written */
+  CHECK_INT_EQ(
+      write_json(s, "Event", "2", "{\"twice\":1}", STORE_WRITE_PATCH, NULL, NULL, err, sizeof(err)),
+      -EINVAL); /* ...never written */
   CHECK_STR_EQ(err, "column twice is generated");
   write_ok(s, "Event", "11", "{\"qty\":2}", STORE_WRITE_REPLACE);
   row = get_ok(s, "Event", "11", NULL);
@@ -662,8 +636,7 @@ static void test_write_modes_and_errors(void)
   store_close(s);
 }
 
-static void test_external_writer(void)
-{
+static void test_external_writer(void) {
   store_t *s = open_store(db_path);
   sqlite3 *raw = raw_open(db_path);
   audit_row a;
@@ -738,8 +711,7 @@ static void test_external_writer(void)
   store_close(s);
 }
 
-static void test_query(void)
-{
+static void test_query(void) {
   store_t *s = open_store(db_path);
   const store_table *p = table(s, "Product");
   cJSON *rows = NULL;
@@ -771,8 +743,7 @@ static void test_query(void)
   CHECK(store_query(s, p, &fn, 1, 100, NULL, &rows, &next) == 0);
   int n_null = cJSON_GetArraySize(rows);
   CHECK(n_null >= 1);
-  for (int i = 0; i < n_null; i++)
-    CHECK(json_is_null(cJSON_GetArrayItem(rows, i), "category"));
+  for (int i = 0; i < n_null; i++) CHECK(json_is_null(cJSON_GetArrayItem(rows, i), "category"));
   CHECK_INT_EQ(n_null, raw_int(raw, "SELECT count(*) FROM Product WHERE category IS NULL"));
   cJSON_Delete(rows);
 
@@ -788,8 +759,7 @@ static void test_query(void)
     CHECK(got >= 1 && got <= 2);
     for (int i = 0; i < got; i++) {
       const char *sku = json_str(cJSON_GetArrayItem(rows, i), "sku");
-      if (prev)
-        CHECK(strcmp(prev, sku) < 0);
+      if (prev) CHECK(strcmp(prev, sku) < 0);
       free(prev);
       prev = strdup(sku);
       seen++;
@@ -835,8 +805,7 @@ static void test_query(void)
   store_close(s);
 }
 
-static void test_refresh_schema(void)
-{
+static void test_refresh_schema(void) {
   store_t *s = open_store(db_path);
   store_t *s2 = open_store(db_path);
   sqlite3 *raw = raw_open(db_path);
@@ -910,8 +879,7 @@ static void test_refresh_schema(void)
   /* A table wider than one json_object() call can take. */
   char sql[4096];
   int len = snprintf(sql, sizeof(sql), "CREATE TABLE Wide (id INTEGER PRIMARY KEY");
-  for (int i = 1; i <= 130; i++)
-    len += snprintf(sql + len, sizeof(sql) - (size_t)len, ", c%d", i);
+  for (int i = 1; i <= 130; i++) len += snprintf(sql + len, sizeof(sql) - (size_t)len, ", c%d", i);
   snprintf(sql + len, sizeof(sql) - (size_t)len, ")");
   raw_exec(raw, sql);
   CHECK(store_refresh_schema(s, &changed) == 0);
@@ -949,8 +917,7 @@ static void test_refresh_schema(void)
   store_close(s);
 }
 
-static void test_audit_prune(void)
-{
+static void test_audit_prune(void) {
   char path[300], err[256];
   snprintf(path, sizeof(path), "%s/prune.db", tmp_dir);
   store_t *s = open_store(path);
@@ -982,7 +949,7 @@ static void test_audit_prune(void)
   CHECK(store_audit_prune(s, 1, 0, store_now_ms(), &deleted) == 0);
   CHECK_INT_EQ(deleted, 5);
   CHECK_INT_EQ(audit_count(raw), 3);
-  CHECK_INT_EQ(raw_int(raw, "SELECT count(*) FROM audit_log WHERE seq IN (" 
+  CHECK_INT_EQ(raw_int(raw, "SELECT count(*) FROM audit_log WHERE seq IN ("
                             "(SELECT max(seq) FROM audit_log WHERE key = 'P1'),"
                             "(SELECT max(seq) FROM audit_log WHERE tbl = 'Event'),"
                             "(SELECT max(seq) FROM audit_log))"),
@@ -1041,8 +1008,7 @@ typedef struct read_log {
   char names[8][16]; /* new_row.name, or old_row.name for a DELETE */
 } read_log;
 
-static int record_audit(const store_audit_row *row, void *data)
-{
+static int record_audit(const store_audit_row *row, void *data) {
   read_log *log = data;
   int i = log->calls++;
   CHECK(i < 8);
@@ -1058,8 +1024,7 @@ static int record_audit(const store_audit_row *row, void *data)
   return log->stop_at != 0 && log->calls >= log->stop_at;
 }
 
-static void test_audit_read_and_data_version(void)
-{
+static void test_audit_read_and_data_version(void) {
   store_t *s = open_store(db_path);
   sqlite3 *raw = raw_open(db_path);
   int64_t start, dv0, dv1, seq;
@@ -1111,8 +1076,7 @@ static void test_audit_read_and_data_version(void)
   store_close(s);
 }
 
-static int collect_ids(const store_session *ss, void *data)
-{
+static int collect_ids(const store_session *ss, void *data) {
   char *out = data;
   CHECK(ss->subscriptions != NULL);
   strcat(out, ss->id + 32);
@@ -1120,14 +1084,12 @@ static int collect_ids(const store_session *ss, void *data)
   return 0;
 }
 
-static int stop_after_first(const store_session *ss, void *data)
-{
+static int stop_after_first(const store_session *ss, void *data) {
   (*(int *)data)++;
   return 1;
 }
 
-static void set_session(store_session *ss, const char *suffix, int64_t last_seen)
-{
+static void set_session(store_session *ss, const char *suffix, int64_t last_seen) {
   memset(ss, 0, sizeof(*ss));
   snprintf(ss->id, sizeof(ss->id), "00000000000000000000000000000000%s", suffix);
   ss->created_at = 1000;
@@ -1135,8 +1097,7 @@ static void set_session(store_session *ss, const char *suffix, int64_t last_seen
   snprintf(ss->protocol_version, sizeof(ss->protocol_version), "2025-06-18");
 }
 
-static void test_sessions(void)
-{
+static void test_sessions(void) {
   store_t *s = open_store(db_path);
   store_session a, b, c, got;
 
@@ -1200,8 +1161,7 @@ static void test_sessions(void)
   store_close(s);
 }
 
-static void test_readonly(void)
-{
+static void test_readonly(void) {
   store_t *s = NULL;
   char err[256] = "";
   CHECK(store_open_readonly(db_path, &s, err, sizeof(err)) == 0);
@@ -1231,11 +1191,9 @@ static void test_readonly(void)
 }
 
 /* The shipped example schema, when the source tree is known. */
-static void test_example_schema(void)
-{
+static void test_example_schema(void) {
   const char *root = getenv("MCPSUB_SOURCE_ROOT");
-  if (root == NULL || root[0] == '\0')
-    return;
+  if (root == NULL || root[0] == '\0') return;
   char example[512], path[300], err[256] = "";
   store_t *s = NULL;
   snprintf(example, sizeof(example), "%s/schema/example.sql", root);
@@ -1249,13 +1207,11 @@ static void test_example_schema(void)
   store_close(s);
 }
 
-static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
+static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
   return remove(path);
 }
 
-int main(void)
-{
+int main(void) {
   CHECK(mkdtemp(tmp_dir) != NULL);
   snprintf(db_path, sizeof(db_path), "%s/data/mcpsub.db", tmp_dir); /* data/ does not exist yet */
   snprintf(schema_path, sizeof(schema_path), "%s/schema.sql", tmp_dir);

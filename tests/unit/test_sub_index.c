@@ -76,8 +76,8 @@ static matches match(const sub_index *idx, const char *table, const char *key, c
 }
 
 /* sub_topic_matches alone, for a topic and a change. */
-static bool topic_matches(const sub_topic *t, const char *table, const char *key, const char *old_key,
-                          const char *old_json, const char *new_json) {
+static bool topic_matches(const sub_topic *t, const char *table, const char *key,
+                          const char *old_key, const char *old_json, const char *new_json) {
   cJSON *old_row = old_json != NULL ? row(old_json) : NULL;
   cJSON *new_row = new_json != NULL ? row(new_json) : NULL;
   sub_change c = {100, table, key, old_key, old_row, new_row};
@@ -226,8 +226,10 @@ static void test_match_kinds(void) {
   sub_t *tools = add(&idx, BASE "/Product?category=tools", &session_a);
   sub_t *garden = add(&idx, BASE "/Product?category=garden", &session_a);
   sub_t *stock = add(&idx, BASE "/StockEvent", &session_b);
-  static const char *const anvil = "{\"sku\":\"A-100\",\"category\":\"tools\",\"price_cents\":4999}";
-  static const char *const anvil_garden = "{\"sku\":\"A-100\",\"category\":\"garden\",\"price_cents\":4999}";
+  static const char *const anvil =
+      "{\"sku\":\"A-100\",\"category\":\"tools\",\"price_cents\":4999}";
+  static const char *const anvil_garden =
+      "{\"sku\":\"A-100\",\"category\":\"garden\",\"price_cents\":4999}";
   static const char *const dust = "{\"sku\":\"D-400\",\"category\":\"home\"}";
 
   /* UPDATE of A-100 inside the tools filter: record, collection, tools. */
@@ -304,7 +306,8 @@ static void test_multiple_filters(void) {
   sub_index_init(&idx);
   sub_t *f = add(&idx, BASE "/Product?category=tools&in_stock=1", &session_a);
   CHECK_INT_EQ(f->topic->parsed.n_filters, 2);
-  matches m = match(&idx, "Product", "A-100", NULL, NULL, "{\"category\":\"tools\",\"in_stock\":1}");
+  matches m =
+      match(&idx, "Product", "A-100", NULL, NULL, "{\"category\":\"tools\",\"in_stock\":1}");
   CHECK_INT_EQ(m.n, 1);
   m = match(&idx, "Product", "C-300", NULL, NULL, "{\"category\":\"tools\",\"in_stock\":0}");
   CHECK_INT_EQ(m.n, 0);

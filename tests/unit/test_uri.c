@@ -13,8 +13,7 @@
 
 #define BASE "http://127.0.0.1:9926"
 
-static void expect_rc(const char *text, int want)
-{
+static void expect_rc(const char *text, int want) {
   uri_t u;
   int rc = uri_parse(BASE, text, &u);
   if (rc != want) {
@@ -25,8 +24,7 @@ static void expect_rc(const char *text, int want)
 }
 
 /* Parses text, formats it, checks the canonical text and that it is a fixed point. */
-static void expect_canonical(const char *text, const char *want)
-{
+static void expect_canonical(const char *text, const char *want) {
   uri_t u, v;
   CHECK_INT_EQ(uri_parse(BASE, text, &u), 0);
   char *once = uri_format(BASE, &u);
@@ -41,8 +39,7 @@ static void expect_canonical(const char *text, const char *want)
   uri_finish(&v);
 }
 
-static void test_collection(void)
-{
+static void test_collection(void) {
   uri_t u;
   CHECK_INT_EQ(uri_parse(BASE, BASE "/Dog", &u), 0);
   CHECK_INT_EQ(u.kind, URI_COLLECTION);
@@ -59,8 +56,7 @@ static void test_collection(void)
   uri_finish(&u);
 }
 
-static void test_record(void)
-{
+static void test_record(void) {
   uri_t u;
   CHECK_INT_EQ(uri_parse(BASE, BASE "/Dog/42", &u), 0);
   CHECK_INT_EQ(u.kind, URI_RECORD);
@@ -92,8 +88,7 @@ static void test_record(void)
   free(s);
 }
 
-static void test_filtered_and_paging(void)
-{
+static void test_filtered_and_paging(void) {
   uri_t u;
   CHECK_INT_EQ(uri_parse(BASE, BASE "/Dog?owner=Ann&breed=lab%20mix&age=", &u), 0);
   CHECK_INT_EQ(u.kind, URI_FILTERED);
@@ -148,8 +143,7 @@ static void test_filtered_and_paging(void)
   expect_rc(text, -EINVAL);
 }
 
-static void test_meta(void)
-{
+static void test_meta(void) {
   uri_t u;
   CHECK_INT_EQ(uri_parse(BASE, "mcpsub://about", &u), 0);
   CHECK_INT_EQ(u.kind, URI_ABOUT);
@@ -177,20 +171,19 @@ static void test_meta(void)
   expect_rc("mcpsub://aboutx", -ENOENT);
 }
 
-static void test_malformed(void)
-{
-  expect_rc(BASE "/", -EINVAL);              /* empty table */
-  expect_rc(BASE "//42", -EINVAL);           /* empty table with key */
-  expect_rc(BASE "/?a=1", -EINVAL);          /* empty table with query */
-  expect_rc(BASE "/Dog/", -EINVAL);          /* empty key */
-  expect_rc(BASE "/Dog/a/b", -EINVAL);       /* unencoded '/' in key */
-  expect_rc(BASE "/Dog%2FCat", -EINVAL);     /* '/' in a table name */
+static void test_malformed(void) {
+  expect_rc(BASE "/", -EINVAL);          /* empty table */
+  expect_rc(BASE "//42", -EINVAL);       /* empty table with key */
+  expect_rc(BASE "/?a=1", -EINVAL);      /* empty table with query */
+  expect_rc(BASE "/Dog/", -EINVAL);      /* empty key */
+  expect_rc(BASE "/Dog/a/b", -EINVAL);   /* unencoded '/' in key */
+  expect_rc(BASE "/Dog%2FCat", -EINVAL); /* '/' in a table name */
   expect_rc(BASE "/Dog#frag", -EINVAL);
   expect_rc(BASE "/Dog/1#frag", -EINVAL);
   expect_rc(BASE "/Dog?a=1#frag", -EINVAL);
-  expect_rc(BASE "/Dog/1?a=1", -EINVAL);     /* query on a record */
+  expect_rc(BASE "/Dog/1?a=1", -EINVAL); /* query on a record */
   expect_rc(BASE "/Dog/1?_limit=1", -EINVAL);
-  expect_rc(BASE "/Dog?a", -EINVAL);         /* no '=' */
+  expect_rc(BASE "/Dog?a", -EINVAL); /* no '=' */
   expect_rc(BASE "/Dog?", -EINVAL);
   expect_rc(BASE "/Dog?a=1&", -EINVAL);
   expect_rc(BASE "/Dog?a=1&&b=2", -EINVAL);
@@ -205,14 +198,14 @@ static void test_malformed(void)
   expect_rc(BASE "/Dog?_limit=99999999999999999999999", -EINVAL);
   expect_rc(BASE "/Dog?_limit=1&_limit=2", -EINVAL);
   expect_rc(BASE "/Dog?_cursor=a&_cursor=b", -EINVAL);
-  expect_rc(BASE "/Dog/%", -EINVAL);         /* bad escapes */
+  expect_rc(BASE "/Dog/%", -EINVAL); /* bad escapes */
   expect_rc(BASE "/Dog/%4", -EINVAL);
   expect_rc(BASE "/Dog/%G0", -EINVAL);
-  expect_rc(BASE "/Dog/a%00b", -EINVAL);     /* encoded NUL */
+  expect_rc(BASE "/Dog/a%00b", -EINVAL); /* encoded NUL */
   expect_rc(BASE "/D%og", -EINVAL);
   expect_rc(BASE "/Dog?a=%ZZ", -EINVAL);
   expect_rc(BASE "/Dog?a%=1", -EINVAL);
-  expect_rc(BASE "/Dog/a\nb", -EINVAL);      /* raw control character */
+  expect_rc(BASE "/Dog/a\nb", -EINVAL); /* raw control character */
 
   /* length bound */
   size_t n = URI_MAX_LEN + 1;
@@ -226,8 +219,7 @@ static void test_malformed(void)
   free(big);
 }
 
-static void test_foreign(void)
-{
+static void test_foreign(void) {
   expect_rc("http://127.0.0.1:9927/Dog", -ENOENT);
   expect_rc("https://127.0.0.1:9926/Dog", -ENOENT);
   expect_rc("http://127.0.0.1:99261/Dog", -ENOENT); /* base is a prefix, not a match */
@@ -248,8 +240,7 @@ static void test_foreign(void)
   uri_finish(&u);
 }
 
-static void test_codec(void)
-{
+static void test_codec(void) {
   buf_t b;
   buf_init(&b);
   const char *all = "AZaz09-._~ /?#[]@!$&'()*+,;=%\"<>\\^`{|}";
@@ -283,8 +274,7 @@ static void test_codec(void)
   CHECK(uri_decode_component("%00", 3) == NULL);
 }
 
-static void test_canonical(void)
-{
+static void test_canonical(void) {
   expect_canonical(BASE "/Dog", BASE "/Dog");
   expect_canonical(BASE "/Dog/42", BASE "/Dog/42");
   expect_canonical(BASE "/My%20Table/a%2fb", BASE "/My%20Table/a%2Fb");
@@ -310,8 +300,7 @@ static void test_canonical(void)
   free(s);
 }
 
-int main(void)
-{
+int main(void) {
   RUN(test_collection);
   RUN(test_record);
   RUN(test_filtered_and_paging);

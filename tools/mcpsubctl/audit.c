@@ -19,15 +19,17 @@
 #include "ctl.h"
 
 #define CTL_AUDIT_DEFAULT_ROWS 20
-#define CTL_AUDIT_MAX_ROWS 100000
-#define CTL_AUDIT_POLL_MS 200
-#define CTL_AUDIT_BATCH 1000
+#define CTL_AUDIT_MAX_ROWS     100000
+#define CTL_AUDIT_POLL_MS      200
+#define CTL_AUDIT_BATCH        1000
 /* Characters of a row image shown in the table (--json shows it whole). */
 #define CTL_AUDIT_ROW_CHARS 80
 
 static volatile sig_atomic_t ctl_audit_stop;
 
-static void ctl_audit_on_signal(int signum) { ctl_audit_stop = 1; }
+static void ctl_audit_on_signal(int signum) {
+  ctl_audit_stop = 1;
+}
 
 /* The row image of a change: the new row, or the old one of a DELETE, compact and cut short. */
 static void ctl_fmt_audit_image(const cJSON *row, char *out, size_t n) {
@@ -89,11 +91,9 @@ static int ctl_audit_read(ctl_context *ctx, const char *table, int64_t after, in
   sqlite3 *db = ctl_db(ctx);
   if (db == NULL) return CTL_EXIT_ERROR;
   const char *sql = after < 0
-                        ? "SELECT * FROM (SELECT " CTL_AUDIT_COLUMNS
-                          " FROM audit_log"
+                        ? "SELECT * FROM (SELECT " CTL_AUDIT_COLUMNS " FROM audit_log"
                           " WHERE ?1 IS NULL OR tbl = ?1 ORDER BY seq DESC LIMIT ?2) ORDER BY seq"
-                        : "SELECT " CTL_AUDIT_COLUMNS
-                          " FROM audit_log"
+                        : "SELECT " CTL_AUDIT_COLUMNS " FROM audit_log"
                           " WHERE seq > ?3 AND (?1 IS NULL OR tbl = ?1) ORDER BY seq LIMIT ?2";
   sqlite3_stmt *st = NULL;
   int rc = sqlite3_prepare_v2(db, sql, -1, &st, NULL);
@@ -200,7 +200,8 @@ int ctl_cmd_audit_tail(ctl_context *ctx, int argc, char **argv) {
   ctl_table_init(&t, ctl_audit_columns, ARRAY_LEN(ctl_audit_columns));
   ctl_table_measure(&t, rows);
   if (!ctx->json) ctl_table_print_header(&t);
-  if (follow) ctl_audit_emit(ctx, &t, rows);
+  if (follow)
+    ctl_audit_emit(ctx, &t, rows);
   else if (ctx->json)
     ctl_print_json(rows);
   else

@@ -65,42 +65,41 @@ static void ctl_usage(FILE *out) {
              c->args);
     fprintf(out, "  %-36s %s\n", words, c->summary);
   }
-  fputs(
-      "\n"
-      "options:\n"
-      "  --db PATH        database file (default data/mcpsub.db), opened read-only\n"
-      "  --control PATH   mcpsubd's control socket (default: mcpsubd.sock in the\n"
-      "                   directory of --db)\n"
-      "  --json           print JSON: the server's answer as received, or what was read\n"
-      "                   from the database\n"
-      "  --help, -h       this text\n"
-      "\n"
-      "command options:\n"
-      "  sessions --live       the live sessions (worker, stream, ring, undelivered)\n"
-      "  subs --uri U          only URI U\n"
-      "  audit tail -n N       rows to show first, 0 to 100000 (default 20); or --lines N\n"
-      "  audit tail --table T  only the changes of table T\n"
-      "  audit tail -f         then print each new row as it commits (polled every\n"
-      "                        200 ms) until SIGINT or SIGTERM; with --json one object\n"
-      "                        per line; or --follow\n"
-      "\n"
-      "Live state comes from a running mcpsubd over its control socket (a unix\n"
-      "socket, one JSON line each way, 5 s timeout). When nothing listens there:\n"
-      "  status        prints \"mcpsubd: not running\", the durable counts (sessions,\n"
-      "                audit rows, highest audit seq) and exits 3;\n"
-      "  sessions      lists the mcp_session rows (it always does, running or not);\n"
-      "  session show  prints the durable record without live state;\n"
-      "  subs          counts the URIs stored on mcp_session rows;\n"
-      "  workers, stats, sessions --live, session evict fail with exit status 3.\n"
-      "audit tail always reads the database.\n"
-      "\n"
-      "exit status:\n"
-      "  0  success\n"
-      "  1  the database or the control socket failed\n"
-      "  2  bad usage\n"
-      "  3  mcpsubd is not running (status, and the commands that need it)\n"
-      "  4  unknown session\n",
-      out);
+  fputs("\n"
+        "options:\n"
+        "  --db PATH        database file (default data/mcpsub.db), opened read-only\n"
+        "  --control PATH   mcpsubd's control socket (default: mcpsubd.sock in the\n"
+        "                   directory of --db)\n"
+        "  --json           print JSON: the server's answer as received, or what was read\n"
+        "                   from the database\n"
+        "  --help, -h       this text\n"
+        "\n"
+        "command options:\n"
+        "  sessions --live       the live sessions (worker, stream, ring, undelivered)\n"
+        "  subs --uri U          only URI U\n"
+        "  audit tail -n N       rows to show first, 0 to 100000 (default 20); or --lines N\n"
+        "  audit tail --table T  only the changes of table T\n"
+        "  audit tail -f         then print each new row as it commits (polled every\n"
+        "                        200 ms) until SIGINT or SIGTERM; with --json one object\n"
+        "                        per line; or --follow\n"
+        "\n"
+        "Live state comes from a running mcpsubd over its control socket (a unix\n"
+        "socket, one JSON line each way, 5 s timeout). When nothing listens there:\n"
+        "  status        prints \"mcpsubd: not running\", the durable counts (sessions,\n"
+        "                audit rows, highest audit seq) and exits 3;\n"
+        "  sessions      lists the mcp_session rows (it always does, running or not);\n"
+        "  session show  prints the durable record without live state;\n"
+        "  subs          counts the URIs stored on mcp_session rows;\n"
+        "  workers, stats, sessions --live, session evict fail with exit status 3.\n"
+        "audit tail always reads the database.\n"
+        "\n"
+        "exit status:\n"
+        "  0  success\n"
+        "  1  the database or the control socket failed\n"
+        "  2  bad usage\n"
+        "  3  mcpsubd is not running (status, and the commands that need it)\n"
+        "  4  unknown session\n",
+        out);
 }
 
 /* Whether arg names flag f ("-n", "--lines", or "--lines=V" for a flag with a value). */
@@ -184,7 +183,8 @@ static const ctl_command *ctl_find_command(int n_words, char **words, int *used)
       return c;
     }
   }
-  if (!known_name && words[0][0] == '-') ctl_error("unknown option '%s'", words[0]);
+  if (!known_name && words[0][0] == '-')
+    ctl_error("unknown option '%s'", words[0]);
   else if (!known_name)
     ctl_error("unknown command '%s'", words[0]);
   else if (n_words > 1)

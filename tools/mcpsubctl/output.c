@@ -38,7 +38,8 @@ static bool ctl_json_int(const cJSON *v, int64_t *out) {
 
 void ctl_fmt_text(const cJSON *v, char *out, size_t n) {
   int64_t i;
-  if (cJSON_IsString(v)) snprintf(out, n, "%s", v->valuestring);
+  if (cJSON_IsString(v))
+    snprintf(out, n, "%s", v->valuestring);
   else if (ctl_json_int(v, &i) && (double)i == v->valuedouble)
     snprintf(out, n, "%" PRId64, i);
   else if (cJSON_IsNumber(v))
@@ -76,7 +77,8 @@ void ctl_fmt_duration(const cJSON *v, char *out, size_t n) {
     return;
   }
   int64_t s = ms / 1000;
-  if (ms < 1000) snprintf(out, n, "%" PRId64 "ms", ms);
+  if (ms < 1000)
+    snprintf(out, n, "%" PRId64 "ms", ms);
   else if (s < 60)
     snprintf(out, n, "%" PRId64 "s", s);
   else if (s < 3600)
@@ -98,24 +100,31 @@ static void ctl_format_utc(const cJSON *v, char *out, size_t n, bool millis) {
   gmtime_r(&t, &tm);
   char date[32];
   strftime(date, sizeof(date), "%Y-%m-%dT%H:%M:%S", &tm);
-  if (millis) snprintf(out, n, "%s.%03dZ", date, (int)(ms % 1000));
+  if (millis)
+    snprintf(out, n, "%s.%03dZ", date, (int)(ms % 1000));
   else
     snprintf(out, n, "%sZ", date);
 }
 
-void ctl_fmt_time(const cJSON *v, char *out, size_t n) { ctl_format_utc(v, out, n, false); }
+void ctl_fmt_time(const cJSON *v, char *out, size_t n) {
+  ctl_format_utc(v, out, n, false);
+}
 
-void ctl_fmt_time_ms(const cJSON *v, char *out, size_t n) { ctl_format_utc(v, out, n, true); }
+void ctl_fmt_time_ms(const cJSON *v, char *out, size_t n) {
+  ctl_format_utc(v, out, n, true);
+}
 
 void ctl_fmt_yes_no(const cJSON *v, char *out, size_t n) {
-  if (v == NULL || cJSON_IsNull(v)) snprintf(out, n, "-");
+  if (v == NULL || cJSON_IsNull(v))
+    snprintf(out, n, "-");
   else
     snprintf(out, n, "%s",
              cJSON_IsTrue(v) || (cJSON_IsNumber(v) && v->valuedouble != 0) ? "yes" : "no");
 }
 
 void ctl_fmt_count(const cJSON *v, char *out, size_t n) {
-  if (cJSON_IsArray(v)) snprintf(out, n, "%d", cJSON_GetArraySize(v));
+  if (cJSON_IsArray(v))
+    snprintf(out, n, "%d", cJSON_GetArraySize(v));
   else
     ctl_fmt_text(v, out, n);
 }
@@ -123,7 +132,8 @@ void ctl_fmt_count(const cJSON *v, char *out, size_t n) {
 void ctl_fmt_client(const cJSON *v, char *out, size_t n) {
   const cJSON *name = cJSON_GetObjectItemCaseSensitive(v, "name");
   const cJSON *version = cJSON_GetObjectItemCaseSensitive(v, "version");
-  if (!cJSON_IsString(name)) snprintf(out, n, "-");
+  if (!cJSON_IsString(name))
+    snprintf(out, n, "-");
   else if (cJSON_IsString(version))
     snprintf(out, n, "%s %s", name->valuestring, version->valuestring);
   else
@@ -165,7 +175,8 @@ static void ctl_table_line(const ctl_table *t, const char *const *cells) {
     bool last = c + 1 == t->n_cols;
     int pad = t->width[c] - ctl_text_width(cells[c]);
     if (pad < 0) pad = 0;
-    if (t->cols[c].right) printf("%*s%s", pad, "", cells[c]);
+    if (t->cols[c].right)
+      printf("%*s%s", pad, "", cells[c]);
     else if (last)
       printf("%s", cells[c]);
     else

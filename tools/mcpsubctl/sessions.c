@@ -56,7 +56,8 @@ int ctl_cmd_sessions(ctl_context *ctx, int argc, char **argv) {
   rc = ctl_durable_sessions(ctx, &list);
   if (rc != 0) return rc;
   /* The durable list stays a bare array in JSON, as it always was. */
-  if (ctx->json) ctl_print_json(list);
+  if (ctx->json)
+    ctl_print_json(list);
   else {
     ctl_print_table(ctl_durable_session_columns, ARRAY_LEN(ctl_durable_session_columns), list);
     ctl_print_count(cJSON_GetArraySize(list), "session", "sessions");
@@ -196,7 +197,8 @@ int ctl_cmd_session_evict(ctl_context *ctx, int argc, char **argv) {
   rc = ctl_server_request(ctx, "evict", "id", id, &reply);
   if (rc == CTL_EXIT_UNKNOWN_SESSION) ctl_error("unknown session %s", id);
   if (rc != 0) return rc;
-  if (ctx->json) ctl_print_json(reply);
+  if (ctx->json)
+    ctl_print_json(reply);
   else
     printf("evicted %s\n", id);
   cJSON_Delete(reply);
