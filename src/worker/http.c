@@ -565,7 +565,8 @@ void http_stream_begin(http_conn_t *c, int status, const http_header *headers, s
   buf_append_str(&c->out, "Connection: close\r\n\r\n");
   c->queued += c->out.len;
   conn_timer_start(c, 0);
-  buf_finish(&c->in); /* pipelined bytes after a stream request are dropped */
+  conn_request_clear(c); /* a stream may live for days: keep none of its request */
+  buf_finish(&c->in);    /* pipelined bytes after a stream request are dropped */
   if (c->peer_eof) {
     conn_finish(c, true);
     return;

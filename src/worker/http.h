@@ -116,7 +116,8 @@ void http_respond(http_conn_t *c, int status, const http_header *headers, size_t
 /*
  * Starts a streamed response (SSE): status line and headers, no length;
  * the connection is dedicated to it and reads no further requests (bytes a
- * peer sends are discarded; EOF closes the stream).
+ * peer sends are discarded; EOF closes the stream). The request is freed
+ * here: copy what is still needed from it before.
  */
 void http_stream_begin(http_conn_t *c, int status, const http_header *headers, size_t n_headers);
 /*

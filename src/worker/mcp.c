@@ -423,7 +423,12 @@ static void mcp_get(worker_t *w, http_conn_t *c, http_request_t *req) {
   session_t *s = mcp_require_session(w, c, req);
   if (s == NULL) return;
   worker_session_touch(w, s);
-  subs_stream_open(w, s, c, http_request_header(req, "last-event-id"));
+  /* Opening the stream frees the request: keep the id. */
+  const char *header = http_request_header(req, "last-event-id");
+  char last_event_id[128];
+  bool has_id = header != NULL && strlen(header) < sizeof(last_event_id);
+  if (has_id) snprintf(last_event_id, sizeof(last_event_id), "%s", header);
+  subs_stream_open(w, s, c, has_id ? last_event_id : NULL);
 }
 
 static void mcp_delete(worker_t *w, http_conn_t *c, http_request_t *req) {

@@ -48,7 +48,7 @@ static void session_free(session_t *s) {
   session_stream_close(s);
   if (s->ring != NULL) {
     for (unsigned i = 0; i < s->ring_count; i++)
-      frame_unref(s->ring[(s->ring_start + i) % SESSION_RING_SIZE]);
+      frame_unref(s->ring[(s->ring_start + i) % s->ring_cap]);
     free(s->ring);
   }
   free(s);
@@ -181,11 +181,26 @@ void session_stream_prime(session_t *s) {
 }
 
 static frame_t *ring_at(const session_t *s, unsigned i) {
-  return s->ring[(s->ring_start + i) % SESSION_RING_SIZE];
+  return s->ring[(s->ring_start + i) % s->ring_cap];
+}
+
+/*
+ * Doubles the ring (from 8 slots) up to SESSION_RING_SIZE, so that an idle
+ * session pays for the few frames it had, not for a hundred.
+ */
+static void ring_grow(session_t *s) {
+  unsigned cap = s->ring_cap == 0 ? 8 : s->ring_cap * 2;
+  if (cap > SESSION_RING_SIZE) cap = SESSION_RING_SIZE;
+  frame_t **ring = mem_alloc(cap * sizeof(frame_t *));
+  for (unsigned i = 0; i < s->ring_count; i++) ring[i] = ring_at(s, i);
+  free(s->ring);
+  s->ring = ring;
+  s->ring_cap = cap;
+  s->ring_start = 0;
 }
 
 void session_deliver(session_t *s, frame_t *f) {
-  if (s->ring == NULL) s->ring = mem_calloc(SESSION_RING_SIZE, sizeof(frame_t *));
+  if (s->ring_count == s->ring_cap && s->ring_cap < SESSION_RING_SIZE) ring_grow(s);
   if (s->ring_count == SESSION_RING_SIZE) {
     frame_t *oldest = s->ring[s->ring_start];
     if (s->undelivered == s->ring_count) { /* it never reached a stream */
@@ -194,10 +209,10 @@ void session_deliver(session_t *s, frame_t *f) {
       if (s->lost_from_seq < 0 || oldest->seq < s->lost_from_seq) s->lost_from_seq = oldest->seq;
     }
     frame_unref(oldest);
-    s->ring_start = (s->ring_start + 1) % SESSION_RING_SIZE;
+    s->ring_start = (s->ring_start + 1) % s->ring_cap;
     s->ring_count--;
   }
-  s->ring[(s->ring_start + s->ring_count) % SESSION_RING_SIZE] = frame_ref(f);
+  s->ring[(s->ring_start + s->ring_count) % s->ring_cap] = frame_ref(f);
   s->ring_count++;
   /* A frame behind undelivered ones waits with them, in order. */
   if (s->undelivered > 0 || !session_write(s, f)) s->undelivered++;

@@ -54,8 +54,8 @@ typedef struct session {
   http_conn_t *stream;       /* open GET stream, or NULL */
   sub_t *subs;               /* subscriptions, through sub_t.owner_next */
   size_t n_subs;
-  frame_t **ring; /* SESSION_RING_SIZE slots, allocated on first use */
-  unsigned ring_start, ring_count;
+  frame_t **ring; /* ring_cap slots: grows on demand up to SESSION_RING_SIZE */
+  unsigned ring_cap, ring_start, ring_count;
   unsigned undelivered;  /* newest ring frames no stream has taken yet */
   int64_t lost_from_seq; /* undelivered frames fell off the ring from here; -1 none */
   session_registry_t *registry;

@@ -261,6 +261,10 @@ void subs_external_commit(worker_t *w) {
 }
 
 void subs_refresh_schema(worker_t *w) {
+  /* Once per loop tick is enough: requests of the same tick see the same schema. */
+  uint64_t now = uv_now(w->loop);
+  if (now == w->schema_checked_at) return;
+  w->schema_checked_at = now;
   bool changed = false;
   if (store_refresh_schema(w->store, &changed) == 0 && changed) subs_on_schema_change(w);
 }

@@ -39,6 +39,7 @@ typedef struct worker {
   coalesce_entry *coalesce_head, *coalesce_tail; /* by window start, oldest first */
   uv_timer_t coalesce_timer;
   uint64_t notifications; /* resource-update frames formatted */
+  uint64_t schema_checked_at; /* loop time of the last schema check */
   /*
    * Set by the process model when other workers share the database: called
    * after this worker committed, so that their tailers are woken at once.
