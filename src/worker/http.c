@@ -376,11 +376,18 @@ static void conn_on_stream_write(uv_write_t *req, int status) {
   http_conn_t *c = req->data;
   c->stream_writing = false;
   c->queued -= c->inflight.len;
-  /* Keep a small buffer for the next turn; give back what a burst grew. */
-  if (c->inflight.cap > HTTP_READ_CHUNK)
+  /*
+   * A busy stream (more bytes already waiting) keeps a small buffer for the
+   * next turn; an idle one, or one a burst grew, gives its buffers back:
+   * most streams are idle most of the time, and memory per idle session is
+   * what bounds how many a worker holds.
+   */
+  if (c->out.len == 0 || c->inflight.cap > HTTP_READ_CHUNK) {
     buf_finish(&c->inflight);
-  else
+    if (c->out.len == 0) buf_finish(&c->out);
+  } else {
     buf_reset(&c->inflight);
+  }
   if (status == UV_ECANCELED) return;
   if (status < 0) {
     conn_close_now(c);
