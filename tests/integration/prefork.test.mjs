@@ -30,9 +30,19 @@ after(async () => {
   for (const s of servers) await s.kill();
 });
 
+/*
+ * A server with --workers N, returned once all N workers are up: /healthz
+ * answers as soon as one is, and a slow start (a sanitizer build) would
+ * otherwise race the first assertions about the others.
+ */
 async function server(args) {
   const s = await startServer({ args });
   servers.add(s);
+  const n = Number(args[args.indexOf('--workers') + 1]);
+  await waitFor(async () => (await ctl(s, { cmd: 'status' })).workersAlive === n, {
+    timeoutMs: 10000,
+    message: `all ${n} workers up`,
+  });
   return s;
 }
 
