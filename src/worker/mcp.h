@@ -11,6 +11,7 @@
 #include <cjson/cJSON.h>
 #include <stdarg.h>
 
+#include "common/uri.h"
 #include "worker/session.h"
 #include "worker/worker.h"
 
@@ -49,6 +50,17 @@ cJSON *resources_list(mcp_call *call);
 cJSON *resources_templates_list(mcp_call *call);
 cJSON *resources_read(mcp_call *call);
 cJSON *completion_complete(mcp_call *call);
+/* Rows per page for a collection URI: its _limit, else --page-size; at most 1000. */
+long resources_page_limit(const worker_t *w, const uri_t *u);
+/*
+ * One page of the rows a collection or filtered-collection URI u of table t
+ * names (equality on each filter), after cursor (NULL: from the start).
+ * Returns store_query's result, or -ENOENT when a filter names no column of
+ * t (*bad_column then points at its name in u).
+ */
+int resources_query(worker_t *w, const store_table *t, const uri_t *u, long limit,
+                    const char *cursor, cJSON **rows, char **next,
+                    const char **bad_column) MCPSUB_NODISCARD;
 
 /* tools.c */
 cJSON *tools_list(mcp_call *call);

@@ -209,31 +209,46 @@ static cJSON *read_document(const char *uri, cJSON *doc) {
   return result;
 }
 
-static cJSON *read_collection(mcp_call *call, const char *uri_text, const uri_t *u,
-                              const store_table *t) {
+long resources_page_limit(const worker_t *w, const uri_t *u) {
+  long limit = u->limit > 0 ? u->limit : w->cfg->page_size;
+  return limit > READ_MAX_LIMIT ? READ_MAX_LIMIT : limit;
+}
+
+int resources_query(worker_t *w, const store_table *t, const uri_t *u, long limit,
+                    const char *cursor, cJSON **rows, char **next, const char **bad_column) {
   store_filter filters[URI_MAX_FILTERS];
-  cJSON *values = cJSON_CreateArray();
-  cJSON *result = NULL;
+  cJSON *values = cJSON_CreateArray(); /* owns the filter values */
+  int rc = 0;
   for (size_t i = 0; i < u->n_filters; i++) {
     int col = store_column_index(t, u->filters[i].column);
     if (col < 0) {
-      mcp_call_fail(call, JSONRPC_INVALID_PARAMS, "unknown column %s in table %s",
-                    u->filters[i].column, t->name);
-      goto done;
+      *bad_column = u->filters[i].column;
+      rc = -ENOENT;
+      break;
     }
     cJSON *v = cJSON_CreateString(u->filters[i].value);
     cJSON_AddItemToArray(values, v);
     filters[i] = (store_filter){col, v};
   }
-  long limit = u->limit > 0 ? u->limit : call->w->cfg->page_size;
-  if (limit > READ_MAX_LIMIT) limit = READ_MAX_LIMIT;
+  if (rc == 0) rc = store_query(w->store, t, filters, u->n_filters, (int)limit, cursor, rows, next);
+  cJSON_Delete(values);
+  return rc;
+}
+
+static cJSON *read_collection(mcp_call *call, const char *uri_text, const uri_t *u,
+                              const store_table *t) {
+  cJSON *result = NULL;
+  long limit = resources_page_limit(call->w, u);
   cJSON *rows = NULL;
   char *next = NULL;
+  const char *bad_column = NULL;
   int64_t version = 0;
-  int rc =
-      store_query(call->w->store, t, filters, u->n_filters, (int)limit, u->cursor, &rows, &next);
+  int rc = resources_query(call->w, t, u, limit, u->cursor, &rows, &next, &bad_column);
   if (rc == 0) rc = store_table_version(call->w->store, t, &version);
-  if (rc == -EINVAL) {
+  if (rc == -ENOENT) {
+    mcp_call_fail(call, JSONRPC_INVALID_PARAMS, "unknown column %s in table %s", bad_column,
+                  t->name);
+  } else if (rc == -EINVAL) {
     mcp_call_fail(call, JSONRPC_INVALID_PARAMS, "invalid cursor");
   } else if (rc != 0) {
     mcp_call_fail(call, JSONRPC_INTERNAL_ERROR, "database error reading %s", t->name);
@@ -254,8 +269,6 @@ static cJSON *read_collection(mcp_call *call, const char *uri_text, const uri_t 
   }
   cJSON_Delete(rows);
   free(next);
-done:
-  cJSON_Delete(values);
   return result;
 }
 

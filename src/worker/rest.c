@@ -15,11 +15,10 @@
 #include "common/buf.h"
 #include "common/mem.h"
 #include "common/uri.h"
+#include "worker/mcp.h"
 #include "worker/subscriptions.h"
 
 #include <llhttp.h>
-
-#define REST_MAX_LIMIT 1000
 
 /* Answers a failed store call. */
 static void rest_store_error(http_conn_t *c, int rc, const char *err) {
@@ -60,27 +59,17 @@ static cJSON *rest_parse_body(http_conn_t *c, const http_request_t *req) {
 }
 
 static void rest_collection_get(worker_t *w, http_conn_t *c, const uri_t *u, const store_table *t) {
-  store_filter filters[URI_MAX_FILTERS];
-  cJSON *values = cJSON_CreateArray();
-  for (size_t i = 0; i < u->n_filters; i++) {
-    int col = store_column_index(t, u->filters[i].column);
-    if (col < 0) {
-      char msg[300];
-      snprintf(msg, sizeof(msg), "unknown column %.200s", u->filters[i].column);
-      worker_respond_error(c, 400, msg);
-      cJSON_Delete(values);
-      return;
-    }
-    cJSON *v = cJSON_CreateString(u->filters[i].value);
-    cJSON_AddItemToArray(values, v);
-    filters[i] = (store_filter){col, v};
-  }
-  long limit = u->limit > 0 ? u->limit : w->cfg->page_size;
-  if (limit > REST_MAX_LIMIT) limit = REST_MAX_LIMIT;
+  long limit = resources_page_limit(w, u);
   cJSON *rows = NULL;
   char *next = NULL;
-  int rc = store_query(w->store, t, filters, u->n_filters, (int)limit, u->cursor, &rows, &next);
-  cJSON_Delete(values);
+  const char *bad_column = NULL;
+  int rc = resources_query(w, t, u, limit, u->cursor, &rows, &next, &bad_column);
+  if (rc == -ENOENT) {
+    char msg[300];
+    snprintf(msg, sizeof(msg), "unknown column %.200s", bad_column);
+    worker_respond_error(c, 400, msg);
+    return;
+  }
   if (rc != 0) {
     rest_store_error(c, rc, rc == -EINVAL ? "invalid cursor" : "");
     return;

@@ -75,17 +75,10 @@ static int resource_version(worker_t *w, const uri_t *u, int64_t *version, cJSON
   }
   int rc = store_table_version(w->store, t, version);
   if (rc != 0 || state == NULL) return rc;
-  store_filter filters[URI_MAX_FILTERS];
-  cJSON *values = cJSON_CreateArray();
-  for (size_t i = 0; i < u->n_filters; i++) {
-    cJSON *v = cJSON_CreateString(u->filters[i].value);
-    cJSON_AddItemToArray(values, v);
-    filters[i] = (store_filter){store_column_index(t, u->filters[i].column), v};
-  }
   char *next = NULL;
-  rc = store_query(w->store, t, filters, u->n_filters, w->cfg->page_size, NULL, state, &next);
+  const char *bad_column = NULL; /* none: subs_resolve checked the columns */
+  rc = resources_query(w, t, u, w->cfg->page_size, NULL, state, &next, &bad_column);
   free(next);
-  cJSON_Delete(values);
   return rc;
 }
 
