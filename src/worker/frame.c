@@ -43,17 +43,37 @@ bool frame_id_is(const frame_t *f, const char *id, size_t len) {
   return len == f->id_len && memcmp(f->data + 4, id, len) == 0;
 }
 
-int frame_id_parse(const char *id, int64_t *seq) {
-  char *end;
-  if (id[0] < '0' || id[0] > '9') return -EINVAL;
-  errno = 0;
-  long long v = strtoll(id, &end, 10);
-  if (errno != 0 || *end != '-' || (end[1] != 't' && end[1] != 's' && end[1] != 'r'))
+/* Digits of a decimal number without sign or leading zeros (except "0"), at most 20. */
+static bool parse_decimal(const char *p, size_t len, uint64_t max, uint64_t *out) {
+  if (len == 0 || len > 20 || (len > 1 && p[0] == '0')) return false;
+  uint64_t v = 0;
+  for (size_t i = 0; i < len; i++) {
+    if (p[i] < '0' || p[i] > '9') return false;
+    unsigned d = (unsigned)(p[i] - '0');
+    if (v > (max - d) / 10) return false;
+    v = v * 10 + d;
+  }
+  *out = v;
+  return true;
+}
+
+int frame_id_parse(const char *id, size_t len, frame_pos *pos) {
+  const char *dash = memchr(id, '-', len);
+  if (dash == NULL || dash + 2 > id + len) return -EINVAL;
+  uint64_t seq, n;
+  char tag = dash[1];
+  if (tag != 't' && tag != 's' && tag != 'r') return -EINVAL;
+  if (!parse_decimal(id, (size_t)(dash - id), INT64_MAX, &seq) ||
+      !parse_decimal(dash + 2, (size_t)(id + len - dash - 2), UINT64_MAX, &n))
     return -EINVAL;
-  const char *p = end + 2;
-  if (*p < '0' || *p > '9') return -EINVAL;
-  while (*p >= '0' && *p <= '9') p++;
-  if (*p != '\0') return -EINVAL;
-  *seq = v;
+  *pos = (frame_pos){(int64_t)seq, tag, n};
   return 0;
+}
+
+frame_pos frame_position(const frame_t *f) {
+  frame_pos pos = {f->seq, 's', 0};
+  if (frame_id_parse(f->data + 4, f->id_len, &pos) != 0) {
+    /* Every frame's id is one of ours. */
+  }
+  return pos;
 }

@@ -4,11 +4,20 @@
  * session's replay ring that keeps it. A frame also remembers the audit
  * position its event id names, which is what resumption works from.
  *
- * Event ids have the form "<seq>-<tag>": seq is an audit_log seq (the
- * change a resource update is about, or the feed's position when another
- * frame was sent), tag tells frames with the same seq apart within one
- * session ("t<topic>" for resource updates, "s<n>" for a session's own
- * frames, "r<n>" for recovered updates). Clients treat ids as opaque.
+ * Event ids have the form "<seq>-<tag><n>" and name a position in the
+ * session's stream, ordered by (seq, tag, n):
+ *   t<h>  a resource update; seq is the audit_log seq of the newest change
+ *         it announces, h the subscription's order key (a stable hash of
+ *         the subscribed URI, the same on every worker and after a
+ *         restart), so the updates of one change are ordered the same
+ *         everywhere;
+ *   s<n>  a frame of the session's own (priming, log message,
+ *         list_changed); seq is the position through which every update
+ *         had been delivered when it was sent;
+ *   r<h>  a "re-read" update, sent when the log cannot say what changed;
+ *         seq is the position it brings the client to, h as for t.
+ * Resumption is exclusive: it sends what comes after the position an id
+ * names. Clients treat ids as opaque.
  */
 #ifndef MCPSUB_FRAME_H
 #define MCPSUB_FRAME_H
@@ -16,6 +25,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include "common/mem.h"
 
 typedef struct frame {
   uint32_t refs;
@@ -36,10 +47,19 @@ void frame_unref(frame_t *f);
 /* Does the frame's event id equal id? */
 bool frame_id_is(const frame_t *f, const char *id, size_t len);
 
+/* The position an event id names (see above). */
+typedef struct frame_pos {
+  int64_t seq;
+  char tag; /* 't', 's' or 'r' */
+  uint64_t n;
+} frame_pos;
+
 /*
- * Parses the audit position out of an event id of ours. Returns 0, or
- * -EINVAL for an id this server did not mint.
+ * Parses an event id of ours (len bytes, no NUL needed) into *pos. Returns
+ * 0, or -EINVAL for an id this server did not mint.
  */
-int frame_id_parse(const char *id, int64_t *seq);
+int frame_id_parse(const char *id, size_t len, frame_pos *pos) MCPSUB_NODISCARD;
+/* The position of a frame's own id. */
+frame_pos frame_position(const frame_t *f);
 
 #endif

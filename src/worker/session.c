@@ -75,7 +75,6 @@ session_t *session_registry_add(session_registry_t *reg, const char *id,
   s->last_seen_ms = now_ms;
   s->persisted_seen_ms = now_ms;
   s->next_frame = 1;
-  s->lost_from_seq = -1;
   s->registry = reg;
   strmap_put(&reg->by_id, s->id, strlen(s->id), s);
   reg->count++;
@@ -206,7 +205,8 @@ void session_deliver(session_t *s, frame_t *f) {
     if (s->undelivered == s->ring_count) { /* it never reached a stream */
       s->undelivered--;
       s->registry->frames_dropped++;
-      if (s->lost_from_seq < 0 || oldest->seq < s->lost_from_seq) s->lost_from_seq = oldest->seq;
+      if (!s->lost) s->lost_from = frame_position(oldest); /* frames leave in order */
+      s->lost = true;
     }
     frame_unref(oldest);
     s->ring_start = (s->ring_start + 1) % s->ring_cap;

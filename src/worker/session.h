@@ -56,8 +56,9 @@ typedef struct session {
   size_t n_subs;
   frame_t **ring; /* ring_cap slots: grows on demand up to SESSION_RING_SIZE */
   unsigned ring_cap, ring_start, ring_count;
-  unsigned undelivered;  /* newest ring frames no stream has taken yet */
-  int64_t lost_from_seq; /* undelivered frames fell off the ring from here; -1 none */
+  unsigned undelivered; /* newest ring frames no stream has taken yet */
+  bool lost;            /* undelivered frames fell off the ring... */
+  frame_pos lost_from;  /* ...from this one on (the oldest of them) */
   session_registry_t *registry;
   struct session *stream_prev, *stream_next; /* registry's list of streaming sessions */
 } session_t;

@@ -90,9 +90,25 @@ static void topic_unlink(sub_topic **head, sub_topic *t) {
   t->next = t->prev = NULL;
 }
 
+uint64_t sub_topic_order(const char *uri) {
+  uint64_t h = 14695981039346656037ull;
+  for (const unsigned char *p = (const unsigned char *)uri; *p != '\0'; p++) {
+    h ^= *p;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+int sub_topic_compare(const void *a, const void *b) {
+  const sub_topic *x = *(const sub_topic *const *)a, *y = *(const sub_topic *const *)b;
+  if (x->order != y->order) return x->order < y->order ? -1 : 1;
+  return strcmp(x->uri, y->uri);
+}
+
 static sub_topic *topic_create(sub_index *idx, const char *uri, const uri_t *parsed) {
   sub_topic *t = mem_calloc(1, sizeof(*t));
   t->id = idx->next_topic_id++;
+  t->order = sub_topic_order(uri);
   t->uri = mem_strdup(uri);
   t->parsed = uri_copy(parsed);
   strmap_put(&idx->topics, uri, strlen(uri), t);

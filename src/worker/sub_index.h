@@ -38,7 +38,8 @@ typedef struct sub_owner {
 } sub_owner;
 
 struct sub_topic {
-  uint32_t id;           /* unique within the index's lifetime; names the topic in event ids */
+  uint32_t id;           /* unique within the index's lifetime */
+  uint64_t order;        /* sub_topic_order(uri): orders and names its updates in event ids */
   char *uri;             /* exactly as subscribed */
   uri_t parsed;          /* kind, table, key, filters */
   sub_t *subs;           /* subscribers (doubly linked through topic_prev/next) */
@@ -72,6 +73,18 @@ typedef struct sub_change {
   const cJSON *old_row; /* NULL for INSERT, or when not needed */
   const cJSON *new_row; /* NULL for DELETE, or when not needed */
 } sub_change;
+
+/*
+ * The order key of a subscribed URI: a fixed (unseeded) 64-bit FNV-1a hash
+ * of its text, the same in every process and after a restart. The updates
+ * one change causes in a session are sent in (order, uri) order, and an
+ * event id names its update by it, so that a stream resumed on another
+ * worker knows which of them the client already has. It is not used to
+ * index anything, so a crafted URI can only reorder its own updates.
+ */
+uint64_t sub_topic_order(const char *uri);
+/* qsort comparator for an array of sub_topic pointers: by (order, uri). */
+int sub_topic_compare(const void *a, const void *b);
 
 void sub_index_init(sub_index *idx);
 /* Frees every topic and subscription (owners must have dropped theirs). */

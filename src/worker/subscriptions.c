@@ -24,103 +24,191 @@
 #include "worker/wait.h"
 
 /* Coalescing ---------------------------------------------------------------
- * With --coalesce-ms W, the first change to a URI within a topic is sent at
- * once and opens a window of W ms; further changes in the window are held,
- * and when it closes the last of them is sent (trailing edge) and a new
- * window opens. Windows all have the same length, so entries sit in one
- * FIFO ordered by window start and one timer serves them all.
+ * With --coalesce-ms W, updates are rate-limited per topic and record URI
+ * (a key): one sent update opens a window of W ms for its key; a change of
+ * the key inside the window is held, later ones merge into it, and the held
+ * update is sent when the window closes (trailing edge, opening the next
+ * window). The final state is always announced.
+ *
+ * Held updates wait in one FIFO in commit order, and nothing is sent past
+ * the FIFO's head: an update for a key that is not held waits behind a
+ * held one, so every session still sees its updates in commit order. A
+ * merge moves the key's held update to the tail with the newer seq. An
+ * entry is in exactly one list: held (the FIFO) or open (sent, its window
+ * running; windows all last W, so this list is ordered by window end). One
+ * timer serves both lists.
+ *
+ * Held updates are not delivered: the position the session frames name
+ * (subs_delivered_position) stays below the oldest of them, so a resumption
+ * from the audit log covers them if the worker dies; a drain sends them.
  */
 struct coalesce_entry {
-  coalesce_entry *next;
+  coalesce_entry *prev, *next; /* in the held or the open list */
+  bool held;
   char *map_key;   /* "<topic id> <record uri>" */
-  char *topic_uri; /* the topic may be gone when the window closes */
+  char *topic_uri; /* the topic may be gone when the update goes out */
   char *record_uri;
-  int64_t window_start; /* loop time, ms */
-  int64_t held_seq;     /* newest change held back, or 0 */
+  int64_t seq;        /* held: the newest change merged in */
+  int64_t release_at; /* held: loop ms when it may go */
+  int64_t window_end; /* open: loop ms when its window closes */
 };
 
 static void subs_send_topic(worker_t *w, sub_topic *t, const char *record_uri, int64_t seq);
 static void coalesce_on_timer(uv_timer_t *h);
 
-static void coalesce_arm(worker_t *w) {
-  if (w->coalesce_head == NULL) {
-    uv_timer_stop(&w->coalesce_timer);
-    return;
-  }
-  int64_t now = (int64_t)uv_now(w->loop);
-  int64_t due = w->coalesce_head->window_start + (int64_t)w->cfg->coalesce_ms;
-  uv_timer_start(&w->coalesce_timer, coalesce_on_timer, due > now ? (uint64_t)(due - now) : 0, 0);
-}
-
-static void coalesce_push(worker_t *w, coalesce_entry *e) {
+static void coalesce_link(coalesce_entry **head, coalesce_entry **tail, coalesce_entry *e) {
   e->next = NULL;
-  if (w->coalesce_tail != NULL)
-    w->coalesce_tail->next = e;
+  e->prev = *tail;
+  if (*tail != NULL)
+    (*tail)->next = e;
   else
-    w->coalesce_head = e;
-  w->coalesce_tail = e;
+    *head = e;
+  *tail = e;
 }
 
-static void coalesce_free(coalesce_entry *e) {
+static void coalesce_unlink(worker_t *w, coalesce_entry *e) {
+  coalesce_entry **head = e->held ? &w->coalesce_held_head : &w->coalesce_open_head;
+  coalesce_entry **tail = e->held ? &w->coalesce_held_tail : &w->coalesce_open_tail;
+  if (e->prev != NULL)
+    e->prev->next = e->next;
+  else
+    *head = e->next;
+  if (e->next != NULL)
+    e->next->prev = e->prev;
+  else
+    *tail = e->prev;
+  e->prev = e->next = NULL;
+}
+
+static void coalesce_hold_entry(worker_t *w, coalesce_entry *e, int64_t seq, int64_t release_at) {
+  e->held = true;
+  e->seq = seq;
+  e->release_at = release_at;
+  coalesce_link(&w->coalesce_held_head, &w->coalesce_held_tail, e);
+}
+
+static void coalesce_open_window(worker_t *w, coalesce_entry *e, int64_t now) {
+  e->held = false;
+  e->window_end = now + (int64_t)w->cfg->coalesce_ms;
+  coalesce_link(&w->coalesce_open_head, &w->coalesce_open_tail, e);
+}
+
+static void coalesce_free(worker_t *w, coalesce_entry *e) {
+  strmap_remove(&w->coalesce, e->map_key, strlen(e->map_key));
   free(e->map_key);
   free(e->topic_uri);
   free(e->record_uri);
   free(e);
 }
 
+static void coalesce_arm(worker_t *w) {
+  int64_t due = INT64_MAX;
+  if (w->coalesce_held_head != NULL) due = w->coalesce_held_head->release_at;
+  if (w->coalesce_open_head != NULL && w->coalesce_open_head->window_end < due)
+    due = w->coalesce_open_head->window_end;
+  if (due == INT64_MAX) {
+    uv_timer_stop(&w->coalesce_timer);
+    return;
+  }
+  int64_t now = (int64_t)uv_now(w->loop);
+  uv_timer_start(&w->coalesce_timer, coalesce_on_timer, due > now ? (uint64_t)(due - now) : 0, 0);
+}
+
+/* Sends the head of the held list; its key's next window opens (or, topic gone, it ends). */
+static void coalesce_release_head(worker_t *w, int64_t now) {
+  coalesce_entry *e = w->coalesce_held_head;
+  coalesce_unlink(w, e);
+  sub_topic *t = sub_index_find(&w->subs, e->topic_uri);
+  if (t == NULL) {
+    coalesce_free(w, e);
+    return;
+  }
+  subs_send_topic(w, t, e->record_uri, e->seq);
+  coalesce_open_window(w, e, now);
+}
+
 static void coalesce_on_timer(uv_timer_t *h) {
   worker_t *w = h->data;
   int64_t now = (int64_t)uv_now(w->loop);
-  while (w->coalesce_head != NULL &&
-         w->coalesce_head->window_start + (int64_t)w->cfg->coalesce_ms <= now) {
-    coalesce_entry *e = w->coalesce_head;
-    w->coalesce_head = e->next;
-    if (w->coalesce_head == NULL) w->coalesce_tail = NULL;
-    sub_topic *t = e->held_seq > 0 ? sub_index_find(&w->subs, e->topic_uri) : NULL;
-    if (t != NULL) {
-      /* Trailing edge: the held change goes now and opens the next window. */
-      subs_send_topic(w, t, e->record_uri, e->held_seq);
-      e->held_seq = 0;
-      e->window_start = now;
-      coalesce_push(w, e);
-    } else {
-      strmap_remove(&w->coalesce, e->map_key, strlen(e->map_key));
-      coalesce_free(e);
-    }
+  while (w->coalesce_held_head != NULL && w->coalesce_held_head->release_at <= now)
+    coalesce_release_head(w, now);
+  while (w->coalesce_open_head != NULL && w->coalesce_open_head->window_end <= now) {
+    coalesce_entry *e = w->coalesce_open_head;
+    coalesce_unlink(w, e);
+    coalesce_free(w, e);
   }
+  wait_flush(w);
   coalesce_arm(w);
 }
 
-/* true when the change is held for the window's trailing edge. */
+/*
+ * Routes one change of a topic through coalescing: true when it is held (or
+ * merged into a held update), false when it is to be sent now.
+ */
 static bool coalesce_hold(worker_t *w, sub_topic *t, const char *record_uri, int64_t seq) {
+  int64_t now = (int64_t)uv_now(w->loop);
   buf_t k;
   buf_init(&k);
   buf_printf(&k, "%u %s", t->id, record_uri);
   coalesce_entry *e = strmap_get(&w->coalesce, k.data, k.len);
   if (e != NULL) {
-    e->held_seq = seq;
     buf_finish(&k);
-    return true;
+    if (e->held) { /* merge: the held update now announces this newer change */
+      coalesce_unlink(w, e);
+      coalesce_hold_entry(w, e, seq, e->release_at);
+    } else if (e->window_end > now) { /* in its window: held to the trailing edge */
+      coalesce_unlink(w, e);
+      coalesce_hold_entry(w, e, seq, e->window_end);
+    } else { /* its window is over (the timer has not run yet): as if new */
+      coalesce_unlink(w, e);
+      if (w->coalesce_held_head != NULL)
+        coalesce_hold_entry(w, e, seq, now);
+      else
+        coalesce_open_window(w, e, now);
+    }
+    coalesce_arm(w);
+    return e->held;
   }
   e = mem_calloc(1, sizeof(*e));
   e->map_key = buf_steal(&k);
   e->topic_uri = mem_strdup(t->uri);
   e->record_uri = mem_strdup(record_uri);
-  e->window_start = (int64_t)uv_now(w->loop);
   strmap_put(&w->coalesce, e->map_key, strlen(e->map_key), e);
-  bool was_empty = w->coalesce_head == NULL;
-  coalesce_push(w, e);
-  if (was_empty) coalesce_arm(w);
-  return false;
+  /* Sent at once, unless an older held update must go first. */
+  if (w->coalesce_held_head != NULL)
+    coalesce_hold_entry(w, e, seq, now);
+  else
+    coalesce_open_window(w, e, now);
+  coalesce_arm(w);
+  return e->held;
+}
+
+void subs_flush_held(worker_t *w) {
+  int64_t now = (int64_t)uv_now(w->loop);
+  bool any = w->coalesce_held_head != NULL;
+  while (w->coalesce_held_head != NULL) coalesce_release_head(w, now);
+  if (any) {
+    wait_flush(w);
+    coalesce_arm(w);
+  }
+}
+
+int64_t subs_delivered_position(worker_t *w) {
+  if (w->coalesce_held_head != NULL) return w->coalesce_held_head->seq - 1;
+  return tailer_position(&w->tailer);
 }
 
 static void coalesce_finish(worker_t *w) {
-  while (w->coalesce_head != NULL) {
-    coalesce_entry *e = w->coalesce_head;
-    w->coalesce_head = e->next;
-    coalesce_free(e);
+  while (w->coalesce_held_head != NULL) {
+    coalesce_entry *e = w->coalesce_held_head;
+    coalesce_unlink(w, e);
+    coalesce_free(w, e);
   }
-  w->coalesce_tail = NULL;
+  while (w->coalesce_open_head != NULL) {
+    coalesce_entry *e = w->coalesce_open_head;
+    coalesce_unlink(w, e);
+    coalesce_free(w, e);
+  }
   strmap_finish(&w->coalesce);
 }
 
@@ -155,7 +243,7 @@ static void subs_send_topic(worker_t *w, sub_topic *t, const char *record_uri, i
       buf_t b;
       buf_init(&b);
       format_updated(&b, record_uri, t->uri);
-      f = frame_create(seq, 't', t->id, b.data, b.len);
+      f = frame_create(seq, 't', t->order, b.data, b.len);
       buf_finish(&b);
       w->notifications++;
     }
@@ -166,32 +254,39 @@ static void subs_send_topic(worker_t *w, sub_topic *t, const char *record_uri, i
 
 /* The tailer's consumer --------------------------------------------------------- */
 
-typedef struct change_ctx {
-  worker_t *w;
-  const store_audit_row *row;
-  char *record_uri; /* formatted on first use, once per change */
-} change_ctx;
-
-static void on_topic(sub_topic *t, void *data) {
-  change_ctx *ctx = data;
-  worker_t *w = ctx->w;
-  if (ctx->record_uri == NULL)
-    ctx->record_uri = uri_format_record(w->cfg->public_url, ctx->row->table, ctx->row->key);
-  if (w->cfg->coalesce_ms > 0 && coalesce_hold(w, t, ctx->record_uri, ctx->row->seq)) return;
-  subs_send_topic(w, t, ctx->record_uri, ctx->row->seq);
+static void collect_topic(sub_topic *t, void *data) {
+  worker_t *w = data;
+  if (w->n_matched == w->matched_cap) {
+    w->matched_cap = w->matched_cap == 0 ? 16 : w->matched_cap * 2;
+    w->matched = mem_realloc(w->matched, w->matched_cap * sizeof(sub_topic *));
+  }
+  w->matched[w->n_matched++] = t;
 }
 
 static sub_change change_of(const store_audit_row *row) {
   return (sub_change){row->seq, row->table, row->key, NULL, row->old_row, row->new_row};
 }
 
+/*
+ * One committed change: the topics it matches, in (order, uri) order so
+ * that every worker sends a change's updates in the same order (see
+ * frame.h), each through coalescing or straight to its subscribers.
+ */
 static void subs_on_change(const store_audit_row *row, void *data) {
   worker_t *w = data;
   if (!sub_index_watches(&w->subs, row->table)) return;
-  change_ctx ctx = {w, row, NULL};
   sub_change change = change_of(row);
-  sub_index_match(&w->subs, &change, on_topic, &ctx);
-  free(ctx.record_uri);
+  w->n_matched = 0;
+  sub_index_match(&w->subs, &change, collect_topic, w);
+  if (w->n_matched == 0) return;
+  if (w->n_matched > 1) qsort(w->matched, w->n_matched, sizeof(sub_topic *), sub_topic_compare);
+  char *record_uri = uri_format_record(w->cfg->public_url, row->table, row->key);
+  for (size_t i = 0; i < w->n_matched; i++) {
+    sub_topic *t = w->matched[i];
+    if (w->cfg->coalesce_ms > 0 && coalesce_hold(w, t, record_uri, row->seq)) continue;
+    subs_send_topic(w, t, record_uri, row->seq);
+  }
+  free(record_uri);
 }
 
 static void subs_on_batch_end(void *data) {
@@ -218,7 +313,7 @@ static const tailer_ops subs_tailer_ops = {
 };
 
 static int64_t subs_position_cb(void *data) {
-  return subs_position(data);
+  return subs_delivered_position(data);
 }
 
 int64_t subs_position(worker_t *w) {
@@ -243,6 +338,8 @@ void subs_close(worker_t *w) {
 
 void subs_finish(worker_t *w) {
   coalesce_finish(w);
+  free(w->matched);
+  w->matched = NULL;
   tailer_finish(&w->tailer);
   sub_index_finish(&w->subs);
 }
@@ -424,20 +521,40 @@ void subs_session_restore(worker_t *w, session_t *s, const char *subscriptions) 
   subs_update_active(w);
 }
 
-/* Resumption --------------------------------------------------------------------- */
+/* Resumption ---------------------------------------------------------------------
+ * A stream resumes after a position (frame.h): the updates the session's
+ * subscriptions would have received since, and nothing the client already
+ * has. Each (record URI, subscription) pair changed since is sent once,
+ * named by its newest change, in (seq, order) order like live updates, so
+ * a client cut off in the middle resumes exactly from where it was.
+ */
+
+typedef struct recover_item {
+  char *json;  /* the notification */
+  int64_t seq; /* its newest change */
+  uint64_t order;
+} recover_item;
 
 typedef struct recover_ctx {
   worker_t *w;
   session_t *s;
-  int64_t from; /* the resume point */
-  int64_t upto; /* the tailer sends what is after this live */
-  strmap seen;  /* "<record uri>\n<subscribed uri>" already collected */
+  frame_pos after; /* send what comes after this position... */
+  bool inclusive;  /* ...or at it */
+  int64_t upto;    /* what is after this goes live */
+  strmap seen;     /* "<record uri>\n<subscribed uri>" -> index + 1 in items */
   buf_t key;
-  char **pending; /* notification JSON texts, in change order */
-  size_t n_pending;
+  recover_item *items; /* SUBS_RECOVER_MAX slots */
+  size_t n_items;
   int64_t last; /* last seq read */
   bool overflow;
 } recover_ctx;
+
+/* Does the update (seq, order) of a pair come after the resume point? */
+static bool recover_wanted(const recover_ctx *ctx, int64_t seq, uint64_t order) {
+  if (seq != ctx->after.seq) return seq > ctx->after.seq;
+  if (ctx->after.tag != 't') return false; /* s and r positions: every update of seq is had */
+  return ctx->inclusive ? order >= ctx->after.n : order > ctx->after.n;
+}
 
 static int recover_row(const store_audit_row *row, void *data) {
   recover_ctx *ctx = data;
@@ -446,84 +563,121 @@ static int recover_row(const store_audit_row *row, void *data) {
   sub_change change = change_of(row);
   char *record_uri = NULL;
   for (sub_t *sub = ctx->s->subs; sub != NULL; sub = sub->owner_next) {
-    if (sub->since_seq >= row->seq || !sub_topic_matches(sub->topic, &change)) continue;
+    if (sub->since_seq >= row->seq || !recover_wanted(ctx, row->seq, sub->topic->order) ||
+        !sub_topic_matches(sub->topic, &change))
+      continue;
     if (record_uri == NULL)
       record_uri = uri_format_record(ctx->w->cfg->public_url, row->table, row->key);
     buf_reset(&ctx->key);
     buf_printf(&ctx->key, "%s\n%s", record_uri, sub->topic->uri);
-    if (strmap_get(&ctx->seen, ctx->key.data, ctx->key.len) != NULL) continue;
-    if (ctx->n_pending == SUBS_RECOVER_MAX) {
+    uintptr_t at = (uintptr_t)strmap_get(&ctx->seen, ctx->key.data, ctx->key.len);
+    if (at != 0) { /* one update per pair, named by its newest change */
+      ctx->items[at - 1].seq = row->seq;
+      continue;
+    }
+    if (ctx->n_items == SUBS_RECOVER_MAX) {
       ctx->overflow = true;
       break;
     }
-    strmap_put(&ctx->seen, ctx->key.data, ctx->key.len, ctx);
     buf_t json;
     buf_init(&json);
     format_updated(&json, record_uri, sub->topic->uri);
-    ctx->pending[ctx->n_pending++] = buf_steal(&json);
+    ctx->items[ctx->n_items++] = (recover_item){buf_steal(&json), row->seq, sub->topic->order};
+    strmap_put(&ctx->seen, ctx->key.data, ctx->key.len, (void *)(uintptr_t)ctx->n_items);
   }
   free(record_uri);
   return ctx->overflow ? 1 : 0;
 }
 
-/* Sends one recovered notification (JSON text) as a frame of the session. */
-static void recover_send(recover_ctx *ctx, const char *json, uint64_t n) {
-  frame_t *f = frame_create(ctx->from, 'r', n, json, strlen(json));
-  ctx->s->registry->frames_replayed++;
-  session_deliver(ctx->s, f);
+static int recover_item_compare(const void *a, const void *b) {
+  const recover_item *x = a, *y = b;
+  if (x->seq != y->seq) return x->seq < y->seq ? -1 : 1;
+  if (x->order != y->order) return x->order < y->order ? -1 : 1;
+  return strcmp(x->json, y->json);
+}
+
+/* Sends one recovered notification as a frame of the session. */
+static void recover_send(session_t *s, int64_t seq, char tag, uint64_t order, const char *json) {
+  frame_t *f = frame_create(seq, tag, order, json, strlen(json));
+  s->registry->frames_replayed++;
+  session_deliver(s, f);
   frame_unref(f);
 }
 
 /*
  * The client's subscriptions may have changed anywhere: one update per
- * subscription, naming the subscribed URI itself, tells it to re-read.
+ * subscription, naming the subscribed URI itself, tells it to re-read as
+ * of position seq. When rest is set, the client was cut off inside such a
+ * series at ctx->after: only the subscriptions after that point get one.
  */
-static void recover_everything(recover_ctx *ctx) {
-  uint64_t n = 0;
-  for (sub_t *sub = ctx->s->subs; sub != NULL; sub = sub->owner_next) {
+static size_t recover_reread(recover_ctx *ctx, int64_t seq, bool rest) {
+  session_t *s = ctx->s;
+  sub_topic **topics = mem_alloc((s->n_subs + 1) * sizeof(sub_topic *));
+  size_t n = 0;
+  for (sub_t *sub = s->subs; sub != NULL; sub = sub->owner_next) topics[n++] = sub->topic;
+  qsort(topics, n, sizeof(sub_topic *), sub_topic_compare);
+  size_t sent = 0;
+  for (size_t i = 0; i < n; i++) {
+    uint64_t order = topics[i]->order;
+    if (rest && (ctx->inclusive ? order < ctx->after.n : order <= ctx->after.n)) continue;
     buf_t json;
     buf_init(&json);
-    format_updated(&json, sub->topic->uri, sub->topic->uri);
-    recover_send(ctx, json.data, n++);
+    format_updated(&json, topics[i]->uri, topics[i]->uri);
+    recover_send(s, seq, 'r', order, json.data);
     buf_finish(&json);
+    sent++;
   }
+  free(topics);
+  return sent;
 }
 
 /*
- * Sends one update per (changed URI, subscription) for the changes after
- * position from (inclusive of from itself: its frame may have been one of
- * several for that change). Falls back to one update per subscription
- * when the log no longer holds the whole gap or the gap is too wide.
+ * Sends what the session's subscriptions missed after (or, inclusive, at)
+ * position after, up to what is delivered live. Falls back to one re-read
+ * update per subscription when the log no longer holds the whole gap or
+ * the gap is too wide.
  */
-static void subs_recover(worker_t *w, session_t *s, int64_t from) {
+static void subs_recover(worker_t *w, session_t *s, frame_pos after, bool inclusive) {
   if (s->subs == NULL) return;
-  recover_ctx ctx = {.w = w, .s = s, .from = from, .upto = subs_position(w)};
+  /* Held updates go out first: a resumption must not overtake them. */
+  subs_flush_held(w);
+  recover_ctx ctx = {
+      .w = w, .s = s, .after = after, .inclusive = inclusive, .upto = subs_delivered_position(w)};
   strmap_init(&ctx.seen);
   buf_init(&ctx.key);
-  ctx.pending = mem_alloc(SUBS_RECOVER_MAX * sizeof(char *));
+  ctx.items = mem_alloc(SUBS_RECOVER_MAX * sizeof(recover_item));
+  /* The first change that may be wanted. */
+  int64_t first = after.tag == 't' ? after.seq : after.seq + 1;
   int64_t pruned = 0;
-  /* Exact unless retention deleted a change at or after from (0: it never deleted any). */
-  bool exact = store_audit_pruned_through(w->store, &pruned) == 0 && (pruned == 0 || pruned < from);
-  ctx.last = from - 1;
+  /* Exact unless retention deleted a wanted change (0: it never deleted any). */
+  bool exact =
+      store_audit_pruned_through(w->store, &pruned) == 0 && (pruned == 0 || pruned < first);
+  ctx.last = first - 1;
   while (exact && !ctx.overflow && ctx.last < ctx.upto) {
     int n = 0;
     int64_t before = ctx.last;
     if (store_audit_read(w->store, before, TAILER_BATCH, recover_row, &ctx, &n) != 0) exact = false;
-    if (n < TAILER_BATCH || ctx.last == before) break;
+    if (!exact || n < TAILER_BATCH || ctx.last == before) break;
   }
+  exact = exact && !ctx.overflow;
   /* All or nothing: a partial list would look complete to the client. */
-  if (!exact || ctx.overflow)
-    recover_everything(&ctx);
-  else
-    for (size_t i = 0; i < ctx.n_pending; i++) recover_send(&ctx, ctx.pending[i], i);
+  size_t sent = 0;
+  if (!exact) {
+    sent = recover_reread(&ctx, ctx.upto, false);
+  } else {
+    if (after.tag == 'r') sent = recover_reread(&ctx, after.seq, true); /* finish the series */
+    qsort(ctx.items, ctx.n_items, sizeof(recover_item), recover_item_compare);
+    for (size_t i = 0; i < ctx.n_items; i++)
+      recover_send(s, ctx.items[i].seq, 't', ctx.items[i].order, ctx.items[i].json);
+    sent += ctx.n_items;
+  }
   char from_text[32], n_text[32];
-  snprintf(from_text, sizeof(from_text), "%lld", (long long)from);
-  snprintf(n_text, sizeof(n_text), "%zu",
-           exact && !ctx.overflow ? ctx.n_pending : (size_t)s->n_subs);
+  snprintf(from_text, sizeof(from_text), "%lld", (long long)after.seq);
+  snprintf(n_text, sizeof(n_text), "%zu", sent);
   log_info("stream resumed from the audit log", "session", s->id, "from", from_text, "updates",
-           n_text, "exact", exact && !ctx.overflow ? "true" : "false");
-  for (size_t i = 0; i < ctx.n_pending; i++) free(ctx.pending[i]);
-  free(ctx.pending);
+           n_text, "exact", exact ? "true" : "false");
+  for (size_t i = 0; i < ctx.n_items; i++) free(ctx.items[i].json);
+  free(ctx.items);
   buf_finish(&ctx.key);
   strmap_finish(&ctx.seen);
 }
@@ -533,21 +687,22 @@ void subs_stream_open(worker_t *w, session_t *s, http_conn_t *c, const char *las
   subs_update_active(w); /* streams keep the feed alive (list_changed) */
   /* The replay is bounded (the ring, or SUBS_RECOVER_MAX updates): let it all through. */
   http_stream_exempt(c, true);
-  int64_t from = 0;
-  if (last_event_id != NULL && session_replay_after(s, last_event_id, strlen(last_event_id))) {
+  size_t id_len = last_event_id != NULL ? strlen(last_event_id) : 0;
+  frame_pos after;
+  if (last_event_id != NULL && session_replay_after(s, last_event_id, id_len)) {
     /* Exact: the ring still held it. */
-  } else if (last_event_id != NULL && frame_id_parse(last_event_id, &from) == 0) {
+  } else if (last_event_id != NULL && frame_id_parse(last_event_id, id_len, &after) == 0) {
     s->undelivered = 0; /* the audit log covers them */
-    subs_recover(w, s, from);
-  } else if (s->lost_from_seq >= 0) {
+    subs_recover(w, s, after, false);
+  } else if (s->lost) {
     /* No id (or one we did not mint), and updates fell off the ring unsent. */
     s->undelivered = 0;
-    subs_recover(w, s, s->lost_from_seq);
+    subs_recover(w, s, s->lost_from, true);
   } else {
     /* A first stream, or an id we cannot place: what no stream has taken yet. */
     session_replay_undelivered(s);
   }
-  s->lost_from_seq = -1;
+  s->lost = false;
   session_stream_prime(s);
   http_stream_exempt(c, false);
 }

@@ -53,7 +53,15 @@ void subs_external_commit(worker_t *w);
 void subs_refresh_schema(worker_t *w);
 /* Starts or stops the tailer to match whether anything listens. */
 void subs_update_active(worker_t *w);
-/* The feed's audit position. */
+/* The feed's audit position: the tailer has read every change up to it. */
 int64_t subs_position(worker_t *w);
+/*
+ * The position through which every update has been sent (below the oldest
+ * update coalescing holds back): what the ids of a session's own frames
+ * name, and where a resumption from the audit log stops.
+ */
+int64_t subs_delivered_position(worker_t *w);
+/* Sends every update coalescing holds back, now and in order (drain, resumption). */
+void subs_flush_held(worker_t *w);
 
 #endif

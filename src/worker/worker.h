@@ -36,9 +36,13 @@ typedef struct worker {
   waiter_t *waiters_ready; /* of which saw a change in the current tailer batch */
   size_t n_waiters;
   strmap coalesce; /* "<topic id> <uri>" -> coalesce_entry (--coalesce-ms) */
-  coalesce_entry *coalesce_head, *coalesce_tail; /* by window start, oldest first */
+  /* Held updates, in commit order (the head goes first), and open windows, by end. */
+  coalesce_entry *coalesce_held_head, *coalesce_held_tail;
+  coalesce_entry *coalesce_open_head, *coalesce_open_tail;
   uv_timer_t coalesce_timer;
-  uint64_t notifications; /* resource-update frames formatted */
+  sub_topic **matched; /* the topics one change matched (reused; grows) */
+  size_t n_matched, matched_cap;
+  uint64_t notifications;     /* resource-update frames formatted */
   uint64_t schema_checked_at; /* loop time of the last schema check */
   /*
    * Set by the process model when other workers share the database: called

@@ -313,26 +313,31 @@ class ResumingClient {
     for (const a of this.attempts) a.stream.close();
   }
 
+  /* Every update of its URI, over every attempt, in the order received. */
+  allUpdates() {
+    return this.attempts.flatMap(({ stream }) => stream.updates().filter((e) => e.json.params.uri === this.uri));
+  }
+
   /*
    * Is the change with audit seq s covered? Live (or replayed) with its own
    * seq, or recovered from the audit log on a stream resumed from a
-   * position at or before s whose priming event names a position at or
-   * after s.
+   * position before s by an update named after the newest change of the
+   * URI, at or after s.
    */
   covered(s) {
     for (const { lastEventId, stream } of this.attempts) {
-      const ups = stream.updates().filter((e) => e.json.params.uri === this.uri);
-      if (ups.some((e) => /-t\d+$/.test(e.id) && idSeq(e.id) === s)) return true;
-      const primed = stream.priming;
-      if (lastEventId !== undefined && primed !== undefined && ups.some((e) => /-r\d+$/.test(e.id))) {
-        if (idSeq(lastEventId) <= s && s <= idSeq(primed.id)) return true;
+      const primedAt = stream.events.indexOf(stream.priming);
+      for (const e of stream.updates().filter((u) => u.json.params.uri === this.uri)) {
+        if (idSeq(e.id) === s) return true;
+        const recovered = primedAt < 0 || stream.events.indexOf(e) < primedAt;
+        if (recovered && lastEventId !== undefined && idSeq(lastEventId) < s && s <= idSeq(e.id)) return true;
       }
     }
     return false;
   }
 }
 
-test('SIGKILL of a worker while a writer commits: restarted; its clients resume with Last-Event-ID and miss no change', async () => {
+test('SIGKILL of a worker while a writer commits: restarted; its clients resume with Last-Event-ID and get every change exactly once', async () => {
   const srv = await server(['--workers', '3']);
   const B = srv.base;
   const N = 12;
@@ -400,6 +405,14 @@ test('SIGKILL of a worker while a writer commits: restarted; its clients resume 
         const missing = changes.filter((s) => !c.covered(s));
         throw new Error(`${err.message}\nmissing ${missing.join(',')}; attempts: ${c.attempts.map((a) => `[from ${a.lastEventId}: ${a.stream.describe(8)}]`).join(' ')}; errors ${c.errors.slice(-3)}`);
       });
+    }
+    // Nothing twice: one subscription per client, so its update ids only ever grow, each
+    // naming a change of its record.
+    for (const c of clients) {
+      const seqs = c.allUpdates().map((e) => idSeq(e.id));
+      const real = new Set(auditAfter(srv.dbPath, 0, { tbl: 'Product', key: c.key }).map((r) => r.seq));
+      for (let i = 1; i < seqs.length; i++) assert.ok(seqs[i] > seqs[i - 1], `${c.key}: update ${seqs[i]} after ${seqs[i - 1]} (doubled or out of order): ${seqs}`);
+      for (const x of seqs) assert.ok(real.has(x), `${c.key}: update names seq ${x}, not a change of ${c.key}`);
     }
     // The victim's clients did reconnect; the others' streams never broke.
     const resumed = clients.filter((c) => c.attempts.length > 1);

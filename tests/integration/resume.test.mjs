@@ -189,7 +189,16 @@ test('restart on the same database: subscriptions restored, the gap recovered fr
       [`${B}/StockEvent/703`, events],
     ];
     assert.deepEqual(sortedPairs(st2.updates()), want.map(key).sort(), st2.describe());
-    for (const e of st2.updates()) assert.match(e.id, /^\d+-r\d+$/, 'recovered updates carry r ids');
+    // Each recovered update is named by the newest change of its URI, in commit order, so
+    // that a client cut off in the middle resumes from exactly there.
+    for (const e of st2.updates()) {
+      assert.match(e.id, /^\d+-t\d+$/, 'recovered updates carry t ids');
+      const [table, key] = decodeURIComponent(e.json.params.uri.slice(B.length + 1)).split('/');
+      const newest = sqliteRows(server.dbPath, `SELECT max(seq) AS s FROM audit_log WHERE tbl = '${table}' AND key = '${key}'`)[0].s;
+      assert.equal(idSeq(e.id), newest, `${e.id} names the newest change of ${e.json.params.uri}`);
+    }
+    const seqs2 = st2.updates().map((e) => idSeq(e.id));
+    assert.deepEqual(seqs2, [...seqs2].sort((x, y) => x - y), `recovered in commit order: ${seqs2}`);
     // The dropped table's subscription is gone, on the live session and on its row.
     assert.equal((await getStatus(server.port)).subscriptions, 3);
     assert.deepEqual(JSON.parse(sessionRow(server.dbPath, s.id).subscriptions).sort(), [record, tools, events].sort());
@@ -377,7 +386,7 @@ test('resuming from an id at position 0 (empty audit log) is exact, not the prun
   }
 });
 
-test('--coalesce-ms 300: five quick changes to one record give two notifications, the first at once and the last at the window end', async () => {
+test('--coalesce-ms 300: five quick changes to one record give two notifications, the first at once and the last at the window end, in commit order', async () => {
   const co = await startServer({ args: ['--coalesce-ms', '300'] });
   try {
     const B = co.base;
@@ -414,16 +423,17 @@ test('--coalesce-ms 300: five quick changes to one record give two notifications
     }
     const spread = sqliteRows(co.dbPath, `SELECT max(committed_at) - min(committed_at) AS ms FROM audit_log WHERE seq IN (${seqs.join(',')})`)[0].ms;
     assert.ok(spread < 200, `the five changes were committed ${spread} ms apart (they must fit in the 300 ms window)`);
-    // Another record in the window is its own URI: not held by A-100's window.
+    // Another record in the window is its own URI: not merged into A-100's update.
     const other = await rest(co.port, 'PATCH', '/Product/B-200', { price_cents: 9 });
     const otherSeq = Number(JSON.parse(other.headers.etag));
     const first = await st.waitUpdates(1, record, { timeoutMs: 1000 });
     assert.equal(idSeq(first[0].id), seqs[0], 'the first change goes at once');
-    await st.waitUntil((x) => x.updates(coll).some((e) => idSeq(e.id) === otherSeq), { timeoutMs: 2000, what: 'B-200' });
     const both = await st.waitUpdates(2, record, { timeoutMs: 2000 });
-    // B-200 was not held behind A-100's window: it came before A-100's trailing edge.
+    await st.waitUntil((x) => x.updates(coll).some((e) => idSeq(e.id) === otherSeq), { timeoutMs: 2000, what: 'B-200' });
+    // Commit order is kept: B-200, committed after A-100's held change, waits behind it.
     const order = st.updates().map((e) => idSeq(e.id));
-    assert.ok(order.indexOf(otherSeq) < order.indexOf(seqs[4]), `B-200 (${otherSeq}) held behind A-100's window: ${order}`);
+    assert.deepEqual(order, [...order].sort((x, y) => x - y), `updates out of commit order: ${order}`);
+    assert.ok(order.indexOf(otherSeq) > order.indexOf(seqs[4]), `B-200 (${otherSeq}) overtook A-100's held change: ${order}`);
     assert.equal(idSeq(both[1].id), seqs[4], 'the trailing edge carries the last change');
     const firstCommit = sqliteRows(co.dbPath, `SELECT committed_at AS t FROM audit_log WHERE seq = ${seqs[0]}`)[0].t;
     assert.ok(both[1].t - firstCommit >= 290, `the trailing notification came ${both[1].t - firstCommit} ms after the first change (window 300 ms)`);

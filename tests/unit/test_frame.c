@@ -2,8 +2,9 @@
  * Unit tests of frame_t, the shared SSE event: the exact wire bytes of a
  * frame ("id: <seq>-<tag><n>\ndata: <json>\n\n"), its recorded length,
  * audit position and id, comparing an id with frame_id_is, parsing ids
- * back with frame_id_parse (every id frame_create mints parses to its seq;
- * ids this server did not mint are rejected), and reference counting (ASan
+ * back with frame_id_parse (every id frame_create mints parses to its
+ * position: seq, tag and number; ids this server did not mint are
+ * rejected), and reference counting (ASan
  * reports a frame freed too early or never).
  */
 #include <errno.h>
@@ -41,9 +42,12 @@ static void test_large_numbers(void) {
   frame_t *f = frame_create(INT64_MAX, 'r', UINT64_MAX, "{}", 2);
   CHECK_STR_EQ(f->data, "id: 9223372036854775807-r18446744073709551615\ndata: {}\n\n");
   CHECK_INT_EQ(f->id_len, strlen("9223372036854775807-r18446744073709551615"));
-  int64_t seq = 0;
-  CHECK_INT_EQ(frame_id_parse("9223372036854775807-r18446744073709551615", &seq), 0);
-  CHECK(seq == INT64_MAX);
+  const char *id = "9223372036854775807-r18446744073709551615";
+  frame_pos pos;
+  CHECK_INT_EQ(frame_id_parse(id, strlen(id), &pos), 0);
+  CHECK(pos.seq == INT64_MAX && pos.tag == 'r' && pos.n == UINT64_MAX);
+  pos = frame_position(f);
+  CHECK(pos.seq == INT64_MAX && pos.tag == 'r' && pos.n == UINT64_MAX);
   frame_unref(f);
 }
 
@@ -59,34 +63,35 @@ static void test_id_is(void) {
   frame_unref(f);
 }
 
-static void expect_parse(const char *id, int64_t want) {
-  int64_t seq = -12345;
-  int rc = frame_id_parse(id, &seq);
-  if (rc != 0 || seq != want) {
-    fprintf(stderr, "frame_id_parse(\"%s\") = %d, seq %lld; wanted 0, %lld\n", id, rc,
-            (long long)seq, (long long)want);
-    CHECK(rc == 0 && seq == want);
+static void expect_parse(const char *id, int64_t seq, char tag, uint64_t n) {
+  frame_pos pos = {-12345, '?', 0};
+  int rc = frame_id_parse(id, strlen(id), &pos);
+  if (rc != 0 || pos.seq != seq || pos.tag != tag || pos.n != n) {
+    fprintf(stderr, "frame_id_parse(\"%s\") = %d, %lld-%c%llu; wanted 0, %lld-%c%llu\n", id, rc,
+            (long long)pos.seq, pos.tag, (unsigned long long)pos.n, (long long)seq, tag,
+            (unsigned long long)n);
+    CHECK(rc == 0 && pos.seq == seq && pos.tag == tag && pos.n == n);
   }
 }
 
 static void expect_invalid(const char *id) {
-  int64_t seq = -12345;
-  int rc = frame_id_parse(id, &seq);
-  if (rc != -EINVAL || seq != -12345) {
-    fprintf(stderr, "frame_id_parse(\"%s\") = %d, seq %lld; wanted -EINVAL and seq untouched\n", id,
-            rc, (long long)seq);
+  frame_pos pos = {-12345, '?', 0};
+  int rc = frame_id_parse(id, strlen(id), &pos);
+  if (rc != -EINVAL || pos.seq != -12345) {
+    fprintf(stderr, "frame_id_parse(\"%s\") = %d, seq %lld; wanted -EINVAL and pos untouched\n", id,
+            rc, (long long)pos.seq);
     CHECK(rc == -EINVAL);
-    CHECK(seq == -12345);
+    CHECK(pos.seq == -12345);
   }
 }
 
 static void test_parse_valid(void) {
-  expect_parse("0-s1", 0);
-  expect_parse("12-t3", 12);
-  expect_parse("12-r0", 12);
-  expect_parse("7-t4294967295", 7);
-  expect_parse("1000000-s18446744073709551615", 1000000);
-  /* Every id frame_create mints parses back to its seq. */
+  expect_parse("0-s1", 0, 's', 1);
+  expect_parse("12-t3", 12, 't', 3);
+  expect_parse("12-r0", 12, 'r', 0);
+  expect_parse("7-t4294967295", 7, 't', 4294967295u);
+  expect_parse("1000000-s18446744073709551615", 1000000, 's', UINT64_MAX);
+  /* Every id frame_create mints parses back to its position. */
   static const char tags[] = {'t', 's', 'r'};
   for (int64_t seq = 0; seq < 2000; seq += 97) {
     for (size_t i = 0; i < sizeof(tags); i++) {
@@ -95,7 +100,9 @@ static void test_parse_valid(void) {
       CHECK(f->id_len < sizeof(id));
       memcpy(id, f->data + 4, f->id_len);
       id[f->id_len] = '\0';
-      expect_parse(id, seq);
+      expect_parse(id, seq, tags[i], (uint64_t)seq * 3 + i);
+      frame_pos pos = frame_position(f);
+      CHECK(pos.seq == seq && pos.tag == tags[i] && pos.n == (uint64_t)seq * 3 + i);
       CHECK(frame_id_is(f, id, strlen(id)));
       frame_unref(f);
     }
@@ -125,6 +132,13 @@ static void test_parse_invalid(void) {
   expect_invalid("99999999999999999999-t1"); /* past int64 */
   expect_invalid("12-t1\n");
   expect_invalid("1-t1-t1");
+  expect_invalid("012-t1"); /* never minted with a leading zero */
+  expect_invalid("12-t01");
+  expect_invalid("12-t18446744073709551616"); /* past uint64 */
+  /* Only len bytes count: a valid id followed by more is judged on its bytes alone. */
+  frame_pos pos;
+  CHECK_INT_EQ(frame_id_parse("12-t3\0junk", 5, &pos), 0);
+  CHECK_INT_EQ(frame_id_parse("12-t3junk", 9, &pos), -EINVAL);
 }
 
 static void test_refcount(void) {

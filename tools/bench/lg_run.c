@@ -179,10 +179,6 @@ static int lg_parse_update(lg_t *lg, const lg_sse_event *ev, lg_update *u) {
   u->sub = slen == clen && memcmp(sub, lg->coll_uri, clen) == 0 ? 0 : 1;
   /* A collection subscription told to re-read itself (resumption could not be exact). */
   u->reread = u->sub == 0 && ulen == slen && memcmp(uri, sub, ulen) == 0;
-  if (ev->id != NULL) {
-    const char *dash = memchr(ev->id, '-', ev->id_len);
-    u->recovered = dash != NULL && dash + 1 < ev->id + ev->id_len && dash[1] == 'r';
-  }
   if (u->reread) return 1;
   const char *slash = NULL;
   for (const char *p = uri; p < uri + ulen; p++)
@@ -250,6 +246,8 @@ static void stream_on_event(lg_conn *c, const lg_sse_event *ev, void *data) {
     return;
   }
   if (r == 0) return; /* list_changed, log messages: not what is measured */
+  /* A resumed stream sends what it recovered from the audit log before its priming event. */
+  u.recovered = s->state == SESS_RESUMING;
   lg->sc->on_update(lg, s, &u);
 }
 

@@ -78,7 +78,7 @@ typedef struct lg_update {
   char letter;
   uint64_t n;
   unsigned sub;   /* 0: the collection, 1: the record */
-  bool recovered; /* event id tag 'r' (from the audit log) */
+  bool recovered; /* on a resumed stream, before its priming event (from the audit log) */
   bool reread;    /* uri == subscribedUri */
 } lg_update;
 

@@ -362,8 +362,7 @@ static void storm_on_f(lg_t *lg, lg_session *s, const lg_update *u) {
     return;
   }
   bool resumed = storm_dropped(lg, s);
-  if (!lg_seen_set(lg, s, u->n, 0)) {
-    if (resumed && u->recovered) return; /* at-least-once from the audit log */
+  if (!lg_seen_set(lg, s, u->n, 0)) { /* exactly once, resumed or not */
     lg_fail(lg, "session %u: duplicate update for f%llu", s->index, (unsigned long long)u->n);
     return;
   }
