@@ -30,7 +30,8 @@ CREATE TABLE IF NOT EXISTS mcp_session (
   client_info         TEXT,               -- JSON object from initialize
   client_capabilities TEXT,               -- JSON object from initialize
   log_level           TEXT,               -- from logging/setLevel
-  subscriptions       TEXT    NOT NULL DEFAULT '[]'  -- JSON array of subscribed URIs
+  subscriptions       TEXT    NOT NULL DEFAULT '[]', -- JSON array of subscribed URIs
+  principal           TEXT    NOT NULL DEFAULT 'anonymous' -- who created it: "key:NAME", ...
 ) WITHOUT ROWID;
 
 -- Small named values mcpsub keeps about itself, e.g. 'audit_pruned_through':

@@ -357,6 +357,51 @@ static int config_set_worker_generation(config_t *cfg, const char *flag, const c
   return rc;
 }
 
+static int config_set_path(const char **field, const char *flag, const char *value, char *err,
+                           size_t errlen) {
+  if (value[0] == '\0') return config_fail(err, errlen, "%s: empty value", flag);
+  *field = value;
+  return 0;
+}
+
+static int config_set_auth_keys(config_t *cfg, const char *flag, const char *value, char *err,
+                                size_t errlen) {
+  return config_set_path(&cfg->auth_keys, flag, value, err, errlen);
+}
+
+static int config_set_auth_jwks(config_t *cfg, const char *flag, const char *value, char *err,
+                                size_t errlen) {
+  return config_set_path(&cfg->auth_jwks, flag, value, err, errlen);
+}
+
+static int config_set_auth_issuer(config_t *cfg, const char *flag, const char *value, char *err,
+                                  size_t errlen) {
+  return config_set_path(&cfg->auth_issuer, flag, value, err, errlen);
+}
+
+static int config_set_auth_audience(config_t *cfg, const char *flag, const char *value, char *err,
+                                    size_t errlen) {
+  if (value[0] == '\0' || strlen(value) >= sizeof(cfg->auth_audience))
+    return config_fail(err, errlen, "%s: empty or too long", flag);
+  snprintf(cfg->auth_audience, sizeof(cfg->auth_audience), "%s", value);
+  return 0;
+}
+
+static int config_set_allow_anonymous(config_t *cfg, const char *flag, const char *value, char *err,
+                                      size_t errlen) {
+  cfg->allow_anonymous = true;
+  return 0;
+}
+
+bool config_auth_enabled(const config_t *cfg) {
+  return cfg->auth_keys != NULL || cfg->auth_jwks != NULL;
+}
+
+bool config_host_is_loopback(const char *host) {
+  return strncmp(host, "127.", 4) == 0 || strcmp(host, "::1") == 0 ||
+         strcmp(host, "localhost") == 0;
+}
+
 /* Flags with a NULL help are internal: accepted, never shown by --help. */
 static const config_flag config_flags[] = {
     {"--listen", "HOST:PORT", CONFIG_DEFAULT_HOST ":" STR(CONFIG_DEFAULT_PORT),
@@ -421,6 +466,23 @@ static const config_flag config_flags[] = {
      config_set_drain_timeout},
     {"--control-socket", "PATH", "mcpsubd.sock beside --db",
      "unix socket of the control interface (mcpsubctl)", config_set_control_socket},
+    {"--auth-keys", "FILE", "none",
+     "API key file (written by mcpsubctl key add); every request then needs\n"
+     "Authorization: Bearer KEY (or a JWT with --auth-jwks)",
+     config_set_auth_keys},
+    {"--auth-jwks", "FILE|URL", "none",
+     "JSON Web Key Set of the OAuth authorization server whose access tokens\n"
+     "(JWT: RS256, ES256, EdDSA) are accepted; a URL is fetched at start and\n"
+     "again when a token names an unknown key",
+     config_set_auth_jwks},
+    {"--auth-issuer", "URL", "none (iss not checked)", "the iss every access token must carry",
+     config_set_auth_issuer},
+    {"--auth-audience", "URI", "{public-url}/mcp",
+     "the resource every access token must name in aud (RFC 8707)", config_set_auth_audience},
+    {"--allow-anonymous", NULL, NULL,
+     "serve an address that is not loopback without --auth-keys/--auth-jwks\n"
+     "(anyone who reaches it may do anything; logged as a warning at start)",
+     config_set_allow_anonymous},
     {"--worker-slot", "N", NULL, NULL, config_set_worker_slot},
     {"--worker-generation", "G", NULL, NULL, config_set_worker_generation},
     {"--help", NULL, NULL, "print this help and exit (also -h)", NULL},
@@ -519,6 +581,15 @@ int config_parse(config_t *cfg, int argc, char **argv, FILE *out, char *err, siz
     snprintf(cfg->public_url, sizeof(cfg->public_url), "http://%s%s%s:%d", v6 ? "[" : "",
              cfg->listen_host, v6 ? "]" : "", cfg->listen_port);
   }
+  if (cfg->auth_audience[0] == '\0')
+    snprintf(cfg->auth_audience, sizeof(cfg->auth_audience), "%s/mcp", cfg->public_url);
+  if (!config_auth_enabled(cfg) && !cfg->allow_anonymous &&
+      !config_host_is_loopback(cfg->listen_host))
+    return config_fail(err, errlen,
+                       "--listen %s is not a loopback address and no authentication is "
+                       "configured: add --auth-keys FILE (mcpsubctl key add) or --auth-jwks "
+                       "FILE|URL, or --allow-anonymous to serve it to anyone",
+                       cfg->listen_host);
   if (cfg->workers < 0) {
     unsigned n = uv_available_parallelism();
     cfg->workers = n < 1 ? 1 : n > CONFIG_MAX_WORKERS ? CONFIG_MAX_WORKERS : (int)n;

@@ -50,6 +50,11 @@ typedef struct config {
   int workers;               /* --workers: worker processes; 0 = one process; default: CPUs */
   uint64_t drain_timeout_ms; /* --drain-timeout seconds: longest graceful stop, default 10 */
   const char *control_socket; /* --control-socket, default <directory of --db>/mcpsubd.sock */
+  const char *auth_keys;      /* --auth-keys FILE: API keys (mcpsubctl key ...), or NULL */
+  const char *auth_jwks;      /* --auth-jwks FILE|URL: keys of the JWT issuer, or NULL */
+  const char *auth_issuer;    /* --auth-issuer: the iss every JWT must carry, or NULL */
+  char auth_audience[520];    /* --auth-audience, default {public-url}/mcp */
+  bool allow_anonymous;       /* --allow-anonymous: serve a non-loopback address without auth */
   int worker_slot;            /* hidden --worker-slot: -1, or the slot of a spawned worker */
   uint32_t worker_generation; /* hidden --worker-generation: restarts of that slot so far */
   char *origins_storage;      /* owned copy of the --allowed-origins list */
@@ -57,6 +62,10 @@ typedef struct config {
 } config_t;
 
 void config_defaults(config_t *cfg);
+/* Is any authentication configured (API keys or JWTs)? */
+bool config_auth_enabled(const config_t *cfg);
+/* Is host (a --listen host) a loopback address: 127.0.0.0/8, ::1 or localhost? */
+bool config_host_is_loopback(const char *host);
 /*
  * Parses argv into cfg (which config_defaults has filled). Returns 0, 1 when
  * --help or --version was given and printed on out, or -EINVAL with a

@@ -37,7 +37,7 @@ static int session_id_urandom(unsigned char *buf, size_t len) {
 }
 
 /* Fills buf with len bytes from the kernel CSPRNG; 0 or -errno. */
-static int session_id_random(unsigned char *buf, size_t len) {
+int session_id_random(unsigned char *buf, size_t len) {
   size_t got = 0;
   while (got < len) {
     ssize_t n = getrandom(buf + got, len - got, 0);

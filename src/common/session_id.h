@@ -21,4 +21,10 @@ bool session_id_valid(const char *s, size_t len);
 /* The worker slot encoded in a valid id. */
 unsigned session_id_slot(const char *s);
 
+/*
+ * Fills buf with len bytes from the OS CSPRNG (getrandom, or /dev/urandom
+ * where it is missing). 0, or -errno: never a weak fallback.
+ */
+int session_id_random(unsigned char *buf, size_t len) MCPSUB_NODISCARD;
+
 #endif

@@ -732,6 +732,31 @@ static int store_ddl(store_t *s, const char *sql, char *err, size_t errlen) {
   return ret;
 }
 
+/* Does table have a column named col? */
+static bool store_has_column(store_t *s, const char *table, const char *col) {
+  char sql[160];
+  snprintf(sql, sizeof(sql), "SELECT %s FROM %s LIMIT 0", col, table);
+  sqlite3_stmt *st = NULL;
+  bool ok = sqlite3_prepare_v2(s->db, sql, -1, &st, NULL) == SQLITE_OK;
+  sqlite3_finalize(st);
+  return ok;
+}
+
+/*
+ * Brings the system tables of a database made by an older mcpsubd up to
+ * the current system.sql (CREATE TABLE IF NOT EXISTS leaves an existing
+ * table as it was): columns added since are added here, inside the
+ * opening transaction.
+ */
+static int store_migrate(store_t *s, char *err, size_t errlen) {
+  if (!store_has_column(s, "mcp_session", "principal"))
+    return store_ddl(s,
+                     "ALTER TABLE mcp_session ADD COLUMN principal TEXT NOT NULL DEFAULT "
+                     "'anonymous'",
+                     err, errlen);
+  return 0;
+}
+
 /*
  * Makes the mcpsub_audit_* triggers in the database exactly the wanted set
  * for s->tables: drops the ones that differ or belong to no exported table,
@@ -944,6 +969,8 @@ int store_open(const char *path, const char *schema_path, store_t **out, char *e
   ret = store_begin(s, true, err, errlen);
   if (ret < 0) goto fail;
   ret = store_ddl(s, store_system_sql, err, errlen);
+  if (ret < 0) goto fail;
+  ret = store_migrate(s, err, errlen);
   if (ret < 0) goto fail;
   if (schema_path != NULL && schema_path[0] != '\0') {
     ret = store_apply_app_schema(s, schema_path, err, errlen);
@@ -1713,7 +1740,7 @@ int store_audit_pruned_through(store_t *s, int64_t *seq) {
 
 #define STORE_SESSION_COLUMNS                                                                      \
   "id, created_at, last_seen, protocol_version, client_info, client_capabilities, log_level, "     \
-  "subscriptions"
+  "subscriptions, principal"
 
 static char *store_column_strdup(sqlite3_stmt *st, int idx) {
   const unsigned char *text = sqlite3_column_text(st, idx);
@@ -1736,6 +1763,8 @@ static void store_session_from_row(sqlite3_stmt *st, store_session *ss) {
   ss->log_level = store_column_strdup(st, 6);
   ss->subscriptions = store_column_strdup(st, 7);
   if (ss->subscriptions == NULL) ss->subscriptions = mem_strdup("[]");
+  ss->principal = store_column_strdup(st, 8);
+  if (ss->principal == NULL) ss->principal = mem_strdup("anonymous");
 }
 
 void store_session_finish(store_session *ss) {
@@ -1744,7 +1773,9 @@ void store_session_finish(store_session *ss) {
   free(ss->client_capabilities);
   free(ss->log_level);
   free(ss->subscriptions);
+  free(ss->principal);
   ss->client_info = ss->client_capabilities = ss->log_level = ss->subscriptions = NULL;
+  ss->principal = NULL;
 }
 
 static void store_bind_text_or_null(sqlite3_stmt *st, int idx, const char *text) {
@@ -1758,7 +1789,7 @@ int store_session_insert(store_t *s, const store_session *ss) {
   sqlite3_stmt *st;
   int ret = store_stmt_get(s,
                            "INSERT INTO mcp_session (" STORE_SESSION_COLUMNS
-                           ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                           ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
                            &st, NULL, 0);
   if (ret < 0) return ret;
   sqlite3_bind_text(st, 1, ss->id, -1, SQLITE_STATIC);
@@ -1769,6 +1800,7 @@ int store_session_insert(store_t *s, const store_session *ss) {
   store_bind_text_or_null(st, 6, ss->client_capabilities);
   store_bind_text_or_null(st, 7, ss->log_level);
   sqlite3_bind_text(st, 8, ss->subscriptions ? ss->subscriptions : "[]", -1, SQLITE_STATIC);
+  sqlite3_bind_text(st, 9, ss->principal ? ss->principal : "anonymous", -1, SQLITE_STATIC);
   ret = store_step_done(s, st, NULL, NULL, 0);
   store_stmt_put(s, st);
   return ret;

@@ -203,6 +203,7 @@ typedef struct store_session {
   char *client_capabilities; /* JSON text or NULL */
   char *log_level;           /* or NULL */
   char *subscriptions;       /* JSON array text, never NULL after a load */
+  char *principal; /* who created it ("anonymous", "key:NAME", ...); never NULL after a load */
 } store_session;
 
 void store_session_finish(store_session *ss); /* frees the strings */

@@ -22,6 +22,11 @@ int main(int argc, char **argv) {
     return rc > 0 ? 0 : 2;
   }
   log_set_level(cfg.log_level);
+  if (cfg.worker_slot < 0 && cfg.allow_anonymous && !config_auth_enabled(&cfg) &&
+      !config_host_is_loopback(cfg.listen_host))
+    log_warn("serving a non-loopback address without authentication (--allow-anonymous): anyone "
+             "who reaches it may read, write and subscribe",
+             "listen", cfg.listen_host);
   int code = cfg.worker_slot >= 0 ? worker_ipc_main(&cfg) : master_main(&cfg, argc, argv);
   config_finish(&cfg);
   return code;

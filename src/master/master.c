@@ -159,7 +159,7 @@ struct master {
   uint64_t next_id;
   uint64_t requests; /* requests the master answered itself */
   control_server_t *ctl;
-  uv_signal_t sigterm, sigint;
+  uv_signal_t sigterm, sigint, sighup;
   uv_timer_t drain_timer; /* the deadline of a drain */
   bool draining;
   bool forced;
@@ -1162,6 +1162,7 @@ static void master_stop(master_t *m) {
   while (m->gathers != NULL) master_gather_finish(m->gathers); /* answers what waits */
   uv_close((uv_handle_t *)&m->sigterm, NULL);
   uv_close((uv_handle_t *)&m->sigint, NULL);
+  uv_close((uv_handle_t *)&m->sighup, NULL);
   uv_timer_stop(&m->drain_timer);
   uv_close((uv_handle_t *)&m->drain_timer, NULL);
   control_server_close(m->ctl);
@@ -1257,6 +1258,14 @@ static void master_on_signal(uv_signal_t *h, int signum) {
     master_force(m, name);
 }
 
+/* SIGHUP: the workers re-read the API key file (they also notice a change by themselves). */
+static void master_on_sighup(uv_signal_t *h, int signum) {
+  master_t *m = h->data;
+  log_info("SIGHUP: reloading the API keys");
+  for (unsigned i = 0; i < m->n; i++)
+    if (m->slots[i].w != NULL) uv_process_kill(&m->slots[i].w->proc, SIGHUP);
+}
+
 /* ---- start ------------------------------------------------------------------------------ */
 
 static int master_listen(master_t *m) {
@@ -1284,9 +1293,11 @@ static void master_start_control(master_t *m) {
 static void master_signals(master_t *m) {
   uv_signal_init(m->loop, &m->sigterm);
   uv_signal_init(m->loop, &m->sigint);
-  m->sigterm.data = m->sigint.data = m;
+  uv_signal_init(m->loop, &m->sighup);
+  m->sigterm.data = m->sigint.data = m->sighup.data = m;
   uv_signal_start(&m->sigterm, master_on_signal, SIGTERM);
   uv_signal_start(&m->sigint, master_on_signal, SIGINT);
+  if (m->n > 0) uv_signal_start(&m->sighup, master_on_sighup, SIGHUP);
   uv_timer_init(m->loop, &m->drain_timer);
   m->drain_timer.data = m;
 }

@@ -82,11 +82,15 @@ static cJSON *mcp_initialize(mcp_call *call) {
   row.client_capabilities =
       json_text_or_null(cJSON_GetObjectItemCaseSensitive(call->params, "capabilities"));
   row.subscriptions = (char *)"[]";
+  row.principal = (char *)call->principal->id;
   int rc = store_session_insert(w->store, &row);
   cJSON_free(row.client_info);
   cJSON_free(row.client_capabilities);
   if (rc != 0) return mcp_call_fail(call, JSONRPC_INTERNAL_ERROR, "cannot store the session");
   call->created = session_registry_add(&w->sessions, row.id, version, now);
+  session_set_principal(call->created, call->principal->id);
+  memcpy(call->created->credential, call->principal->credential, sizeof(call->created->credential));
+  call->created->credential_expires_ms = call->principal->expires_ms;
 
   cJSON *result = cJSON_CreateObject();
   cJSON_AddStringToObject(result, "protocolVersion", version);
@@ -187,10 +191,13 @@ static void mcp_respond_error(http_conn_t *c, int status, const cJSON *id, int c
  * this process holds no live state for it (a restart). -ENOENT when unknown
  * or expired.
  */
-static int mcp_session_lookup(worker_t *w, const char *id, session_t **out) {
+static int mcp_session_lookup(worker_t *w, const char *id, const auth_principal *p,
+                              session_t **out) {
   size_t len = strlen(id);
   session_t *s = session_registry_find(&w->sessions, id, len);
   if (s != NULL) {
+    /* Another principal's session does not exist for this one. */
+    if (strcmp(s->principal, p->id) != 0) return -ENOENT;
     *out = s;
     return 0;
   }
@@ -199,9 +206,10 @@ static int mcp_session_lookup(worker_t *w, const char *id, session_t **out) {
   if (store_session_load(w->store, id, &row) != 0) return -ENOENT;
   int64_t now = store_now_ms();
   int rc = -ENOENT;
-  if (now - row.last_seen < (int64_t)w->cfg->idle_timeout_ms &&
+  if (strcmp(row.principal, p->id) == 0 && now - row.last_seen < (int64_t)w->cfg->idle_timeout_ms &&
       w->sessions.count < w->cfg->max_sessions) {
     s = session_registry_add(&w->sessions, row.id, row.protocol_version, now);
+    session_set_principal(s, row.principal);
     s->created_ms = row.created_at;
     s->persisted_seen_ms = row.last_seen;
     if (row.log_level != NULL && session_log_level_parse(row.log_level, &s->log_level) != 0)
@@ -215,19 +223,55 @@ static int mcp_session_lookup(worker_t *w, const char *id, session_t **out) {
   return rc;
 }
 
-/* Resolves the request's session or answers 400/404. NULL when answered. */
-static session_t *mcp_require_session(worker_t *w, http_conn_t *c, const http_request_t *req) {
+/*
+ * Resolves the request's session or answers 400/404. NULL when answered.
+ * A session of another principal is answered as unknown (404), and is not
+ * touched. The credential that worked last is remembered, so that its
+ * revocation ends the session's stream.
+ */
+static session_t *mcp_require_session(worker_t *w, http_conn_t *c, const http_request_t *req,
+                                      const auth_principal *p) {
   const char *id = http_request_header(req, "mcp-session-id");
   if (id == NULL) {
     mcp_respond_error(c, 400, NULL, -32000, "Bad Request: Mcp-Session-Id header is required");
     return NULL;
   }
   session_t *s;
-  if (mcp_session_lookup(w, id, &s) != 0) {
+  if (mcp_session_lookup(w, id, p, &s) != 0) {
     mcp_respond_error(c, 404, NULL, MCP_SESSION_NOT_FOUND, "Session not found");
     return NULL;
   }
+  memcpy(s->credential, p->credential, sizeof(s->credential));
+  s->credential_expires_ms = p->expires_ms;
   return s;
+}
+
+/*
+ * The right a request needs (auth.h): reads need AUTH_READ (mcpsub's own
+ * metadata resources AUTH_ADMIN), subscribing AUTH_SUBSCRIBE, the write
+ * tools AUTH_WRITE; the session's own housekeeping needs none.
+ */
+static unsigned mcp_required_right(const cJSON *msg) {
+  const cJSON *m = cJSON_GetObjectItemCaseSensitive(msg, "method");
+  const cJSON *params = cJSON_GetObjectItemCaseSensitive(msg, "params");
+  if (!cJSON_IsString(m)) return 0;
+  const char *method = m->valuestring;
+  if (strcmp(method, "resources/subscribe") == 0) return AUTH_SUBSCRIBE;
+  if (strcmp(method, "resources/read") == 0) {
+    const cJSON *uri = cJSON_GetObjectItemCaseSensitive(params, "uri");
+    bool meta = cJSON_IsString(uri) && strncmp(uri->valuestring, "mcpsub://", 9) == 0;
+    return meta ? AUTH_ADMIN : AUTH_READ;
+  }
+  if (strcmp(method, "tools/call") == 0) {
+    const cJSON *name = cJSON_GetObjectItemCaseSensitive(params, "name");
+    bool write = cJSON_IsString(name) && (strcmp(name->valuestring, "put_record") == 0 ||
+                                          strcmp(name->valuestring, "delete_record") == 0);
+    return write ? AUTH_WRITE : AUTH_READ;
+  }
+  if (strcmp(method, "resources/list") == 0 || strcmp(method, "resources/templates/list") == 0 ||
+      strcmp(method, "completion/complete") == 0)
+    return AUTH_READ;
+  return 0;
 }
 
 /* Dispatch ---------------------------------------------------------------------- */
@@ -249,15 +293,20 @@ void mcp_answer(http_conn_t *c, const cJSON *id, cJSON *result, int code, const 
  * Runs one request; returns its response message, or NULL when the
  * handler will answer later on conn (*pending). conn is NULL in a batch.
  */
-static cJSON *mcp_request(worker_t *w, session_t *s, const cJSON *msg, session_t **created,
-                          http_conn_t *conn, bool *pending) {
+static cJSON *mcp_request(worker_t *w, const auth_principal *p, session_t *s, const cJSON *msg,
+                          session_t **created, http_conn_t *conn, bool *pending) {
   const cJSON *id = cJSON_GetObjectItemCaseSensitive(msg, "id");
   const char *method = cJSON_GetObjectItemCaseSensitive(msg, "method")->valuestring;
   const cJSON *params = cJSON_GetObjectItemCaseSensitive(msg, "params");
   if (params != NULL && !cJSON_IsObject(params))
     return jsonrpc_error(id, JSONRPC_INVALID_PARAMS, "params must be an object");
-  mcp_call call = {
-      .w = w, .session = s, .method = method, .params = params, .conn = conn, .id = id};
+  mcp_call call = {.w = w,
+                   .principal = p,
+                   .session = s,
+                   .method = method,
+                   .params = params,
+                   .conn = conn,
+                   .id = id};
   if (s != NULL) session_log(s, SESSION_LOG_DEBUG, "mcpsub", method);
   for (size_t i = 0; i < ARRAY_LEN(mcp_methods); i++) {
     if (strcmp(method, mcp_methods[i].name) != 0) continue;
@@ -286,11 +335,11 @@ static cJSON *mcp_request(worker_t *w, session_t *s, const cJSON *msg, session_t
  * invalid messages) or NULL (notifications, responses). *invalid is set when
  * the message was not valid JSON-RPC.
  */
-static cJSON *mcp_message(worker_t *w, session_t *s, const cJSON *msg, session_t **created,
-                          bool *invalid, http_conn_t *conn, bool *pending) {
+static cJSON *mcp_message(worker_t *w, const auth_principal *p, session_t *s, const cJSON *msg,
+                          session_t **created, bool *invalid, http_conn_t *conn, bool *pending) {
   const char *why = NULL;
   switch (jsonrpc_classify(msg, &why)) {
-  case JSONRPC_REQUEST: return mcp_request(w, s, msg, created, conn, pending);
+  case JSONRPC_REQUEST: return mcp_request(w, p, s, msg, created, conn, pending);
   case JSONRPC_NOTIFICATION: mcp_notification(w, s, msg); return NULL;
   case JSONRPC_RESPONSE:
     return NULL; /* we send no requests to clients yet: nothing awaits a reply */
@@ -311,7 +360,7 @@ static bool message_is_initialize(const cJSON *msg) {
   return cJSON_IsString(m) && strcmp(m->valuestring, "initialize") == 0;
 }
 
-static void mcp_post(worker_t *w, http_conn_t *c, http_request_t *req) {
+static void mcp_post(worker_t *w, http_conn_t *c, http_request_t *req, const auth_principal *p) {
   if (!accept_allows(http_request_header(req, "accept"), "application/json") ||
       !accept_allows(http_request_header(req, "accept"), "text/event-stream")) {
     mcp_respond_error(c, 406, NULL, -32000,
@@ -350,15 +399,27 @@ static void mcp_post(worker_t *w, http_conn_t *c, http_request_t *req) {
   if (!batch && jsonrpc_classify(root, NULL) == JSONRPC_INVALID) {
     bool unused_invalid = false, unused_pending = false;
     session_t *unused = NULL;
-    cJSON *reply = mcp_message(w, NULL, root, &unused, &unused_invalid, NULL, &unused_pending);
+    cJSON *reply = mcp_message(w, p, NULL, root, &unused, &unused_invalid, NULL, &unused_pending);
     worker_respond_json(c, 400, reply, NULL, 0);
     cJSON_Delete(reply);
     goto done;
   }
 
+  /* Rights first: a request the principal may not make is refused whole, before any effect. */
+  unsigned need = 0;
+  if (batch) {
+    cJSON_ArrayForEach(item, root) need |= mcp_required_right(item);
+  } else {
+    need = mcp_required_right(root);
+  }
+  if ((p->rights & need) != need) {
+    auth_respond_forbidden(w, c, need & ~p->rights);
+    goto done;
+  }
+
   session_t *s = NULL;
   if (!has_init || batch) {
-    s = mcp_require_session(w, c, req);
+    s = mcp_require_session(w, c, req, p);
     if (s == NULL) goto done;
     worker_session_touch(w, s);
   } else if (http_request_header(req, "mcp-session-id") != NULL) {
@@ -380,7 +441,7 @@ static void mcp_post(worker_t *w, http_conn_t *c, http_request_t *req) {
     cJSON_ArrayForEach(item, root) {
       bool invalid = false, pending = false;
       session_t *unused = NULL;
-      cJSON *reply = mcp_message(w, s, item, &unused, &invalid, NULL, &pending);
+      cJSON *reply = mcp_message(w, p, s, item, &unused, &invalid, NULL, &pending);
       if (reply != NULL) cJSON_AddItemToArray(replies, reply);
     }
     if (cJSON_GetArraySize(replies) == 0)
@@ -393,7 +454,7 @@ static void mcp_post(worker_t *w, http_conn_t *c, http_request_t *req) {
 
   bool invalid = false, pending = false;
   session_t *created = NULL;
-  cJSON *reply = mcp_message(w, s, root, &created, &invalid, c, &pending);
+  cJSON *reply = mcp_message(w, p, s, root, &created, &invalid, c, &pending);
   if (pending) {
     /* The handler holds the request and answers it later. */
   } else if (reply == NULL) {
@@ -410,7 +471,7 @@ done:
   cJSON_Delete(root);
 }
 
-static void mcp_get(worker_t *w, http_conn_t *c, http_request_t *req) {
+static void mcp_get(worker_t *w, http_conn_t *c, http_request_t *req, const auth_principal *p) {
   if (!accept_allows(http_request_header(req, "accept"), "text/event-stream")) {
     mcp_respond_error(c, 406, NULL, -32000, "Not Acceptable: Accept must allow text/event-stream");
     return;
@@ -420,7 +481,7 @@ static void mcp_get(worker_t *w, http_conn_t *c, http_request_t *req) {
     mcp_respond_error(c, 400, NULL, -32000, "Bad Request: unsupported MCP-Protocol-Version");
     return;
   }
-  session_t *s = mcp_require_session(w, c, req);
+  session_t *s = mcp_require_session(w, c, req, p);
   if (s == NULL) return;
   worker_session_touch(w, s);
   /* Opening the stream frees the request: keep the id. */
@@ -431,8 +492,8 @@ static void mcp_get(worker_t *w, http_conn_t *c, http_request_t *req) {
   subs_stream_open(w, s, c, has_id ? last_event_id : NULL);
 }
 
-static void mcp_delete(worker_t *w, http_conn_t *c, http_request_t *req) {
-  session_t *s = mcp_require_session(w, c, req);
+static void mcp_delete(worker_t *w, http_conn_t *c, http_request_t *req, const auth_principal *p) {
+  session_t *s = mcp_require_session(w, c, req, p);
   if (s == NULL) return;
   log_info("session deleted", "session", s->id);
   worker_session_end(w, s);
@@ -459,12 +520,12 @@ static bool mcp_reroute(worker_t *w, http_conn_t *c, const http_request_t *req) 
   return w->reroute(w, c);
 }
 
-void mcp_handle_http(worker_t *w, http_conn_t *c, http_request_t *req) {
+void mcp_handle_http(worker_t *w, http_conn_t *c, http_request_t *req, const auth_principal *p) {
   if (mcp_reroute(w, c, req)) return;
   switch (req->method) {
-  case HTTP_POST: mcp_post(w, c, req); break;
-  case HTTP_GET: mcp_get(w, c, req); break;
-  case HTTP_DELETE: mcp_delete(w, c, req); break;
+  case HTTP_POST: mcp_post(w, c, req, p); break;
+  case HTTP_GET: mcp_get(w, c, req, p); break;
+  case HTTP_DELETE: mcp_delete(w, c, req, p); break;
   default: worker_respond_not_allowed(c, "GET, POST, DELETE"); break;
   }
 }

@@ -12,6 +12,7 @@
 #include <stdarg.h>
 
 #include "common/uri.h"
+#include "worker/auth.h"
 #include "worker/session.h"
 #include "worker/worker.h"
 
@@ -21,7 +22,8 @@
 /* One JSON-RPC request being handled. */
 typedef struct mcp_call {
   worker_t *w;
-  session_t *session; /* NULL only for initialize */
+  const auth_principal *principal; /* who is calling */
+  session_t *session;              /* NULL only for initialize */
   const char *method;
   const cJSON *params; /* object, or NULL when absent */
   int err_code;        /* set with err_msg when a handler returns NULL */
@@ -42,8 +44,8 @@ cJSON *mcp_call_fail(mcp_call *call, int code, const char *fmt, ...)
 /* Answers a pending call later: result (consumed) or, when NULL, the error code/message. */
 void mcp_answer(http_conn_t *c, const cJSON *id, cJSON *result, int code, const char *message);
 
-/* Serves a request for /mcp. */
-void mcp_handle_http(worker_t *w, http_conn_t *c, http_request_t *req);
+/* Serves a request for /mcp made by principal p. */
+void mcp_handle_http(worker_t *w, http_conn_t *c, http_request_t *req, const auth_principal *p);
 
 /* resources.c */
 cJSON *resources_list(mcp_call *call);

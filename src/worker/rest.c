@@ -149,7 +149,12 @@ static void rest_record(worker_t *w, http_conn_t *c, const http_request_t *req,
   }
 }
 
-void rest_handle(worker_t *w, http_conn_t *c, http_request_t *req) {
+void rest_handle(worker_t *w, http_conn_t *c, http_request_t *req, const auth_principal *p) {
+  unsigned need = req->method == HTTP_GET || req->method == HTTP_HEAD ? AUTH_READ : AUTH_WRITE;
+  if ((p->rights & need) != need) {
+    auth_respond_forbidden(w, c, need);
+    return;
+  }
   /* Parse "/{Table}[/{key}][?query]" as a resource URI under an empty base. */
   uri_t u;
   int rc = uri_parse("", req->target, &u);

@@ -10,6 +10,6 @@
 #include "worker/worker.h"
 
 /* Serves req when its path names an exported table; else answers 404. */
-void rest_handle(worker_t *w, http_conn_t *c, http_request_t *req);
+void rest_handle(worker_t *w, http_conn_t *c, http_request_t *req, const auth_principal *p);
 
 #endif

@@ -51,7 +51,13 @@ static void session_free(session_t *s) {
       frame_unref(s->ring[(s->ring_start + i) % s->ring_cap]);
     free(s->ring);
   }
+  free(s->principal);
   free(s);
+}
+
+void session_set_principal(session_t *s, const char *principal) {
+  free(s->principal);
+  s->principal = mem_strdup(principal);
 }
 
 static void free_session_cb(const char *key, size_t len, void *value, void *data) {
@@ -75,6 +81,7 @@ session_t *session_registry_add(session_registry_t *reg, const char *id,
   s->last_seen_ms = now_ms;
   s->persisted_seen_ms = now_ms;
   s->next_frame = 1;
+  s->principal = mem_strdup("anonymous");
   s->registry = reg;
   strmap_put(&reg->by_id, s->id, strlen(s->id), s);
   reg->count++;

@@ -47,12 +47,15 @@ typedef struct session {
   char id[SESSION_ID_LEN + 1];
   char protocol_version[16];
   enum session_log_level log_level;
-  int64_t created_ms;        /* Unix ms */
-  int64_t last_seen_ms;      /* Unix ms of the last request or stream activity */
-  int64_t persisted_seen_ms; /* last_seen as last written to mcp_session */
-  uint64_t next_frame;       /* number for the session's own frames' ids */
-  http_conn_t *stream;       /* open GET stream, or NULL */
-  sub_t *subs;               /* subscriptions, through sub_t.owner_next */
+  int64_t created_ms;            /* Unix ms */
+  int64_t last_seen_ms;          /* Unix ms of the last request or stream activity */
+  int64_t persisted_seen_ms;     /* last_seen as last written to mcp_session */
+  uint64_t next_frame;           /* number for the session's own frames' ids */
+  char *principal;               /* who created it (auth.h); only the same principal may use it */
+  uint8_t credential[32];        /* hash of the API key last used on it (auth_still_valid) */
+  int64_t credential_expires_ms; /* when that credential stops working, 0: not by time */
+  http_conn_t *stream;           /* open GET stream, or NULL */
+  sub_t *subs;                   /* subscriptions, through sub_t.owner_next */
   size_t n_subs;
   frame_t **ring; /* ring_cap slots: grows on demand up to SESSION_RING_SIZE */
   unsigned ring_cap, ring_start, ring_count;
@@ -85,6 +88,9 @@ void session_registry_finish(session_registry_t *reg);
 /* Adds a new session with id (which must not be registered). Never NULL. */
 session_t *session_registry_add(session_registry_t *reg, const char *id,
                                 const char *protocol_version, int64_t now_ms);
+/* Records who owns the session (copied). */
+void session_set_principal(session_t *s, const char *principal);
+
 /* The live session with this id, or NULL. len is the id's length. */
 session_t *session_registry_find(session_registry_t *reg, const char *id, size_t len);
 /* Ends the session's stream (if any), drops its ring and frees it. Its subscriptions must be gone.

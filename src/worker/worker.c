@@ -219,6 +219,12 @@ static void worker_on_request(http_conn_t *c, http_request_t *req, void *data) {
     return;
   }
   const char *p = req->path;
+  if (auth_serve_metadata(w, c, req)) return;
+  /* /status and /metrics are operational counters, like the health checks (see docs/security.md).
+   */
+  bool public = auth_path_is_public(p) || strcmp(p, "/status") == 0 || strcmp(p, "/metrics") == 0;
+  auth_principal principal;
+  if (!public && !auth_request(w, c, req, &principal)) return;
   subs_refresh_schema(w);
   if (strcmp(p, "/mcp") == 0) {
     if (w->draining && req->method == HTTP_GET) {
@@ -230,7 +236,7 @@ static void worker_on_request(http_conn_t *c, http_request_t *req, void *data) {
       cJSON_Delete(body);
       return;
     }
-    mcp_handle_http(w, c, req);
+    mcp_handle_http(w, c, req, &principal);
   } else if ((strcmp(p, "/status") == 0 || strcmp(p, "/metrics") == 0) &&
              worker_wants_master(w, c, req)) {
     /* handed back */
@@ -239,7 +245,7 @@ static void worker_on_request(http_conn_t *c, http_request_t *req, void *data) {
   } else if (strcmp(p, "/healthz") == 0 || strcmp(p, "/readyz") == 0 || strcmp(p, "/status") == 0) {
     worker_handle_status(w, c, req, p + 1);
   } else {
-    rest_handle(w, c, req);
+    rest_handle(w, c, req, &principal);
   }
 }
 
@@ -333,6 +339,36 @@ static void worker_keepalive(uv_timer_t *t) {
   session_registry_keepalive(&w->sessions);
 }
 
+/*
+ * Once a second with authentication on: picks up a changed key file (a
+ * request would too) and ends the streams of sessions whose credential was
+ * revoked or has expired. The session itself stays: its owner may come
+ * back with a working credential.
+ */
+static void worker_auth_tick(uv_timer_t *t) {
+  worker_t *w = t->data;
+  auth_reload(&w->auth, false);
+  int64_t now = store_now_ms();
+  for (session_t *s = w->sessions.streams, *next; s != NULL; s = next) {
+    next = s->stream_next;
+    auth_principal p = {.expires_ms = s->credential_expires_ms};
+    snprintf(p.id, sizeof(p.id), "%s", s->principal);
+    memcpy(p.credential, s->credential, sizeof(p.credential));
+    if (!auth_still_valid(&w->auth, &p, now)) {
+      log_info("stream ended: its credential no longer works", "session", s->id, "principal",
+               s->principal);
+      session_stream_close(s);
+    }
+  }
+}
+
+/* SIGHUP: re-read the API key file now. */
+static void worker_on_sighup(uv_signal_t *h, int signum) {
+  worker_t *w = h->data;
+  auth_reload(&w->auth, true);
+  worker_auth_tick(&w->auth_timer);
+}
+
 /* Lifecycle ---------------------------------------------------------------------- */
 
 int worker_init(worker_t *w, uv_loop_t *loop, const config_t *cfg, unsigned slot, char *err,
@@ -344,6 +380,12 @@ int worker_init(worker_t *w, uv_loop_t *loop, const config_t *cfg, unsigned slot
   w->started_ms = store_now_ms();
   int rc = store_open(cfg->db_path, cfg->schema_path, &w->store, err, errlen);
   if (rc != 0) return rc;
+  rc = auth_init(&w->auth, w, err, errlen);
+  if (rc != 0) {
+    store_close(w->store);
+    w->store = NULL;
+    return rc;
+  }
   session_registry_init(&w->sessions, cfg->sse_retry_ms, NULL, NULL);
   http_server_options opts = {
       .max_header = cfg->max_header,
@@ -365,6 +407,12 @@ int worker_init(worker_t *w, uv_loop_t *loop, const config_t *cfg, unsigned slot
   uv_timer_init(loop, &w->keepalive_timer);
   w->keepalive_timer.data = w;
   uv_timer_start(&w->keepalive_timer, worker_keepalive, cfg->keepalive_ms, cfg->keepalive_ms);
+  uv_timer_init(loop, &w->auth_timer);
+  w->auth_timer.data = w;
+  uv_signal_init(loop, &w->sighup);
+  w->sighup.data = w;
+  uv_signal_start(&w->sighup, worker_on_sighup, SIGHUP);
+  if (w->auth.enabled) uv_timer_start(&w->auth_timer, worker_auth_tick, 1000, 1000);
   return 0;
 }
 
@@ -431,6 +479,9 @@ void worker_shutdown(worker_t *w) {
   uv_timer_stop(&w->keepalive_timer);
   uv_close((uv_handle_t *)&w->sweep_timer, NULL);
   uv_close((uv_handle_t *)&w->keepalive_timer, NULL);
+  uv_timer_stop(&w->auth_timer);
+  uv_close((uv_handle_t *)&w->auth_timer, NULL);
+  uv_close((uv_handle_t *)&w->sighup, NULL);
   http_server_close(w->http, NULL, NULL);
 }
 
@@ -446,4 +497,5 @@ void worker_finish(worker_t *w) {
   subs_finish(w);
   store_close(w->store);
   w->store = NULL;
+  auth_finish(&w->auth);
 }

@@ -16,6 +16,7 @@
 #include "common/config.h"
 #include "common/stats.h"
 #include "common/store.h"
+#include "worker/auth.h"
 #include "worker/http.h"
 #include "worker/session.h"
 #include "worker/sub_index.h"
@@ -29,6 +30,7 @@ typedef struct worker {
   const config_t *cfg;
   store_t *store;
   http_server_t *http;
+  auth_state auth; /* API keys; who may do what */
   session_registry_t sessions;
   sub_index subs;          /* every subscription of every owner */
   tailer_t tailer;         /* the audit-log feed */
@@ -66,6 +68,8 @@ typedef struct worker {
   void (*drain_done)(struct worker *w);
   uv_timer_t sweep_timer;     /* idle-session prune and audit retention */
   uv_timer_t keepalive_timer; /* SSE keepalive comments */
+  uv_timer_t auth_timer;      /* key file changes, revoked and expired credentials */
+  uv_signal_t sighup;         /* reload the key file */
   unsigned slot;              /* worker number, encoded in session ids */
   int64_t last_audit_prune_ms;
   uint64_t requests; /* requests served */

@@ -18,6 +18,7 @@ static cJSON *ctl_session_json(worker_t *w, const session_t *s) {
   cJSON_AddNumberToObject(o, "worker", w->slot);
   cJSON_AddTrueToObject(o, "live");
   cJSON_AddStringToObject(o, "protocolVersion", s->protocol_version);
+  cJSON_AddStringToObject(o, "principal", s->principal);
   cJSON_AddNumberToObject(o, "createdMs", (double)s->created_ms);
   cJSON_AddNumberToObject(o, "lastSeenMs", (double)s->last_seen_ms);
   cJSON_AddBoolToObject(o, "stream", s->stream != NULL);
@@ -36,6 +37,7 @@ static cJSON *ctl_session_row_json(const store_session *row) {
   cJSON_AddNullToObject(o, "worker");
   cJSON_AddFalseToObject(o, "live");
   cJSON_AddStringToObject(o, "protocolVersion", row->protocol_version);
+  cJSON_AddStringToObject(o, "principal", row->principal != NULL ? row->principal : "anonymous");
   cJSON_AddNumberToObject(o, "createdMs", (double)row->created_at);
   cJSON_AddNumberToObject(o, "lastSeenMs", (double)row->last_seen);
   cJSON_AddFalseToObject(o, "stream");

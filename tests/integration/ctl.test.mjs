@@ -312,7 +312,7 @@ test('running: sessions --live lists the sessions the workers hold', async () =>
   assert.ok(!b.stream, JSON.stringify(b));
   const r = runCtl(['sessions', '--live']);
   assert.equal(r.status, 0, describe(r));
-  assert.match(lines(r.stdout)[0], /^ID\s+WORKER\s+PROTOCOL\s+CREATED\s+LAST SEEN\s+STREAM\s+SUBS\s+RING\s+UNDELIVERED$/, describe(r));
+  assert.match(lines(r.stdout)[0], /^ID\s+WORKER\s+PROTOCOL\s+PRINCIPAL\s+CREATED\s+LAST SEEN\s+STREAM\s+SUBS\s+RING\s+UNDELIVERED$/, describe(r));
   assert.ok(lines(r.stdout).some((l) => new RegExp(`^${state.a}\\s+${a.worker}\\s+2025-11-25\\s.*\\syes\\s+2\\s`).test(l)), describe(r));
   assert.equal(lines(r.stdout).at(-1), '(3 live sessions)');
 });
@@ -437,8 +437,8 @@ test('stopped: sessions lists the durable rows', async () => {
   assert.deepEqual(list.map((x) => x.id).sort(), rows);
   const r = runCtl(['sessions']);
   assert.equal(r.status, 0, describe(r));
-  assert.match(lines(r.stdout)[0], /^ID\s+CREATED\s+LAST SEEN\s+PROTOCOL\s+SUBS\s+CLIENT$/);
-  assert.ok(lines(r.stdout).some((l) => new RegExp(`^${state.a}\\s+\\S+Z\\s+\\S+Z\\s+2025-11-25\\s+2\\s+ctl-test-a 1\\.2\\.3$`).test(l)), describe(r));
+  assert.match(lines(r.stdout)[0], /^ID\s+CREATED\s+LAST SEEN\s+PROTOCOL\s+PRINCIPAL\s+SUBS\s+CLIENT$/);
+  assert.ok(lines(r.stdout).some((l) => new RegExp(`^${state.a}\\s+\\S+Z\\s+\\S+Z\\s+2025-11-25\\s+anonymous\\s+2\\s+ctl-test-a 1\\.2\\.3$`).test(l)), describe(r));
   assert.equal(lines(r.stdout).at(-1), `(${rows.length} session${rows.length === 1 ? '' : 's'})`);
 });
 

@@ -88,8 +88,18 @@ static void test_every_flag(void) {
                   "--audit-retain-age",
                   "0",
                   "--allowed-origins",
-                  "https://a.example"};
+                  "https://a.example",
+                  "--auth-keys",
+                  "/etc/mcpsub/keys.json",
+                  "--auth-jwks",
+                  "https://as.example/jwks.json",
+                  "--auth-issuer",
+                  "https://as.example"};
   CHECK_INT_EQ(parse(&cfg, ARGC(argv), argv), 0);
+  CHECK_STR_EQ(cfg.auth_keys, "/etc/mcpsub/keys.json");
+  CHECK_STR_EQ(cfg.auth_jwks, "https://as.example/jwks.json");
+  CHECK_STR_EQ(cfg.auth_issuer, "https://as.example");
+  CHECK_STR_EQ(cfg.auth_audience, "http://0.0.0.0:8080/mcp"); /* {public-url}/mcp */
   CHECK_STR_EQ(cfg.listen_host, "0.0.0.0");
   CHECK_INT_EQ(cfg.listen_port, 8080);
   CHECK_STR_EQ(cfg.db_path, "/var/x.db");
@@ -159,13 +169,15 @@ static void test_listen_and_public_url(void) {
   config_finish(&cfg);
 
   /* the URL is derived after all flags: --listen after --public-url does not override it */
-  char *order[] = {"mcpsubd", "--public-url", "http://example.org//", "--listen", "1.2.3.4:5"};
+  char *order[] = {"mcpsubd",  "--public-url", "http://example.org//",
+                   "--listen", "1.2.3.4:5",    "--allow-anonymous"};
   CHECK_INT_EQ(parse(&cfg, ARGC(order), order), 0);
   CHECK_STR_EQ(cfg.public_url, "http://example.org");
   config_finish(&cfg);
 
   /* ... and --listen given twice: the last one wins, and the URL follows it */
-  char *twice[] = {"mcpsubd", "--listen", "1.2.3.4:5", "--listen", "[fe80::1]:6"};
+  char *twice[] = {"mcpsubd",  "--listen",    "1.2.3.4:5",
+                   "--listen", "[fe80::1]:6", "--allow-anonymous"};
   CHECK_INT_EQ(parse(&cfg, ARGC(twice), twice), 0);
   CHECK_STR_EQ(cfg.public_url, "http://[fe80::1]:6");
   config_finish(&cfg);
@@ -307,6 +319,29 @@ static void test_errors(void) {
   expect_error(2, (char *[]){"mcpsubd", "--max-sessions="}, "--max-sessions");
 }
 
+/* Secure by default: no authentication means loopback only, unless said otherwise. */
+static void test_auth_secure_default(void) {
+  config_t cfg;
+  char *open_any[] = {"mcpsubd", "--listen", "0.0.0.0:8080"};
+  CHECK_INT_EQ(parse(&cfg, ARGC(open_any), open_any), -EINVAL);
+  CHECK(strstr(err, "--auth-keys") != NULL && strstr(err, "--allow-anonymous") != NULL);
+  config_finish(&cfg);
+  char *anon[] = {"mcpsubd", "--listen", "0.0.0.0:8080", "--allow-anonymous"};
+  CHECK_INT_EQ(parse(&cfg, ARGC(anon), anon), 0);
+  CHECK(cfg.allow_anonymous && !config_auth_enabled(&cfg));
+  config_finish(&cfg);
+  char *keys[] = {"mcpsubd", "--listen",        "10.1.2.3:8080",          "--auth-keys",
+                  "k.json",  "--auth-audience", "https://mcp.example/mcp"};
+  CHECK_INT_EQ(parse(&cfg, ARGC(keys), keys), 0);
+  CHECK(config_auth_enabled(&cfg));
+  CHECK_STR_EQ(cfg.auth_audience, "https://mcp.example/mcp");
+  config_finish(&cfg);
+  const char *loop[] = {"127.0.0.1", "127.1.2.3", "::1", "localhost"};
+  for (size_t i = 0; i < ARRAY_LEN(loop); i++) CHECK(config_host_is_loopback(loop[i]));
+  const char *not_loop[] = {"0.0.0.0", "::", "10.0.0.1", "192.168.1.1", "example.com", "128.0.0.1"};
+  for (size_t i = 0; i < ARRAY_LEN(not_loop); i++) CHECK(!config_host_is_loopback(not_loop[i]));
+}
+
 int main(void) {
   RUN(test_defaults);
   RUN(test_every_flag);
@@ -317,5 +352,6 @@ int main(void) {
   RUN(test_origins);
   RUN(test_help_version);
   RUN(test_errors);
+  RUN(test_auth_secure_default);
   return 0;
 }

@@ -23,8 +23,8 @@ enum ctl_exit {
   CTL_EXIT_OK = 0,
   CTL_EXIT_ERROR = 1, /* the database or the control socket failed */
   CTL_EXIT_USAGE = 2,
-  CTL_EXIT_NOT_RUNNING = 3, /* the command needs a running mcpsubd */
-  CTL_EXIT_UNKNOWN_SESSION = 4,
+  CTL_EXIT_NOT_RUNNING = 3,     /* the command needs a running mcpsubd */
+  CTL_EXIT_UNKNOWN_SESSION = 4, /* also an unknown key name */
 };
 
 /* Returned by ctl_server_request when nothing listens and the command can do without. */
@@ -36,6 +36,7 @@ enum ctl_exit {
 typedef struct ctl_context {
   const char *db_path;
   const char *control_path;
+  const char *auth_keys_path; /* --auth-keys: the API key file (key commands) */
   bool json;
   bool server_required; /* a stopped server is an error (exit 3), not a fallback */
   store_t *store;       /* opened read-only on first use */
@@ -177,5 +178,9 @@ int ctl_cmd_sessions(ctl_context *ctx, int argc, char **argv);
 int ctl_cmd_session_show(ctl_context *ctx, int argc, char **argv);
 int ctl_cmd_session_evict(ctl_context *ctx, int argc, char **argv);
 int ctl_cmd_audit_tail(ctl_context *ctx, int argc, char **argv);
+int ctl_cmd_key_add(ctl_context *ctx, int argc, char **argv);
+int ctl_cmd_key_list(ctl_context *ctx, int argc, char **argv);
+int ctl_cmd_key_revoke(ctl_context *ctx, int argc, char **argv);
+int ctl_cmd_key_rotate(ctl_context *ctx, int argc, char **argv);
 
 #endif

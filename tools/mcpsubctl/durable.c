@@ -55,6 +55,7 @@ cJSON *ctl_session_to_json(const store_session *ss) {
   cJSON_AddNumberToObject(item, "createdAt", (double)ss->created_at);
   cJSON_AddNumberToObject(item, "lastSeen", (double)ss->last_seen);
   cJSON_AddStringToObject(item, "protocolVersion", ss->protocol_version);
+  cJSON_AddStringToObject(item, "principal", ss->principal != NULL ? ss->principal : "anonymous");
   cJSON_AddItemToObject(item, "clientInfo", ctl_parse_or_null(ss->client_info));
   cJSON_AddStringToObject(item, "logLevel", ss->log_level != NULL ? ss->log_level : "info");
   cJSON *subs = ctl_parse_or_null(ss->subscriptions);

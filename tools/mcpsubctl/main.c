@@ -45,6 +45,14 @@ static const ctl_command ctl_commands[] = {
     {"audit", "tail", "[-f] [--table T] [-n N]", "last N audit_log rows (20), oldest first",
      CTL_SERVER_NEVER, ctl_cmd_audit_tail},
     {"stats", NULL, "", "every worker's counters, with totals", CTL_SERVER_REQUIRED, ctl_cmd_stats},
+    {"key", "add", "NAME --role ROLE", "new API key: printed once on stdout, its hash stored",
+     CTL_SERVER_NEVER, ctl_cmd_key_add},
+    {"key", "list", "", "API keys: name, role, created (never the keys)", CTL_SERVER_NEVER,
+     ctl_cmd_key_list},
+    {"key", "revoke", "NAME", "remove a key; mcpsubd stops accepting it", CTL_SERVER_NEVER,
+     ctl_cmd_key_revoke},
+    {"key", "rotate", "NAME", "a new key for NAME (printed once); the old one stops working",
+     CTL_SERVER_NEVER, ctl_cmd_key_rotate},
 };
 
 void ctl_error(const char *fmt, ...) {
@@ -70,6 +78,7 @@ static void ctl_usage(FILE *out) {
         "  --db PATH        database file (default data/mcpsub.db), opened read-only\n"
         "  --control PATH   mcpsubd's control socket (default: mcpsubd.sock in the\n"
         "                   directory of --db)\n"
+        "  --auth-keys FILE the API key file of the key commands (mcpsubd --auth-keys)\n"
         "  --json           print JSON: the server's answer as received, or what was read\n"
         "                   from the database\n"
         "  --help, -h       this text\n"
@@ -91,14 +100,16 @@ static void ctl_usage(FILE *out) {
         "  session show  prints the durable record without live state;\n"
         "  subs          counts the URIs stored on mcp_session rows;\n"
         "  workers, stats, sessions --live, session evict fail with exit status 3.\n"
-        "audit tail always reads the database.\n"
+        "audit tail always reads the database. The key commands read and write\n"
+        "the --auth-keys file only; a new key is printed alone on stdout, every\n"
+        "message goes to stderr.\n"
         "\n"
         "exit status:\n"
         "  0  success\n"
         "  1  the database or the control socket failed\n"
         "  2  bad usage\n"
         "  3  mcpsubd is not running (status, and the commands that need it)\n"
-        "  4  unknown session\n",
+        "  4  unknown session (or key name)\n",
         out);
 }
 
@@ -211,6 +222,7 @@ int main(int argc, char **argv) {
   const ctl_flag globals[] = {
       {"--db", NULL, &ctx.db_path, NULL},
       {"--control", NULL, &ctx.control_path, NULL},
+      {"--auth-keys", NULL, &ctx.auth_keys_path, NULL},
       {"--json", NULL, NULL, &ctx.json},
       {"--help", "-h", NULL, &help},
   };

@@ -19,6 +19,7 @@ static const ctl_column ctl_durable_session_columns[] = {
     {"CREATED", "createdAt", ctl_fmt_time, false},
     {"LAST SEEN", "lastSeen", ctl_fmt_time, false},
     {"PROTOCOL", "protocolVersion", ctl_fmt_text, false},
+    {"PRINCIPAL", "principal", ctl_fmt_text, false},
     {"SUBS", "subscriptions", ctl_fmt_count, true},
     {"CLIENT", "clientInfo", ctl_fmt_client, false},
 };
@@ -27,6 +28,7 @@ static const ctl_column ctl_live_session_columns[] = {
     {"ID", "id", ctl_fmt_text, false},
     {"WORKER", "worker", ctl_fmt_text, true},
     {"PROTOCOL", "protocolVersion", ctl_fmt_text, false},
+    {"PRINCIPAL", "principal", ctl_fmt_text, false},
     {"CREATED", "createdMs", ctl_fmt_time, false},
     {"LAST SEEN", "lastSeenMs", ctl_fmt_time, false},
     {"STREAM", "stream", ctl_fmt_yes_no, false},
@@ -93,6 +95,7 @@ static const ctl_field ctl_session_fields[] = {
     {"created", "createdAt", ctl_fmt_time},
     {"last seen", "lastSeen", ctl_fmt_time},
     {"protocol", "protocolVersion", ctl_fmt_text},
+    {"principal", "principal", ctl_fmt_text},
     {"client", "clientInfo", ctl_fmt_client},
     {"log level", "logLevel", ctl_fmt_text},
     {"stream", "stream", ctl_fmt_stream},
@@ -126,6 +129,7 @@ static cJSON *ctl_session_from_live(const cJSON *live) {
       {"createdMs", "createdAt"},
       {"lastSeenMs", "lastSeen"},
       {"protocolVersion", "protocolVersion"},
+      {"principal", "principal"},
       {"subscriptions", "subscriptions"},
   };
   cJSON *session = cJSON_CreateObject();

@@ -7,15 +7,17 @@ import assert from 'node:assert/strict';
 import { initializeSession, mcpPost, newId, deleteSession } from './raw.mjs';
 
 export class McpSession {
-  constructor(port, sessionId, protocolVersion) {
+  /* headers: sent with every request (e.g. Authorization). */
+  constructor(port, sessionId, protocolVersion, headers = {}) {
     this.port = port;
     this.id = sessionId;
     this.protocolVersion = protocolVersion;
+    this.headers = headers;
   }
 
   static async open(port, opts = {}) {
     const s = await initializeSession(port, opts);
-    return new McpSession(port, s.sessionId, s.protocolVersion);
+    return new McpSession(port, s.sessionId, s.protocolVersion, opts.headers);
   }
 
   /* Sends a request; asserts HTTP 200 and a JSON-RPC response with our id. Returns the message. */
@@ -23,7 +25,7 @@ export class McpSession {
     const id = newId();
     const msg = { jsonrpc: '2.0', id, method };
     if (params !== undefined) msg.params = params;
-    const res = await mcpPost(this.port, this.id, msg, { headers });
+    const res = await mcpPost(this.port, this.id, msg, { headers: { ...this.headers, ...headers } });
     assert.equal(res.status, 200, `${method}: HTTP ${res.status} ${res.text}`);
     const body = res.json();
     assert.equal(body.jsonrpc, '2.0', `${method}: ${res.text}`);
@@ -93,7 +95,7 @@ export class McpSession {
   }
 
   async delete() {
-    return deleteSession(this.port, this.id);
+    return deleteSession(this.port, this.id, { headers: this.headers });
   }
 }
 

@@ -423,7 +423,7 @@ export async function initializeSession(port, { protocolVersion = LATEST_PROTOCO
   if (!msg.result) throw new Error(`initialize failed: ${res.text}`);
   negotiated.set(sessionId, msg.result.protocolVersion);
   if (sendInitialized) {
-    const n = await mcpPost(port, sessionId, { jsonrpc: '2.0', method: 'notifications/initialized' });
+    const n = await mcpPost(port, sessionId, { jsonrpc: '2.0', method: 'notifications/initialized' }, { headers });
     if (n.status !== 202) throw new Error(`notifications/initialized answered ${n.status}: ${n.text}`);
   }
   return { sessionId, response: res, result: msg.result, protocolVersion: msg.result.protocolVersion };

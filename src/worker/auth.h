@@ -1,0 +1,98 @@
+/*
+ * Who is calling, and may they: the worker's side of identity and access.
+ * Every request except the health checks and the protected-resource
+ * metadata carries `Authorization: Bearer TOKEN` when authentication is
+ * configured; the token is an API key (--auth-keys) checked against the
+ * key file on every request. Without any authentication configured (only
+ * allowed on loopback, or with --allow-anonymous) every caller is the
+ * anonymous principal with every right.
+ *
+ * A principal has a role; the built-in roles grant, on every table:
+ *   reader  read and subscribe
+ *   writer  read, subscribe and write
+ *   admin   everything, including mcpsub's metadata resources
+ * A session belongs to the principal that created it (session.h).
+ *
+ * Failures are answered here, with the statuses and WWW-Authenticate
+ * challenges of RFC 6750 and the MCP authorization spec: 401 (no or a bad
+ * credential) pointing at the resource metadata (RFC 9728), 403
+ * insufficient_scope naming the scope that would do.
+ */
+#ifndef MCPSUB_AUTH_H
+#define MCPSUB_AUTH_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/auth_keys.h"
+#include "worker/http.h"
+
+typedef struct worker worker_t;
+
+/* Rights; a role is a set of them. */
+enum {
+  AUTH_READ = 1u << 0,
+  AUTH_SUBSCRIBE = 1u << 1,
+  AUTH_WRITE = 1u << 2,
+  AUTH_ADMIN = 1u << 3, /* metadata resources, and whatever later needs an operator */
+  AUTH_ALL = AUTH_READ | AUTH_SUBSCRIBE | AUTH_WRITE | AUTH_ADMIN,
+};
+
+#define AUTH_PRINCIPAL_MAX 200
+
+typedef struct auth_principal {
+  char id[AUTH_PRINCIPAL_MAX + 1]; /* "anonymous", "key:NAME"; what sessions are bound to */
+  char role[AUTH_KEY_ROLE_MAX + 1];
+  unsigned rights;
+  uint8_t credential[32]; /* key principals: the key's hash (a revoked key ends its streams) */
+  int64_t expires_ms;     /* when the credential stops working (Unix ms), 0: not by time */
+} auth_principal;
+
+typedef struct auth_state {
+  bool enabled;
+  const char *keys_path;
+  auth_keyring keys;
+  struct {
+    uint64_t dev, ino, size;
+    int64_t mtime_ns;
+    bool valid;
+  } keys_stat;          /* of the file as loaded */
+  char challenge[1200]; /* Bearer resource_metadata="..." */
+  uint64_t denied;      /* 401 and 403 answers */
+} auth_state;
+
+/* Loads the key file (when configured). -errno with a message in err. */
+int auth_init(auth_state *a, const worker_t *w, char *err, size_t errlen) MCPSUB_NODISCARD;
+void auth_finish(auth_state *a);
+
+/*
+ * Reloads the key file when it changed on disk (or force). A file that no
+ * longer parses keeps the keys loaded before (logged). Returns true when
+ * the keys changed.
+ */
+bool auth_reload(auth_state *a, bool force);
+
+/* Rights of a role name; 0 for a role nobody defined. */
+unsigned auth_role_rights(const char *role);
+
+/*
+ * Authenticates req into *p. false after answering 401 on c. Reloads the
+ * key file first if it changed, so a revoked key fails on its next request.
+ */
+bool auth_request(worker_t *w, http_conn_t *c, const http_request_t *req, auth_principal *p);
+
+/* Does the credential p was authenticated with still work (not revoked, not expired)? */
+bool auth_still_valid(const auth_state *a, const auth_principal *p, int64_t now_ms);
+
+/*
+ * Answers 403 with WWW-Authenticate error="insufficient_scope" and the
+ * scope that grants right (mcpsub:read, mcpsub:write, mcpsub:admin).
+ */
+void auth_respond_forbidden(worker_t *w, http_conn_t *c, unsigned right);
+
+/* Is this path answered without credentials (health, resource metadata)? */
+bool auth_path_is_public(const char *path);
+/* Serves /.well-known/oauth-protected-resource[/mcp]; false when path is not one. */
+bool auth_serve_metadata(worker_t *w, http_conn_t *c, const http_request_t *req);
+
+#endif
