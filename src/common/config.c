@@ -387,6 +387,11 @@ static int config_set_auth_audience(config_t *cfg, const char *flag, const char 
   return 0;
 }
 
+static int config_set_policy(config_t *cfg, const char *flag, const char *value, char *err,
+                             size_t errlen) {
+  return config_set_path(&cfg->policy_path, flag, value, err, errlen);
+}
+
 static int config_set_allow_anonymous(config_t *cfg, const char *flag, const char *value, char *err,
                                       size_t errlen) {
   cfg->allow_anonymous = true;
@@ -479,6 +484,10 @@ static const config_flag config_flags[] = {
      config_set_auth_issuer},
     {"--auth-audience", "URI", "{public-url}/mcp",
      "the resource every access token must name in aud (RFC 8707)", config_set_auth_audience},
+    {"--policy", "FILE", "the built-in roles reader, writer, admin",
+     "access policy (JSON): roles with read/subscribe/write per table and row\n"
+     "scopes, OAuth scope to role mappings, API key attributes; see docs/security.md",
+     config_set_policy},
     {"--allow-anonymous", NULL, NULL,
      "serve an address that is not loopback without --auth-keys/--auth-jwks\n"
      "(anyone who reaches it may do anything; logged as a warning at start)",

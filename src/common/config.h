@@ -55,6 +55,7 @@ typedef struct config {
   const char *auth_issuer;    /* --auth-issuer: the iss every JWT must carry, or NULL */
   char auth_audience[520];    /* --auth-audience, default {public-url}/mcp */
   bool allow_anonymous;       /* --allow-anonymous: serve a non-loopback address without auth */
+  const char *policy_path;    /* --policy FILE: roles, grants and row scopes, or NULL */
   int worker_slot;            /* hidden --worker-slot: -1, or the slot of a spawned worker */
   uint32_t worker_generation; /* hidden --worker-generation: restarts of that slot so far */
   char *origins_storage;      /* owned copy of the --allowed-origins list */

@@ -302,3 +302,16 @@ char *uri_format(const char *base, const uri_t *u) {
   }
   return buf_steal(&b);
 }
+
+uri_t uri_copy(const uri_t *u) {
+  uri_t c = *u;
+  c.table = u->table != NULL ? mem_strdup(u->table) : NULL;
+  c.key = u->key != NULL ? mem_strdup(u->key) : NULL;
+  c.cursor = NULL;
+  c.limit = 0;
+  for (size_t i = 0; i < u->n_filters; i++) {
+    c.filters[i].column = mem_strdup(u->filters[i].column);
+    c.filters[i].value = mem_strdup(u->filters[i].value);
+  }
+  return c;
+}

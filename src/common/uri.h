@@ -56,6 +56,8 @@ typedef struct uri {
  */
 int uri_parse(const char *base, const char *text, uri_t *out) MCPSUB_NODISCARD;
 void uri_finish(uri_t *u);
+/* A deep copy of u without its paging (_limit, _cursor); release with uri_finish. */
+uri_t uri_copy(const uri_t *u);
 
 /* Percent-encodes s (RFC 3986 unreserved characters pass) onto out. */
 void uri_encode_component(buf_t *out, const char *s, size_t len);

@@ -13,24 +13,83 @@
 #include <strings.h>
 #include <sys/stat.h>
 
+#include "common/buf.h"
 #include "common/log.h"
+#include "worker/sub_index.h"
 #include "worker/worker.h"
 
 #include <llhttp.h>
 
-static const struct auth_role {
-  const char *name;
-  unsigned rights;
-} auth_roles[] = {
-    {"reader", AUTH_READ | AUTH_SUBSCRIBE},
-    {"writer", AUTH_READ | AUTH_SUBSCRIBE | AUTH_WRITE},
-    {"admin", AUTH_ALL},
-};
+unsigned auth_role_rights(const policy_role *r) {
+  unsigned rights = 0;
+  for (size_t i = 0; r != NULL && i < r->n_grants; i++) rights |= r->grants[i].rights;
+  return rights;
+}
 
-unsigned auth_role_rights(const char *role) {
-  for (size_t i = 0; i < ARRAY_LEN(auth_roles); i++)
-    if (strcmp(role, auth_roles[i].name) == 0) return auth_roles[i].rights;
+/* Gives p its role (from the policy) and what follows from it. */
+static void auth_set_role(const auth_state *a, auth_principal *p, const char *role) {
+  snprintf(p->role, sizeof(p->role), "%s", role);
+  p->role_def = policy_role_find(a->policy, role);
+  p->rights = auth_role_rights(p->role_def);
+}
+
+int auth_table_access(const auth_principal *p, const char *table, unsigned right,
+                      auth_scope *scope) {
+  memset(scope, 0, sizeof(*scope));
+  const policy_grant *g = p->role_def != NULL ? policy_grant_for(p->role_def, table) : NULL;
+  if (g == NULL || (g->rights & right) != right) return -EACCES;
+  if (g->scope_column == NULL) return 0;
+  const char *value = NULL;
+  char number[64];
+  if (strcmp(g->scope_bind, "name") == 0) {
+    value = p->name;
+  } else {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(p->attributes, g->scope_bind + 6);
+    if (cJSON_IsString(v)) {
+      value = v->valuestring;
+    } else if (cJSON_IsNumber(v)) {
+      snprintf(number, sizeof(number), "%.17g", v->valuedouble);
+      value = number;
+    }
+  }
+  if (value == NULL || value[0] == '\0' || strlen(value) >= sizeof(scope->value)) return -EACCES;
+  scope->scoped = true;
+  snprintf(scope->column, sizeof(scope->column), "%s", g->scope_column);
+  snprintf(scope->value, sizeof(scope->value), "%s", value);
   return 0;
+}
+
+int auth_scope_apply(const auth_scope *scope, uri_t *u) {
+  if (!scope->scoped) return 0;
+  if (u->n_filters == URI_MAX_FILTERS) return -E2BIG;
+  size_t at = 0; /* filters stay sorted by column */
+  while (at < u->n_filters && strcmp(u->filters[at].column, scope->column) <= 0) at++;
+  memmove(&u->filters[at + 1], &u->filters[at], (u->n_filters - at) * sizeof(uri_filter));
+  u->filters[at].column = mem_strdup(scope->column);
+  u->filters[at].value = mem_strdup(scope->value);
+  u->n_filters++;
+  if (u->kind == URI_COLLECTION) u->kind = URI_FILTERED;
+  return 0;
+}
+
+bool auth_scope_matches(const auth_scope *scope, const cJSON *row) {
+  if (!scope->scoped) return true;
+  uri_t one;
+  memset(&one, 0, sizeof(one));
+  one.n_filters = 1;
+  one.filters[0].column = (char *)scope->column; /* read only */
+  one.filters[0].value = (char *)scope->value;
+  return sub_filters_match(&one, row);
+}
+
+char *auth_scope_topic_key(const auth_scope *scope, const char *uri) {
+  buf_t b;
+  buf_init(&b);
+  if (scope->scoped)
+    buf_printf(&b, "%s\n%s=%s", uri, scope->column, scope->value);
+  else
+    buf_append_str(&b, uri);
+  return buf_steal(&b);
 }
 
 /* The scope an OAuth client asks for to get right (for 403 challenges). */
@@ -90,17 +149,29 @@ int auth_init(auth_state *a, const worker_t *w, char *err, size_t errlen) {
   memset(a, 0, sizeof(*a));
   const config_t *cfg = w->cfg;
   a->enabled = config_auth_enabled(cfg);
+  if (cfg->policy_path != NULL) {
+    int rc = policy_load(cfg->policy_path, &a->policy, err, errlen);
+    if (rc != 0) return rc;
+  } else {
+    a->policy = policy_builtin();
+  }
   snprintf(a->challenge, sizeof(a->challenge),
            "Bearer resource_metadata=\"%s/.well-known/oauth-protected-resource/mcp\"",
            cfg->public_url);
   if (cfg->auth_jwks != NULL) {
     snprintf(err, errlen, "--auth-jwks: JWT access tokens are not supported by this build");
+    policy_free(a->policy);
+    a->policy = NULL;
     return -ENOTSUP;
   }
   if (cfg->auth_keys == NULL) return 0;
   a->keys_path = cfg->auth_keys;
   int rc = auth_keyring_load(a->keys_path, &a->keys, err, errlen);
-  if (rc != 0) return rc;
+  if (rc != 0) {
+    policy_free(a->policy);
+    a->policy = NULL;
+    return rc;
+  }
   struct stat st;
   if (auth_stat(a->keys_path, &st)) auth_remember_stat(a, &st);
   return 0;
@@ -108,6 +179,8 @@ int auth_init(auth_state *a, const worker_t *w, char *err, size_t errlen) {
 
 void auth_finish(auth_state *a) {
   auth_keyring_finish(&a->keys);
+  policy_free(a->policy);
+  a->policy = NULL;
 }
 
 bool auth_path_is_public(const char *path) {
@@ -152,8 +225,8 @@ bool auth_request(worker_t *w, http_conn_t *c, const http_request_t *req, auth_p
   memset(p, 0, sizeof(*p));
   if (!a->enabled) {
     snprintf(p->id, sizeof(p->id), "anonymous");
-    snprintf(p->role, sizeof(p->role), "admin");
-    p->rights = AUTH_ALL;
+    snprintf(p->name, sizeof(p->name), "anonymous");
+    auth_set_role(a, p, "admin");
     return true;
   }
   const char *h = http_request_header(req, "authorization");
@@ -174,8 +247,9 @@ bool auth_request(worker_t *w, http_conn_t *c, const http_request_t *req, auth_p
     const auth_key *k = auth_keyring_match(&a->keys, token, len);
     if (k != NULL) {
       snprintf(p->id, sizeof(p->id), "key:%s", k->name);
-      snprintf(p->role, sizeof(p->role), "%s", k->role);
-      p->rights = auth_role_rights(k->role);
+      snprintf(p->name, sizeof(p->name), "%s", k->name);
+      auth_set_role(a, p, k->role);
+      p->attributes = policy_key_attributes(a->policy, k->name);
       memcpy(p->credential, k->sha256, sizeof(p->credential));
       return true;
     }

@@ -25,6 +25,8 @@
 #include <stdint.h>
 
 #include "common/auth_keys.h"
+#include "common/policy.h"
+#include "common/uri.h"
 #include "worker/http.h"
 
 typedef struct worker worker_t;
@@ -41,15 +43,19 @@ enum {
 #define AUTH_PRINCIPAL_MAX 200
 
 typedef struct auth_principal {
-  char id[AUTH_PRINCIPAL_MAX + 1]; /* "anonymous", "key:NAME"; what sessions are bound to */
+  char id[AUTH_PRINCIPAL_MAX + 1];   /* "anonymous", "key:NAME"; what sessions are bound to */
+  char name[AUTH_PRINCIPAL_MAX + 1]; /* the key's name (a row scope's "name" binding) */
   char role[AUTH_KEY_ROLE_MAX + 1];
-  unsigned rights;
-  uint8_t credential[32]; /* key principals: the key's hash (a revoked key ends its streams) */
-  int64_t expires_ms;     /* when the credential stops working (Unix ms), 0: not by time */
+  const policy_role *role_def; /* NULL: a role nobody defined (no rights) */
+  const cJSON *attributes;     /* what "claim:NAME" bindings read; NULL: none */
+  unsigned rights;             /* every right the role has on some table */
+  uint8_t credential[32];      /* key principals: the key's hash (a revoked key ends its streams) */
+  int64_t expires_ms;          /* when the credential stops working (Unix ms), 0: not by time */
 } auth_principal;
 
 typedef struct auth_state {
   bool enabled;
+  policy_t *policy; /* the built-in roles, and --policy's */
   const char *keys_path;
   auth_keyring keys;
   struct {
@@ -72,8 +78,34 @@ void auth_finish(auth_state *a);
  */
 bool auth_reload(auth_state *a, bool force);
 
-/* Rights of a role name; 0 for a role nobody defined. */
-unsigned auth_role_rights(const char *role);
+/* Rights of role r on some table (the union of its grants); 0 for NULL. */
+unsigned auth_role_rights(const policy_role *r);
+
+/* A row scope: only rows whose column equals value. */
+typedef struct auth_scope {
+  bool scoped;
+  char column[POLICY_NAME_MAX + 1];
+  char value[256];
+} auth_scope;
+
+/*
+ * May p use right on table? 0 with *scope filled (scoped or not), or
+ * -EACCES: no such grant, or a scope whose binding p lacks (a key without
+ * the attribute, a token without the claim).
+ */
+int auth_table_access(const auth_principal *p, const char *table, unsigned right,
+                      auth_scope *scope) MCPSUB_NODISCARD;
+
+/*
+ * Narrows a parsed URI to a scope: the scope's equality joins its filters
+ * (a collection becomes a filtered collection; a record keeps its kind and
+ * must match them too). -E2BIG when u has no room for one more filter.
+ */
+int auth_scope_apply(const auth_scope *scope, uri_t *u) MCPSUB_NODISCARD;
+/* Is row (a JSON object) inside the scope? Always for an unscoped one. */
+bool auth_scope_matches(const auth_scope *scope, const cJSON *row);
+/* The key of a subscription topic: the URI text, with the scope when scoped (caller frees). */
+char *auth_scope_topic_key(const auth_scope *scope, const char *uri);
 
 /*
  * Authenticates req into *p. false after answering 401 on c. Reloads the

@@ -214,7 +214,7 @@ static int mcp_session_lookup(worker_t *w, const char *id, const auth_principal 
     s->persisted_seen_ms = row.last_seen;
     if (row.log_level != NULL && session_log_level_parse(row.log_level, &s->log_level) != 0)
       s->log_level = SESSION_LOG_INFO;
-    subs_session_restore(w, s, row.subscriptions);
+    subs_session_restore(w, s, p, row.subscriptions);
     log_info("session restored", "session", s->id);
     *out = s;
     rc = 0;

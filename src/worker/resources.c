@@ -76,6 +76,14 @@ static cJSON *resource_list_item(const mcp_call *call, const store_table *tables
   return item;
 }
 
+/* Does the caller see item i of the list (metadata: admins; a table: a read grant)? */
+static bool resource_list_visible(const mcp_call *call, const store_table *tables, int i) {
+  const auth_principal *p = call->principal;
+  if (i == 0 || (i - 1) % 2 == 1) return (p->rights & AUTH_ADMIN) != 0;
+  auth_scope scope;
+  return auth_table_access(p, tables[(i - 1) / 2].name, AUTH_READ, &scope) == 0;
+}
+
 /* Cursors are "o<offset>"; anything else is an invalid cursor. */
 static int parse_cursor(const cJSON *params, long *offset) {
   const cJSON *cursor = cJSON_GetObjectItemCaseSensitive(params, "cursor");
@@ -93,17 +101,19 @@ cJSON *resources_list(mcp_call *call) {
     return mcp_call_fail(call, JSONRPC_INVALID_PARAMS, "invalid cursor");
   int n_tables;
   const store_table *tables = store_tables(call->w->store, &n_tables);
-  long total = 1 + 2L * n_tables;
-  long end = offset + call->w->cfg->page_size;
-  if (end > total) end = total;
+  /* Offsets count what this caller sees: metadata and the tables it may read. */
+  long total = 1 + 2L * n_tables, seen = 0, page = call->w->cfg->page_size;
   cJSON *result = cJSON_CreateObject();
   cJSON *list = cJSON_AddArrayToObject(result, "resources");
-  for (long i = offset; i < end; i++)
-    cJSON_AddItemToArray(list, resource_list_item(call, tables, (int)i));
-  if (end < total) {
-    char next[32];
-    snprintf(next, sizeof(next), "o%ld", end);
-    cJSON_AddStringToObject(result, "nextCursor", next);
+  for (long i = 0; i < total; i++) {
+    if (!resource_list_visible(call, tables, (int)i)) continue;
+    if (seen >= offset + page) {
+      char next[32];
+      snprintf(next, sizeof(next), "o%ld", seen);
+      cJSON_AddStringToObject(result, "nextCursor", next);
+      break;
+    }
+    if (seen++ >= offset) cJSON_AddItemToArray(list, resource_list_item(call, tables, (int)i));
   }
   return result;
 }
@@ -116,6 +126,8 @@ cJSON *resources_templates_list(mcp_call *call) {
   buf_t b;
   buf_init(&b);
   for (int i = 0; i < n_tables; i++) {
+    auth_scope scope;
+    if (auth_table_access(call->principal, tables[i].name, AUTH_READ, &scope) != 0) continue;
     char *coll = uri_format_collection(base_url(call), tables[i].name);
     buf_printf(&b, "%s/{key}", coll);
     free(coll);
@@ -235,15 +247,19 @@ int resources_query(worker_t *w, const store_table *t, const uri_t *u, long limi
   return rc;
 }
 
+/*
+ * A page of a collection: u as the client wrote it (for the next page's
+ * URI), scoped as u narrowed to the caller's row scope (what is queried).
+ */
 static cJSON *read_collection(mcp_call *call, const char *uri_text, const uri_t *u,
-                              const store_table *t) {
+                              const uri_t *scoped, const store_table *t) {
   cJSON *result = NULL;
   long limit = resources_page_limit(call->w, u);
   cJSON *rows = NULL;
   char *next = NULL;
   const char *bad_column = NULL;
   int64_t version = 0;
-  int rc = resources_query(call->w, t, u, limit, u->cursor, &rows, &next, &bad_column);
+  int rc = resources_query(call->w, t, scoped, limit, u->cursor, &rows, &next, &bad_column);
   if (rc == 0) rc = store_table_version(call->w->store, t, &version);
   if (rc == -ENOENT) {
     mcp_call_fail(call, JSONRPC_INVALID_PARAMS, "unknown column %s in table %s", bad_column,
@@ -286,6 +302,13 @@ cJSON *resources_read(mcp_call *call) {
 
   cJSON *result = NULL;
   const store_table *t = u.table != NULL ? store_find_table(call->w->store, u.table) : NULL;
+  /* A table the caller may not read does not exist for it; its row scope narrows the rest. */
+  auth_scope scope = {0};
+  if (t != NULL && u.kind != URI_SCHEMA &&
+      auth_table_access(call->principal, t->name, AUTH_READ, &scope) != 0)
+    t = NULL;
+  uri_t scoped = uri_copy(&u);
+  if (t != NULL && auth_scope_apply(&scope, &scoped) != 0) t = NULL;
   if (u.kind == URI_ABOUT) {
     result = read_document(text, about_json(call));
   } else if (t == NULL) {
@@ -296,6 +319,7 @@ cJSON *resources_read(mcp_call *call) {
     cJSON *row = NULL;
     int64_t version = 0;
     rc = store_get_record(call->w->store, t, u.key, &row, &version);
+    if (rc == 0 && !sub_filters_match(&scoped, row)) rc = -ENOENT; /* outside the row scope */
     if (rc == -ENOENT) {
       mcp_call_fail(call, MCP_RESOURCE_NOT_FOUND, "Resource not found: %s", text);
     } else if (rc != 0) {
@@ -307,8 +331,9 @@ cJSON *resources_read(mcp_call *call) {
     }
     cJSON_Delete(row);
   } else {
-    result = read_collection(call, text, &u, t);
+    result = read_collection(call, text, &u, &scoped, t);
   }
+  uri_finish(&scoped);
   uri_finish(&u);
   return result;
 }

@@ -58,12 +58,14 @@ static cJSON *rest_parse_body(http_conn_t *c, const http_request_t *req) {
   return body;
 }
 
-static void rest_collection_get(worker_t *w, http_conn_t *c, const uri_t *u, const store_table *t) {
+/* A page of a collection: u as requested (for the Link), scoped narrowed to the caller's rows. */
+static void rest_collection_get(worker_t *w, http_conn_t *c, const uri_t *u, const uri_t *scoped,
+                                const store_table *t) {
   long limit = resources_page_limit(w, u);
   cJSON *rows = NULL;
   char *next = NULL;
   const char *bad_column = NULL;
-  int rc = resources_query(w, t, u, limit, u->cursor, &rows, &next, &bad_column);
+  int rc = resources_query(w, t, scoped, limit, u->cursor, &rows, &next, &bad_column);
   if (rc == -ENOENT) {
     char msg[300];
     snprintf(msg, sizeof(msg), "unknown column %.200s", bad_column);
@@ -149,6 +151,44 @@ static void rest_record(worker_t *w, http_conn_t *c, const http_request_t *req,
   }
 }
 
+/*
+ * Grants on table t: no read right means the table is not there (404); a
+ * write without the write right is 403; a record outside the caller's row
+ * scope is not there. false after answering.
+ */
+static bool rest_allowed(worker_t *w, http_conn_t *c, const http_request_t *req,
+                         const auth_principal *p, const store_table *t, const uri_t *u) {
+  auth_scope scope;
+  if (auth_table_access(p, t->name, AUTH_READ, &scope) != 0) {
+    worker_respond_error(c, 404, "not found");
+    return false;
+  }
+  if (req->method != HTTP_GET && req->method != HTTP_HEAD) {
+    auth_scope ws;
+    if (auth_table_access(p, t->name, AUTH_WRITE, &ws) != 0) {
+      auth_respond_forbidden(w, c, AUTH_WRITE);
+      return false;
+    }
+    if (ws.scoped) { /* checked inside the write's transaction: not there yet */
+      worker_respond_error(c, 403, "forbidden: writes with a row scope are not supported yet");
+      return false;
+    }
+    return true;
+  }
+  if (scope.scoped && u->kind == URI_RECORD) {
+    cJSON *row = NULL;
+    int64_t version;
+    bool in = store_get_record(w->store, t, u->key, &row, &version) == 0 &&
+              auth_scope_matches(&scope, row);
+    cJSON_Delete(row);
+    if (!in) {
+      worker_respond_error(c, 404, "not found");
+      return false;
+    }
+  }
+  return true;
+}
+
 void rest_handle(worker_t *w, http_conn_t *c, http_request_t *req, const auth_principal *p) {
   unsigned need = req->method == HTTP_GET || req->method == HTTP_HEAD ? AUTH_READ : AUTH_WRITE;
   if ((p->rights & need) != need) {
@@ -173,12 +213,21 @@ void rest_handle(worker_t *w, http_conn_t *c, http_request_t *req, const auth_pr
     return;
   }
   const store_table *t = store_find_table(w->store, u.table);
-  if (t == NULL) {
+  if (t != NULL && !rest_allowed(w, c, req, p, t, &u)) {
+    /* answered */
+  } else if (t == NULL) {
     worker_respond_error(c, 404, "not found");
   } else if (u.kind == URI_RECORD) {
     rest_record(w, c, req, t, u.key);
   } else if (req->method == HTTP_GET) {
-    rest_collection_get(w, c, &u, t);
+    auth_scope scope;
+    uri_t scoped = uri_copy(&u);
+    if (auth_table_access(p, t->name, AUTH_READ, &scope) == 0 &&
+        auth_scope_apply(&scope, &scoped) == 0)
+      rest_collection_get(w, c, &u, &scoped, t);
+    else
+      worker_respond_error(c, 404, "not found");
+    uri_finish(&scoped);
   } else if (req->method == HTTP_POST) {
     rest_collection_post(w, c, req, t);
   } else {

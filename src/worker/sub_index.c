@@ -18,7 +18,8 @@
 typedef struct sub_table {
   sub_topic *collections;
   sub_topic *filtered;
-  size_t n_topics; /* all topics on the table, records included */
+  size_t n_topics;         /* all topics on the table, records included */
+  size_t n_scoped_records; /* record topics with filters (a row scope): they need rows */
 } sub_table;
 
 void sub_index_init(sub_index *idx) {
@@ -38,6 +39,7 @@ static void free_topic_cb(const char *key, size_t len, void *value, void *data) 
     s = next;
   }
   uri_finish(&t->parsed);
+  free(t->key);
   free(t->uri);
   free(t);
 }
@@ -58,19 +60,6 @@ void sub_index_finish(sub_index *idx) {
 static void record_key(buf_t *b, const char *table, const char *key) {
   buf_append(b, table, strlen(table) + 1);
   buf_append_str(b, key);
-}
-
-static uri_t uri_copy(const uri_t *u) {
-  uri_t c = *u;
-  c.table = u->table != NULL ? mem_strdup(u->table) : NULL;
-  c.key = u->key != NULL ? mem_strdup(u->key) : NULL;
-  c.cursor = NULL;
-  c.limit = 0;
-  for (size_t i = 0; i < u->n_filters; i++) {
-    c.filters[i].column = mem_strdup(u->filters[i].column);
-    c.filters[i].value = mem_strdup(u->filters[i].value);
-  }
-  return c;
 }
 
 /* Pushes t on the front of the list at *head. */
@@ -105,13 +94,15 @@ int sub_topic_compare(const void *a, const void *b) {
   return strcmp(x->uri, y->uri);
 }
 
-static sub_topic *topic_create(sub_index *idx, const char *uri, const uri_t *parsed) {
+static sub_topic *topic_create(sub_index *idx, const char *key, const char *uri,
+                               const uri_t *parsed) {
   sub_topic *t = mem_calloc(1, sizeof(*t));
   t->id = idx->next_topic_id++;
   t->order = sub_topic_order(uri);
+  t->key = mem_strdup(key);
   t->uri = mem_strdup(uri);
   t->parsed = uri_copy(parsed);
-  strmap_put(&idx->topics, uri, strlen(uri), t);
+  strmap_put(&idx->topics, t->key, strlen(t->key), t);
   const char *table = t->parsed.table;
   sub_table *st = strmap_get(&idx->tables, table, strlen(table));
   if (st == NULL) {
@@ -120,6 +111,7 @@ static sub_topic *topic_create(sub_index *idx, const char *uri, const uri_t *par
   }
   st->n_topics++;
   if (t->parsed.kind == URI_RECORD) {
+    if (t->parsed.n_filters > 0) st->n_scoped_records++;
     buf_t k;
     buf_init(&k);
     record_key(&k, table, t->parsed.key);
@@ -139,6 +131,7 @@ static void topic_destroy(sub_index *idx, sub_topic *t) {
   const char *table = t->parsed.table;
   sub_table *st = strmap_get(&idx->tables, table, strlen(table));
   if (t->parsed.kind == URI_RECORD) {
+    if (t->parsed.n_filters > 0) st->n_scoped_records--;
     buf_t k;
     buf_init(&k);
     record_key(&k, table, t->parsed.key);
@@ -153,16 +146,17 @@ static void topic_destroy(sub_index *idx, sub_topic *t) {
     topic_unlink(t->parsed.kind == URI_FILTERED ? &st->filtered : &st->collections, t);
   }
   if (--st->n_topics == 0) free(strmap_remove(&idx->tables, table, strlen(table)));
-  strmap_remove(&idx->topics, t->uri, strlen(t->uri));
+  strmap_remove(&idx->topics, t->key, strlen(t->key));
   uri_finish(&t->parsed);
+  free(t->key);
   free(t->uri);
   free(t);
 }
 
-sub_t *sub_index_add(sub_index *idx, const char *uri, const uri_t *parsed, sub_owner *owner,
-                     int64_t since_seq) {
-  sub_topic *t = strmap_get(&idx->topics, uri, strlen(uri));
-  if (t == NULL) t = topic_create(idx, uri, parsed);
+sub_t *sub_index_add(sub_index *idx, const char *key, const char *uri, const uri_t *parsed,
+                     sub_owner *owner, int64_t since_seq) {
+  sub_topic *t = strmap_get(&idx->topics, key, strlen(key));
+  if (t == NULL) t = topic_create(idx, key, uri, parsed);
   sub_t *s = mem_calloc(1, sizeof(*s));
   s->topic = t;
   s->owner = owner;
@@ -191,7 +185,7 @@ void sub_index_remove(sub_index *idx, sub_t *s) {
 
 bool sub_index_needs_rows(const sub_index *idx, const char *table) {
   const sub_table *st = strmap_get(&idx->tables, table, strlen(table));
-  return st != NULL && st->filtered != NULL;
+  return st != NULL && (st->filtered != NULL || st->n_scoped_records > 0);
 }
 
 bool sub_index_watches(const sub_index *idx, const char *table) {
@@ -224,12 +218,20 @@ bool sub_filters_match(const uri_t *parsed, const cJSON *row) {
   return true;
 }
 
-static void match_records(const sub_index *idx, const char *table, const char *key,
+/* A record topic with filters (a row scope) matches a change of a row in it, before or after. */
+static bool record_in_scope(const sub_topic *t, const sub_change *change) {
+  return t->parsed.n_filters == 0 || sub_filters_match(&t->parsed, change->old_row) ||
+         sub_filters_match(&t->parsed, change->new_row);
+}
+
+static void match_records(const sub_index *idx, const sub_change *change, const char *key,
                           void (*fn)(sub_topic *, void *), void *data) {
+  const char *table = change->table;
   buf_t k;
   buf_init(&k);
   record_key(&k, table, key);
-  for (sub_topic *t = strmap_get(&idx->records, k.data, k.len); t != NULL; t = t->next) fn(t, data);
+  for (sub_topic *t = strmap_get(&idx->records, k.data, k.len); t != NULL; t = t->next)
+    if (record_in_scope(t, change)) fn(t, data);
   buf_finish(&k);
 }
 
@@ -237,9 +239,9 @@ void sub_index_match(const sub_index *idx, const sub_change *change,
                      void (*fn)(sub_topic *topic, void *data), void *data) {
   const sub_table *st = strmap_get(&idx->tables, change->table, strlen(change->table));
   if (st == NULL) return;
-  match_records(idx, change->table, change->key, fn, data);
+  match_records(idx, change, change->key, fn, data);
   if (change->old_key != NULL && strcmp(change->old_key, change->key) != 0)
-    match_records(idx, change->table, change->old_key, fn, data);
+    match_records(idx, change, change->old_key, fn, data);
   for (sub_topic *t = st->collections; t != NULL; t = t->next) fn(t, data);
   for (sub_topic *t = st->filtered; t != NULL; t = t->next) {
     if (sub_filters_match(&t->parsed, change->old_row) ||
@@ -252,8 +254,9 @@ bool sub_topic_matches(const sub_topic *t, const sub_change *change) {
   if (strcmp(t->parsed.table, change->table) != 0) return false;
   switch (t->parsed.kind) {
   case URI_RECORD:
-    return strcmp(t->parsed.key, change->key) == 0 ||
-           (change->old_key != NULL && strcmp(t->parsed.key, change->old_key) == 0);
+    return (strcmp(t->parsed.key, change->key) == 0 ||
+            (change->old_key != NULL && strcmp(t->parsed.key, change->old_key) == 0)) &&
+           record_in_scope(t, change);
   case URI_FILTERED:
     return sub_filters_match(&t->parsed, change->old_row) ||
            sub_filters_match(&t->parsed, change->new_row);
@@ -261,6 +264,6 @@ bool sub_topic_matches(const sub_topic *t, const sub_change *change) {
   }
 }
 
-sub_topic *sub_index_find(const sub_index *idx, const char *uri) {
-  return strmap_get(&idx->topics, uri, strlen(uri));
+sub_topic *sub_index_find(const sub_index *idx, const char *key) {
+  return strmap_get(&idx->topics, key, strlen(key));
 }

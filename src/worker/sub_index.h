@@ -38,11 +38,12 @@ typedef struct sub_owner {
 } sub_owner;
 
 struct sub_topic {
-  uint32_t id;           /* unique within the index's lifetime */
-  uint64_t order;        /* sub_topic_order(uri): orders and names its updates in event ids */
-  char *uri;             /* exactly as subscribed */
-  uri_t parsed;          /* kind, table, key, filters */
-  sub_t *subs;           /* subscribers (doubly linked through topic_prev/next) */
+  uint32_t id;    /* unique within the index's lifetime */
+  uint64_t order; /* sub_topic_order(uri): orders and names its updates in event ids */
+  char *key;      /* what the index knows it by: uri, or uri and the subscriber's row scope */
+  char *uri;      /* exactly as subscribed */
+  uri_t parsed;   /* kind, table, key, filters */
+  sub_t *subs;    /* subscribers (doubly linked through topic_prev/next) */
   size_t n_session_subs; /* of which owned by sessions */
   size_t n_subs;
   sub_topic *next, *prev; /* in its table's collection or filtered list, or its record bucket */
@@ -92,11 +93,15 @@ void sub_index_finish(sub_index *idx);
 
 /*
  * Adds a subscription of owner to uri (parsed: its parsed form, which the
- * index copies). Never fails; the caller checked the URI is subscribable.
- * The new sub is returned for the owner's list.
+ * index copies). key names the topic: the URI text itself, unless parsed
+ * carries a row scope too (then subscribers of the same URI with different
+ * scopes need different topics; see auth_scope_topic_key). A record topic
+ * whose parsed form has filters matches a change only when the row matches
+ * them before or after it. Never fails; the caller checked the URI is
+ * subscribable. The new sub is returned for the owner's list.
  */
-sub_t *sub_index_add(sub_index *idx, const char *uri, const uri_t *parsed, sub_owner *owner,
-                     int64_t since_seq);
+sub_t *sub_index_add(sub_index *idx, const char *key, const char *uri, const uri_t *parsed,
+                     sub_owner *owner, int64_t since_seq);
 /* Removes and frees one subscription; frees its topic when it was the last. */
 void sub_index_remove(sub_index *idx, sub_t *s);
 
@@ -114,8 +119,8 @@ void sub_index_match(const sub_index *idx, const sub_change *change,
 
 /* Does the change concern topic t (the same test sub_index_match applies)? */
 bool sub_topic_matches(const sub_topic *t, const sub_change *change);
-/* The topic subscribed as uri, or NULL. */
-sub_topic *sub_index_find(const sub_index *idx, const char *uri);
+/* The topic with this key, or NULL. */
+sub_topic *sub_index_find(const sub_index *idx, const char *key);
 
 /* True when the filtered topic's filters all hold on row (a JSON object). */
 bool sub_filters_match(const uri_t *parsed, const cJSON *row);

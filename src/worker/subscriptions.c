@@ -46,7 +46,7 @@ struct coalesce_entry {
   coalesce_entry *prev, *next; /* in the held or the open list */
   bool held;
   char *map_key;   /* "<topic id> <record uri>" */
-  char *topic_uri; /* the topic may be gone when the update goes out */
+  char *topic_key; /* the topic may be gone when the update goes out */
   char *record_uri;
   int64_t seq;        /* held: the newest change merged in */
   int64_t release_at; /* held: loop ms when it may go */
@@ -96,7 +96,7 @@ static void coalesce_open_window(worker_t *w, coalesce_entry *e, int64_t now) {
 static void coalesce_free(worker_t *w, coalesce_entry *e) {
   strmap_remove(&w->coalesce, e->map_key, strlen(e->map_key));
   free(e->map_key);
-  free(e->topic_uri);
+  free(e->topic_key);
   free(e->record_uri);
   free(e);
 }
@@ -118,7 +118,7 @@ static void coalesce_arm(worker_t *w) {
 static void coalesce_release_head(worker_t *w, int64_t now) {
   coalesce_entry *e = w->coalesce_held_head;
   coalesce_unlink(w, e);
-  sub_topic *t = sub_index_find(&w->subs, e->topic_uri);
+  sub_topic *t = sub_index_find(&w->subs, e->topic_key);
   if (t == NULL) {
     coalesce_free(w, e);
     return;
@@ -171,7 +171,7 @@ static bool coalesce_hold(worker_t *w, sub_topic *t, const char *record_uri, int
   }
   e = mem_calloc(1, sizeof(*e));
   e->map_key = buf_steal(&k);
-  e->topic_uri = mem_strdup(t->uri);
+  e->topic_key = mem_strdup(t->key);
   e->record_uri = mem_strdup(record_uri);
   strmap_put(&w->coalesce, e->map_key, strlen(e->map_key), e);
   /* Sent at once, unless an older held update must go first. */
@@ -396,6 +396,19 @@ int subs_resolve(worker_t *w, const char *text, uri_t *u) {
   return 0;
 }
 
+int subs_resolve_for(worker_t *w, const auth_principal *p, const char *text, unsigned right,
+                     uri_t *u, char **key) {
+  *key = NULL;
+  if (subs_resolve(w, text, u) != 0) return -EINVAL;
+  auth_scope scope;
+  if (auth_table_access(p, u->table, right, &scope) != 0 || auth_scope_apply(&scope, u) != 0) {
+    uri_finish(u);
+    return -EINVAL; /* as if the table did not exist: access says nothing of what is there */
+  }
+  *key = auth_scope_topic_key(&scope, text);
+  return 0;
+}
+
 /* The session's subscription to exactly this URI text, and the link to it. */
 static sub_t **session_sub_slot(session_t *s, const char *uri) {
   sub_t **p = &s->subs;
@@ -410,9 +423,9 @@ static void session_unsubscribe(worker_t *w, session_t *s, sub_t **slot) {
   sub_index_remove(&w->subs, sub);
 }
 
-static void session_subscribe(worker_t *w, session_t *s, const char *uri, const uri_t *u,
-                              int64_t since) {
-  sub_t *sub = sub_index_add(&w->subs, uri, u, &s->owner, since);
+static void session_subscribe(worker_t *w, session_t *s, const char *key, const char *uri,
+                              const uri_t *u, int64_t since) {
+  sub_t *sub = sub_index_add(&w->subs, key, uri, u, &s->owner, since);
   sub->owner_next = s->subs;
   s->subs = sub;
   s->n_subs++;
@@ -430,14 +443,19 @@ static void session_persist_subs(worker_t *w, session_t *s) {
   cJSON_free(text);
 }
 
-/* params.uri, checked the same way by subscribe and unsubscribe. NULL after failing call. */
-static const char *subs_uri_param(mcp_call *call, uri_t *u) {
+/*
+ * params.uri, checked the same way by subscribe and unsubscribe (which
+ * needs no right: it only ever removes). *key gets the topic key. NULL
+ * after failing call.
+ */
+static const char *subs_uri_param(mcp_call *call, uri_t *u, unsigned right, char **key) {
   const cJSON *uri = cJSON_GetObjectItemCaseSensitive(call->params, "uri");
+  *key = NULL;
   if (!cJSON_IsString(uri)) {
     mcp_call_fail(call, JSONRPC_INVALID_PARAMS, "%s requires params.uri", call->method);
     return NULL;
   }
-  if (subs_resolve(call->w, uri->valuestring, u) != 0) {
+  if (subs_resolve_for(call->w, call->principal, uri->valuestring, right, u, key) != 0) {
     mcp_call_fail(call, JSONRPC_INVALID_PARAMS, "resource is not subscribable: %.400s",
                   uri->valuestring);
     return NULL;
@@ -449,7 +467,8 @@ cJSON *subs_subscribe(mcp_call *call) {
   worker_t *w = call->w;
   session_t *s = call->session;
   uri_t u;
-  const char *uri = subs_uri_param(call, &u);
+  char *key;
+  const char *uri = subs_uri_param(call, &u, AUTH_SUBSCRIBE, &key);
   if (uri == NULL) return NULL;
   cJSON *result = NULL;
   sub_t **slot = session_sub_slot(s, uri);
@@ -466,13 +485,14 @@ cJSON *subs_subscribe(mcp_call *call) {
       mcp_call_fail(call, JSONRPC_INTERNAL_ERROR, "database unavailable");
     } else {
       if (*slot != NULL) session_unsubscribe(w, s, slot); /* re-subscribing replaces */
-      session_subscribe(w, s, uri, &u, since);
+      session_subscribe(w, s, key, uri, &u, since);
       session_persist_subs(w, s);
       subs_update_active(w);
       result = cJSON_CreateObject();
     }
   }
   uri_finish(&u);
+  free(key);
   return result;
 }
 
@@ -480,9 +500,11 @@ cJSON *subs_unsubscribe(mcp_call *call) {
   worker_t *w = call->w;
   session_t *s = call->session;
   uri_t u;
-  const char *uri = subs_uri_param(call, &u);
+  char *key;
+  const char *uri = subs_uri_param(call, &u, 0, &key);
   if (uri == NULL) return NULL;
   uri_finish(&u);
+  free(key);
   sub_t **slot = session_sub_slot(s, uri);
   if (*slot != NULL) {
     session_unsubscribe(w, s, slot);
@@ -499,22 +521,25 @@ void subs_session_drop(worker_t *w, session_t *s) {
   subs_update_active(w);
 }
 
-void subs_session_restore(worker_t *w, session_t *s, const char *subscriptions) {
+void subs_session_restore(worker_t *w, session_t *s, const auth_principal *p,
+                          const char *subscriptions) {
   cJSON *list = cJSON_Parse(subscriptions != NULL ? subscriptions : "[]");
   const cJSON *item;
   size_t dropped = 0;
   cJSON_ArrayForEach(item, list) {
     uri_t u;
+    char *key;
     if (!cJSON_IsString(item) || s->n_subs >= w->cfg->max_subscriptions ||
-        subs_resolve(w, item->valuestring, &u) != 0) {
-      dropped++; /* no longer subscribable (a dropped table or column) */
+        subs_resolve_for(w, p, item->valuestring, AUTH_SUBSCRIBE, &u, &key) != 0) {
+      dropped++; /* no longer subscribable (a dropped table or column, a grant taken away) */
       continue;
     }
     if (*session_sub_slot(s, item->valuestring) == NULL) {
       /* Since 0: what it missed is decided by the stream's Last-Event-ID. */
-      session_subscribe(w, s, item->valuestring, &u, 0);
+      session_subscribe(w, s, key, item->valuestring, &u, 0);
     }
     uri_finish(&u);
+    free(key);
   }
   cJSON_Delete(list);
   if (dropped > 0) session_persist_subs(w, s);

@@ -32,8 +32,22 @@ cJSON *subs_unsubscribe(mcp_call *call);
  */
 int subs_resolve(worker_t *w, const char *text, uri_t *u) MCPSUB_NODISCARD;
 
-/* Restores subscriptions from a session row's JSON array of URIs. */
-void subs_session_restore(worker_t *w, session_t *s, const char *subscriptions);
+/*
+ * subs_resolve for principal p and right (AUTH_SUBSCRIBE, AUTH_READ, or 0
+ * for none): also -EINVAL when p may not, as for a table that does not
+ * exist; a row scope of p's joins u's filters. *key gets the topic key
+ * for sub_index_add (caller frees).
+ */
+int subs_resolve_for(worker_t *w, const auth_principal *p, const char *text, unsigned right,
+                     uri_t *u, char **key) MCPSUB_NODISCARD;
+
+/*
+ * Restores subscriptions from a session row's JSON array of URIs, each
+ * checked again against p's current grants (a URI p may no longer
+ * subscribe to is dropped).
+ */
+void subs_session_restore(worker_t *w, session_t *s, const auth_principal *p,
+                          const char *subscriptions);
 /* Drops every subscription of the session (it is ending). */
 void subs_session_drop(worker_t *w, session_t *s);
 

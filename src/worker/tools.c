@@ -25,6 +25,7 @@
 typedef struct tool_args {
   const cJSON *args;        /* the arguments object */
   const store_table *table; /* resolved "table", when the tool has one */
+  auth_scope scope;         /* the caller's row scope on table */
   char key[512];            /* "key" as text, when the tool has one */
 } tool_args;
 
@@ -77,6 +78,8 @@ static cJSON *tool_list_tables(mcp_call *call, tool_args *a) {
   cJSON *list = cJSON_CreateArray();
   for (int i = 0; i < n; i++) {
     const store_table *t = &tables[i];
+    auth_scope scope;
+    if (auth_table_access(call->principal, t->name, AUTH_READ, &scope) != 0) continue;
     cJSON *item = cJSON_CreateObject();
     cJSON_AddStringToObject(item, "name", t->name);
     cJSON_AddStringToObject(item, "key", t->key_col >= 0 ? t->cols[t->key_col].name : "rowid");
@@ -84,8 +87,9 @@ static cJSON *tool_list_tables(mcp_call *call, tool_args *a) {
     for (int j = 0; j < t->n_cols; j++)
       cJSON_AddItemToArray(cols, cJSON_CreateString(t->cols[j].name));
     int64_t count = 0;
-    if (store_table_count(call->w->store, t, &count) == 0)
-      cJSON_AddNumberToObject(item, "rows", (double)count);
+    if (!scope.scoped && store_table_count(call->w->store, t, &count) == 0)
+      cJSON_AddNumberToObject(item, "rows",
+                              (double)count); /* not for a row scope: it is all rows */
     char *uri = uri_format_collection(call->w->cfg->public_url, t->name);
     cJSON_AddStringToObject(item, "uri", uri);
     free(uri);
@@ -98,6 +102,10 @@ static cJSON *tool_get_record(mcp_call *call, tool_args *a) {
   cJSON *row = NULL;
   int64_t version = 0;
   int rc = store_get_record(call->w->store, a->table, a->key, &row, &version);
+  if (rc == 0 && !auth_scope_matches(&a->scope, row)) {
+    cJSON_Delete(row); /* outside the caller's row scope: not there for it */
+    rc = -ENOENT;
+  }
   if (rc != 0) return tool_store_error(rc, "", a->table, a->key);
   return tools_result_json(row);
 }
@@ -113,15 +121,27 @@ static cJSON *tool_query_records(mcp_call *call, tool_args *a) {
     return mcp_call_fail(call, JSONRPC_INVALID_PARAMS,
                          "query_records: where must be an object, limit a positive integer, "
                          "cursor a string");
-  store_filter filters[32];
+  store_filter filters[33];
   size_t n = 0;
+  cJSON *scope_value = NULL;
+  if (a->scope.scoped) { /* the caller's row scope is one more filter, always */
+    int col = store_column_index(a->table, a->scope.column);
+    if (col < 0) return tool_error("unknown table: %s", a->table->name);
+    scope_value = cJSON_CreateString(a->scope.value);
+    filters[n++] = (store_filter){col, scope_value};
+  }
   const cJSON *f;
   cJSON_ArrayForEach(f, where) {
-    if (n == ARRAY_LEN(filters)) return tool_error("too many filters (at most 32)");
-    if (cJSON_IsObject(f) || cJSON_IsArray(f))
-      return tool_error("filter on %s: value must be a string, number, boolean or null", f->string);
+    if (n == ARRAY_LEN(filters)) {
+      cJSON_Delete(scope_value);
+      return tool_error("too many filters (at most 32)");
+    }
     int col = store_column_index(a->table, f->string);
-    if (col < 0) return tool_error("unknown column %s in table %s", f->string, a->table->name);
+    if (cJSON_IsObject(f) || cJSON_IsArray(f) || col < 0) {
+      cJSON_Delete(scope_value);
+      if (col < 0) return tool_error("unknown column %s in table %s", f->string, a->table->name);
+      return tool_error("filter on %s: value must be a string, number, boolean or null", f->string);
+    }
     filters[n++] = (store_filter){col, f};
   }
   int limit = call->w->cfg->page_size;
@@ -132,6 +152,7 @@ static cJSON *tool_query_records(mcp_call *call, tool_args *a) {
   char *next = NULL;
   int rc = store_query(call->w->store, a->table, filters, n, limit,
                        cursor != NULL ? cursor->valuestring : NULL, &rows, &next);
+  cJSON_Delete(scope_value);
   if (rc == -EINVAL) return tool_error("invalid cursor");
   if (rc != 0) return tool_store_error(rc, "", a->table, "");
   cJSON *out = cJSON_CreateObject();
@@ -193,6 +214,7 @@ static const struct tool {
   bool needs_table;
   bool needs_key;
   tool_handler handler;
+  bool writes; /* needs the write right on its table */
 } tools[] = {
     {"list_tables",
      "List the exported tables with their key, columns, row count and collection URI.",
@@ -213,11 +235,11 @@ static const struct tool {
      "{\"type\":\"object\",\"properties\":{" TABLE_PROP "," KEY_PROP
      ",\"record\":{\"type\":\"object\",\"description\":\"column: value\"}},"
      "\"required\":[\"table\",\"key\",\"record\"]}",
-     true, true, tool_put_record},
+     true, true, tool_put_record, true},
     {"delete_record", "Delete one record by table and primary key.",
      "{\"type\":\"object\",\"properties\":{" TABLE_PROP "," KEY_PROP
      "},\"required\":[\"table\",\"key\"]}",
-     true, true, tool_delete_record},
+     true, true, tool_delete_record, true},
     {"wait_and_read",
      "Wait for any of several resources to change: returns at once those whose version differs "
      "from sinceVersion (all of them when none is given), else waits up to timeoutMs for one to "
@@ -259,7 +281,18 @@ cJSON *tools_call(mcp_call *call) {
       return mcp_call_fail(call, JSONRPC_INVALID_PARAMS, "%s requires arguments.table (a string)",
                            tool->name);
     a.table = store_find_table(call->w->store, table->valuestring);
-    if (a.table == NULL) return tool_error("unknown table: %s", table->valuestring);
+    /* A table the caller may not read is unknown to it. */
+    if (a.table == NULL ||
+        auth_table_access(call->principal, a.table->name, AUTH_READ, &a.scope) != 0)
+      return tool_error("unknown table: %s", table->valuestring);
+    if (tool->writes) {
+      auth_scope ws;
+      if (auth_table_access(call->principal, a.table->name, AUTH_WRITE, &ws) != 0)
+        return tool_error("forbidden: no write access to table %s", a.table->name);
+      if (ws.scoped) /* writes inside a row scope are checked in the write's transaction */
+        return tool_error("forbidden: writes with a row scope are not supported yet (table %s)",
+                          a.table->name);
+    }
   }
   if (tool->needs_key) {
     const cJSON *key = cJSON_GetObjectItemCaseSensitive(args, "key");

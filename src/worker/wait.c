@@ -23,6 +23,7 @@
 
 typedef struct wait_item {
   char *uri;
+  char *key; /* its topic's key (the caller's row scope included) */
   uri_t parsed;
   char *since; /* sinceVersion, or NULL */
   sub_t *sub;
@@ -62,6 +63,11 @@ static int resource_version(worker_t *w, const uri_t *u, int64_t *version, cJSON
   if (u->kind == URI_RECORD) {
     cJSON *row = NULL;
     int rc = store_get_record(w->store, t, u->key, &row, version);
+    if (rc == 0 && u->n_filters > 0 && !sub_filters_match(u, row)) {
+      cJSON_Delete(row); /* outside the caller's row scope: as if absent */
+      row = NULL;
+      rc = -ENOENT;
+    }
     if (rc == -ENOENT) {
       *version = 0; /* absent */
       row = cJSON_CreateNull();
@@ -106,13 +112,11 @@ static cJSON *wait_result(cJSON *rows, bool timed_out) {
   return tools_result_json(out);
 }
 
+static void free_items(wait_item *items, size_t n);
+
 static void waiter_on_timer_closed(uv_handle_t *h) {
   waiter_t *wt = h->data;
-  for (size_t i = 0; i < wt->n; i++) {
-    free(wt->items[i].uri);
-    free(wt->items[i].since);
-    uri_finish(&wt->items[i].parsed);
-  }
+  free_items(wt->items, wt->n);
   cJSON_Delete(wt->id);
   free(wt);
 }
@@ -200,7 +204,8 @@ static int parse_items(mcp_call *call, const cJSON *resources, wait_item *items,
       return -EINVAL;
     }
     wait_item *it = &items[*n];
-    if (subs_resolve(call->w, uri->valuestring, &it->parsed) != 0) {
+    if (subs_resolve_for(call->w, call->principal, uri->valuestring, AUTH_READ, &it->parsed,
+                         &it->key) != 0) {
       mcp_call_fail(call, JSONRPC_INVALID_PARAMS,
                     "wait_and_read: not a record or collection URI: %.400s", uri->valuestring);
       return -EINVAL;
@@ -215,6 +220,7 @@ static int parse_items(mcp_call *call, const cJSON *resources, wait_item *items,
 static void free_items(wait_item *items, size_t n) {
   for (size_t i = 0; i < n; i++) {
     free(items[i].uri);
+    free(items[i].key);
     free(items[i].since);
     uri_finish(&items[i].parsed);
   }
@@ -280,8 +286,8 @@ cJSON *wait_tool(mcp_call *call, const cJSON *args) {
   wt->id = cJSON_Duplicate(call->id, true);
   wt->include_state = include_state;
   for (size_t i = 0; i < wt->n; i++)
-    wt->items[i].sub =
-        sub_index_add(&w->subs, wt->items[i].uri, &wt->items[i].parsed, &wt->owner, since_seq);
+    wt->items[i].sub = sub_index_add(&w->subs, wt->items[i].key, wt->items[i].uri,
+                                     &wt->items[i].parsed, &wt->owner, since_seq);
   wt->next = w->waiters;
   if (w->waiters != NULL) w->waiters->prev = wt;
   w->waiters = wt;

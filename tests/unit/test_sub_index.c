@@ -28,7 +28,7 @@ static sub_owner waiter = {SUB_OWNER_WAITER};
 static sub_t *add(sub_index *idx, const char *uri, sub_owner *owner) {
   uri_t u;
   CHECK_INT_EQ(uri_parse(BASE, uri, &u), 0);
-  sub_t *s = sub_index_add(idx, uri, &u, owner, 0);
+  sub_t *s = sub_index_add(idx, uri, uri, &u, owner, 0);
   uri_finish(&u); /* the index keeps its own copy */
   CHECK(s != NULL);
   CHECK(s->owner == owner);
@@ -412,7 +412,7 @@ static void test_since_seq(void) {
   sub_index_init(&idx);
   uri_t u;
   CHECK_INT_EQ(uri_parse(BASE, BASE "/Product", &u), 0);
-  sub_t *s = sub_index_add(&idx, BASE "/Product", &u, &session_a, 41);
+  sub_t *s = sub_index_add(&idx, BASE "/Product", BASE "/Product", &u, &session_a, 41);
   uri_finish(&u);
   CHECK_INT_EQ(s->since_seq, 41);
   sub_index_remove(&idx, s);
@@ -440,6 +440,59 @@ static void test_finish_with_subs(void) {
   sub_index_finish(&idx);
 }
 
+/*
+ * Row scopes: subscribers of one URI text with different scopes (a tenant
+ * column) are different topics under different keys, each with the URI
+ * as written; a scoped record matches only while the row is in its scope
+ * (entering or leaving it counts once), a scoped collection is a filtered
+ * one.
+ */
+static sub_t *add_scoped(sub_index *idx, const char *uri, const char *tenant, sub_owner *owner) {
+  uri_t u;
+  CHECK_INT_EQ(uri_parse(BASE, uri, &u), 0);
+  if (u.kind == URI_COLLECTION) u.kind = URI_FILTERED;
+  u.filters[u.n_filters].column = strdup("category");
+  u.filters[u.n_filters].value = strdup(tenant);
+  u.n_filters++;
+  char key[256];
+  snprintf(key, sizeof(key), "%s\ncategory=%s", uri, tenant);
+  sub_t *s = sub_index_add(idx, key, uri, &u, owner, 0);
+  uri_finish(&u);
+  CHECK_STR_EQ(s->topic->uri, uri);
+  CHECK_STR_EQ(s->topic->key, key);
+  return s;
+}
+
+static void test_scoped_topics(void) {
+  sub_index idx;
+  sub_index_init(&idx);
+  sub_t *ca = add_scoped(&idx, BASE "/Product", "acme", &session_a);
+  sub_t *cb = add_scoped(&idx, BASE "/Product", "bolt", &session_b);
+  sub_t *ra = add_scoped(&idx, BASE "/Product/A-100", "acme", &session_a);
+  CHECK(ca->topic != cb->topic);
+  CHECK(sub_index_find(&idx, BASE "/Product") == NULL); /* only by key */
+  CHECK(sub_index_find(&idx, BASE "/Product\ncategory=acme") == ca->topic);
+  CHECK(sub_index_needs_rows(&idx, "Product"));
+  /* A row of acme's changes: acme's collection and record, not bolt's. */
+  matches m = match(&idx, "Product", "A-100", NULL, "{\"category\":\"acme\"}",
+                    "{\"category\":\"acme\",\"price\":1}");
+  CHECK_INT_EQ(m.n, 2);
+  CHECK(count_topic(&m, ca->topic) == 1 && count_topic(&m, ra->topic) == 1);
+  /* The row moves from acme to bolt: both hear of it once (old and new owner). */
+  m = match(&idx, "Product", "A-100", NULL, "{\"category\":\"acme\"}", "{\"category\":\"bolt\"}");
+  CHECK_INT_EQ(m.n, 3);
+  CHECK(count_topic(&m, cb->topic) == 1 && count_topic(&m, ra->topic) == 1);
+  /* Then a change while it is bolt's: acme hears nothing, not even on the record. */
+  m = match(&idx, "Product", "A-100", NULL, "{\"category\":\"bolt\"}", "{\"category\":\"bolt\"}");
+  CHECK_INT_EQ(m.n, 1);
+  CHECK(count_topic(&m, cb->topic) == 1);
+  sub_index_remove(&idx, ra);
+  sub_index_remove(&idx, ca);
+  sub_index_remove(&idx, cb);
+  CHECK_INT_EQ(idx.topics.count, 0);
+  sub_index_finish(&idx);
+}
+
 int main(void) {
   RUN(test_add_remove);
   RUN(test_topic_sharing);
@@ -450,5 +503,6 @@ int main(void) {
   RUN(test_unwatched);
   RUN(test_since_seq);
   RUN(test_finish_with_subs);
+  RUN(test_scoped_topics);
   return 0;
 }

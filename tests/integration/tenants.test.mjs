@@ -1,0 +1,161 @@
+// Row scopes from a --policy file, black-box: two API keys in the same
+// role, each bound to its own tenant, subscribe to the same collection
+// (and a filtered collection and a record) while rows of both tenants
+// change through MCP, REST and the sqlite3 CLI. Each hears of exactly its
+// own rows (a row that moves to the other tenant once, nothing after);
+// reads, query_records, wait_and_read, REST lists and resources/list agree;
+// a table the role has no grant on does not exist for it.
+
+import test, { after, before } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
+
+import { MCPSUBCTL, makeTempDir, startServer } from './lib/server.mjs';
+import { McpSession } from './lib/mcp.mjs';
+import { request } from './lib/raw.mjs';
+import { sqlite } from './lib/sqlite.mjs';
+import { EventStream } from './lib/sse.mjs';
+import { sleep } from './lib/wait.mjs';
+
+let srv;
+const key = {};
+const bearer = (k) => ({ Authorization: `Bearer ${k}` });
+
+before(async () => {
+  const dir = makeTempDir('mcpsub-tenants-');
+  const keysFile = path.join(dir, 'keys.json');
+  const add = (name, role) => {
+    const r = spawnSync(MCPSUBCTL, ['--auth-keys', keysFile, 'key', 'add', name, '--role', role], { encoding: 'utf8' });
+    assert.equal(r.status, 0, r.stderr);
+    return r.stdout.trim();
+  };
+  key.acme = add('acme-agent', 'tenant-user');
+  key.bolt = add('bolt-agent', 'tenant-user');
+  key.nobody = add('stray', 'tenant-user'); // no tenant attribute: its scope cannot bind
+  key.ops = add('ops', 'writer');
+  const policy = path.join(dir, 'policy.json');
+  fs.writeFileSync(
+    policy,
+    JSON.stringify({
+      roles: {
+        'tenant-user': {
+          tables: { Widget: { rights: ['read', 'subscribe'], scope: { column: 'tenant', bind: 'claim:tenant' } } },
+        },
+      },
+      keys: { 'acme-agent': { tenant: 'acme' }, 'bolt-agent': { tenant: 'bolt' } },
+    }),
+  );
+  const schema = path.join(dir, 'schema.sql');
+  fs.writeFileSync(
+    schema,
+    `CREATE TABLE Widget (id TEXT PRIMARY KEY, tenant TEXT NOT NULL, v INTEGER NOT NULL DEFAULT 0);
+     INSERT INTO Widget VALUES ('a0', 'acme', 1), ('b0', 'bolt', 1);
+     CREATE TABLE Secret (id INTEGER PRIMARY KEY, v TEXT);
+     INSERT INTO Secret VALUES (1, 'x');`,
+  );
+  srv = await startServer({ schema, args: ['--auth-keys', keysFile, '--policy', policy, '--workers', '2'] });
+});
+
+after(async () => {
+  await srv?.kill();
+});
+
+async function tenantSession(k) {
+  const s = await McpSession.open(srv.port, { headers: bearer(k) });
+  const st = await EventStream.open(srv.port, s.id, { headers: bearer(k) });
+  await st.waitPrimed();
+  return { s, st };
+}
+
+const notified = (st) => st.updates().map((e) => `${e.json.params.subscribedUri.slice(srv.base.length)} ${e.json.params.uri.slice(srv.base.length)}`);
+
+async function writeAs(k, method, p, body) {
+  const res = await request(srv.port, { method, path: p, headers: { ...bearer(k), 'Content-Type': 'application/json' }, body: body && JSON.stringify(body) });
+  assert.ok(res.status < 300, `${method} ${p}: ${res.status} ${res.text}`);
+}
+
+test('two tenants on one collection: each is notified of exactly its own rows, whoever writes them', async () => {
+  const B = srv.base;
+  const acme = await tenantSession(key.acme);
+  const bolt = await tenantSession(key.bolt);
+  for (const t of [acme, bolt]) {
+    for (const uri of [`${B}/Widget`, `${B}/Widget?v=2`, `${B}/Widget/b0`]) assert.deepEqual(await t.s.result('resources/subscribe', { uri }), {});
+  }
+  const ops = await McpSession.open(srv.port, { headers: bearer(key.ops) });
+  await writeAs(key.ops, 'PUT', '/Widget/a1', { id: 'a1', tenant: 'acme', v: 2 }); // REST
+  const put = await ops.result('tools/call', { name: 'put_record', arguments: { table: 'Widget', key: 'b1', record: { id: 'b1', tenant: 'bolt', v: 2 } } }); // MCP
+  assert.ok(!put.isError, JSON.stringify(put));
+  sqlite(srv.dbPath, "INSERT INTO Widget VALUES ('a2', 'acme', 3); UPDATE Widget SET v = 5 WHERE id = 'b0';"); // another process
+  sqlite(srv.dbPath, "UPDATE Widget SET tenant = 'bolt' WHERE id = 'a0';"); // a0 moves from acme to bolt
+  sqlite(srv.dbPath, "UPDATE Widget SET v = 9 WHERE id = 'a0';"); // now bolt's only
+  await writeAs(key.ops, 'DELETE', '/Widget/b1');
+  await sleep(600);
+  assert.deepEqual(
+    notified(acme.st).sort(),
+    ['/Widget /Widget/a0', '/Widget /Widget/a1', '/Widget /Widget/a2', '/Widget?v=2 /Widget/a1'].sort(),
+    acme.st.describe(),
+  );
+  assert.deepEqual(
+    notified(bolt.st).sort(),
+    [
+      '/Widget /Widget/b1', '/Widget?v=2 /Widget/b1', // put through MCP
+      '/Widget /Widget/b0', '/Widget/b0 /Widget/b0', // v 1 -> 5
+      '/Widget /Widget/a0', // a0 arrives
+      '/Widget /Widget/a0', // and changes while it is bolt's
+      '/Widget /Widget/b1', '/Widget?v=2 /Widget/b1', // deleted
+    ].sort(),
+    bolt.st.describe(),
+  );
+  for (const t of [acme, bolt]) {
+    t.st.close();
+    await t.s.delete();
+  }
+  await ops.delete();
+});
+
+test('reads agree: resources/read, query_records, wait_and_read and REST see only the caller\'s rows', async () => {
+  const B = srv.base;
+  const s = await McpSession.open(srv.port, { headers: bearer(key.acme) });
+  const coll = JSON.parse((await s.read(`${B}/Widget`)).contents[0].text).map((r) => r.id).sort();
+  assert.deepEqual(coll, ['a1', 'a2']);
+  const err = await s.error('resources/read', { uri: `${B}/Widget/b0` });
+  assert.equal(err.code, -32002);
+  const q = await s.result('tools/call', { name: 'query_records', arguments: { table: 'Widget' } });
+  assert.deepEqual(JSON.parse(q.content[0].text).rows.map((r) => r.id).sort(), ['a1', 'a2']);
+  const g = await s.result('tools/call', { name: 'get_record', arguments: { table: 'Widget', key: 'b0' } });
+  assert.equal(g.isError, true);
+  const w = await s.result('tools/call', { name: 'wait_and_read', arguments: { resources: [{ uri: `${B}/Widget/b0` }, { uri: `${B}/Widget/a1` }], timeoutMs: 0, includeState: true } });
+  const rows = JSON.parse(w.content[0].text).resources;
+  assert.deepEqual(rows.find((r) => r.uri.endsWith('/b0')).state, null, 'another tenant\'s row reads as absent');
+  assert.equal(rows.find((r) => r.uri.endsWith('/a1')).state.id, 'a1');
+  const list = await request(srv.port, { path: '/Widget', headers: bearer(key.acme) });
+  assert.deepEqual(list.json().map((r) => r.id).sort(), ['a1', 'a2']);
+  assert.equal((await request(srv.port, { path: '/Widget/b0', headers: bearer(key.acme) })).status, 404);
+  assert.equal((await request(srv.port, { path: '/Widget/a1', headers: bearer(key.acme) })).status, 200);
+  await s.delete();
+});
+
+test('a table without a grant does not exist for the role; a key whose scope cannot bind sees nothing', async () => {
+  const B = srv.base;
+  const s = await McpSession.open(srv.port, { headers: bearer(key.acme) });
+  const listed = (await s.result('resources/list', {})).resources.map((r) => r.uri);
+  assert.deepEqual(listed, [`${B}/Widget`]);
+  const e = await s.error('resources/subscribe', { uri: `${B}/Secret` });
+  assert.equal(e.message, `resource is not subscribable: ${B}/Secret`);
+  const missing = await s.error('resources/subscribe', { uri: `${B}/NoSuchTable` });
+  assert.equal(missing.message, `resource is not subscribable: ${B}/NoSuchTable`, 'the same answer as for a table that does not exist');
+  assert.equal((await s.error('resources/read', { uri: `${B}/Secret/1` })).code, -32002);
+  assert.equal((await request(srv.port, { path: '/Secret', headers: bearer(key.acme) })).status, 404);
+  const tables = await s.result('tools/call', { name: 'list_tables', arguments: {} });
+  assert.deepEqual(JSON.parse(tables.content[0].text).map((t) => t.name), ['Widget']);
+  // Writes: the role has no write right at all.
+  const put = await request(srv.port, { method: 'PUT', path: '/Widget/a9', headers: { ...bearer(key.acme), 'Content-Type': 'application/json' }, body: '{"id":"a9","tenant":"acme"}' });
+  assert.equal(put.status, 403);
+  await s.delete();
+  const stray = await McpSession.open(srv.port, { headers: bearer(key.nobody) });
+  assert.equal((await stray.error('resources/read', { uri: `${B}/Widget` })).code, -32002);
+  assert.equal((await request(srv.port, { path: '/Widget', headers: bearer(key.nobody) })).status, 404);
+  await stray.delete();
+});
