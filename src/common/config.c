@@ -392,6 +392,42 @@ static int config_set_policy(config_t *cfg, const char *flag, const char *value,
   return config_set_path(&cfg->policy_path, flag, value, err, errlen);
 }
 
+static int config_set_limit(int64_t *field, const char *flag, const char *value, char *err,
+                            size_t errlen) {
+  uint64_t n;
+  int rc = config_parse_uint(flag, value, 0, 100000000, false, &n, err, errlen);
+  if (rc == 0) *field = (int64_t)n;
+  return rc;
+}
+
+static int config_set_limit_sessions(config_t *cfg, const char *flag, const char *value, char *err,
+                                     size_t errlen) {
+  return config_set_limit(&cfg->limit_sessions, flag, value, err, errlen);
+}
+
+static int config_set_limit_subscriptions(config_t *cfg, const char *flag, const char *value,
+                                          char *err, size_t errlen) {
+  return config_set_limit(&cfg->limit_subscriptions, flag, value, err, errlen);
+}
+
+static int config_set_limit_streams(config_t *cfg, const char *flag, const char *value, char *err,
+                                    size_t errlen) {
+  return config_set_limit(&cfg->limit_streams, flag, value, err, errlen);
+}
+
+static int config_set_rate_limit(config_t *cfg, const char *flag, const char *value, char *err,
+                                 size_t errlen) {
+  int64_t n = 0;
+  int rc = config_set_limit(&n, flag, value, err, errlen);
+  if (rc == 0) cfg->rate_limit = (double)n;
+  return rc;
+}
+
+static int config_set_rate_burst(config_t *cfg, const char *flag, const char *value, char *err,
+                                 size_t errlen) {
+  return config_set_limit(&cfg->rate_burst, flag, value, err, errlen);
+}
+
 static int config_set_allow_anonymous(config_t *cfg, const char *flag, const char *value, char *err,
                                       size_t errlen) {
   cfg->allow_anonymous = true;
@@ -488,6 +524,16 @@ static const config_flag config_flags[] = {
      "access policy (JSON): roles with read/subscribe/write per table and row\n"
      "scopes, OAuth scope to role mappings, API key attributes; see docs/security.md",
      config_set_policy},
+    {"--limit-sessions", "N", "100 with authentication, else none (0)",
+     "live sessions per principal (over it: 429 with Retry-After)", config_set_limit_sessions},
+    {"--limit-subscriptions", "N", "10000 with authentication, else none (0)",
+     "subscriptions per principal, over all its sessions", config_set_limit_subscriptions},
+    {"--limit-streams", "N", "100 with authentication, else none (0)",
+     "open SSE streams per principal (in each worker)", config_set_limit_streams},
+    {"--rate-limit", "PER_SECOND", "100 with authentication, else none (0)",
+     "requests per second per principal (a token bucket; over all workers)", config_set_rate_limit},
+    {"--rate-burst", "N", "twice --rate-limit", "requests a principal may make at once",
+     config_set_rate_burst},
     {"--allow-anonymous", NULL, NULL,
      "serve an address that is not loopback without --auth-keys/--auth-jwks\n"
      "(anyone who reaches it may do anything; logged as a warning at start)",
@@ -525,6 +571,9 @@ void config_defaults(config_t *cfg) {
   cfg->strict_subscribe = false;
   cfg->max_wait_ms = 300000;
   cfg->workers = -1; /* resolved after parsing */
+  cfg->limit_sessions = cfg->limit_subscriptions = cfg->limit_streams = -1; /* likewise */
+  cfg->rate_limit = -1;
+  cfg->rate_burst = -1;
   cfg->drain_timeout_ms = (uint64_t)CONFIG_DEFAULT_DRAIN_S * 1000;
   cfg->control_socket = NULL;
   cfg->worker_slot = -1;
@@ -590,6 +639,13 @@ int config_parse(config_t *cfg, int argc, char **argv, FILE *out, char *err, siz
     snprintf(cfg->public_url, sizeof(cfg->public_url), "http://%s%s%s:%d", v6 ? "[" : "",
              cfg->listen_host, v6 ? "]" : "", cfg->listen_port);
   }
+  /* Limits per principal: unset ones (-1) are bounded with authentication, off without. */
+  bool authed = config_auth_enabled(cfg);
+  if (cfg->limit_sessions < 0) cfg->limit_sessions = authed ? 100 : 0;
+  if (cfg->limit_subscriptions < 0) cfg->limit_subscriptions = authed ? 10000 : 0;
+  if (cfg->limit_streams < 0) cfg->limit_streams = authed ? 100 : 0;
+  if (cfg->rate_limit < 0) cfg->rate_limit = authed ? 100 : 0;
+  if (cfg->rate_burst < 0) cfg->rate_burst = (int64_t)(2 * cfg->rate_limit);
   if (cfg->auth_audience[0] == '\0')
     snprintf(cfg->auth_audience, sizeof(cfg->auth_audience), "%s/mcp", cfg->public_url);
   if (!config_auth_enabled(cfg) && !cfg->allow_anonymous &&

@@ -56,9 +56,15 @@ typedef struct config {
   char auth_audience[520];    /* --auth-audience, default {public-url}/mcp */
   bool allow_anonymous;       /* --allow-anonymous: serve a non-loopback address without auth */
   const char *policy_path;    /* --policy FILE: roles, grants and row scopes, or NULL */
-  int worker_slot;            /* hidden --worker-slot: -1, or the slot of a spawned worker */
-  uint32_t worker_generation; /* hidden --worker-generation: restarts of that slot so far */
-  char *origins_storage;      /* owned copy of the --allowed-origins list */
+  /* Per principal; 0 = no limit. Defaults: off without authentication, bounded with it. */
+  int64_t limit_sessions;            /* --limit-sessions */
+  int64_t limit_subscriptions;       /* --limit-subscriptions */
+  int64_t limit_streams;             /* --limit-streams */
+  double rate_limit;                 /* --rate-limit requests per second */
+  int64_t rate_burst;                /* --rate-burst requests */
+  int worker_slot;                   /* hidden --worker-slot: -1, or the slot of a spawned worker */
+  uint32_t worker_generation;        /* hidden --worker-generation: restarts of that slot so far */
+  char *origins_storage;             /* owned copy of the --allowed-origins list */
   char control_socket_default[4096]; /* where the default --control-socket points */
 } config_t;
 

@@ -749,12 +749,18 @@ static bool store_has_column(store_t *s, const char *table, const char *col) {
  * opening transaction.
  */
 static int store_migrate(store_t *s, char *err, size_t errlen) {
+  int ret = 0;
   if (!store_has_column(s, "mcp_session", "principal"))
-    return store_ddl(s,
-                     "ALTER TABLE mcp_session ADD COLUMN principal TEXT NOT NULL DEFAULT "
-                     "'anonymous'",
-                     err, errlen);
-  return 0;
+    ret = store_ddl(s,
+                    "ALTER TABLE mcp_session ADD COLUMN principal TEXT NOT NULL DEFAULT "
+                    "'anonymous'",
+                    err, errlen);
+  if (ret == 0)
+    ret = store_ddl(s,
+                    "CREATE INDEX IF NOT EXISTS mcp_session_by_principal ON mcp_session "
+                    "(principal, last_seen)",
+                    err, errlen);
+  return ret;
 }
 
 /*
@@ -1866,6 +1872,27 @@ int store_session_set_subscriptions(store_t *s, const char *id, const char *json
 
 int store_session_delete(store_t *s, const char *id) {
   return store_session_update(s, "DELETE FROM mcp_session WHERE id = ?1", id, NULL, 0);
+}
+
+int store_principal_usage(store_t *s, const char *principal, int64_t since_ms, int64_t *sessions,
+                          int64_t *subscriptions) {
+  sqlite3_stmt *st;
+  int ret = store_stmt_get(s,
+                           "SELECT count(*), coalesce(sum(json_array_length(subscriptions)), 0) "
+                           "FROM mcp_session WHERE principal = ?1 AND last_seen >= ?2",
+                           &st, NULL, 0);
+  if (ret < 0) return ret;
+  sqlite3_bind_text(st, 1, principal, -1, SQLITE_STATIC);
+  sqlite3_bind_int64(st, 2, since_ms);
+  int rc = sqlite3_step(st);
+  if (rc == SQLITE_ROW) {
+    *sessions = sqlite3_column_int64(st, 0);
+    *subscriptions = sqlite3_column_int64(st, 1);
+  } else {
+    ret = store_error(s, rc, NULL, 0);
+  }
+  store_stmt_put(s, st);
+  return ret;
 }
 
 int store_session_prune_slot(store_t *s, int64_t before_ms, unsigned slot, unsigned n_slots,

@@ -226,6 +226,12 @@ int store_session_prune(store_t *s, int64_t before_ms, int64_t *deleted) MCPSUB_
  */
 int store_session_prune_slot(store_t *s, int64_t before_ms, unsigned slot, unsigned n_slots,
                              int64_t *deleted) MCPSUB_NODISCARD;
+/*
+ * What principal holds: its sessions seen since since_ms (the live ones)
+ * and their subscriptions, summed.
+ */
+int store_principal_usage(store_t *s, const char *principal, int64_t since_ms, int64_t *sessions,
+                          int64_t *subscriptions) MCPSUB_NODISCARD;
 /* Calls fn for every row, newest last_seen first; fn returning non-zero stops. */
 int store_session_foreach(store_t *s, int (*fn)(const store_session *ss, void *data),
                           void *data) MCPSUB_NODISCARD;

@@ -246,6 +246,45 @@ static session_t *mcp_require_session(worker_t *w, http_conn_t *c, const http_re
   return s;
 }
 
+/* Is msg a resources/subscribe for a URI the session does not hold yet (a new subscription)? */
+static bool mcp_adds_subscription(const session_t *s, const cJSON *msg) {
+  const cJSON *m = cJSON_GetObjectItemCaseSensitive(msg, "method");
+  if (!cJSON_IsString(m) || strcmp(m->valuestring, "resources/subscribe") != 0) return false;
+  const cJSON *uri =
+      cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(msg, "params"), "uri");
+  if (!cJSON_IsString(uri) || s == NULL) return true;
+  for (const sub_t *sub = s->subs; sub != NULL; sub = sub->owner_next)
+    if (strcmp(sub->topic->uri, uri->valuestring) == 0) return false;
+  return true;
+}
+
+/*
+ * The principal's session and subscription limits (limits.h), counted in
+ * mcp_session over every worker. NULL when within them, else what is over.
+ */
+static const char *mcp_over_limits(worker_t *w, const auth_principal *p, const session_t *s,
+                                   const cJSON *root, bool has_init) {
+  const config_t *cfg = w->cfg;
+  int64_t adds = 0;
+  if (cJSON_IsArray(root)) {
+    const cJSON *item;
+    cJSON_ArrayForEach(item, root) adds += mcp_adds_subscription(s, item);
+  } else {
+    adds = mcp_adds_subscription(s, root);
+  }
+  bool check_sessions = has_init && cfg->limit_sessions > 0;
+  bool check_subs = adds > 0 && cfg->limit_subscriptions > 0;
+  if (!check_sessions && !check_subs) return NULL;
+  int64_t sessions = 0, subscriptions = 0;
+  int64_t live_since = store_now_ms() - (int64_t)cfg->idle_timeout_ms;
+  if (store_principal_usage(w->store, p->id, live_since, &sessions, &subscriptions) != 0)
+    return NULL; /* the database is unavailable: the request itself will say so */
+  if (check_sessions && sessions >= cfg->limit_sessions) return "sessions per principal";
+  if (check_subs && subscriptions + adds > cfg->limit_subscriptions)
+    return "subscriptions per principal";
+  return NULL;
+}
+
 /*
  * The right a request needs (auth.h): reads need AUTH_READ (mcpsub's own
  * metadata resources AUTH_ADMIN), subscribing AUTH_SUBSCRIBE, the write
@@ -421,6 +460,13 @@ static void mcp_post(worker_t *w, http_conn_t *c, http_request_t *req, const aut
   if (!has_init || batch) {
     s = mcp_require_session(w, c, req, p);
     if (s == NULL) goto done;
+  }
+  const char *over = mcp_over_limits(w, p, s, root, has_init && !batch);
+  if (over != NULL) {
+    limits_respond(w, c, over, 60);
+    goto done;
+  }
+  if (s != NULL) {
     worker_session_touch(w, s);
   } else if (http_request_header(req, "mcp-session-id") != NULL) {
     mcp_respond_error(c, 400, cJSON_GetObjectItemCaseSensitive(root, "id"), JSONRPC_INVALID_REQUEST,
@@ -483,6 +529,16 @@ static void mcp_get(worker_t *w, http_conn_t *c, http_request_t *req, const auth
   }
   session_t *s = mcp_require_session(w, c, req, p);
   if (s == NULL) return;
+  if (s->stream == NULL &&
+      w->cfg->limit_streams > 0) { /* a new GET of the same session supersedes */
+    int64_t open = 0;
+    for (const session_t *o = w->sessions.streams; o != NULL; o = o->stream_next)
+      open += strcmp(o->principal, p->id) == 0;
+    if (open >= w->cfg->limit_streams) {
+      limits_respond(w, c, "open streams per principal", 60);
+      return;
+    }
+  }
   worker_session_touch(w, s);
   /* Opening the stream frees the request: keep the id. */
   const char *header = http_request_header(req, "last-event-id");

@@ -225,6 +225,11 @@ static void worker_on_request(http_conn_t *c, http_request_t *req, void *data) {
   bool public = auth_path_is_public(p) || strcmp(p, "/status") == 0 || strcmp(p, "/metrics") == 0;
   auth_principal principal;
   if (!public && !auth_request(w, c, req, &principal)) return;
+  unsigned retry_after;
+  if (!public && !limits_take(&w->limits, &principal, (int64_t)uv_now(w->loop), &retry_after)) {
+    limits_respond(w, c, "request rate", retry_after);
+    return;
+  }
   subs_refresh_schema(w);
   if (strcmp(p, "/mcp") == 0) {
     if (w->draining && req->method == HTTP_GET) {
@@ -308,6 +313,7 @@ static void worker_sweep(uv_timer_t *t) {
   session_registry_foreach(&w->sessions, worker_sweep_session, &ctx);
   size_t evicted = ctx.evicted;
   subs_update_active(w); /* streams that ended since */
+  limits_sweep(&w->limits, (int64_t)uv_now(w->loop));
   int64_t pruned = 0;
   int rc = w->n_slots > 0
                ? store_session_prune_slot(w->store, now - idle, w->slot, w->n_slots, &pruned)
@@ -386,6 +392,7 @@ int worker_init(worker_t *w, uv_loop_t *loop, const config_t *cfg, unsigned slot
     w->store = NULL;
     return rc;
   }
+  limits_init(&w->limits, w);
   session_registry_init(&w->sessions, cfg->sse_retry_ms, NULL, NULL);
   http_server_options opts = {
       .max_header = cfg->max_header,
@@ -498,4 +505,5 @@ void worker_finish(worker_t *w) {
   store_close(w->store);
   w->store = NULL;
   auth_finish(&w->auth);
+  limits_finish(&w->limits);
 }

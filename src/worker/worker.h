@@ -18,6 +18,7 @@
 #include "common/store.h"
 #include "worker/auth.h"
 #include "worker/http.h"
+#include "worker/limits.h"
 #include "worker/session.h"
 #include "worker/sub_index.h"
 #include "worker/tailer.h"
@@ -31,6 +32,7 @@ typedef struct worker {
   store_t *store;
   http_server_t *http;
   auth_state auth; /* API keys; who may do what */
+  limits_t limits; /* per-principal limits */
   session_registry_t sessions;
   sub_index subs;          /* every subscription of every owner */
   tailer_t tailer;         /* the audit-log feed */
