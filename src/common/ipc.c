@@ -103,7 +103,7 @@ static int ipc_close_received_fds(struct msghdr *mh, int *first) {
 
 int ipc_packet_recv(int sock, ipc_header *h, char *payload, size_t cap, int *fd) {
   *fd = -1;
-  if (cap < IPC_CHUNK) return -EINVAL;
+  if (cap < IPC_CHUNK + 1) return -EINVAL; /* a full payload and its NUL */
   struct iovec iov[2] = {
       {.iov_base = h, .iov_len = sizeof *h},
       {.iov_base = payload, .iov_len = IPC_CHUNK},

@@ -92,7 +92,9 @@ const char *ipc_cmd_name(uint32_t cmd);
  */
 int ipc_packet_send(int sock, const ipc_header *h, const void *payload, int fd) MCPSUB_NODISCARD;
 /*
- * Receives one packet into h and payload (cap >= IPC_CHUNK). Returns 1 with
+ * Receives one packet into h and payload, which holds up to IPC_CHUNK
+ * bytes and a terminating NUL (cap >= IPC_CHUNK + 1; -EINVAL otherwise,
+ * before anything is read). Returns 1 with
  * a valid packet (*fd = the fd it carried, or -1), 0 on EOF, -EAGAIN when
  * nothing is waiting, -EBADMSG for a packet that was dropped (malformed,
  * unknown command, truncated, or an fd the command does not take: every fd

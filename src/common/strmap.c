@@ -1,27 +1,63 @@
 /*
- * String-keyed hash map (see strmap.h). FNV-1a hashing: the keys are URIs,
- * table names and record keys, short strings for which it is fast and
- * spreads well; nothing here is exposed to hash-flooding by an
- * unauthenticated peer because every key is first checked against the
- * schema or bounded in count per session.
+ * String-keyed hash map (see strmap.h). Some keys come from peers (record
+ * keys of subscribed URIs, session ids), so the bucket of a key must not
+ * be predictable: the hash is FNV-1a started from a per-process random
+ * basis and finished with a keyed 64-bit mixer (a second random key and
+ * the murmur3 finaliser), and buckets are taken from the mixed hash. Keys
+ * that collide for one process's keys do not for another's, so crafted
+ * keys cannot turn an index into a list. (A cryptographic keyed hash,
+ * SipHash, is what redis uses; OpenSSL offers it only through EVP_MAC,
+ * whose per-call setup costs more than the lookups it protects.)
  */
 #include "common/strmap.h"
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
 
 #include "common/mem.h"
+#include "common/session_id.h"
 
-size_t strmap_hash(const char *key, size_t len) {
-  uint64_t h = 1469598103934665603ULL;
+uint64_t strmap_hash_stable(const char *key, size_t len) {
+  uint64_t h = 14695981039346656037ULL; /* the FNV-1a 64 offset basis */
   for (size_t i = 0; i < len; i++) {
     h ^= (unsigned char)key[i];
     h *= 1099511628211ULL;
   }
+  return h;
+}
+
+static uint64_t strmap_keys[2];
+static bool strmap_keyed;
+
+/* The per-process keys, from the OS CSPRNG at first use (each process is its own exec). */
+static void strmap_key_once(void) {
+  if (strmap_keyed) return;
+  if (session_id_random((unsigned char *)strmap_keys, sizeof(strmap_keys)) != 0) {
+    /* No OS randomness at all: the process cannot mint session ids either. */
+    strmap_keys[0] = (uint64_t)(uintptr_t)&strmap_keys ^ 0x9e3779b97f4a7c15ULL;
+    strmap_keys[1] = strmap_keys[0] * 0xff51afd7ed558ccdULL;
+  }
+  strmap_keyed = true;
+}
+
+size_t strmap_hash(const char *key, size_t len) {
+  uint64_t h = 14695981039346656037ULL ^ strmap_keys[0];
+  for (size_t i = 0; i < len; i++) {
+    h ^= (unsigned char)key[i];
+    h *= 1099511628211ULL;
+  }
+  h ^= strmap_keys[1] ^ (uint64_t)len;
+  h ^= h >> 33;
+  h *= 0xff51afd7ed558ccdULL;
+  h ^= h >> 33;
+  h *= 0xc4ceb9fe1a85ec53ULL;
+  h ^= h >> 33;
   return (size_t)h;
 }
 
 void strmap_init(strmap *m) {
+  strmap_key_once();
   m->n_buckets = 16;
   m->buckets = mem_calloc(m->n_buckets, sizeof(*m->buckets));
   m->count = 0;

@@ -10,6 +10,7 @@
 #define MCPSUB_STRMAP_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 typedef struct strmap_entry {
   struct strmap_entry *next;
@@ -37,6 +38,14 @@ void *strmap_remove(strmap *m, const char *key, size_t len);
 /* Calls fn for each entry; fn must not modify the map. */
 void strmap_foreach(const strmap *m,
                     void (*fn)(const char *key, size_t len, void *value, void *data), void *data);
+/*
+ * The map's hash: keyed per process (a random key from the OS at first
+ * use), so that which keys share a bucket cannot be known outside the
+ * process. Not stable across processes: for identifiers that must be, use
+ * strmap_hash_stable.
+ */
 size_t strmap_hash(const char *key, size_t len);
+/* A fixed 64-bit FNV-1a hash: the same everywhere and always; never for indexing peer input. */
+uint64_t strmap_hash_stable(const char *key, size_t len);
 
 #endif

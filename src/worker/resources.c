@@ -35,7 +35,7 @@ static void add_version(cJSON *obj, int64_t version) {
 
 /* A metadata document's version: a hash of its text, so it moves exactly when the text does. */
 static int64_t text_version(const char *text) {
-  return (int64_t)(strmap_hash(text, strlen(text)) >> 12);
+  return (int64_t)(strmap_hash_stable(text, strlen(text)) >> 12); /* the same on every worker */
 }
 
 /* resources/list ------------------------------------------------------------- */

@@ -80,12 +80,7 @@ static void topic_unlink(sub_topic **head, sub_topic *t) {
 }
 
 uint64_t sub_topic_order(const char *uri) {
-  uint64_t h = 14695981039346656037ull;
-  for (const unsigned char *p = (const unsigned char *)uri; *p != '\0'; p++) {
-    h ^= *p;
-    h *= 1099511628211ull;
-  }
-  return h;
+  return strmap_hash_stable(uri, strlen(uri));
 }
 
 int sub_topic_compare(const void *a, const void *b) {

@@ -376,6 +376,8 @@ int subs_resolve(worker_t *w, const char *text, uri_t *u) {
   bool ok = t != NULL;
   for (size_t i = 0; ok && i < u->n_filters; i++)
     ok = store_column_index(t, u->filters[i].column) >= 0;
+  /* A record key is checked against its table: bounded, and canonical for an integer key. */
+  if (ok && u->kind == URI_RECORD && strlen(u->key) > SUBS_KEY_MAX) ok = false;
   if (ok && u->kind == URI_RECORD && t->key_integer) {
     /* The audit log spells integer keys canonically; so must the topic. */
     char *end;

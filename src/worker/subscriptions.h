@@ -15,6 +15,8 @@
 
 /* Largest number of distinct URIs a resumption replays from the audit log. */
 #define SUBS_RECOVER_MAX 1000
+/* Longest record key a subscribed URI may name (bytes, decoded), as the tools' keys. */
+#define SUBS_KEY_MAX 511
 
 void subs_init(worker_t *w);
 void subs_close(worker_t *w);

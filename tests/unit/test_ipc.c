@@ -342,7 +342,36 @@ static void test_channels(void) {
   free(m);
 }
 
+/*
+ * The payload buffer holds a full chunk and its NUL: exactly IPC_CHUNK + 1
+ * bytes take a full packet (ASan would see a write past it), and anything
+ * smaller is refused before the socket is read.
+ */
+static void test_full_chunk_bound(void) {
+  int sv[2];
+  make_pair(sv);
+  char *full = malloc(IPC_CHUNK);
+  memset(full, 'x', IPC_CHUNK);
+  ipc_header h = header(IPC_CONN, IPC_CHUNK, IPC_CHUNK, 0);
+  CHECK_INT_EQ(ipc_packet_send(sv[0], &h, full, -1), 0);
+  char *small = malloc(IPC_CHUNK);
+  ipc_header got;
+  int fd;
+  CHECK_INT_EQ(ipc_packet_recv(sv[1], &got, small, IPC_CHUNK, &fd), -EINVAL);
+  free(small);
+  char *payload = malloc(IPC_CHUNK + 1);
+  CHECK_INT_EQ(ipc_packet_recv(sv[1], &got, payload, IPC_CHUNK + 1, &fd), 1);
+  CHECK_INT_EQ(got.len, IPC_CHUNK);
+  CHECK(memcmp(payload, full, IPC_CHUNK) == 0);
+  CHECK_INT_EQ(payload[IPC_CHUNK], '\0');
+  free(payload);
+  free(full);
+  close(sv[0]);
+  close(sv[1]);
+}
+
 int main(void) {
+  RUN(test_full_chunk_bound);
   RUN(test_packet_with_fd);
   RUN(test_packet_rejects);
   RUN(test_assembler);

@@ -198,7 +198,62 @@ static void test_reuse_after_finish(void) {
   strmap_finish(&m);
 }
 
-int main(void) {
+/*
+ * Keys crafted to share a bucket under the unkeyed hash (all 400 with the
+ * same low 8 bits of FNV-1a) spread out under the map's keyed hash: no
+ * chain grows anywhere near their number.
+ */
+static void test_crafted_keys_spread(void) {
+  strmap m;
+  strmap_init(&m);
+  static char keys[400][32];
+  int n = 0;
+  for (unsigned i = 0; n < 400; i++) {
+    char k[32];
+    int len = snprintf(k, sizeof(k), "Product/k%u", i);
+    if ((strmap_hash_stable(k, (size_t)len) & 0xff) != 0x2a) continue;
+    memcpy(keys[n], k, (size_t)len + 1);
+    strmap_put(&m, keys[n], (size_t)len, keys[n]);
+    n++;
+  }
+  size_t longest = 0;
+  for (size_t b = 0; b < m.n_buckets; b++) {
+    size_t chain = 0;
+    for (strmap_entry *e = m.buckets[b]; e != NULL; e = e->next) chain++;
+    if (chain > longest) longest = chain;
+  }
+  CHECK_INT_EQ(m.count, 400);
+  if (longest > 12) fprintf(stderr, "longest chain %zu for 400 crafted keys\n", longest);
+  CHECK(longest <= 12);
+  for (int i = 0; i < n; i++) CHECK(strmap_get(&m, keys[i], strlen(keys[i])) == keys[i]);
+  strmap_finish(&m);
+}
+
+/* Another process keys its maps differently (each mcpsubd process is its own exec). */
+static void test_keyed_per_process(const char *self) {
+  char cmd[600], a[64] = "", b[64] = "";
+  snprintf(cmd, sizeof(cmd), "'%s' --print-hash", self);
+  for (int i = 0; i < 2; i++) {
+    FILE *f = popen(cmd, "r");
+    CHECK(f != NULL);
+    CHECK(fgets(i == 0 ? a : b, sizeof(a), f) != NULL);
+    CHECK(pclose(f) == 0);
+  }
+  CHECK(strcmp(a, b) != 0);
+  /* The stable hash is, on the other hand, the same for everyone. */
+  CHECK(strmap_hash_stable("abc", 3) == 0xe71fa2190541574bULL);
+}
+
+int main(int argc, char **argv) {
+  if (argc > 1 && strcmp(argv[1], "--print-hash") == 0) {
+    strmap m;
+    strmap_init(&m); /* keys the hash */
+    strmap_finish(&m);
+    printf("%zx\n", strmap_hash("same key", 8));
+    return 0;
+  }
+  RUN(test_crafted_keys_spread);
+  test_keyed_per_process(argv[0]);
   RUN(test_put_get_remove);
   RUN(test_replace);
   RUN(test_keys_copied);
