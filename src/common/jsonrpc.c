@@ -56,6 +56,25 @@ bool jsonrpc_depth_ok(const char *text, size_t len, int max_depth) {
   return true;
 }
 
+bool jsonrpc_strings_ok(const char *text, size_t len) {
+  bool in_string = false;
+  for (size_t i = 0; i < len; i++) {
+    char c = text[i];
+    if (c == '\0') return false;
+    if (!in_string) {
+      in_string = c == '"';
+      continue;
+    }
+    if (c == '"') {
+      in_string = false;
+    } else if (c == '\\' && i + 1 < len) {
+      if (text[i + 1] == 'u' && i + 5 < len && memcmp(text + i + 2, "0000", 4) == 0) return false;
+      i++; /* the escaped character, whatever it is */
+    }
+  }
+  return true;
+}
+
 /* True for a number with an integral value in the exactly representable range. */
 static bool jsonrpc_is_integer(const cJSON *item) {
   if (!cJSON_IsNumber(item)) return false;

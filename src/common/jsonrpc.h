@@ -32,6 +32,12 @@ typedef enum jsonrpc_kind {
  * never exceeds max_depth. Does not validate the JSON otherwise.
  */
 bool jsonrpc_depth_ok(const char *text, size_t len, int max_depth);
+/*
+ * False when a string in the JSON text holds U+0000 (the escape \u0000, or
+ * a raw NUL byte): cJSON's strings end at a NUL, so such a string (an id, a
+ * record value) would be read cut short. Callers refuse the message.
+ */
+bool jsonrpc_strings_ok(const char *text, size_t len);
 
 /*
  * Classifies one parsed message. On JSONRPC_INVALID, *why (if not NULL) is

@@ -633,6 +633,14 @@ static void master_conn_process(master_conn *c) {
     master_conn_fail(c, 431, NULL, true);
     return;
   }
+  if (c->pk.duplicate != NULL) {
+    /* Routing by one copy while a worker serves by another must not happen: refuse. */
+    char msg[96];
+    snprintf(msg, sizeof(msg), "Bad Request: more than one %s header", c->pk.duplicate);
+    c->pk.keep_alive = false;
+    master_conn_fail(c, 400, msg, true);
+    return;
+  }
   if (master_conn_own_request(c)) return;
   if (c->m->draining && c->answered == 0 && !c->rerouted) {
     master_conn_fail(c, 503, "server is stopping", true);

@@ -5,6 +5,8 @@
  */
 #include "master/peek.h"
 
+#include "common/http_fields.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -52,10 +54,15 @@ static void peek_request_line(const char *line, size_t n, peek_request *out) {
 }
 
 static void peek_header(const char *line, size_t n, peek_request *out, bool *conn_close,
-                        bool *conn_keep_alive) {
+                        bool *conn_keep_alive, unsigned *seen) {
   const char *colon = memchr(line, ':', n);
   if (colon == NULL) return;
   size_t nlen = (size_t)(colon - line);
+  int single = http_field_single_index(line, nlen);
+  if (single >= 0) {
+    if (*seen & (1u << single)) out->duplicate = http_field_single_name(single);
+    *seen |= 1u << single;
+  }
   const char *v = colon + 1;
   size_t vlen = n - nlen - 1;
   while (vlen > 0 && (*v == ' ' || *v == '\t')) v++, vlen--;
@@ -94,6 +101,7 @@ int peek_parse(const char *buf, size_t len, size_t max_header, peek_request *out
   out->head_len = end;
   out->http_minor = -1;
   bool conn_close = false, conn_keep_alive = false, first = true;
+  unsigned seen = 0; /* single-valued fields met so far */
   size_t pos = 0;
   while (pos < end) {
     const char *nl = memchr(buf + pos, '\n', end - pos);
@@ -104,7 +112,7 @@ int peek_parse(const char *buf, size_t len, size_t max_header, peek_request *out
       if (first)
         peek_request_line(buf + pos, n, out);
       else
-        peek_header(buf + pos, n, out, &conn_close, &conn_keep_alive);
+        peek_header(buf + pos, n, out, &conn_close, &conn_keep_alive, &seen);
       first = false;
     }
     pos = stop + 1;

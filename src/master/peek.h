@@ -30,7 +30,8 @@ typedef struct peek_request {
   char host[PEEK_MAX_FIELD];   /* Host value, "" when absent */
   char origin[PEEK_MAX_FIELD]; /* Origin value, "" when absent */
   bool has_origin;
-  bool oversized_field; /* Host or Origin longer than PEEK_MAX_FIELD: not looked at */
+  bool oversized_field;  /* Host or Origin longer than PEEK_MAX_FIELD: not looked at */
+  const char *duplicate; /* a single-valued field given twice (http_fields.h), or NULL */
 } peek_request;
 
 /*

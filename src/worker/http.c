@@ -25,6 +25,8 @@
  */
 #include "worker/http.h"
 
+#include "common/http_fields.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <llhttp.h>
@@ -754,6 +756,14 @@ static int conn_headers_done(http_conn_t *c) {
   const http_server_options *o = &c->srv->opts;
   llhttp_t *p = &c->parser;
   if (c->hdr_raw > o->max_header) return 431;
+  unsigned seen = 0; /* the same rule as the master's peek: one copy of each of these */
+  for (size_t i = 0; i < c->req.n_headers; i++) {
+    const char *name = c->req.headers[i].name;
+    int single = http_field_single_index(name, strlen(name));
+    if (single < 0) continue;
+    if (seen & (1u << single)) return 400;
+    seen |= 1u << single;
+  }
   if ((p->flags & F_CONTENT_LENGTH) && p->content_length > o->max_body) return 413;
   conn_timer_start(c, o->header_timeout_ms); /* now an inactivity bound on the body */
   bool has_body =

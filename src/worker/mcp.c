@@ -420,6 +420,12 @@ static void mcp_post(worker_t *w, http_conn_t *c, http_request_t *req, const aut
     mcp_respond_error(c, 400, NULL, JSONRPC_PARSE_ERROR, "Parse error: JSON nested too deeply");
     return;
   }
+  if (!jsonrpc_strings_ok(req->body, req->body_len)) {
+    /* An id with U+0000 could not be echoed exactly, a value not stored as sent. */
+    mcp_respond_error(c, 400, NULL, JSONRPC_INVALID_REQUEST,
+                      "Invalid Request: strings containing U+0000 are not supported");
+    return;
+  }
   cJSON *root = cJSON_ParseWithLength(req->body, req->body_len);
   if (root == NULL) {
     mcp_respond_error(c, 400, NULL, JSONRPC_PARSE_ERROR, "Parse error: invalid JSON");

@@ -8,6 +8,8 @@
  */
 #include "worker/rest.h"
 
+#include "common/jsonrpc.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -49,6 +51,10 @@ static void rest_send_record(worker_t *w, http_conn_t *c, int status, const stor
 }
 
 static cJSON *rest_parse_body(http_conn_t *c, const http_request_t *req) {
+  if (!jsonrpc_strings_ok(req->body, req->body_len)) {
+    worker_respond_error(c, 400, "strings containing U+0000 are not supported");
+    return NULL;
+  }
   cJSON *body = cJSON_ParseWithLength(req->body, req->body_len);
   if (body == NULL || !cJSON_IsObject(body)) {
     cJSON_Delete(body);

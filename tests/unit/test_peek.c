@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "common/mem.h"
 #include "master/peek.h"
 
 #define SID                                                                                        \
@@ -88,9 +89,31 @@ static void test_headers(void) {
   CHECK(pk.oversized_field);
 }
 
+/* A single-valued field twice (any case) is flagged; repeatable ones are not. */
+static void test_duplicates(void) {
+  peek_request pk;
+  CHECK_INT_EQ(
+      peek("POST /mcp HTTP/1.1\r\nMcp-Session-Id: " SID "\r\nmcp-session-id: " SID "\r\n\r\n", &pk),
+      0);
+  CHECK(pk.duplicate != NULL);
+  CHECK_STR_EQ(pk.duplicate, "mcp-session-id");
+  static const char *const fields[] = {"MCP-Protocol-Version: 2025-11-25", "Content-Length: 0",
+                                       "Host: a", "Authorization: Bearer x"};
+  for (size_t i = 0; i < ARRAY_LEN(fields); i++) {
+    char req[256];
+    snprintf(req, sizeof(req), "POST /mcp HTTP/1.1\r\n%s\r\n%s\r\n\r\n", fields[i], fields[i]);
+    CHECK_INT_EQ(peek(req, &pk), 0);
+    CHECK(pk.duplicate != NULL);
+  }
+  CHECK_INT_EQ(peek("GET / HTTP/1.1\r\nAccept: a\r\nAccept: b\r\nX-Y: 1\r\nx-y: 2\r\n\r\n", &pk),
+               0);
+  CHECK(pk.duplicate == NULL);
+}
+
 int main(void) {
   RUN(test_complete_or_not);
   RUN(test_bound);
   RUN(test_headers);
+  RUN(test_duplicates);
   return 0;
 }
