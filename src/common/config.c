@@ -357,6 +357,14 @@ static int config_set_worker_generation(config_t *cfg, const char *flag, const c
   return rc;
 }
 
+static int config_set_write_timeout(config_t *cfg, const char *flag, const char *value, char *err,
+                                    size_t errlen) {
+  uint64_t n;
+  int rc = config_parse_uint(flag, value, 1, 3600000, false, &n, err, errlen);
+  if (rc == 0) cfg->write_timeout_ms = n;
+  return rc;
+}
+
 static int config_set_path(const char **field, const char *flag, const char *value, char *err,
                            size_t errlen) {
   if (value[0] == '\0') return config_fail(err, errlen, "%s: empty value", flag);
@@ -507,6 +515,10 @@ static const config_flag config_flags[] = {
      config_set_drain_timeout},
     {"--control-socket", "PATH", "mcpsubd.sock beside --db",
      "unix socket of the control interface (mcpsubctl)", config_set_control_socket},
+    {"--write-timeout", "MS", "15000",
+     "how long a write may wait for a lock another process holds (a backup, a\n"
+     "batch job) before it fails with 503 and Retry-After; reads never wait",
+     config_set_write_timeout},
     {"--auth-keys", "FILE", "none",
      "API key file (written by mcpsubctl key add); every request then needs\n"
      "Authorization: Bearer KEY (or a JWT with --auth-jwks)",
@@ -571,6 +583,7 @@ void config_defaults(config_t *cfg) {
   cfg->strict_subscribe = false;
   cfg->max_wait_ms = 300000;
   cfg->workers = -1; /* resolved after parsing */
+  cfg->write_timeout_ms = 15000;
   cfg->limit_sessions = cfg->limit_subscriptions = cfg->limit_streams = -1; /* likewise */
   cfg->rate_limit = -1;
   cfg->rate_burst = -1;

@@ -50,6 +50,7 @@ typedef struct config {
   int workers;               /* --workers: worker processes; 0 = one process; default: CPUs */
   uint64_t drain_timeout_ms; /* --drain-timeout seconds: longest graceful stop, default 10 */
   const char *control_socket; /* --control-socket, default <directory of --db>/mcpsubd.sock */
+  uint64_t write_timeout_ms;  /* --write-timeout: how long a queued write may wait for a lock */
   const char *auth_keys;      /* --auth-keys FILE: API keys (mcpsubctl key ...), or NULL */
   const char *auth_jwks;      /* --auth-jwks FILE|URL: keys of the JWT issuer, or NULL */
   const char *auth_issuer;    /* --auth-issuer: the iss every JWT must carry, or NULL */

@@ -116,6 +116,7 @@ static int store_error(store_t *s, int rc, char *err, size_t errlen) {
   case SQLITE_LOCKED: return -EBUSY;
   case SQLITE_MISMATCH:
   case SQLITE_TOOBIG: return -EINVAL;
+  case SQLITE_FULL: return -ENOSPC; /* the caller says so, once per episode */
   default: log_warn("sqlite error", "code", sqlite3_errstr(rc), "error", msg); return -EIO;
   }
 }
@@ -955,6 +956,14 @@ static int store_connect(const char *path, int flags, bool readonly, store_t **o
   sqlite3_db_config(s->db, SQLITE_DBCONFIG_DQS_DML, 0, (int *)NULL);
   *out = s;
   return 0;
+}
+
+void store_set_busy_timeout(store_t *s, int ms) {
+  sqlite3_busy_timeout(s->db, ms);
+}
+
+void store_set_busy_handler(store_t *s, int (*fn)(void *data, int count), void *data) {
+  sqlite3_busy_handler(s->db, fn, data);
 }
 
 int store_open(const char *path, const char *schema_path, store_t **out, char *err, size_t errlen) {

@@ -11,6 +11,7 @@
  *   -EINVAL  bad input (unknown column, value of the wrong shape); *err says why
  *   -EEXIST  a constraint (UNIQUE, NOT NULL, CHECK...) refused the write; *err says which
  *   -EBUSY   the database stayed locked past the busy timeout
+ *   -ENOSPC  the database or the disk is full (SQLITE_FULL)
  *   -EIO     any other SQLite failure (logged)
  * Where a function takes `char *err, size_t errlen`, err may be NULL.
  */
@@ -57,6 +58,13 @@ int store_open(const char *path, const char *schema_path, store_t **out, char *e
 /* Opens read-only, for the CLI on a stopped server: no schema change, no triggers. */
 int store_open_readonly(const char *path, store_t **out, char *err, size_t errlen) MCPSUB_NODISCARD;
 void store_close(store_t *s); /* NULL is a no-op */
+/*
+ * How long a call waits for a lock another connection holds (ms; 0: not
+ * at all, -EBUSY at once). The default is STORE_BUSY_TIMEOUT_MS.
+ */
+void store_set_busy_timeout(store_t *s, int ms);
+/* Replaces the waiting with fn (SQLite's busy handler contract: non-zero to try again). */
+void store_set_busy_handler(store_t *s, int (*fn)(void *data, int count), void *data);
 
 /*
  * Cheap when nothing changed (one PRAGMA schema_version). When the schema

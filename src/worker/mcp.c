@@ -83,10 +83,9 @@ static cJSON *mcp_initialize(mcp_call *call) {
       json_text_or_null(cJSON_GetObjectItemCaseSensitive(call->params, "capabilities"));
   row.subscriptions = (char *)"[]";
   row.principal = (char *)call->principal->id;
-  int rc = store_session_insert(w->store, &row);
+  writer_session_insert(w->writer, &row); /* the row follows on the writer, in order */
   cJSON_free(row.client_info);
   cJSON_free(row.client_capabilities);
-  if (rc != 0) return mcp_call_fail(call, JSONRPC_INTERNAL_ERROR, "cannot store the session");
   call->created = session_registry_add(&w->sessions, row.id, version, now);
   session_set_principal(call->created, call->principal->id);
   memcpy(call->created->credential, call->principal->credential, sizeof(call->created->credential));
@@ -116,8 +115,7 @@ static cJSON *mcp_set_level(mcp_call *call) {
                          "logging/setLevel requires params.level, one of debug, info, notice, "
                          "warning, error, critical, alert, emergency");
   call->session->log_level = parsed;
-  if (store_session_set_log_level(call->w->store, call->session->id, level->valuestring) != 0)
-    log_warn("cannot store the session log level", "session", call->session->id);
+  writer_session_set_log_level(call->w->writer, call->session->id, level->valuestring);
   return cJSON_CreateObject();
 }
 

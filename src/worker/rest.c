@@ -28,9 +28,61 @@ static void rest_store_error(http_conn_t *c, int rc, const char *err) {
   case -ENOENT: worker_respond_error(c, 404, "no such record"); break;
   case -EINVAL: worker_respond_error(c, 400, err[0] != '\0' ? err : "invalid request"); break;
   case -EEXIST: worker_respond_error(c, 409, err[0] != '\0' ? err : "constraint violated"); break;
-  case -EBUSY: worker_respond_error(c, 503, "database busy"); break;
+  case -EBUSY: {
+    /* Another process held the database locked past --write-timeout (or a read met a lock). */
+    cJSON *body = cJSON_CreateObject();
+    cJSON_AddStringToObject(body, "error", "database busy: another process holds it locked; retry");
+    http_header h = {"Retry-After", "1"};
+    worker_respond_json(c, 503, body, &h, 1);
+    cJSON_Delete(body);
+    break;
+  }
+  case -ENOSPC:
+    worker_respond_error(c, 507, "insufficient storage: the database or the disk is full");
+    break;
   default: worker_respond_error(c, 500, "database error"); break;
   }
+}
+
+/* A REST write on the writer: answered from its completion. */
+typedef struct rest_write {
+  writer_record rec;
+  worker_t *w;
+  http_conn_t *c;
+  bool post; /* 201 with Location */
+} rest_write;
+
+static void rest_send_record(worker_t *w, http_conn_t *c, int status, const store_table *t,
+                             const char *key, const char *location);
+
+static void rest_write_done(writer_job *j) {
+  rest_write *r = (rest_write *)j;
+  const store_table *t = store_find_table(r->w->store, r->rec.table);
+  if (j->rc != 0) {
+    rest_store_error(r->c, j->rc, r->rec.err);
+  } else if (r->rec.is_delete) {
+    http_respond(r->c, 204, NULL, 0, NULL, 0);
+  } else if (t == NULL) {
+    worker_respond_error(r->c, 500, "the table is gone");
+  } else if (r->post) {
+    char *location = uri_format_record("", t->name, r->rec.out_key);
+    rest_send_record(r->w, r->c, 201, t, r->rec.out_key, location);
+    free(location);
+  } else {
+    rest_send_record(r->w, r->c, r->rec.created ? 201 : 200, t, r->rec.key, NULL);
+  }
+  writer_record_free(&r->rec);
+}
+
+/* Queues a write of t (body taken; NULL for a delete); the request is answered when it is done. */
+static void rest_write_submit(worker_t *w, http_conn_t *c, const store_table *t, const char *key,
+                              cJSON *body, store_write_mode mode, bool is_delete, bool post) {
+  rest_write *r = (rest_write *)writer_record_create(sizeof(rest_write), t->name, key, body, mode,
+                                                     is_delete, rest_write_done);
+  r->w = w;
+  r->c = c;
+  r->post = post;
+  writer_submit(w->writer, &r->rec.job, w->cfg->write_timeout_ms);
 }
 
 /* Sends the record (as stored now) with its version as ETag. */
@@ -106,53 +158,23 @@ static void rest_collection_post(worker_t *w, http_conn_t *c, const http_request
                                  const store_table *t) {
   cJSON *body = rest_parse_body(c, req);
   if (body == NULL) return;
-  char err[256] = "";
-  char *key = NULL;
-  int rc = store_write(w->store, t, NULL, body, STORE_WRITE_INSERT, &key, NULL, err, sizeof(err));
-  cJSON_Delete(body);
-  if (rc != 0) {
-    rest_store_error(c, rc, err);
-    return;
-  }
-  subs_after_write(w);
-  char *location = uri_format_record("", t->name, key);
-  rest_send_record(w, c, 201, t, key, location);
-  free(location);
-  free(key);
+  rest_write_submit(w, c, t, NULL, body, STORE_WRITE_INSERT, false, true);
 }
 
 static void rest_record(worker_t *w, http_conn_t *c, const http_request_t *req,
                         const store_table *t, const char *key) {
-  char err[256] = "";
-  int rc;
   switch (req->method) {
   case HTTP_GET: rest_send_record(w, c, 200, t, key, NULL); return;
   case HTTP_PUT:
   case HTTP_PATCH: {
     cJSON *body = rest_parse_body(c, req);
     if (body == NULL) return;
-    bool created = false;
-    rc = store_write(w->store, t, key, body,
-                     req->method == HTTP_PUT ? STORE_WRITE_REPLACE : STORE_WRITE_PATCH, NULL,
-                     &created, err, sizeof(err));
-    cJSON_Delete(body);
-    if (rc != 0) {
-      rest_store_error(c, rc, err);
-      return;
-    }
-    subs_after_write(w);
-    rest_send_record(w, c, created ? 201 : 200, t, key, NULL);
+    rest_write_submit(w, c, t, key, body,
+                      req->method == HTTP_PUT ? STORE_WRITE_REPLACE : STORE_WRITE_PATCH, false,
+                      false);
     return;
   }
-  case HTTP_DELETE:
-    rc = store_delete(w->store, t, key);
-    if (rc != 0) {
-      rest_store_error(c, rc, "");
-      return;
-    }
-    subs_after_write(w);
-    http_respond(c, 204, NULL, 0, NULL, 0);
-    return;
+  case HTTP_DELETE: rest_write_submit(w, c, t, key, NULL, STORE_WRITE_PATCH, true, false); return;
   default: worker_respond_not_allowed(c, "GET, PUT, PATCH, DELETE");
   }
 }

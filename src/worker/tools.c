@@ -67,7 +67,8 @@ static cJSON *tool_store_error(int rc, const char *err, const store_table *t, co
   case -ENOENT: return tool_error("no record %s/%s", t->name, key);
   case -EINVAL:
   case -EEXIST: return tool_error("%s", err[0] != '\0' ? err : "invalid record");
-  case -EBUSY: return tool_error("the database is busy; retry");
+  case -EBUSY: return tool_error("the database is busy (another process holds it locked); retry");
+  case -ENOSPC: return tool_error("insufficient storage: the database or the disk is full");
   default: return tool_error("database error: %s", err[0] != '\0' ? err : "unknown");
   }
 }
@@ -162,40 +163,93 @@ static cJSON *tool_query_records(mcp_call *call, tool_args *a) {
   return tools_result_json(out);
 }
 
+/* The answer of a record write: put_record's {created, record}, or delete_record's {deleted}. */
+static cJSON *tool_write_result(worker_t *w, const writer_record *r, const char *session_id) {
+  const store_table *t = store_find_table(w->store, r->table);
+  if (r->job.rc != 0 || t == NULL)
+    return tool_store_error(t == NULL && r->job.rc == 0 ? -EIO : r->job.rc, r->err,
+                            t != NULL ? t : &(store_table){.name = r->table}, r->key);
+  cJSON *out = cJSON_CreateObject();
+  if (r->is_delete) {
+    cJSON_AddTrueToObject(out, "deleted");
+    return tools_result_json(out);
+  }
+  cJSON *row = NULL;
+  int64_t version = 0;
+  int rc = store_get_record(w->store, t, r->key, &row, &version);
+  if (rc != 0) {
+    cJSON_Delete(out);
+    return tool_store_error(rc, "", t, r->key);
+  }
+  session_t *s = session_id != NULL && session_id[0] != '\0'
+                     ? session_registry_find(&w->sessions, session_id, strlen(session_id))
+                     : NULL;
+  if (s != NULL) {
+    char note[600];
+    snprintf(note, sizeof(note), "put_record %s %s/%s", r->created ? "inserted" : "replaced",
+             t->name, r->key);
+    session_log(s, SESSION_LOG_INFO, "mcpsub.tools", note);
+  }
+  cJSON_AddBoolToObject(out, "created", r->created);
+  cJSON_AddItemToObject(out, "record", row);
+  return tools_result_json(out);
+}
+
+/* A tool's write on the writer: the pending call is answered from its completion. */
+typedef struct tool_write_job {
+  writer_record rec;
+  worker_t *w;
+  http_conn_t *c;
+  cJSON *id;
+  char session_id[SESSION_ID_LEN + 1];
+} tool_write_job;
+
+static void tool_write_done(writer_job *j) {
+  tool_write_job *tw = (tool_write_job *)j;
+  mcp_answer(tw->c, tw->id, tool_write_result(tw->w, &tw->rec, tw->session_id), 0, NULL);
+  cJSON_Delete(tw->id);
+  writer_record_free(&tw->rec);
+}
+
+/*
+ * Writes a record for a tool: on the writer, the call answered when it is
+ * done; inside a batch (nothing can wait there) at once on the loop's
+ * connection, which does not wait for a lock (-EBUSY instead).
+ */
+static cJSON *tool_write(mcp_call *call, tool_args *a, cJSON *record, bool is_delete) {
+  worker_t *w = call->w;
+  if (call->conn == NULL) {
+    writer_record r = {.table = (char *)a->table->name, .key = a->key, .is_delete = is_delete};
+    r.job.rc = is_delete ? store_delete(w->store, a->table, a->key)
+                         : store_write(w->store, a->table, a->key, record, STORE_WRITE_REPLACE,
+                                       NULL, &r.created, r.err, sizeof(r.err));
+    cJSON_Delete(record);
+    if (r.job.rc == 0) subs_after_write(w);
+    return tool_write_result(w, &r, call->session != NULL ? call->session->id : NULL);
+  }
+  tool_write_job *tw =
+      (tool_write_job *)writer_record_create(sizeof(tool_write_job), a->table->name, a->key, record,
+                                             STORE_WRITE_REPLACE, is_delete, tool_write_done);
+  tw->w = w;
+  tw->c = call->conn;
+  tw->id = cJSON_Duplicate(call->id, true);
+  if (call->session != NULL)
+    snprintf(tw->session_id, sizeof(tw->session_id), "%s", call->session->id);
+  writer_submit(w->writer, &tw->rec.job, w->cfg->write_timeout_ms);
+  call->pending = true;
+  return NULL;
+}
+
 static cJSON *tool_put_record(mcp_call *call, tool_args *a) {
   const cJSON *record = cJSON_GetObjectItemCaseSensitive(a->args, "record");
   if (!cJSON_IsObject(record))
     return mcp_call_fail(call, JSONRPC_INVALID_PARAMS,
                          "put_record requires arguments.record (an object)");
-  char err[256] = "";
-  bool created = false;
-  int rc = store_write(call->w->store, a->table, a->key, record, STORE_WRITE_REPLACE, NULL,
-                       &created, err, sizeof(err));
-  if (rc != 0) return tool_store_error(rc, err, a->table, a->key);
-  subs_after_write(call->w);
-  cJSON *row = NULL;
-  int64_t version = 0;
-  rc = store_get_record(call->w->store, a->table, a->key, &row, &version);
-  if (rc != 0) return tool_store_error(rc, "", a->table, a->key);
-  if (call->session != NULL) {
-    char note[600];
-    snprintf(note, sizeof(note), "put_record %s %s/%s", created ? "inserted" : "replaced",
-             a->table->name, a->key);
-    session_log(call->session, SESSION_LOG_INFO, "mcpsub.tools", note);
-  }
-  cJSON *out = cJSON_CreateObject();
-  cJSON_AddBoolToObject(out, "created", created);
-  cJSON_AddItemToObject(out, "record", row);
-  return tools_result_json(out);
+  return tool_write(call, a, cJSON_Duplicate(record, true), false);
 }
 
 static cJSON *tool_delete_record(mcp_call *call, tool_args *a) {
-  int rc = store_delete(call->w->store, a->table, a->key);
-  if (rc != 0) return tool_store_error(rc, "", a->table, a->key);
-  subs_after_write(call->w);
-  cJSON *out = cJSON_CreateObject();
-  cJSON_AddTrueToObject(out, "deleted");
-  return tools_result_json(out);
+  return tool_write(call, a, NULL, true);
 }
 
 static cJSON *tool_wait_and_read(mcp_call *call, tool_args *a) {

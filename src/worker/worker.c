@@ -259,8 +259,8 @@ static void worker_on_request(http_conn_t *c, http_request_t *req, void *data) {
 /* Writes last_seen to the row when it is a quarter idle-timeout newer. */
 static void worker_session_persist_seen(worker_t *w, session_t *s) {
   if (s->last_seen_ms - s->persisted_seen_ms < (int64_t)(w->cfg->idle_timeout_ms / 4)) return;
-  if (store_session_touch(w->store, s->id, s->last_seen_ms) == 0)
-    s->persisted_seen_ms = s->last_seen_ms;
+  writer_session_touch(w->writer, s->id, s->last_seen_ms);
+  s->persisted_seen_ms = s->last_seen_ms;
 }
 
 void worker_session_touch(worker_t *w, session_t *s) {
@@ -275,9 +275,7 @@ void worker_session_touch(worker_t *w, session_t *s) {
 
 void worker_session_end(worker_t *w, session_t *s) {
   subs_session_drop(w, s);
-  if (store_session_delete(w->store, s->id) != 0) {
-    /* Already gone (another process ended it): nothing durable to remove. */
-  }
+  writer_session_delete(w->writer, s->id);
   session_registry_remove(&w->sessions, s);
 }
 
@@ -300,8 +298,8 @@ static void worker_sweep_session(session_t *s, void *data) {
   } else if (s->last_seen_ms != s->persisted_seen_ms &&
              ctx->now - s->persisted_seen_ms >= idle / 2) {
     /* Rows older than the idle timeout are pruned below: refresh in time. */
-    if (store_session_touch(w->store, s->id, s->last_seen_ms) == 0)
-      s->persisted_seen_ms = s->last_seen_ms;
+    writer_session_touch(w->writer, s->id, s->last_seen_ms);
+    s->persisted_seen_ms = s->last_seen_ms;
   }
 }
 
@@ -314,30 +312,20 @@ static void worker_sweep(uv_timer_t *t) {
   size_t evicted = ctx.evicted;
   subs_update_active(w); /* streams that ended since */
   limits_sweep(&w->limits, (int64_t)uv_now(w->loop));
-  int64_t pruned = 0;
-  int rc = w->n_slots > 0
-               ? store_session_prune_slot(w->store, now - idle, w->slot, w->n_slots, &pruned)
-               : store_session_prune(w->store, now - idle, &pruned);
-  if (rc != 0) log_warn("session prune failed");
-  if (evicted > 0 || pruned > 0) {
-    char a[32], b[32];
+  if (evicted > 0) {
+    char a[32];
     snprintf(a, sizeof(a), "%zu", evicted);
-    snprintf(b, sizeof(b), "%lld", (long long)pruned);
-    log_info("idle sessions ended", "live", a, "rows", b);
+    log_info("idle sessions ended", "live", a);
   }
-  /* Under a master one worker (slot 0) applies retention for all: one writer, not N. */
-  if (now - w->last_audit_prune_ms >= 60000 && (w->n_slots == 0 || w->slot == 0)) {
-    w->last_audit_prune_ms = now;
-    int64_t deleted = 0;
-    if (store_audit_prune(w->store, w->cfg->audit_retain_rows, w->cfg->audit_retain_ms, now,
-                          &deleted) != 0) {
-      log_warn("audit retention failed");
-    } else if (deleted > 0) {
-      char d[32];
-      snprintf(d, sizeof(d), "%lld", (long long)deleted);
-      log_info("audit log pruned", "rows", d);
-    }
-  }
+  /*
+   * Rows of sessions gone idle (also of processes that died), and retention
+   * (one worker, slot 0, applies it for all: one writer, not N), after the
+   * touches above, on the writer.
+   */
+  bool retain = now - w->last_audit_prune_ms >= 60000 && (w->n_slots == 0 || w->slot == 0);
+  if (retain) w->last_audit_prune_ms = now;
+  writer_sweep(w->writer, now - idle, w->slot, w->n_slots, retain, w->cfg->audit_retain_rows,
+               w->cfg->audit_retain_ms, now);
 }
 
 static void worker_keepalive(uv_timer_t *t) {
@@ -387,11 +375,15 @@ int worker_init(worker_t *w, uv_loop_t *loop, const config_t *cfg, unsigned slot
   int rc = store_open(cfg->db_path, cfg->schema_path, &w->store, err, errlen);
   if (rc != 0) return rc;
   rc = auth_init(&w->auth, w, err, errlen);
+  if (rc == 0) rc = writer_start(w, &w->writer, err, errlen);
   if (rc != 0) {
+    auth_finish(&w->auth);
     store_close(w->store);
     w->store = NULL;
     return rc;
   }
+  /* The loop's connection never waits for a lock: its writes are the writer's. */
+  store_set_busy_timeout(w->store, 0);
   limits_init(&w->limits, w);
   session_registry_init(&w->sessions, cfg->sse_retry_ms, NULL, NULL);
   http_server_options opts = {
@@ -488,6 +480,7 @@ void worker_shutdown(worker_t *w) {
   uv_close((uv_handle_t *)&w->keepalive_timer, NULL);
   uv_timer_stop(&w->auth_timer);
   uv_close((uv_handle_t *)&w->auth_timer, NULL);
+  writer_stop(w->writer); /* queued writes finish (or fail at their deadline) and are answered */
   uv_close((uv_handle_t *)&w->sighup, NULL);
   http_server_close(w->http, NULL, NULL);
 }
@@ -504,6 +497,8 @@ void worker_finish(worker_t *w) {
   subs_finish(w);
   store_close(w->store);
   w->store = NULL;
+  writer_destroy(w->writer);
+  w->writer = NULL;
   auth_finish(&w->auth);
   limits_finish(&w->limits);
 }

@@ -22,6 +22,7 @@
 #include "worker/session.h"
 #include "worker/sub_index.h"
 #include "worker/tailer.h"
+#include "worker/writer.h"
 
 typedef struct waiter waiter_t;
 typedef struct coalesce_entry coalesce_entry;
@@ -29,7 +30,8 @@ typedef struct coalesce_entry coalesce_entry;
 typedef struct worker {
   uv_loop_t *loop;
   const config_t *cfg;
-  store_t *store;
+  store_t *store;   /* the loop's connection: reads (and writes that must not wait) */
+  writer_t *writer; /* every other write, on its own thread and connection */
   http_server_t *http;
   auth_state auth; /* API keys; who may do what */
   limits_t limits; /* per-principal limits */

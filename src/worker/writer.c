@@ -1,0 +1,344 @@
+/*
+ * The worker's writer thread (see writer.h). The queue and the completion
+ * list are guarded by one mutex; the thread sleeps on a condition variable
+ * when there is nothing to do, and wakes the loop with uv_async_send when
+ * something completed. While a job meets a lock, the connection's busy
+ * handler sleeps in short steps on this thread, never on the loop, until
+ * the job's deadline.
+ *
+ * A full disk (SQLITE_FULL) is logged once when it starts and once when
+ * writes succeed again, not once per request.
+ */
+#include "worker/writer.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/log.h"
+#include "worker/subscriptions.h"
+#include "worker/worker.h"
+
+struct writer {
+  worker_t *w;
+  uv_thread_t thread;
+  uv_mutex_t lock;
+  uv_cond_t wake;
+  uv_async_t async;
+  writer_job *queue_head, *queue_tail; /* waiting for the thread */
+  writer_job *done_head, *done_tail;   /* done by the thread, for the loop */
+  size_t pending;                      /* queued or running or done-not-delivered */
+  bool stopping;
+  bool thread_running;
+  uint64_t deadline; /* of the job running now (busy handler) */
+  store_t *store;    /* the thread's own */
+  char open_err[256];
+  int open_rc;
+  bool disk_full; /* loop side: an episode of SQLITE_FULL is going on */
+};
+
+static void writer_push(writer_job **head, writer_job **tail, writer_job *j) {
+  j->next = NULL;
+  if (*tail != NULL)
+    (*tail)->next = j;
+  else
+    *head = j;
+  *tail = j;
+}
+
+static writer_job *writer_pop(writer_job **head, writer_job **tail) {
+  writer_job *j = *head;
+  if (j == NULL) return NULL;
+  *head = j->next;
+  if (*head == NULL) *tail = NULL;
+  j->next = NULL;
+  return j;
+}
+
+/* SQLite's busy handler on the writer's connection: wait in steps until the job's deadline. */
+static int writer_busy(void *data, int count) {
+  writer_t *wr = data;
+  uint64_t now = uv_hrtime();
+  if (now >= wr->deadline) return 0; /* give up: SQLITE_BUSY */
+  uint64_t step = 5 * 1000 * 1000;   /* 5 ms */
+  if (wr->deadline - now < step) step = wr->deadline - now;
+  struct timespec ts = {0, (long)step};
+  nanosleep(&ts, NULL);
+  return 1;
+}
+
+static void writer_thread(void *arg) {
+  writer_t *wr = arg;
+  uv_mutex_lock(&wr->lock);
+  for (;;) {
+    while (wr->queue_head == NULL && !wr->stopping) uv_cond_wait(&wr->wake, &wr->lock);
+    writer_job *j = writer_pop(&wr->queue_head, &wr->queue_tail);
+    if (j == NULL) break; /* stopping, and nothing left */
+    wr->deadline = j->deadline;
+    uv_mutex_unlock(&wr->lock);
+    j->rc = wr->store != NULL ? j->run(j, wr->store) : -EIO;
+    uv_mutex_lock(&wr->lock);
+    writer_push(&wr->done_head, &wr->done_tail, j);
+    uv_async_send(&wr->async);
+  }
+  uv_mutex_unlock(&wr->lock);
+}
+
+/* The loop's side: completions, in queue order. */
+static void writer_on_async(uv_async_t *h) {
+  writer_t *wr = h->data;
+  uv_mutex_lock(&wr->lock);
+  writer_job *list = wr->done_head;
+  wr->done_head = wr->done_tail = NULL;
+  uv_mutex_unlock(&wr->lock);
+  bool committed = false;
+  while (list != NULL) {
+    writer_job *j = list;
+    list = j->next;
+    if (j->rc == 0 && j->app_write) committed = true;
+    if (j->app_write && j->rc == -ENOSPC && !wr->disk_full) {
+      wr->disk_full = true;
+      log_warn("database or disk is full: writes fail (507) until space is freed");
+    } else if (j->app_write && j->rc == 0 && wr->disk_full) {
+      wr->disk_full = false;
+      log_info("writes succeed again after the disk was full");
+    }
+    uv_mutex_lock(&wr->lock);
+    wr->pending--;
+    uv_mutex_unlock(&wr->lock);
+    j->done(j);
+  }
+  /* Once per batch of completions: the tailer reads them, other workers are told. */
+  if (committed) subs_after_write(wr->w);
+}
+
+int writer_start(worker_t *w, writer_t **out, char *err, size_t errlen) {
+  writer_t *wr = mem_calloc(1, sizeof(*wr));
+  wr->w = w;
+  *out = NULL;
+  /* The connection is opened here, before the loop runs: it may wait for a lock at start. */
+  int rc = store_open(w->cfg->db_path, NULL, &wr->store, err, errlen);
+  if (rc != 0) {
+    free(wr);
+    return rc;
+  }
+  store_set_busy_handler(wr->store, writer_busy, wr);
+  if (uv_mutex_init(&wr->lock) != 0 || uv_cond_init(&wr->wake) != 0) abort();
+  rc = uv_async_init(w->loop, &wr->async, writer_on_async);
+  if (rc != 0) abort(); /* only on exhausted fds at start */
+  wr->async.data = wr;
+  rc = uv_thread_create(&wr->thread, writer_thread, wr);
+  if (rc != 0) {
+    snprintf(err, errlen, "cannot start the writer thread: %s", uv_strerror(rc));
+    abort(); /* nothing sensible to serve without one */
+  }
+  wr->thread_running = true;
+  *out = wr;
+  return 0;
+}
+
+void writer_submit(writer_t *wr, writer_job *j, uint64_t timeout_ms) {
+  j->deadline = uv_hrtime() + timeout_ms * 1000000ull;
+  uv_mutex_lock(&wr->lock);
+  wr->pending++;
+  writer_push(&wr->queue_head, &wr->queue_tail, j);
+  uv_cond_signal(&wr->wake);
+  uv_mutex_unlock(&wr->lock);
+}
+
+size_t writer_pending(const writer_t *wr) {
+  uv_mutex_lock((uv_mutex_t *)&wr->lock);
+  size_t n = wr->pending;
+  uv_mutex_unlock((uv_mutex_t *)&wr->lock);
+  return n;
+}
+
+void writer_stop(writer_t *wr) {
+  if (wr == NULL || !wr->thread_running) return;
+  uv_mutex_lock(&wr->lock);
+  wr->stopping = true;
+  uv_cond_signal(&wr->wake);
+  uv_mutex_unlock(&wr->lock);
+  uv_thread_join(&wr->thread);
+  wr->thread_running = false;
+  writer_on_async(&wr->async); /* the completions the thread left */
+  uv_close((uv_handle_t *)&wr->async, NULL);
+}
+
+void writer_destroy(writer_t *wr) {
+  if (wr == NULL) return;
+  store_close(wr->store);
+  uv_cond_destroy(&wr->wake);
+  uv_mutex_destroy(&wr->lock);
+  free(wr);
+}
+
+/* Record writes ---------------------------------------------------------------- */
+
+static int writer_record_run(writer_job *j, store_t *s) {
+  writer_record *r = (writer_record *)j;
+  if (store_refresh_schema(s, NULL) != 0) {
+    /* A failed check keeps the tables known before; the write says what it meets. */
+  }
+  const store_table *t = store_find_table(s, r->table);
+  if (t == NULL) {
+    snprintf(r->err, sizeof(r->err), "no table %s", r->table);
+    return -EINVAL;
+  }
+  if (r->is_delete) return store_delete(s, t, r->key);
+  return store_write(s, t, r->key, r->record, r->mode, &r->out_key, &r->created, r->err,
+                     sizeof(r->err));
+}
+
+writer_record *writer_record_create(size_t size, const char *table, const char *key, cJSON *record,
+                                    store_write_mode mode, bool is_delete,
+                                    void (*done)(writer_job *j)) {
+  writer_record *r = mem_calloc(1, size);
+  r->job.run = writer_record_run;
+  r->job.done = done;
+  r->job.app_write = true;
+  r->table = mem_strdup(table);
+  r->key = key != NULL ? mem_strdup(key) : NULL;
+  r->record = record;
+  r->mode = mode;
+  r->is_delete = is_delete;
+  return r;
+}
+
+void writer_record_free(writer_record *r) {
+  if (r == NULL) return;
+  free(r->table);
+  free(r->key);
+  free(r->out_key);
+  cJSON_Delete(r->record);
+  free(r);
+}
+
+/* Session rows and retention ------------------------------------------------------ */
+
+typedef enum session_op {
+  SESSION_INSERT,
+  SESSION_TOUCH,
+  SESSION_LOG_LEVEL,
+  SESSION_SUBSCRIPTIONS,
+  SESSION_DELETE,
+  SESSION_SWEEP,
+} session_op;
+
+typedef struct writer_session_job {
+  writer_job job;
+  session_op op;
+  store_session row; /* INSERT: every field; others: id (and the one value) */
+  char *text;        /* log level or subscriptions */
+  int64_t number;    /* last_seen, or the sweep's before_ms */
+  unsigned slot, n_slots;
+  bool retain;
+  int64_t retain_rows, retain_ms, now_ms;
+  int64_t pruned, audit_deleted;
+} writer_session_job;
+
+static int writer_session_run(writer_job *j, store_t *s) {
+  writer_session_job *sj = (writer_session_job *)j;
+  const char *id = sj->row.id;
+  switch (sj->op) {
+  case SESSION_INSERT: return store_session_insert(s, &sj->row);
+  case SESSION_TOUCH: return store_session_touch(s, id, sj->number);
+  case SESSION_LOG_LEVEL: return store_session_set_log_level(s, id, sj->text);
+  case SESSION_SUBSCRIPTIONS: return store_session_set_subscriptions(s, id, sj->text);
+  case SESSION_DELETE: {
+    int rc = store_session_delete(s, id);
+    return rc == -ENOENT ? 0 : rc; /* already gone: nothing durable to remove */
+  }
+  case SESSION_SWEEP: {
+    int rc = sj->n_slots > 0
+                 ? store_session_prune_slot(s, sj->number, sj->slot, sj->n_slots, &sj->pruned)
+                 : store_session_prune(s, sj->number, &sj->pruned);
+    if (rc == 0 && sj->retain)
+      rc = store_audit_prune(s, sj->retain_rows, sj->retain_ms, sj->now_ms, &sj->audit_deleted);
+    return rc;
+  }
+  }
+  return -EINVAL;
+}
+
+static void writer_session_done(writer_job *j) {
+  writer_session_job *sj = (writer_session_job *)j;
+  static const char *const names[] = {"insert",        "touch",  "log level",
+                                      "subscriptions", "delete", "sweep"};
+  if (j->rc != 0) {
+    log_warn("session row not written", "op", names[sj->op], "session", sj->row.id, "error",
+             strerror(-j->rc));
+  } else if (sj->op == SESSION_SWEEP && (sj->pruned > 0 || sj->audit_deleted > 0)) {
+    char a[32], b[32];
+    snprintf(a, sizeof(a), "%lld", (long long)sj->pruned);
+    snprintf(b, sizeof(b), "%lld", (long long)sj->audit_deleted);
+    log_info("sweep", "session_rows", a, "audit_rows", b);
+  }
+  free(sj->text);
+  store_session_finish(&sj->row);
+  free(sj);
+}
+
+static writer_session_job *writer_session_job_create(session_op op, const char *id) {
+  writer_session_job *sj = mem_calloc(1, sizeof(*sj));
+  sj->job.run = writer_session_run;
+  sj->job.done = writer_session_done;
+  sj->op = op;
+  if (id != NULL) snprintf(sj->row.id, sizeof(sj->row.id), "%s", id);
+  return sj;
+}
+
+static void writer_session_submit(writer_t *wr, writer_session_job *sj) {
+  writer_submit(wr, &sj->job, wr->w->cfg->write_timeout_ms);
+}
+
+static char *dup_or_null(const char *s) {
+  return s != NULL ? mem_strdup(s) : NULL;
+}
+
+void writer_session_insert(writer_t *wr, const store_session *row) {
+  writer_session_job *sj = writer_session_job_create(SESSION_INSERT, NULL);
+  sj->row = *row;
+  sj->row.client_info = dup_or_null(row->client_info);
+  sj->row.client_capabilities = dup_or_null(row->client_capabilities);
+  sj->row.log_level = dup_or_null(row->log_level);
+  sj->row.subscriptions = dup_or_null(row->subscriptions);
+  sj->row.principal = dup_or_null(row->principal);
+  writer_session_submit(wr, sj);
+}
+
+void writer_session_touch(writer_t *wr, const char *id, int64_t last_seen) {
+  writer_session_job *sj = writer_session_job_create(SESSION_TOUCH, id);
+  sj->number = last_seen;
+  writer_session_submit(wr, sj);
+}
+
+void writer_session_set_log_level(writer_t *wr, const char *id, const char *level) {
+  writer_session_job *sj = writer_session_job_create(SESSION_LOG_LEVEL, id);
+  sj->text = mem_strdup(level);
+  writer_session_submit(wr, sj);
+}
+
+void writer_session_set_subscriptions(writer_t *wr, const char *id, const char *json) {
+  writer_session_job *sj = writer_session_job_create(SESSION_SUBSCRIPTIONS, id);
+  sj->text = mem_strdup(json);
+  writer_session_submit(wr, sj);
+}
+
+void writer_session_delete(writer_t *wr, const char *id) {
+  writer_session_submit(wr, writer_session_job_create(SESSION_DELETE, id));
+}
+
+void writer_sweep(writer_t *wr, int64_t before_ms, unsigned slot, unsigned n_slots, bool retain,
+                  int64_t retain_rows, int64_t retain_ms, int64_t now_ms) {
+  writer_session_job *sj = writer_session_job_create(SESSION_SWEEP, NULL);
+  sj->number = before_ms;
+  sj->slot = slot;
+  sj->n_slots = n_slots;
+  sj->retain = retain;
+  sj->retain_rows = retain_rows;
+  sj->retain_ms = retain_ms;
+  sj->now_ms = now_ms;
+  writer_session_submit(wr, sj);
+}

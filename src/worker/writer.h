@@ -1,0 +1,98 @@
+/*
+ * The worker's writer: one thread with its own SQLite connection that
+ * makes every write the worker makes (application rows from REST and the
+ * tools, session rows, audit retention), in the order they were queued.
+ * The loop never waits on a database lock: its own connection only reads,
+ * with no busy timeout, while a writer that meets a lock held by another
+ * process (a backup, a batch job, the sqlite3 CLI) waits on its thread,
+ * until the job's deadline (--write-timeout). Completions come back to the
+ * loop through a uv_async and run there, in queue order.
+ *
+ * A job is a struct the caller allocates with a writer_job first; run is
+ * called on the writer thread with the writer's store, done on the loop
+ * (which frees the job). A job must not touch loop state in run.
+ */
+#ifndef MCPSUB_WRITER_H
+#define MCPSUB_WRITER_H
+
+#include <cjson/cJSON.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "common/mem.h"
+#include "common/store.h"
+
+typedef struct worker worker_t;
+typedef struct writer writer_t;
+typedef struct writer_job writer_job;
+
+struct writer_job {
+  int (*run)(writer_job *j, store_t *s); /* writer thread: 0 or -errno (store.h's codes) */
+  void (*done)(writer_job *j);           /* loop: sees j->rc; frees j */
+  int rc;
+  bool app_write;    /* commits application rows: the feed is woken after it */
+  uint64_t deadline; /* uv_hrtime() past which a lock is not waited for */
+  writer_job *next;
+};
+
+/*
+ * Starts the writer of w: its thread opens its own connection to the
+ * database. 0, or -errno with a message in err.
+ */
+int writer_start(worker_t *w, writer_t **out, char *err, size_t errlen) MCPSUB_NODISCARD;
+/*
+ * Queues j, to be given up (-EBUSY) when the database stays locked for
+ * timeout_ms from now. Takes ownership of j: done runs exactly once.
+ */
+void writer_submit(writer_t *wr, writer_job *j, uint64_t timeout_ms);
+/* Jobs queued and not yet done. */
+size_t writer_pending(const writer_t *wr);
+/*
+ * Runs what is queued (each job until its deadline), stops the thread and
+ * runs the last completions; the handle closes with the loop. NULL is a
+ * no-op.
+ */
+void writer_stop(writer_t *wr);
+/* Frees the writer after the loop closed its handle. NULL is a no-op. */
+void writer_destroy(writer_t *wr);
+
+/* A write of one record, the job the REST API and the tools share. ------ */
+
+typedef struct writer_record {
+  writer_job job;
+  char *table;   /* table name (resolved on the writer's connection) */
+  char *key;     /* NULL for an insert with a generated key */
+  cJSON *record; /* the row (owned); NULL for a delete */
+  store_write_mode mode;
+  bool is_delete;
+  /* results */
+  char *out_key; /* the written row's key (new string) */
+  bool created;
+  char err[256];
+} writer_record;
+
+/*
+ * A record write job (zeroed, run set); done is the caller's. table and key
+ * are copied; record is taken. Free with writer_record_free from done.
+ */
+writer_record *writer_record_create(size_t size, const char *table, const char *key, cJSON *record,
+                                    store_write_mode mode, bool is_delete,
+                                    void (*done)(writer_job *j));
+void writer_record_free(writer_record *r);
+
+/*
+ * Session-row and retention writes: queued, their failures logged; nothing
+ * waits for them. Copies its arguments.
+ */
+void writer_session_insert(writer_t *wr, const store_session *row);
+void writer_session_touch(writer_t *wr, const char *id, int64_t last_seen);
+void writer_session_set_log_level(writer_t *wr, const char *id, const char *level);
+void writer_session_set_subscriptions(writer_t *wr, const char *id, const char *json);
+void writer_session_delete(writer_t *wr, const char *id);
+/* The sweep: prunes session rows (of this slot when n_slots > 0) and, when retain, the audit log.
+ */
+void writer_sweep(writer_t *wr, int64_t before_ms, unsigned slot, unsigned n_slots, bool retain,
+                  int64_t retain_rows, int64_t retain_ms, int64_t now_ms);
+
+#endif

@@ -1,0 +1,129 @@
+// Another process holds the database's write lock (the sqlite3 CLI in
+// BEGIN IMMEDIATE, as a backup or a batch job would): reads, the health
+// check, MCP reads and open streams keep answering at once, on every
+// worker; the writes that arrive meanwhile wait off the loop, then succeed
+// in the order they came, and subscribers hear of them and of the other
+// process's commit, each once. A write that waits past --write-timeout
+// fails with 503 and Retry-After and changes nothing.
+
+import test, { after } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+
+import { startServer } from './lib/server.mjs';
+import { McpSession } from './lib/mcp.mjs';
+import { request } from './lib/raw.mjs';
+import { sqliteRows } from './lib/sqlite.mjs';
+import { EventStream } from './lib/sse.mjs';
+import { product } from './lib/subs.mjs';
+import { sleep, waitFor } from './lib/wait.mjs';
+
+const servers = [];
+after(async () => {
+  for (const s of servers) await s.kill();
+});
+
+/*
+ * Runs the sqlite3 CLI holding the write lock for holdMs: BEGIN IMMEDIATE,
+ * an insert, a pause, COMMIT. Resolves { locked, done } once the lock is
+ * held (locked) and when the process has committed and exited (done).
+ */
+function holdLock(db, holdMs, sql) {
+  const child = spawn('sqlite3', ['-batch', '-bail', db], { stdio: ['pipe', 'pipe', 'pipe'] });
+  let out = '';
+  child.stdout.on('data', (d) => (out += d));
+  child.stderr.on('data', (d) => (out += d));
+  const done = new Promise((resolve, reject) => {
+    child.on('exit', (code) => (code === 0 ? resolve() : reject(new Error(`sqlite3 exited ${code}: ${out}`))));
+  });
+  child.stdin.write(`BEGIN IMMEDIATE;\n${sql}\nSELECT 'locked';\n.shell sleep ${holdMs / 1000}\nCOMMIT;\n`);
+  child.stdin.end();
+  const locked = waitFor(() => out.includes('locked'), { timeoutMs: 5000, message: 'the lock to be held' });
+  return { locked, done };
+}
+
+async function timed(fn) {
+  const t0 = Date.now();
+  const value = await fn();
+  return { value, ms: Date.now() - t0 };
+}
+
+const json = { 'Content-Type': 'application/json' };
+
+test('a lock held by another process: reads, health and streams stay fast; queued writes then succeed in order', async () => {
+  const srv = await startServer({ args: ['--workers', '2', '--sse-keepalive', '1', '--write-timeout', '20000'] });
+  servers.push(srv);
+  const s = await McpSession.open(srv.port);
+  assert.deepEqual(await s.result('resources/subscribe', { uri: `${srv.base}/Product` }), {});
+  assert.deepEqual(await s.result('resources/subscribe', { uri: `${srv.base}/StockEvent` }), {});
+  const st = await EventStream.open(srv.port, s.id);
+  await st.waitPrimed();
+
+  const HOLD = 3000;
+  const lock = holdLock(srv.dbPath, HOLD, "INSERT INTO StockEvent (id, sku, delta) VALUES (9001, 'A-100', 1);");
+  await lock.locked;
+  const t0 = Date.now();
+  // Writes arrive while the lock is held, in a known order (each sent before the next).
+  const writes = [];
+  for (let i = 0; i < 5; i++) {
+    writes.push(request(srv.port, { method: 'PUT', path: `/Product/L-${i}`, headers: json, body: JSON.stringify(product(`L-${i}`)), timeoutMs: 30000 }));
+    await sleep(30);
+  }
+  const tool = s.call('tools/call', { name: 'put_record', arguments: { table: 'Product', key: 'L-5', record: product('L-5') } });
+  // Meanwhile, on both workers (fresh connections land on either): reads and health at once.
+  for (let i = 0; i < 4; i++) {
+    const r = await timed(() => request(srv.port, { path: '/Product/A-100' }));
+    assert.equal(r.value.status, 200);
+    assert.ok(r.ms < 1000, `GET took ${r.ms} ms under the lock`);
+    const h = await timed(() => request(srv.port, { path: '/healthz' }));
+    assert.equal(h.value.status, 200);
+    assert.ok(h.ms < 1000, `/healthz took ${h.ms} ms under the lock`);
+  }
+  const read = await timed(() => s.result('resources/read', { uri: `${srv.base}/Product/B-200` }));
+  assert.ok(read.ms < 1000, `resources/read took ${read.ms} ms under the lock`);
+  // The stream is alive: keepalives keep coming while the lock is held.
+  const kept = st.comments.length;
+  await sleep(1500);
+  assert.ok(st.comments.length > kept, 'keepalives stopped while the lock was held');
+  assert.ok(Date.now() - t0 < HOLD, 'all of this happened while the lock was held');
+
+  await lock.done;
+  const answers = await Promise.all(writes);
+  for (const a of answers) assert.equal(a.status, 201, a.text);
+  const toolAnswer = await tool;
+  assert.ok(!toolAnswer.result.isError, JSON.stringify(toolAnswer));
+  assert.ok(Date.now() - t0 >= HOLD - 200, 'the writes waited for the lock');
+  // In the order they came.
+  const seqs = sqliteRows(srv.dbPath, "SELECT key, seq FROM audit_log WHERE tbl = 'Product' AND key LIKE 'L-%' ORDER BY seq").map((r) => r.key);
+  assert.deepEqual(seqs, ['L-0', 'L-1', 'L-2', 'L-3', 'L-4', 'L-5']);
+  // Subscribers hear of every one of them, and of the other process's commit, once each.
+  const want = [...[0, 1, 2, 3, 4, 5].map((i) => `${srv.base}/Product/L-${i}`), `${srv.base}/StockEvent/9001`];
+  await st.waitUntil((x) => want.every((u) => x.updates().some((e) => e.json.params.uri === u)), { timeoutMs: 5000, what: 'every change' });
+  const uris = st.updates().map((e) => e.json.params.uri);
+  for (const u of want) assert.equal(uris.filter((x) => x === u).length, 1, `${u}: ${st.describe()}`);
+  st.close();
+  await s.delete();
+  await srv.stop();
+});
+
+test('a write that waits past --write-timeout fails with 503 and Retry-After, and changes nothing', async () => {
+  const srv = await startServer({ args: ['--workers', '0', '--write-timeout', '300'] });
+  servers.push(srv);
+  const lock = holdLock(srv.dbPath, 1500, 'SELECT 1;');
+  await lock.locked;
+  const res = await request(srv.port, { method: 'PATCH', path: '/Product/A-100', headers: json, body: '{"price_cents": 1}', timeoutMs: 10000 });
+  assert.equal(res.status, 503, res.text);
+  assert.equal(res.headers['retry-after'], '1');
+  const s = await McpSession.open(srv.port);
+  const t = await s.result('tools/call', { name: 'delete_record', arguments: { table: 'Product', key: 'A-100' } });
+  assert.equal(t.isError, true);
+  assert.match(t.content[0].text, /busy/);
+  await lock.done;
+  const row = await request(srv.port, { path: '/Product/A-100' });
+  assert.equal(row.status, 200, 'the record is still there');
+  assert.notEqual(row.json().price_cents, 1);
+  // And once the lock is gone, writes go through again.
+  assert.equal((await request(srv.port, { method: 'PATCH', path: '/Product/A-100', headers: json, body: '{"price_cents": 2}' })).status, 200);
+  await s.delete();
+  await srv.stop();
+});
