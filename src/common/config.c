@@ -357,6 +357,22 @@ static int config_set_worker_generation(config_t *cfg, const char *flag, const c
   return rc;
 }
 
+static int config_set_max_connections(config_t *cfg, const char *flag, const char *value, char *err,
+                                      size_t errlen) {
+  uint64_t n;
+  int rc = config_parse_uint(flag, value, 0, 10000000, false, &n, err, errlen);
+  if (rc == 0) cfg->max_connections = (size_t)n;
+  return rc;
+}
+
+static int config_set_max_per_address(config_t *cfg, const char *flag, const char *value, char *err,
+                                      size_t errlen) {
+  uint64_t n;
+  int rc = config_parse_uint(flag, value, 0, 10000000, false, &n, err, errlen);
+  if (rc == 0) cfg->max_connections_per_address = (size_t)n;
+  return rc;
+}
+
 static int config_set_write_timeout(config_t *cfg, const char *flag, const char *value, char *err,
                                     size_t errlen) {
   uint64_t n;
@@ -515,6 +531,12 @@ static const config_flag config_flags[] = {
      config_set_drain_timeout},
     {"--control-socket", "PATH", "mcpsubd.sock beside --db",
      "unix socket of the control interface (mcpsubctl)", config_set_control_socket},
+    {"--max-connections", "N", "100000",
+     "open TCP connections in all (each worker takes its share); over it a new\n"
+     "connection gets a short 503 and is closed; 0 = no bound",
+     config_set_max_connections},
+    {"--max-connections-per-address", "N", "0 (no bound)",
+     "open TCP connections from one client address, in each worker", config_set_max_per_address},
     {"--write-timeout", "MS", "15000",
      "how long a write may wait for a lock another process holds (a backup, a\n"
      "batch job) before it fails with 503 and Retry-After; reads never wait",
@@ -584,6 +606,7 @@ void config_defaults(config_t *cfg) {
   cfg->max_wait_ms = 300000;
   cfg->workers = -1; /* resolved after parsing */
   cfg->write_timeout_ms = 15000;
+  cfg->max_connections = 100000;
   cfg->limit_sessions = cfg->limit_subscriptions = cfg->limit_streams = -1; /* likewise */
   cfg->rate_limit = -1;
   cfg->rate_burst = -1;

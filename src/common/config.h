@@ -50,13 +50,15 @@ typedef struct config {
   int workers;               /* --workers: worker processes; 0 = one process; default: CPUs */
   uint64_t drain_timeout_ms; /* --drain-timeout seconds: longest graceful stop, default 10 */
   const char *control_socket; /* --control-socket, default <directory of --db>/mcpsubd.sock */
-  uint64_t write_timeout_ms;  /* --write-timeout: how long a queued write may wait for a lock */
-  const char *auth_keys;      /* --auth-keys FILE: API keys (mcpsubctl key ...), or NULL */
-  const char *auth_jwks;      /* --auth-jwks FILE|URL: keys of the JWT issuer, or NULL */
-  const char *auth_issuer;    /* --auth-issuer: the iss every JWT must carry, or NULL */
-  char auth_audience[520];    /* --auth-audience, default {public-url}/mcp */
-  bool allow_anonymous;       /* --allow-anonymous: serve a non-loopback address without auth */
-  const char *policy_path;    /* --policy FILE: roles, grants and row scopes, or NULL */
+  size_t max_connections;     /* --max-connections: open TCP connections in all, 0 = none */
+  size_t max_connections_per_address; /* --max-connections-per-address, 0 = none */
+  uint64_t write_timeout_ms; /* --write-timeout: how long a queued write may wait for a lock */
+  const char *auth_keys;     /* --auth-keys FILE: API keys (mcpsubctl key ...), or NULL */
+  const char *auth_jwks;     /* --auth-jwks FILE|URL: keys of the JWT issuer, or NULL */
+  const char *auth_issuer;   /* --auth-issuer: the iss every JWT must carry, or NULL */
+  char auth_audience[520];   /* --auth-audience, default {public-url}/mcp */
+  bool allow_anonymous;      /* --allow-anonymous: serve a non-loopback address without auth */
+  const char *policy_path;   /* --policy FILE: roles, grants and row scopes, or NULL */
   /* Per principal; 0 = no limit. Defaults: off without authentication, bounded with it. */
   int64_t limit_sessions;            /* --limit-sessions */
   int64_t limit_subscriptions;       /* --limit-subscriptions */

@@ -87,6 +87,14 @@ static uint64_t stats_frames_dropped(const worker_stats *w, const slot_stats *sl
   return w->frames_dropped;
 }
 
+static uint64_t stats_connections_refused(const worker_stats *w, const slot_stats *slot) {
+  return w->connections_refused;
+}
+
+static uint64_t stats_requests_refused(const worker_stats *w, const slot_stats *slot) {
+  return w->requests_refused;
+}
+
 static uint64_t stats_restarts(const worker_stats *w, const slot_stats *slot) {
   return slot != NULL ? slot->restarts : 0;
 }
@@ -118,6 +126,12 @@ static const stats_metric stats_metrics[] = {
     {"mcpsub_notifications_dropped_total",
      "Frames that left a replay ring before any stream took them.", STATS_COUNTER, STATS_TOTAL_SUM,
      stats_frames_dropped},
+    {"mcpsub_connections_refused_total",
+     "Connections answered 503 and closed over --max-connections (total or per address).",
+     STATS_COUNTER, STATS_TOTAL_SUM, stats_connections_refused},
+    {"mcpsub_requests_refused_total",
+     "Requests refused for their credentials or limits (401, 403, 429).", STATS_COUNTER,
+     STATS_TOTAL_SUM, stats_requests_refused},
     {"mcpsub_worker_restarts_total", "Times the master restarted the slot's worker.", STATS_COUNTER,
      STATS_TOTAL_SUM, stats_restarts},
 };

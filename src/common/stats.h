@@ -19,20 +19,22 @@ typedef struct worker_stats {
   uint32_t generation; /* restarts of this slot so far */
   int32_t pid;
   uint32_t reserved;
-  int64_t started_ms;       /* Unix ms */
-  uint64_t sessions;        /* live sessions */
-  uint64_t streams;         /* open SSE streams */
-  uint64_t subscriptions;   /* live subscriptions (sessions and waiters) */
-  uint64_t waiters;         /* pending wait_and_read calls */
-  uint64_t connections;     /* open HTTP connections */
-  uint64_t queued_bytes;    /* bytes queued on SSE streams, not yet taken by the kernel */
-  uint64_t requests;        /* HTTP requests served */
-  uint64_t notifications;   /* resource-update frames formatted */
-  uint64_t frames_sent;     /* SSE frames written to streams */
-  uint64_t frames_replayed; /* frames sent again on resumption (ring or audit log) */
-  uint64_t frames_dropped;  /* frames that left a ring before any stream took them */
-  int64_t audit_position;   /* last audit seq the tailer handed on */
-  int64_t audit_head;       /* newest audit seq when the report was made */
+  int64_t started_ms;           /* Unix ms */
+  uint64_t sessions;            /* live sessions */
+  uint64_t streams;             /* open SSE streams */
+  uint64_t subscriptions;       /* live subscriptions (sessions and waiters) */
+  uint64_t waiters;             /* pending wait_and_read calls */
+  uint64_t connections;         /* open HTTP connections */
+  uint64_t queued_bytes;        /* bytes queued on SSE streams, not yet taken by the kernel */
+  uint64_t requests;            /* HTTP requests served */
+  uint64_t notifications;       /* resource-update frames formatted */
+  uint64_t frames_sent;         /* SSE frames written to streams */
+  uint64_t frames_replayed;     /* frames sent again on resumption (ring or audit log) */
+  uint64_t frames_dropped;      /* frames that left a ring before any stream took them */
+  int64_t audit_position;       /* last audit seq the tailer handed on */
+  int64_t audit_head;           /* newest audit seq when the report was made */
+  uint64_t connections_refused; /* connections closed with 503 over --max-connections */
+  uint64_t requests_refused;    /* 401, 403 and 429 answers */
 } worker_stats;
 
 /* Master-side facts about a slot, beside the worker's own report. */

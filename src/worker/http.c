@@ -40,6 +40,7 @@
 
 #include "common/buf.h"
 #include "common/log.h"
+#include "common/strmap.h"
 
 /* One read from the socket; also the step the input buffer grows by. */
 #define HTTP_READ_CHUNK ((size_t)64 * 1024)
@@ -72,9 +73,10 @@ enum conn_pause {
 
 struct http_conn {
   http_server_t *srv;
-  http_conn_t *prev, *next;  /* the server's list of connections */
-  http_conn_t *pending_next; /* the server's deferred-work lists */
-  bool pending;              /* on one of them */
+  char address[INET6_ADDRSTRLEN]; /* the peer's address, counted in srv->per_address; "" if not */
+  http_conn_t *prev, *next;       /* the server's list of connections */
+  http_conn_t *pending_next;      /* the server's deferred-work lists */
+  bool pending;                   /* on one of them */
 
   uv_tcp_t tcp;
   uv_timer_t timer; /* header, body, keep-alive, drain and linger timeouts */
@@ -132,6 +134,8 @@ struct http_server {
 
   http_conn_t *conns;
   size_t n_conns;
+  strmap per_address;   /* client address -> open connections (as a uintptr_t) */
+  uint64_t refused;     /* over max_connections / max_per_address */
   http_conn_t *pending; /* deferred work for the next idle callback */
   http_conn_t *running; /* what the idle callback has not reached yet */
 
@@ -298,6 +302,14 @@ static void conn_free(http_conn_t *c) {
     srv->conns = c->next;
   if (c->next) c->next->prev = c->prev;
   srv->n_conns--;
+  if (c->address[0] != '\0') {
+    size_t len = strlen(c->address);
+    uintptr_t n = (uintptr_t)strmap_get(&srv->per_address, c->address, len);
+    if (n <= 1)
+      strmap_remove(&srv->per_address, c->address, len);
+    else
+      strmap_put(&srv->per_address, c->address, len, (void *)(n - 1));
+  }
   free(c);
   server_check_done(srv);
 }
@@ -1005,8 +1017,46 @@ static http_conn_t *conn_create(http_server_t *srv) {
 
 /* Starts reading and the header timeout (which runs from connect). 0, or
  * -errno with c already closing (it owns its socket either way). */
+/*
+ * Counts c against the connection bounds. false (after a short 503 and a
+ * close) when it passes one: the peer learns why instead of a silent reset.
+ */
+static bool conn_admit(http_conn_t *c) {
+  http_server_t *srv = c->srv;
+  const http_server_options *o = &srv->opts;
+  if (o->max_per_address > 0) {
+    struct sockaddr_storage ss;
+    int len = (int)sizeof ss;
+    if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&ss, &len) == 0) {
+      if (ss.ss_family == AF_INET)
+        uv_ip4_name((const struct sockaddr_in *)&ss, c->address, sizeof c->address);
+      else if (ss.ss_family == AF_INET6)
+        uv_ip6_name((const struct sockaddr_in6 *)&ss, c->address, sizeof c->address);
+    }
+  }
+  size_t alen = strlen(c->address);
+  uintptr_t from_here = alen > 0 ? (uintptr_t)strmap_get(&srv->per_address, c->address, alen) : 0;
+  bool over = (o->max_connections > 0 && srv->n_conns > o->max_connections) ||
+              (o->max_per_address > 0 && alen > 0 && from_here >= o->max_per_address);
+  if (!over) {
+    if (alen > 0) strmap_put(&srv->per_address, c->address, alen, (void *)(from_here + 1));
+    return true;
+  }
+  c->address[0] = '\0'; /* not counted */
+  srv->refused++;
+  static const char busy[] =
+      "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+      "Content-Length: 32\r\nRetry-After: 1\r\nConnection: close\r\n\r\n"
+      "{\"error\":\"too many connections\"}";
+  uv_buf_t b = uv_buf_init((char *)busy, sizeof(busy) - 1);
+  (void)uv_try_write((uv_stream_t *)&c->tcp, &b, 1); /* best effort: a fresh socket has room */
+  conn_close_now(c);
+  return false;
+}
+
 static int conn_start(http_conn_t *c) MCPSUB_NODISCARD;
 static int conn_start(http_conn_t *c) {
+  if (!(c->adopt_flags & HTTP_ADOPT_REROUTED) && !conn_admit(c)) return UV_EBUSY;
   (void)uv_tcp_nodelay(&c->tcp, 1); /* best effort: a latency tweak */
   conn_begin_request(c);
   int r = uv_read_start((uv_stream_t *)&c->tcp, conn_on_alloc, conn_on_read);
@@ -1031,7 +1081,8 @@ static void server_on_connection(uv_stream_t *listener, int status) {
     conn_close_now(c);
     return;
   }
-  if (conn_start(c) < 0) log_warn("http: cannot read from an accepted connection");
+  int r = conn_start(c);
+  if (r < 0 && r != UV_EBUSY) log_warn("http: cannot read from an accepted connection");
 }
 
 /* ---- server API -------------------------------------------------------- */
@@ -1041,6 +1092,7 @@ http_server_t *http_server_create(uv_loop_t *loop, const http_server_options *op
   http_server_t *srv = mem_calloc(1, sizeof *srv);
   srv->loop = loop;
   if (opts) srv->opts = *opts;
+  strmap_init(&srv->per_address);
   if (srv->opts.max_header == 0) srv->opts.max_header = HTTP_DEFAULT_MAX_HEADER;
   if (srv->opts.max_body == 0) srv->opts.max_body = HTTP_DEFAULT_MAX_BODY;
   if (srv->opts.header_timeout_ms == 0)
@@ -1213,7 +1265,13 @@ unsigned http_conn_request_flags(const http_conn_t *c) {
 }
 
 void http_server_destroy(http_server_t *srv) {
+  if (srv == NULL) return;
+  strmap_finish(&srv->per_address);
   free(srv);
+}
+
+uint64_t http_server_refused(const http_server_t *srv) {
+  return srv ? srv->refused : 0;
 }
 
 size_t http_server_connections(const http_server_t *srv) {

@@ -63,6 +63,8 @@ typedef struct http_server_options {
   uint64_t header_timeout_ms; /* from first byte of a request (or connect) to end of headers */
   uint64_t keepalive_idle_ms; /* an idle kept-alive connection is closed after this (0 = never) */
   size_t max_stream_queue;    /* queued bytes allowed on a stream before it is cut */
+  size_t max_connections;     /* open connections (0 = no bound): over it, a short 503 and close */
+  size_t max_per_address;     /* open connections from one client address (0 = no bound) */
 } http_server_options;
 
 /* Creates a server on loop; cb is called once per complete request. */
@@ -101,6 +103,8 @@ void http_server_close(http_server_t *srv, void (*done)(void *data), void *data)
 void http_server_destroy(http_server_t *srv);
 /* Number of open connections. */
 size_t http_server_connections(const http_server_t *srv);
+/* Connections refused (503) for passing max_connections or max_per_address. */
+uint64_t http_server_refused(const http_server_t *srv);
 /* The port the listener is bound to (useful after listening on port 0), or -errno. */
 int http_server_port(const http_server_t *srv);
 

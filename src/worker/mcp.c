@@ -60,6 +60,37 @@ static char *json_text_or_null(const cJSON *item) {
   return cJSON_IsObject(item) ? cJSON_PrintUnformatted(item) : NULL;
 }
 
+/* An initialize waiting for its session row: answered once the row is written. */
+typedef struct mcp_init_wait {
+  worker_t *w;
+  http_conn_t *c;
+  cJSON *id;
+  cJSON *result;
+  char session[SESSION_ID_LEN + 1];
+} mcp_init_wait;
+
+static void mcp_initialize_stored(int rc, void *data) {
+  mcp_init_wait *iw = data;
+  worker_t *w = iw->w;
+  session_t *s = session_registry_find(&w->sessions, iw->session, strlen(iw->session));
+  if (rc == 0 && s != NULL) {
+    cJSON *msg = jsonrpc_result(iw->id, iw->result);
+    http_header h = {"Mcp-Session-Id", iw->session};
+    worker_respond_json(iw->c, 200, msg, &h, 1);
+    cJSON_Delete(msg);
+    log_info("session created", "session", iw->session, "protocol", s->protocol_version);
+  } else {
+    /* Without its row the session could not be restored, nor pruned: it never was. */
+    if (s != NULL) worker_session_end(w, s);
+    cJSON_Delete(iw->result);
+    mcp_answer(iw->c, iw->id, NULL, JSONRPC_INTERNAL_ERROR,
+               rc == -EBUSY ? "cannot store the session: the database is busy; retry"
+                            : "cannot store the session");
+  }
+  cJSON_Delete(iw->id);
+  free(iw);
+}
+
 static cJSON *mcp_initialize(mcp_call *call) {
   worker_t *w = call->w;
   const cJSON *requested = cJSON_GetObjectItemCaseSensitive(call->params, "protocolVersion");
@@ -83,9 +114,7 @@ static cJSON *mcp_initialize(mcp_call *call) {
       json_text_or_null(cJSON_GetObjectItemCaseSensitive(call->params, "capabilities"));
   row.subscriptions = (char *)"[]";
   row.principal = (char *)call->principal->id;
-  writer_session_insert(w->writer, &row); /* the row follows on the writer, in order */
-  cJSON_free(row.client_info);
-  cJSON_free(row.client_capabilities);
+  mcp_init_wait *iw = mem_calloc(1, sizeof(*iw));
   call->created = session_registry_add(&w->sessions, row.id, version, now);
   session_set_principal(call->created, call->principal->id);
   memcpy(call->created->credential, call->principal->credential, sizeof(call->created->credential));
@@ -100,7 +129,17 @@ static cJSON *mcp_initialize(mcp_call *call) {
   cJSON_AddStringToObject(result, "instructions",
                           "Database tables as MCP resources. Read a record, a collection or a "
                           "filtered collection; the tools query and write records.");
-  return result;
+  /* Answered when the row is durable: the session id is usable on any worker from then on. */
+  iw->w = w;
+  iw->c = call->conn;
+  iw->id = cJSON_Duplicate(call->id, true);
+  iw->result = result;
+  snprintf(iw->session, sizeof(iw->session), "%s", row.id);
+  writer_session_insert_then(w->writer, &row, mcp_initialize_stored, iw);
+  cJSON_free(row.client_info);
+  cJSON_free(row.client_capabilities);
+  call->pending = true;
+  return NULL;
 }
 
 static cJSON *mcp_ping(mcp_call *call) {
@@ -509,10 +548,6 @@ static void mcp_post(worker_t *w, http_conn_t *c, http_request_t *req, const aut
     /* The handler holds the request and answers it later. */
   } else if (reply == NULL) {
     http_respond(c, 202, NULL, 0, NULL, 0);
-  } else if (created != NULL) {
-    http_header h = {"Mcp-Session-Id", created->id};
-    worker_respond_json(c, 200, reply, &h, 1);
-    log_info("session created", "session", created->id, "protocol", created->protocol_version);
   } else {
     worker_respond_json(c, invalid ? 400 : 200, reply, NULL, 0);
   }

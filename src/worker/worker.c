@@ -171,6 +171,8 @@ void worker_stats_collect(worker_t *w, worker_stats *st) {
   st->subscriptions = w->subs.n_subs;
   st->waiters = w->n_waiters;
   st->connections = http_server_connections(w->http);
+  st->connections_refused = http_server_refused(w->http);
+  st->requests_refused = w->auth.denied + w->limits.refused;
   for (session_t *s = w->sessions.streams; s != NULL; s = s->stream_next)
     st->queued_bytes += http_conn_queued(s->stream);
   st->requests = w->requests;
@@ -392,6 +394,12 @@ int worker_init(worker_t *w, uv_loop_t *loop, const config_t *cfg, unsigned slot
       .header_timeout_ms = cfg->header_timeout_ms,
       .keepalive_idle_ms = 5 * 60 * 1000,
       .max_stream_queue = cfg->max_stream_queue,
+      /* With workers, each takes its share of the total (the master spreads connections). */
+      .max_connections = cfg->max_connections == 0
+                             ? 0
+                             : (cfg->max_connections + (cfg->workers > 0 ? cfg->workers : 1) - 1) /
+                                   (cfg->workers > 0 ? cfg->workers : 1),
+      .max_per_address = cfg->max_connections_per_address,
   };
   w->http = http_server_create(loop, &opts, worker_on_request, w);
   subs_init(w);

@@ -236,6 +236,8 @@ typedef struct writer_session_job {
   bool retain;
   int64_t retain_rows, retain_ms, now_ms;
   int64_t pruned, audit_deleted;
+  void (*then)(int rc, void *data); /* INSERT: the caller waits for it */
+  void *then_data;
 } writer_session_job;
 
 static int writer_session_run(writer_job *j, store_t *s) {
@@ -275,6 +277,7 @@ static void writer_session_done(writer_job *j) {
     snprintf(b, sizeof(b), "%lld", (long long)sj->audit_deleted);
     log_info("sweep", "session_rows", a, "audit_rows", b);
   }
+  if (sj->then != NULL) sj->then(j->rc, sj->then_data);
   free(sj->text);
   store_session_finish(&sj->row);
   free(sj);
@@ -298,7 +301,14 @@ static char *dup_or_null(const char *s) {
 }
 
 void writer_session_insert(writer_t *wr, const store_session *row) {
+  writer_session_insert_then(wr, row, NULL, NULL);
+}
+
+void writer_session_insert_then(writer_t *wr, const store_session *row,
+                                void (*then)(int rc, void *data), void *data) {
   writer_session_job *sj = writer_session_job_create(SESSION_INSERT, NULL);
+  sj->then = then;
+  sj->then_data = data;
   sj->row = *row;
   sj->row.client_info = dup_or_null(row->client_info);
   sj->row.client_capabilities = dup_or_null(row->client_capabilities);

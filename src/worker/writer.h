@@ -86,6 +86,9 @@ void writer_record_free(writer_record *r);
  * waits for them. Copies its arguments.
  */
 void writer_session_insert(writer_t *wr, const store_session *row);
+/* The same, then then(rc, data) on the loop once the row is written (or not). */
+void writer_session_insert_then(writer_t *wr, const store_session *row,
+                                void (*then)(int rc, void *data), void *data);
 void writer_session_touch(writer_t *wr, const char *id, int64_t last_seen);
 void writer_session_set_log_level(writer_t *wr, const char *id, const char *level);
 void writer_session_set_subscriptions(writer_t *wr, const char *id, const char *json);

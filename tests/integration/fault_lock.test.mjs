@@ -12,7 +12,7 @@ import { spawn } from 'node:child_process';
 
 import { startServer } from './lib/server.mjs';
 import { McpSession } from './lib/mcp.mjs';
-import { request } from './lib/raw.mjs';
+import { initializeMessage, mcpPost, request } from './lib/raw.mjs';
 import { sqliteRows } from './lib/sqlite.mjs';
 import { EventStream } from './lib/sse.mjs';
 import { product } from './lib/subs.mjs';
@@ -63,13 +63,18 @@ test('a lock held by another process: reads, health and streams stay fast; queue
   const lock = holdLock(srv.dbPath, HOLD, "INSERT INTO StockEvent (id, sku, delta) VALUES (9001, 'A-100', 1);");
   await lock.locked;
   const t0 = Date.now();
-  // Writes arrive while the lock is held, in a known order (each sent before the next).
-  const writes = [];
+  // Writes arrive while the lock is held, in a known order (each sent before the next):
+  // through the session, so on its worker's writer, whose queue keeps their order; and
+  // REST writes on fresh connections, which land on either worker.
+  const calls = [];
   for (let i = 0; i < 5; i++) {
-    writes.push(request(srv.port, { method: 'PUT', path: `/Product/L-${i}`, headers: json, body: JSON.stringify(product(`L-${i}`)), timeoutMs: 30000 }));
+    calls.push(s.call('tools/call', { name: 'put_record', arguments: { table: 'Product', key: `L-${i}`, record: product(`L-${i}`) } }));
     await sleep(30);
   }
-  const tool = s.call('tools/call', { name: 'put_record', arguments: { table: 'Product', key: 'L-5', record: product('L-5') } });
+  const writes = [];
+  for (let i = 0; i < 3; i++) {
+    writes.push(request(srv.port, { method: 'PUT', path: `/Product/R-${i}`, headers: json, body: JSON.stringify(product(`R-${i}`)), timeoutMs: 30000 }));
+  }
   // Meanwhile, on both workers (fresh connections land on either): reads and health at once.
   for (let i = 0; i < 4; i++) {
     const r = await timed(() => request(srv.port, { path: '/Product/A-100' }));
@@ -90,14 +95,17 @@ test('a lock held by another process: reads, health and streams stay fast; queue
   await lock.done;
   const answers = await Promise.all(writes);
   for (const a of answers) assert.equal(a.status, 201, a.text);
-  const toolAnswer = await tool;
-  assert.ok(!toolAnswer.result.isError, JSON.stringify(toolAnswer));
+  for (const c of await Promise.all(calls)) assert.ok(!c.result.isError, JSON.stringify(c));
   assert.ok(Date.now() - t0 >= HOLD - 200, 'the writes waited for the lock');
-  // In the order they came.
+  // The session's writes in the order they came.
   const seqs = sqliteRows(srv.dbPath, "SELECT key, seq FROM audit_log WHERE tbl = 'Product' AND key LIKE 'L-%' ORDER BY seq").map((r) => r.key);
-  assert.deepEqual(seqs, ['L-0', 'L-1', 'L-2', 'L-3', 'L-4', 'L-5']);
+  assert.deepEqual(seqs, ['L-0', 'L-1', 'L-2', 'L-3', 'L-4']);
   // Subscribers hear of every one of them, and of the other process's commit, once each.
-  const want = [...[0, 1, 2, 3, 4, 5].map((i) => `${srv.base}/Product/L-${i}`), `${srv.base}/StockEvent/9001`];
+  const want = [
+    ...[0, 1, 2, 3, 4].map((i) => `${srv.base}/Product/L-${i}`),
+    ...[0, 1, 2].map((i) => `${srv.base}/Product/R-${i}`),
+    `${srv.base}/StockEvent/9001`,
+  ];
   await st.waitUntil((x) => want.every((u) => x.updates().some((e) => e.json.params.uri === u)), { timeoutMs: 5000, what: 'every change' });
   const uris = st.updates().map((e) => e.json.params.uri);
   for (const u of want) assert.equal(uris.filter((x) => x === u).length, 1, `${u}: ${st.describe()}`);
@@ -109,12 +117,16 @@ test('a lock held by another process: reads, health and streams stay fast; queue
 test('a write that waits past --write-timeout fails with 503 and Retry-After, and changes nothing', async () => {
   const srv = await startServer({ args: ['--workers', '0', '--write-timeout', '300'] });
   servers.push(srv);
+  const s = await McpSession.open(srv.port);
   const lock = holdLock(srv.dbPath, 1500, 'SELECT 1;');
   await lock.locked;
   const res = await request(srv.port, { method: 'PATCH', path: '/Product/A-100', headers: json, body: '{"price_cents": 1}', timeoutMs: 10000 });
   assert.equal(res.status, 503, res.text);
   assert.equal(res.headers['retry-after'], '1');
-  const s = await McpSession.open(srv.port);
+  // A new session needs its row: it is refused too, rather than half made.
+  const init = await mcpPost(srv.port, null, initializeMessage());
+  assert.equal(init.json().error?.code, -32603, init.text);
+  assert.equal(init.headers['mcp-session-id'], undefined);
   const t = await s.result('tools/call', { name: 'delete_record', arguments: { table: 'Product', key: 'A-100' } });
   assert.equal(t.isError, true);
   assert.match(t.content[0].text, /busy/);

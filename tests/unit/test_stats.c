@@ -29,7 +29,8 @@ static void two_workers(worker_stats w[2], slot_stats s[2]) {
                         .frames_replayed = 5,
                         .frames_dropped = 1,
                         .audit_position = 90,
-                        .audit_head = 100};
+                        .audit_head = 100,
+                        .connections_refused = 3};
   w[1] = (worker_stats){.slot = 1,
                         .generation = 0,
                         .pid = 102,
@@ -46,7 +47,8 @@ static void two_workers(worker_stats w[2], slot_stats s[2]) {
                         .frames_replayed = 0,
                         .frames_dropped = 0,
                         .audit_position = 97,
-                        .audit_head = 100};
+                        .audit_head = 100,
+                        .requests_refused = 4};
   s[0] = (slot_stats){.restarts = 1, .alive = 1};
   s[1] = (slot_stats){.restarts = 0, .alive = 0};
 }
@@ -139,6 +141,18 @@ static void test_prometheus_two_workers_exact(void) {
       "mcpsub_notifications_dropped_total{worker=\"0\"} 1\n"
       "mcpsub_notifications_dropped_total{worker=\"1\"} 0\n"
       "mcpsub_notifications_dropped_total{worker=\"all\"} 1\n"
+      "# HELP mcpsub_connections_refused_total Connections answered 503 and closed over "
+      "--max-connections (total or per address).\n"
+      "# TYPE mcpsub_connections_refused_total counter\n"
+      "mcpsub_connections_refused_total{worker=\"0\"} 3\n"
+      "mcpsub_connections_refused_total{worker=\"1\"} 0\n"
+      "mcpsub_connections_refused_total{worker=\"all\"} 3\n"
+      "# HELP mcpsub_requests_refused_total Requests refused for their credentials or limits "
+      "(401, 403, 429).\n"
+      "# TYPE mcpsub_requests_refused_total counter\n"
+      "mcpsub_requests_refused_total{worker=\"0\"} 0\n"
+      "mcpsub_requests_refused_total{worker=\"1\"} 4\n"
+      "mcpsub_requests_refused_total{worker=\"all\"} 4\n"
       "# HELP mcpsub_worker_restarts_total Times the master restarted the slot's worker.\n"
       "# TYPE mcpsub_worker_restarts_total counter\n"
       "mcpsub_worker_restarts_total{worker=\"0\"} 1\n"
@@ -175,9 +189,9 @@ static void test_prometheus_help_type_once(void) {
     }
     line = end + 1;
   }
-  CHECK_INT_EQ(families, 14);
-  CHECK_INT_EQ(count_occurrences(text, "# HELP "), 14);
-  CHECK_INT_EQ(count_occurrences(text, "{worker=\"all\"}"), 14);
+  CHECK_INT_EQ(families, 16);
+  CHECK_INT_EQ(count_occurrences(text, "# HELP "), 16);
+  CHECK_INT_EQ(count_occurrences(text, "{worker=\"all\"}"), 16);
   free(text);
 }
 
@@ -215,7 +229,7 @@ static void test_prometheus_without_slots(void) {
 /* No worker reported yet: the families and zero totals, still valid text. */
 static void test_prometheus_no_workers(void) {
   char *text = render(NULL, NULL, 0);
-  CHECK_INT_EQ(count_occurrences(text, "# TYPE "), 14);
+  CHECK_INT_EQ(count_occurrences(text, "# TYPE "), 16);
   CHECK(strstr(text, "mcpsub_sessions{worker=\"all\"} 0\n") != NULL);
   CHECK(strstr(text, "mcpsub_worker_up{worker=\"all\"} 0\n") != NULL);
   CHECK(strstr(text, "{worker=\"0\"}") == NULL);
