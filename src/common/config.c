@@ -121,7 +121,7 @@ static int config_set_listen(config_t *cfg, const char *flag, const char *value,
   if (host_len == 0) return config_fail(err, errlen, "%s: empty host in \"%s\"", flag, value);
   if (host_len >= sizeof(cfg->listen_host))
     return config_fail(err, errlen, "%s: host is too long", flag);
-  uint64_t n;
+  uint64_t n = 0;
   if (config_parse_uint(flag, port, 0, 65535, false, &n, NULL, 0) < 0)
     return config_fail(err, errlen,
                        "%s: expected HOST:PORT, [IPV6]:PORT or PORT (0..65535), got \"%s\"", flag,
@@ -222,7 +222,7 @@ static int config_set_origins(config_t *cfg, const char *flag, const char *value
 
 static int config_set_idle_timeout(config_t *cfg, const char *flag, const char *value, char *err,
                                    size_t errlen) {
-  uint64_t n;
+  uint64_t n = 0;
   int rc = config_parse_uint(flag, value, 1, UINT32_MAX, false, &n, err, errlen);
   if (rc == 0) cfg->idle_timeout_ms = n * 1000;
   return rc;
@@ -230,7 +230,7 @@ static int config_set_idle_timeout(config_t *cfg, const char *flag, const char *
 
 static int config_set_max_body(config_t *cfg, const char *flag, const char *value, char *err,
                                size_t errlen) {
-  uint64_t n;
+  uint64_t n = 0;
   int rc = config_parse_uint(flag, value, CONFIG_MIN_MAX_BODY, CONFIG_MAX_MAX_BODY, true, &n, err,
                              errlen);
   if (rc == 0) cfg->max_body = (size_t)n;
@@ -239,7 +239,7 @@ static int config_set_max_body(config_t *cfg, const char *flag, const char *valu
 
 static int config_set_keepalive(config_t *cfg, const char *flag, const char *value, char *err,
                                 size_t errlen) {
-  uint64_t n;
+  uint64_t n = 0;
   int rc = config_parse_uint(flag, value, 1, 86400, false, &n, err, errlen);
   if (rc == 0) cfg->keepalive_ms = n * 1000;
   return rc;
@@ -247,7 +247,7 @@ static int config_set_keepalive(config_t *cfg, const char *flag, const char *val
 
 static int config_set_max_sessions(config_t *cfg, const char *flag, const char *value, char *err,
                                    size_t errlen) {
-  uint64_t n;
+  uint64_t n = 0;
   int rc = config_parse_uint(flag, value, 1, 100000000, false, &n, err, errlen);
   if (rc == 0) cfg->max_sessions = (size_t)n;
   return rc;
@@ -255,7 +255,7 @@ static int config_set_max_sessions(config_t *cfg, const char *flag, const char *
 
 static int config_set_page_size(config_t *cfg, const char *flag, const char *value, char *err,
                                 size_t errlen) {
-  uint64_t n;
+  uint64_t n = 0;
   int rc = config_parse_uint(flag, value, 1, CONFIG_MAX_PAGE_SIZE, false, &n, err, errlen);
   if (rc == 0) cfg->page_size = (int)n;
   return rc;
@@ -263,7 +263,7 @@ static int config_set_page_size(config_t *cfg, const char *flag, const char *val
 
 static int config_set_retain_rows(config_t *cfg, const char *flag, const char *value, char *err,
                                   size_t errlen) {
-  uint64_t n;
+  uint64_t n = 0;
   int rc = config_parse_uint(flag, value, 0, INT64_MAX, false, &n, err, errlen);
   if (rc == 0) cfg->audit_retain_rows = (int64_t)n;
   return rc;
@@ -271,7 +271,7 @@ static int config_set_retain_rows(config_t *cfg, const char *flag, const char *v
 
 static int config_set_retain_age(config_t *cfg, const char *flag, const char *value, char *err,
                                  size_t errlen) {
-  uint64_t n;
+  uint64_t n = 0;
   int rc = config_parse_uint(flag, value, 0, INT64_MAX / 1000, false, &n, err, errlen);
   if (rc == 0) cfg->audit_retain_ms = (int64_t)n * 1000;
   return rc;
@@ -282,7 +282,7 @@ static int config_set_retain_age(config_t *cfg, const char *flag, const char *va
 
 static int config_set_max_stream_queue(config_t *cfg, const char *flag, const char *value,
                                        char *err, size_t errlen) {
-  uint64_t n;
+  uint64_t n = 0;
   int rc = config_parse_uint(flag, value, 4096, CONFIG_MAX_MAX_BODY, true, &n, err, errlen);
   if (rc == 0) cfg->max_stream_queue = (size_t)n;
   return rc;
@@ -290,7 +290,7 @@ static int config_set_max_stream_queue(config_t *cfg, const char *flag, const ch
 
 static int config_set_max_subscriptions(config_t *cfg, const char *flag, const char *value,
                                         char *err, size_t errlen) {
-  uint64_t n;
+  uint64_t n = 0;
   int rc = config_parse_uint(flag, value, 1, 1000000, false, &n, err, errlen);
   if (rc == 0) cfg->max_subscriptions = (size_t)n;
   return rc;
@@ -298,7 +298,7 @@ static int config_set_max_subscriptions(config_t *cfg, const char *flag, const c
 
 static int config_set_coalesce(config_t *cfg, const char *flag, const char *value, char *err,
                                size_t errlen) {
-  uint64_t n;
+  uint64_t n = 0;
   int rc = config_parse_uint(flag, value, 0, 3600000, false, &n, err, errlen);
   if (rc == 0) cfg->coalesce_ms = n;
   return rc;
@@ -306,7 +306,7 @@ static int config_set_coalesce(config_t *cfg, const char *flag, const char *valu
 
 static int config_set_max_wait(config_t *cfg, const char *flag, const char *value, char *err,
                                size_t errlen) {
-  uint64_t n;
+  uint64_t n = 0;
   int rc = config_parse_uint(flag, value, 1, 86400, false, &n, err, errlen);
   if (rc == 0) cfg->max_wait_ms = n * 1000;
   return rc;
@@ -320,7 +320,7 @@ static int config_set_strict(config_t *cfg, const char *flag, const char *value,
 
 static int config_set_workers(config_t *cfg, const char *flag, const char *value, char *err,
                               size_t errlen) {
-  uint64_t n;
+  uint64_t n = 0;
   int rc = config_parse_uint(flag, value, 0, CONFIG_MAX_WORKERS, false, &n, err, errlen);
   if (rc == 0) cfg->workers = (int)n;
   return rc;
@@ -328,7 +328,7 @@ static int config_set_workers(config_t *cfg, const char *flag, const char *value
 
 static int config_set_drain_timeout(config_t *cfg, const char *flag, const char *value, char *err,
                                     size_t errlen) {
-  uint64_t n;
+  uint64_t n = 0;
   int rc = config_parse_uint(flag, value, 0, 3600, false, &n, err, errlen);
   if (rc == 0) cfg->drain_timeout_ms = n * 1000;
   return rc;
@@ -343,7 +343,7 @@ static int config_set_control_socket(config_t *cfg, const char *flag, const char
 
 static int config_set_worker_slot(config_t *cfg, const char *flag, const char *value, char *err,
                                   size_t errlen) {
-  uint64_t n;
+  uint64_t n = 0;
   int rc = config_parse_uint(flag, value, 0, CONFIG_MAX_WORKERS - 1, false, &n, err, errlen);
   if (rc == 0) cfg->worker_slot = (int)n;
   return rc;
@@ -351,7 +351,7 @@ static int config_set_worker_slot(config_t *cfg, const char *flag, const char *v
 
 static int config_set_worker_generation(config_t *cfg, const char *flag, const char *value,
                                         char *err, size_t errlen) {
-  uint64_t n;
+  uint64_t n = 0;
   int rc = config_parse_uint(flag, value, 0, UINT32_MAX, false, &n, err, errlen);
   if (rc == 0) cfg->worker_generation = (uint32_t)n;
   return rc;
@@ -359,7 +359,7 @@ static int config_set_worker_generation(config_t *cfg, const char *flag, const c
 
 static int config_set_max_connections(config_t *cfg, const char *flag, const char *value, char *err,
                                       size_t errlen) {
-  uint64_t n;
+  uint64_t n = 0;
   int rc = config_parse_uint(flag, value, 0, 10000000, false, &n, err, errlen);
   if (rc == 0) cfg->max_connections = (size_t)n;
   return rc;
@@ -367,7 +367,7 @@ static int config_set_max_connections(config_t *cfg, const char *flag, const cha
 
 static int config_set_max_per_address(config_t *cfg, const char *flag, const char *value, char *err,
                                       size_t errlen) {
-  uint64_t n;
+  uint64_t n = 0;
   int rc = config_parse_uint(flag, value, 0, 10000000, false, &n, err, errlen);
   if (rc == 0) cfg->max_connections_per_address = (size_t)n;
   return rc;
@@ -375,7 +375,7 @@ static int config_set_max_per_address(config_t *cfg, const char *flag, const cha
 
 static int config_set_write_timeout(config_t *cfg, const char *flag, const char *value, char *err,
                                     size_t errlen) {
-  uint64_t n;
+  uint64_t n = 0;
   int rc = config_parse_uint(flag, value, 1, 3600000, false, &n, err, errlen);
   if (rc == 0) cfg->write_timeout_ms = n;
   return rc;
@@ -418,7 +418,7 @@ static int config_set_policy(config_t *cfg, const char *flag, const char *value,
 
 static int config_set_limit(int64_t *field, const char *flag, const char *value, char *err,
                             size_t errlen) {
-  uint64_t n;
+  uint64_t n = 0;
   int rc = config_parse_uint(flag, value, 0, 100000000, false, &n, err, errlen);
   if (rc == 0) *field = (int64_t)n;
   return rc;

@@ -75,6 +75,7 @@ typedef struct store_stmt_slot {
 struct store {
   sqlite3 *db;
   bool readonly;
+  bool no_triggers;   /* store_leave_triggers: schema refreshes only read */
   int schema_version; /* PRAGMA schema_version after our last reload */
   store_table *tables;
   int n_tables;
@@ -844,7 +845,7 @@ static int store_reload(store_t *s, bool *changed, char *err, size_t errlen) {
   s->n_tables = n;
   if (changed != NULL) *changed = !same;
   store_stmt_clear(s);
-  if (!s->readonly) {
+  if (!s->readonly && !s->no_triggers) {
     ret = store_sync_triggers(s, err, errlen);
     if (ret < 0) return ret;
   }
@@ -958,6 +959,14 @@ static int store_connect(const char *path, int flags, bool readonly, store_t **o
   return 0;
 }
 
+int64_t store_schema_generation(const store_t *s) {
+  return s->schema_version;
+}
+
+void store_leave_triggers(store_t *s) {
+  s->no_triggers = true;
+}
+
 void store_set_busy_timeout(store_t *s, int ms) {
   sqlite3_busy_timeout(s->db, ms);
 }
@@ -1045,7 +1054,7 @@ int store_refresh_schema(store_t *s, bool *tables_changed) {
   if (tables_changed != NULL) *tables_changed = false;
   ret = store_schema_version(s, &version, err, sizeof(err));
   if (ret < 0 || version == s->schema_version) return ret;
-  ret = store_begin(s, !s->readonly, err, sizeof(err));
+  ret = store_begin(s, !s->readonly && !s->no_triggers, err, sizeof(err));
   if (ret < 0) return ret;
   ret = store_reload(s, tables_changed, err, sizeof(err));
   if (ret == 0) ret = store_commit(s, err, sizeof(err));

@@ -59,6 +59,14 @@ int store_open(const char *path, const char *schema_path, store_t **out, char *e
 int store_open_readonly(const char *path, store_t **out, char *err, size_t errlen) MCPSUB_NODISCARD;
 void store_close(store_t *s); /* NULL is a no-op */
 /*
+ * From now on store_refresh_schema only reads the schema (in a read
+ * transaction, never waiting for a writer) and leaves the audit triggers
+ * to another connection that does install them.
+ */
+void store_leave_triggers(store_t *s);
+/* The schema_version of the schema s last read (it moves with every schema change). */
+int64_t store_schema_generation(const store_t *s);
+/*
  * How long a call waits for a lock another connection holds (ms; 0: not
  * at all, -EBUSY at once). The default is STORE_BUSY_TIMEOUT_MS.
  */

@@ -214,6 +214,18 @@ static void control_conn_line(control_conn *c, const char *line, size_t n) {
   cJSON_Delete(req);
 }
 
+/*
+ * A NUL-terminated copy of exactly n bytes (not mem_strndup, which stops
+ * at a NUL byte in the line: the parser is then told n and would read past
+ * the copy).
+ */
+static char *control_copy(const char *line, size_t n) {
+  char *copy = mem_alloc(n + 1);
+  memcpy(copy, line, n);
+  copy[n] = '\0';
+  return copy;
+}
+
 /* Runs the complete lines in the input, one request at a time. */
 static void control_conn_dispatch(control_conn *c) {
   c->dispatching = true;
@@ -229,14 +241,14 @@ static void control_conn_dispatch(control_conn *c) {
       if (!c->peer_eof) break;
       /* The last line, without its newline. */
       size_t n = c->in.len;
-      char *copy = mem_strndup(c->in.data, n);
+      char *copy = control_copy(c->in.data, n);
       buf_reset(&c->in);
       control_conn_line(c, copy, n);
       free(copy);
       continue;
     }
     size_t n = (size_t)(nl - c->in.data);
-    char *copy = mem_strndup(c->in.data, n);
+    char *copy = control_copy(c->in.data, n);
     buf_consume(&c->in, n + 1);
     if (n > CONTROL_MAX_LINE)
       control_conn_error(c, "request line too long");

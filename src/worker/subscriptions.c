@@ -306,10 +306,13 @@ static void subs_on_schema_change(void *data) {
   }
 }
 
+static void subs_check_schema(void *data);
+
 static const tailer_ops subs_tailer_ops = {
     .on_change = subs_on_change,
     .on_batch_end = subs_on_batch_end,
     .on_schema_change = subs_on_schema_change,
+    .check_schema = subs_check_schema,
 };
 
 static int64_t subs_position_cb(void *data) {
@@ -357,13 +360,25 @@ void subs_external_commit(worker_t *w) {
   tailer_kick(&w->tailer);
 }
 
+/* Re-reads the schema now: list_changed when the exported tables changed, triggers by the writer.
+ */
+static void subs_check_schema(void *data) {
+  worker_t *w = data;
+  bool changed = false;
+  int64_t before = w->schema_version_seen;
+  if (store_refresh_schema(w->store, &changed) != 0) return;
+  /* A new schema: the writer brings the audit triggers up to date (the loop never writes). */
+  w->schema_version_seen = store_schema_generation(w->store);
+  if (w->schema_version_seen != before) writer_sync_triggers(w->writer);
+  if (changed) subs_on_schema_change(w);
+}
+
 void subs_refresh_schema(worker_t *w) {
   /* Once per loop tick is enough: requests of the same tick see the same schema. */
   uint64_t now = uv_now(w->loop);
   if (now == w->schema_checked_at) return;
   w->schema_checked_at = now;
-  bool changed = false;
-  if (store_refresh_schema(w->store, &changed) == 0 && changed) subs_on_schema_change(w);
+  subs_check_schema(w);
 }
 
 /* subscribe / unsubscribe ----------------------------------------------------------- */
@@ -433,16 +448,40 @@ static void session_subscribe(worker_t *w, session_t *s, const char *key, const 
   s->n_subs++;
 }
 
-/* Writes the session's subscribed URIs to its row, for restore elsewhere. */
-static void session_persist_subs(worker_t *w, session_t *s) {
+/*
+ * Writes the session's subscribed URIs to its row, for restore elsewhere;
+ * then(rc, data) runs once it is written when then is not NULL.
+ */
+static void session_persist_subs_then(worker_t *w, session_t *s, void (*then)(int rc, void *data),
+                                      void *data) {
   cJSON *list = cJSON_CreateArray();
   for (sub_t *sub = s->subs; sub != NULL; sub = sub->owner_next)
     cJSON_AddItemToArray(list, cJSON_CreateString(sub->topic->uri));
   char *text = cJSON_PrintUnformatted(list);
   cJSON_Delete(list);
   if (text == NULL) abort(); /* cJSON ran out of memory: the policy of mem.h */
-  writer_session_set_subscriptions(w->writer, s->id, text);
+  writer_session_set_subscriptions_then(w->writer, s->id, text, then, data);
   cJSON_free(text);
+}
+
+static void session_persist_subs(worker_t *w, session_t *s) {
+  session_persist_subs_then(w, s, NULL, NULL);
+}
+
+/* An unsubscribe answered once the row no longer lists the URI. */
+typedef struct unsubscribe_wait {
+  http_conn_t *c;
+  cJSON *id;
+} unsubscribe_wait;
+
+static void subs_unsubscribe_stored(int rc, void *data) {
+  unsubscribe_wait *uw = data;
+  if (rc != 0) {
+    /* The live session is unsubscribed either way; its row catches up with the next change. */
+  }
+  mcp_answer(uw->c, uw->id, cJSON_CreateObject(), 0, NULL);
+  cJSON_Delete(uw->id);
+  free(uw);
 }
 
 /*
@@ -508,14 +547,22 @@ cJSON *subs_unsubscribe(mcp_call *call) {
   uri_finish(&u);
   free(key);
   sub_t **slot = session_sub_slot(s, uri);
-  if (*slot != NULL) {
-    session_unsubscribe(w, s, slot);
+  if (*slot == NULL) return cJSON_CreateObject();
+  session_unsubscribe(w, s, slot);
+  subs_update_active(w);
+  /* Updates already queued go out before the response, none after it. */
+  if (s->stream != NULL) http_stream_flush(s->stream);
+  if (call->conn == NULL) { /* in a batch: nothing can wait */
     session_persist_subs(w, s);
-    subs_update_active(w);
-    /* Updates already queued go out before the response, none after it. */
-    if (s->stream != NULL) http_stream_flush(s->stream);
+    return cJSON_CreateObject();
   }
-  return cJSON_CreateObject();
+  /* Answered once the row says so too: a restore elsewhere will not bring it back. */
+  unsubscribe_wait *uw = mem_alloc(sizeof(*uw));
+  uw->c = call->conn;
+  uw->id = cJSON_Duplicate(call->id, true);
+  session_persist_subs_then(w, s, subs_unsubscribe_stored, uw);
+  call->pending = true;
+  return NULL;
 }
 
 void subs_session_drop(worker_t *w, session_t *s) {

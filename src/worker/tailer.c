@@ -43,6 +43,10 @@ void tailer_init(tailer_t *t, uv_loop_t *loop, store_t *store, const char *db_pa
 
 /* Re-reads the schema; tells the owner when the exported tables changed. */
 static void tailer_check_schema(tailer_t *t) {
+  if (t->ops->check_schema != NULL) {
+    t->ops->check_schema(t->data);
+    return;
+  }
   bool changed = false;
   if (store_refresh_schema(t->store, &changed) != 0) return;
   if (changed && t->ops->on_schema_change != NULL) t->ops->on_schema_change(t->data);

@@ -42,6 +42,11 @@ typedef struct tailer_ops {
   void (*on_batch_end)(void *data);
   /* The set of exported tables changed. */
   void (*on_schema_change)(void *data);
+  /*
+   * Re-reads the schema (called on every wake-up): the owner decides what
+   * follows, on_schema_change included. NULL: the tailer reads it itself.
+   */
+  void (*check_schema)(void *data);
 } tailer_ops;
 
 typedef struct tailer {

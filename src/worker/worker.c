@@ -384,8 +384,9 @@ int worker_init(worker_t *w, uv_loop_t *loop, const config_t *cfg, unsigned slot
     w->store = NULL;
     return rc;
   }
-  /* The loop's connection never waits for a lock: its writes are the writer's. */
+  /* The loop's connection never waits for a lock: its writes (triggers too) are the writer's. */
   store_set_busy_timeout(w->store, 0);
+  store_leave_triggers(w->store);
   limits_init(&w->limits, w);
   session_registry_init(&w->sessions, cfg->sse_retry_ms, NULL, NULL);
   http_server_options opts = {

@@ -48,8 +48,9 @@ typedef struct worker {
   uv_timer_t coalesce_timer;
   sub_topic **matched; /* the topics one change matched (reused; grows) */
   size_t n_matched, matched_cap;
-  uint64_t notifications;     /* resource-update frames formatted */
-  uint64_t schema_checked_at; /* loop time of the last schema check */
+  uint64_t notifications;      /* resource-update frames formatted */
+  uint64_t schema_checked_at;  /* loop time of the last schema check */
+  int64_t schema_version_seen; /* the schema the writer was last asked to install triggers for */
   /*
    * Set by the process model when other workers share the database: called
    * after this worker committed, so that their tailers are woken at once.

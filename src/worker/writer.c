@@ -224,6 +224,7 @@ typedef enum session_op {
   SESSION_SUBSCRIPTIONS,
   SESSION_DELETE,
   SESSION_SWEEP,
+  SCHEMA_TRIGGERS,
 } session_op;
 
 typedef struct writer_session_job {
@@ -252,6 +253,7 @@ static int writer_session_run(writer_job *j, store_t *s) {
     int rc = store_session_delete(s, id);
     return rc == -ENOENT ? 0 : rc; /* already gone: nothing durable to remove */
   }
+  case SCHEMA_TRIGGERS: return store_refresh_schema(s, NULL);
   case SESSION_SWEEP: {
     int rc = sj->n_slots > 0
                  ? store_session_prune_slot(s, sj->number, sj->slot, sj->n_slots, &sj->pruned)
@@ -331,13 +333,24 @@ void writer_session_set_log_level(writer_t *wr, const char *id, const char *leve
 }
 
 void writer_session_set_subscriptions(writer_t *wr, const char *id, const char *json) {
+  writer_session_set_subscriptions_then(wr, id, json, NULL, NULL);
+}
+
+void writer_session_set_subscriptions_then(writer_t *wr, const char *id, const char *json,
+                                           void (*then)(int rc, void *data), void *data) {
   writer_session_job *sj = writer_session_job_create(SESSION_SUBSCRIPTIONS, id);
   sj->text = mem_strdup(json);
+  sj->then = then;
+  sj->then_data = data;
   writer_session_submit(wr, sj);
 }
 
 void writer_session_delete(writer_t *wr, const char *id) {
   writer_session_submit(wr, writer_session_job_create(SESSION_DELETE, id));
+}
+
+void writer_sync_triggers(writer_t *wr) {
+  writer_session_submit(wr, writer_session_job_create(SCHEMA_TRIGGERS, NULL));
 }
 
 void writer_sweep(writer_t *wr, int64_t before_ms, unsigned slot, unsigned n_slots, bool retain,

@@ -92,7 +92,12 @@ void writer_session_insert_then(writer_t *wr, const store_session *row,
 void writer_session_touch(writer_t *wr, const char *id, int64_t last_seen);
 void writer_session_set_log_level(writer_t *wr, const char *id, const char *level);
 void writer_session_set_subscriptions(writer_t *wr, const char *id, const char *json);
+/* The same, then then(rc, data) on the loop once the row is written (or not). */
+void writer_session_set_subscriptions_then(writer_t *wr, const char *id, const char *json,
+                                           void (*then)(int rc, void *data), void *data);
 void writer_session_delete(writer_t *wr, const char *id);
+/* Brings the audit triggers up to date with the schema (after a schema change). */
+void writer_sync_triggers(writer_t *wr);
 /* The sweep: prunes session rows (of this slot when n_slots > 0) and, when retain, the audit log.
  */
 void writer_sweep(writer_t *wr, int64_t before_ms, unsigned slot, unsigned n_slots, bool retain,

@@ -250,7 +250,7 @@ static bool ceil_all_sent(const ceil_state *c) {
 
 static int ceil_parse(int argc, char **argv, ceil_opts *o) {
   *o = (ceil_opts){0, 20, 100, 1, 32, "Bench", 120, 0, NULL};
-  for (int i = 1; i < argc; i++) {
+  for (int i = 1; i < argc; i += 2) { /* flag, value */
     const char *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (v == NULL) return -1;
     if (strcmp(argv[i], "--port") == 0)
@@ -273,7 +273,6 @@ static int ceil_parse(int argc, char **argv, ceil_opts *o) {
       o->times = v;
     else
       return -1;
-    i++;
   }
   if (o->port < 0 || o->port > 65535 || o->sessions == 0 || o->sessions > CEIL_MAX_SESSIONS ||
       o->events == 0 || o->events > CEIL_MAX_EVENTS || o->batch == 0 || o->window == 0 ||
