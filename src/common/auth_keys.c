@@ -169,27 +169,15 @@ char *auth_keyring_format(const auth_keyring *r) {
 int auth_keyring_load(const char *path, auth_keyring *out, char *err, size_t errlen) {
   out->keys = NULL;
   out->n = 0;
-  FILE *f = fopen(path, "re");
-  if (f == NULL) {
-    int rc = -errno;
-    if (err != NULL) snprintf(err, errlen, "%s: %s", path, strerror(-rc));
-    return rc;
-  }
   buf_t b;
   buf_init(&b);
-  char chunk[8192];
-  size_t n;
-  int rc = 0;
-  while ((n = fread(chunk, 1, sizeof(chunk), f)) > 0) {
-    if (b.len + n > AUTH_KEYFILE_MAX) {
-      rc = fail(err, errlen, -EINVAL, "%s: key file is too large", path);
-      break;
-    }
-    buf_append(&b, chunk, n);
-  }
-  if (rc == 0 && ferror(f)) rc = fail(err, errlen, -EIO, "%s: read error", path);
-  fclose(f);
-  if (rc == 0) rc = auth_keyring_parse(b.data != NULL ? b.data : "", b.len, out, err, errlen);
+  int rc = buf_append_file(&b, path, AUTH_KEYFILE_MAX);
+  if (rc == -EFBIG)
+    rc = fail(err, errlen, -EINVAL, "%s: key file is too large", path);
+  else if (rc != 0)
+    fail(err, errlen, rc, "%s: %s", path, strerror(-rc));
+  else
+    rc = auth_keyring_parse(b.data != NULL ? b.data : "", b.len, out, err, errlen);
   buf_finish(&b);
   return rc;
 }

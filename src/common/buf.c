@@ -8,6 +8,8 @@
  */
 #include "common/buf.h"
 
+#include <errno.h>
+
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -154,4 +156,23 @@ char *buf_steal(buf_t *b) {
   if (p == NULL) p = mem_strdup("");
   buf_init(b);
   return p;
+}
+
+int buf_append_file(buf_t *b, const char *path, size_t max) {
+  FILE *f = fopen(path, "re");
+  if (f == NULL) return -errno;
+  char chunk[8192];
+  size_t n, total = 0;
+  int rc = 0;
+  while ((n = fread(chunk, 1, sizeof(chunk), f)) > 0) {
+    if (total + n > max) {
+      rc = -EFBIG;
+      break;
+    }
+    buf_append(b, chunk, n);
+    total += n;
+  }
+  if (rc == 0 && ferror(f)) rc = -EIO;
+  fclose(f);
+  return rc;
 }

@@ -26,6 +26,11 @@ void buf_vprintf(buf_t *b, const char *fmt, va_list ap);
 void buf_append_json_string(buf_t *b, const char *s, size_t len);
 void buf_reset(buf_t *b);             /* len = 0, keeps storage */
 void buf_consume(buf_t *b, size_t n); /* drops the first n bytes */
+/*
+ * Appends the contents of the file at path, at most max bytes: 0, -errno,
+ * or -EFBIG for a longer file (b then holds what was read so far).
+ */
+int buf_append_file(buf_t *b, const char *path, size_t max) __attribute__((warn_unused_result));
 /* Hands the storage to the caller (who frees it) and resets b. Never NULL. */
 char *buf_steal(buf_t *b);
 

@@ -195,23 +195,15 @@ int policy_parse(const char *text, size_t len, policy_t **out, char *err, size_t
 
 int policy_load(const char *path, policy_t **out, char *err, size_t errlen) {
   *out = NULL;
-  FILE *f = fopen(path, "re");
-  if (f == NULL) {
-    int rc = -errno;
-    snprintf(err, errlen, "%s: %s", path, strerror(-rc));
-    return rc;
-  }
   buf_t b;
   buf_init(&b);
-  char chunk[8192];
-  size_t n;
-  int rc = 0;
-  while (rc == 0 && (n = fread(chunk, 1, sizeof(chunk), f)) > 0) {
-    if (b.len + n > POLICY_FILE_MAX) rc = policy_fail(err, errlen, "%s: too large", path);
-    buf_append(&b, chunk, n);
-  }
-  fclose(f);
-  if (rc == 0) rc = policy_parse(b.data != NULL ? b.data : "", b.len, out, err, errlen);
+  int rc = buf_append_file(&b, path, POLICY_FILE_MAX);
+  if (rc == -EFBIG)
+    rc = policy_fail(err, errlen, "%s: too large", path);
+  else if (rc != 0)
+    snprintf(err, errlen, "%s: %s", path, strerror(-rc));
+  else
+    rc = policy_parse(b.data != NULL ? b.data : "", b.len, out, err, errlen);
   buf_finish(&b);
   return rc;
 }

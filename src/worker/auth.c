@@ -198,10 +198,7 @@ static void auth_respond_unauthorized(worker_t *w, http_conn_t *c, const char *w
   else
     snprintf(value, sizeof(value), "%s", w->auth.challenge);
   http_header h = {"WWW-Authenticate", value};
-  cJSON *body = cJSON_CreateObject();
-  cJSON_AddStringToObject(body, "error", why);
-  worker_respond_json(c, 401, body, &h, 1);
-  cJSON_Delete(body);
+  worker_respond_error_with(c, 401, why, &h, 1);
   w->auth.denied++;
 }
 
@@ -211,12 +208,9 @@ void auth_respond_forbidden(worker_t *w, http_conn_t *c, unsigned right) {
   snprintf(value, sizeof(value), "Bearer error=\"insufficient_scope\", scope=\"%s\", %s", scope,
            w->auth.challenge + 7 /* after "Bearer " */);
   http_header h = {"WWW-Authenticate", value};
-  cJSON *body = cJSON_CreateObject();
   char msg[128];
   snprintf(msg, sizeof(msg), "forbidden: this needs %s", scope);
-  cJSON_AddStringToObject(body, "error", msg);
-  worker_respond_json(c, 403, body, &h, 1);
-  cJSON_Delete(body);
+  worker_respond_error_with(c, 403, msg, &h, 1);
   w->auth.denied++;
 }
 

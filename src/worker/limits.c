@@ -88,11 +88,8 @@ void limits_respond(worker_t *w, http_conn_t *c, const char *what, unsigned retr
   char retry[16];
   snprintf(retry, sizeof(retry), "%u", retry_after_s);
   http_header h = {"Retry-After", retry};
-  cJSON *body = cJSON_CreateObject();
   char msg[160];
   snprintf(msg, sizeof(msg), "too many requests: %s", what);
-  cJSON_AddStringToObject(body, "error", msg);
-  worker_respond_json(c, 429, body, &h, 1);
-  cJSON_Delete(body);
+  worker_respond_error_with(c, 429, msg, &h, 1);
   if (strcmp(what, "request rate") != 0) w->limits.refused++;
 }

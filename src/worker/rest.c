@@ -30,11 +30,9 @@ static void rest_store_error(http_conn_t *c, int rc, const char *err) {
   case -EEXIST: worker_respond_error(c, 409, err[0] != '\0' ? err : "constraint violated"); break;
   case -EBUSY: {
     /* Another process held the database locked past --write-timeout (or a read met a lock). */
-    cJSON *body = cJSON_CreateObject();
-    cJSON_AddStringToObject(body, "error", "database busy: another process holds it locked; retry");
     http_header h = {"Retry-After", "1"};
-    worker_respond_json(c, 503, body, &h, 1);
-    cJSON_Delete(body);
+    worker_respond_error_with(c, 503, "database busy: another process holds it locked; retry", &h,
+                              1);
     break;
   }
   case -ENOSPC:

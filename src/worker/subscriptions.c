@@ -93,6 +93,14 @@ static void coalesce_open_window(worker_t *w, coalesce_entry *e, int64_t now) {
   coalesce_link(&w->coalesce_open_head, &w->coalesce_open_tail, e);
 }
 
+/* A key with no window open: sent at once (held if an older held update must go first). */
+static void coalesce_start(worker_t *w, coalesce_entry *e, int64_t seq, int64_t now) {
+  if (w->coalesce_held_head != NULL)
+    coalesce_hold_entry(w, e, seq, now);
+  else
+    coalesce_open_window(w, e, now);
+}
+
 static void coalesce_free(worker_t *w, coalesce_entry *e) {
   strmap_remove(&w->coalesce, e->map_key, strlen(e->map_key));
   free(e->map_key);
@@ -161,10 +169,7 @@ static bool coalesce_hold(worker_t *w, sub_topic *t, const char *record_uri, int
       coalesce_hold_entry(w, e, seq, e->window_end);
     } else { /* its window is over (the timer has not run yet): as if new */
       coalesce_unlink(w, e);
-      if (w->coalesce_held_head != NULL)
-        coalesce_hold_entry(w, e, seq, now);
-      else
-        coalesce_open_window(w, e, now);
+      coalesce_start(w, e, seq, now);
     }
     coalesce_arm(w);
     return e->held;
@@ -174,11 +179,7 @@ static bool coalesce_hold(worker_t *w, sub_topic *t, const char *record_uri, int
   e->topic_key = mem_strdup(t->key);
   e->record_uri = mem_strdup(record_uri);
   strmap_put(&w->coalesce, e->map_key, strlen(e->map_key), e);
-  /* Sent at once, unless an older held update must go first. */
-  if (w->coalesce_held_head != NULL)
-    coalesce_hold_entry(w, e, seq, now);
-  else
-    coalesce_open_window(w, e, now);
+  coalesce_start(w, e, seq, now);
   coalesce_arm(w);
   return e->held;
 }

@@ -39,19 +39,21 @@ void worker_respond_json(http_conn_t *c, int status, const cJSON *json, const ht
   cJSON_free(text);
 }
 
-void worker_respond_error(http_conn_t *c, int status, const char *message) {
+void worker_respond_error_with(http_conn_t *c, int status, const char *message,
+                               const http_header *extra, size_t n_extra) {
   cJSON *body = cJSON_CreateObject();
   cJSON_AddStringToObject(body, "error", message);
-  worker_respond_json(c, status, body, NULL, 0);
+  worker_respond_json(c, status, body, extra, n_extra);
   cJSON_Delete(body);
+}
+
+void worker_respond_error(http_conn_t *c, int status, const char *message) {
+  worker_respond_error_with(c, status, message, NULL, 0);
 }
 
 void worker_respond_not_allowed(http_conn_t *c, const char *allow) {
   http_header h = {"Allow", allow};
-  cJSON *body = cJSON_CreateObject();
-  cJSON_AddStringToObject(body, "error", "method not allowed");
-  worker_respond_json(c, 405, body, &h, 1);
-  cJSON_Delete(body);
+  worker_respond_error_with(c, 405, "method not allowed", &h, 1);
 }
 
 /* Host and Origin ----------------------------------------------------------- */

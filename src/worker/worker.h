@@ -115,6 +115,9 @@ void worker_respond_json(http_conn_t *c, int status, const cJSON *json, const ht
                          size_t n_extra);
 /* Sends {"error": message} with status. */
 void worker_respond_error(http_conn_t *c, int status, const char *message);
+/* The same with extra headers (Retry-After, WWW-Authenticate, Allow). */
+void worker_respond_error_with(http_conn_t *c, int status, const char *message,
+                               const http_header *extra, size_t n_extra);
 /* Sends 405 with an Allow header. */
 void worker_respond_not_allowed(http_conn_t *c, const char *allow);
 
