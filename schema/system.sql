@@ -14,7 +14,8 @@ CREATE TABLE IF NOT EXISTS audit_log (
   op           TEXT    NOT NULL CHECK (op IN ('INSERT', 'UPDATE', 'DELETE')),
   old_row      TEXT,               -- JSON object, NULL for INSERT
   new_row      TEXT,               -- JSON object, NULL for DELETE
-  committed_at INTEGER NOT NULL    -- Unix time in milliseconds
+  committed_at INTEGER NOT NULL,   -- Unix time in milliseconds
+  principal    TEXT                -- who wrote it through mcpsubd ("key:NAME"); NULL for others
 );
 -- A record's version is the seq of its last change; a collection's is the
 -- seq of the last change to any of its rows.

@@ -757,6 +757,8 @@ static int store_migrate(store_t *s, char *err, size_t errlen) {
                     "ALTER TABLE mcp_session ADD COLUMN principal TEXT NOT NULL DEFAULT "
                     "'anonymous'",
                     err, errlen);
+  if (ret == 0 && !store_has_column(s, "audit_log", "principal"))
+    ret = store_ddl(s, "ALTER TABLE audit_log ADD COLUMN principal TEXT", err, errlen);
   if (ret == 0)
     ret = store_ddl(s,
                     "CREATE INDEX IF NOT EXISTS mcp_session_by_principal ON mcp_session "
@@ -1518,8 +1520,71 @@ static int store_write_insert(store_t *s, const store_table *t, const cJSON *key
   return 0;
 }
 
+/*
+ * The guard's row scope on the row with key (NULL key: nothing to check):
+ * 0 when the row is absent or in scope, -EACCES when another's.
+ */
+static int store_guard_check(store_t *s, const store_table *t, const char *key,
+                             const store_guard *g, char *err, size_t errlen) {
+  if (g == NULL || g->scope_column == NULL || key == NULL) return 0;
+  if (store_column_index(t, g->scope_column) < 0) {
+    store_set_err(err, errlen, "the row scope's column %s is not in table %s", g->scope_column,
+                  t->name);
+    return -EACCES;
+  }
+  sqlite3_str *q = store_sql_new(s);
+  sqlite3_str_appendall(q, "SELECT CAST(");
+  store_sql_ident(q, g->scope_column);
+  sqlite3_str_appendall(q, " AS TEXT) FROM ");
+  store_sql_ident(q, t->name);
+  sqlite3_str_appendall(q, " WHERE ");
+  store_sql_key(q, t);
+  sqlite3_str_appendall(q, " = ?1");
+  char *sql = store_sql_finish(q);
+  sqlite3_stmt *st;
+  int ret = store_stmt_get(s, sql, &st, err, errlen);
+  sqlite3_free(sql);
+  if (ret < 0) return ret;
+  store_bind_key(st, 1, t, key);
+  int rc = sqlite3_step(st);
+  if (rc == SQLITE_ROW) {
+    const unsigned char *v = sqlite3_column_text(st, 0);
+    if (v == NULL || strcmp((const char *)v, g->scope_value) != 0) {
+      store_set_err(err, errlen, "record %s of %s is outside your row scope", key, t->name);
+      ret = -EACCES;
+    }
+  } else if (rc != SQLITE_DONE) {
+    ret = store_error(s, rc, err, errlen);
+  }
+  store_stmt_put(s, st);
+  return ret;
+}
+
+/* Records the guard's principal on the audit rows written since seq before. */
+static int store_guard_stamp(store_t *s, const store_guard *g, int64_t before, char *err,
+                             size_t errlen) {
+  if (g == NULL || g->principal == NULL) return 0;
+  sqlite3_stmt *st;
+  int ret =
+      store_stmt_get(s, "UPDATE audit_log SET principal = ?1 WHERE seq > ?2", &st, err, errlen);
+  if (ret < 0) return ret;
+  sqlite3_bind_text(st, 1, g->principal, -1, SQLITE_STATIC);
+  sqlite3_bind_int64(st, 2, before);
+  ret = store_step_done(s, st, NULL, err, errlen);
+  store_stmt_put(s, st);
+  return ret;
+}
+
+static int store_delete_row(store_t *s, const store_table *t, const char *key);
+
 int store_write(store_t *s, const store_table *t, const char *key, const cJSON *obj,
                 store_write_mode mode, char **out_key, bool *created, char *err, size_t errlen) {
+  return store_write_as(s, t, key, obj, mode, NULL, out_key, created, err, errlen);
+}
+
+int store_write_as(store_t *s, const store_table *t, const char *key, const cJSON *obj,
+                   store_write_mode mode, const store_guard *guard, char **out_key, bool *created,
+                   char *err, size_t errlen) {
   store_assign *assigns = mem_calloc((size_t)t->n_cols + 1, sizeof(*assigns));
   const cJSON *key_value = NULL;
   char *new_key = NULL;
@@ -1554,6 +1619,10 @@ int store_write(store_t *s, const store_table *t, const char *key, const cJSON *
   ret = store_begin(s, true, err, errlen);
   if (ret < 0) goto done;
   in_txn = true;
+  int64_t before = 0;
+  ret = store_audit_max_seq(s, &before);
+  if (ret == 0) ret = store_guard_check(s, t, key, guard, err, errlen);
+  if (ret < 0) goto done;
   switch (mode) {
   case STORE_WRITE_REPLACE:
     ret = store_write_replace(s, t, key, assigns, n, &was_created, err, errlen);
@@ -1569,6 +1638,9 @@ int store_write(store_t *s, const store_table *t, const char *key, const cJSON *
     break;
   default: store_set_err(err, errlen, "unknown write mode"); ret = -EINVAL;
   }
+  /* What was written must be in the scope too: nobody writes rows into another's. */
+  if (ret == 0) ret = store_guard_check(s, t, new_key, guard, err, errlen);
+  if (ret == 0) ret = store_guard_stamp(s, guard, before, err, errlen);
   if (ret < 0) goto done;
   ret = store_commit(s, err, errlen);
   if (ret < 0) goto done;
@@ -1587,10 +1659,30 @@ done:
 }
 
 int store_delete(store_t *s, const store_table *t, const char *key) {
+  return store_delete_as(s, t, key, NULL, NULL, 0);
+}
+
+int store_delete_as(store_t *s, const store_table *t, const char *key, const store_guard *guard,
+                    char *err, size_t errlen) {
+  if (!store_key_valid(t, key)) return -ENOENT;
+  if (guard == NULL) return store_delete_row(s, t, key);
+  int ret = store_begin(s, true, err, errlen);
+  if (ret < 0) return ret;
+  int64_t before = 0;
+  ret = store_audit_max_seq(s, &before);
+  if (ret == 0) ret = store_guard_check(s, t, key, guard, err, errlen);
+  if (ret == 0) ret = store_delete_row(s, t, key);
+  if (ret == 0) ret = store_guard_stamp(s, guard, before, err, errlen);
+  if (ret == 0) ret = store_commit(s, err, errlen);
+  if (ret < 0) store_rollback(s);
+  return ret;
+}
+
+/* DELETE of one row in the current transaction (or its own); -ENOENT when there was none. */
+static int store_delete_row(store_t *s, const store_table *t, const char *key) {
   sqlite3_stmt *st;
   int64_t changes = 0;
 
-  if (!store_key_valid(t, key)) return -ENOENT;
   sqlite3_str *q = store_sql_new(s);
   sqlite3_str_appendall(q, "DELETE FROM ");
   store_sql_ident(q, t->name);

@@ -12,6 +12,7 @@
  *   -EEXIST  a constraint (UNIQUE, NOT NULL, CHECK...) refused the write; *err says which
  *   -EBUSY   the database stayed locked past the busy timeout
  *   -ENOSPC  the database or the disk is full (SQLITE_FULL)
+ *   -EACCES  a guarded write outside its row scope (store_write_as)
  *   -EIO     any other SQLite failure (logged)
  * Where a function takes `char *err, size_t errlen`, err may be NULL.
  */
@@ -154,6 +155,26 @@ int store_write(store_t *s, const store_table *t, const char *key, const cJSON *
                 size_t errlen) MCPSUB_NODISCARD;
 /* Deletes the record; -ENOENT if there was none. */
 int store_delete(store_t *s, const store_table *t, const char *key) MCPSUB_NODISCARD;
+
+/* Who writes, and within what (see store_write_as). */
+typedef struct store_guard {
+  const char *principal;    /* recorded on the write's audit rows; NULL: none */
+  const char *scope_column; /* a row scope: the column...; NULL: every row */
+  const char *scope_value;  /* ...must equal this (as text) before and after the write */
+} store_guard;
+
+/*
+ * store_write with a guard, checked in the write's own transaction: -EACCES
+ * (err says why) when the row it replaces or changes, or the row it leaves,
+ * is outside the guard's scope, and nothing is written; the audit rows of
+ * the write carry guard->principal. guard may be NULL (= store_write).
+ */
+int store_write_as(store_t *s, const store_table *t, const char *key, const cJSON *obj,
+                   store_write_mode mode, const store_guard *guard, char **out_key, bool *created,
+                   char *err, size_t errlen) MCPSUB_NODISCARD;
+/* store_delete with a guard, the same way. err may be NULL. */
+int store_delete_as(store_t *s, const store_table *t, const char *key, const store_guard *guard,
+                    char *err, size_t errlen) MCPSUB_NODISCARD;
 
 /* Audit log ---------------------------------------------------------------- */
 

@@ -72,6 +72,11 @@ int auth_scope_apply(const auth_scope *scope, uri_t *u) {
   return 0;
 }
 
+store_guard auth_guard(const auth_principal *p, const auth_scope *scope) {
+  return (store_guard){p->id, scope->scoped ? scope->column : NULL,
+                       scope->scoped ? scope->value : NULL};
+}
+
 bool auth_scope_matches(const auth_scope *scope, const cJSON *row) {
   if (!scope->scoped) return true;
   uri_t one;

@@ -26,6 +26,7 @@
 
 #include "common/auth_keys.h"
 #include "common/policy.h"
+#include "common/store.h"
 #include "common/uri.h"
 #include "worker/http.h"
 
@@ -102,6 +103,8 @@ int auth_table_access(const auth_principal *p, const char *table, unsigned right
  * must match them too). -E2BIG when u has no room for one more filter.
  */
 int auth_scope_apply(const auth_scope *scope, uri_t *u) MCPSUB_NODISCARD;
+/* The store's guard for a write by p within scope (pointers into both). */
+store_guard auth_guard(const auth_principal *p, const auth_scope *scope);
 /* Is row (a JSON object) inside the scope? Always for an unscoped one. */
 bool auth_scope_matches(const auth_scope *scope, const cJSON *row);
 /* The key of a subscription topic: the URI text, with the scope when scoped (caller frees). */

@@ -38,6 +38,9 @@ static void rest_store_error(http_conn_t *c, int rc, const char *err) {
   case -ENOSPC:
     worker_respond_error(c, 507, "insufficient storage: the database or the disk is full");
     break;
+  case -EACCES:
+    worker_respond_error(c, 403, err[0] != '\0' ? err : "outside your row scope");
+    break;
   default: worker_respond_error(c, 500, "database error"); break;
   }
 }
@@ -72,11 +75,22 @@ static void rest_write_done(writer_job *j) {
   writer_record_free(&r->rec);
 }
 
-/* Queues a write of t (body taken; NULL for a delete); the request is answered when it is done. */
-static void rest_write_submit(worker_t *w, http_conn_t *c, const store_table *t, const char *key,
-                              cJSON *body, store_write_mode mode, bool is_delete, bool post) {
+/*
+ * Queues a write of t by p (body taken; NULL for a delete), inside p's row
+ * scope; the request is answered when it is done.
+ */
+static void rest_write_submit(worker_t *w, http_conn_t *c, const auth_principal *p,
+                              const store_table *t, const char *key, cJSON *body,
+                              store_write_mode mode, bool is_delete, bool post) {
+  auth_scope scope;
+  if (auth_table_access(p, t->name, AUTH_WRITE, &scope) != 0) {
+    cJSON_Delete(body); /* rest_allowed checked it already; the grants do not change meanwhile */
+    auth_respond_forbidden(w, c, AUTH_WRITE);
+    return;
+  }
+  store_guard g = auth_guard(p, &scope);
   rest_write *r = (rest_write *)writer_record_create(sizeof(rest_write), t->name, key, body, mode,
-                                                     is_delete, rest_write_done);
+                                                     is_delete, &g, rest_write_done);
   r->w = w;
   r->c = c;
   r->post = post;
@@ -153,26 +167,28 @@ static void rest_collection_get(worker_t *w, http_conn_t *c, const uri_t *u, con
 }
 
 static void rest_collection_post(worker_t *w, http_conn_t *c, const http_request_t *req,
-                                 const store_table *t) {
+                                 const auth_principal *p, const store_table *t) {
   cJSON *body = rest_parse_body(c, req);
   if (body == NULL) return;
-  rest_write_submit(w, c, t, NULL, body, STORE_WRITE_INSERT, false, true);
+  rest_write_submit(w, c, p, t, NULL, body, STORE_WRITE_INSERT, false, true);
 }
 
 static void rest_record(worker_t *w, http_conn_t *c, const http_request_t *req,
-                        const store_table *t, const char *key) {
+                        const auth_principal *p, const store_table *t, const char *key) {
   switch (req->method) {
   case HTTP_GET: rest_send_record(w, c, 200, t, key, NULL); return;
   case HTTP_PUT:
   case HTTP_PATCH: {
     cJSON *body = rest_parse_body(c, req);
     if (body == NULL) return;
-    rest_write_submit(w, c, t, key, body,
+    rest_write_submit(w, c, p, t, key, body,
                       req->method == HTTP_PUT ? STORE_WRITE_REPLACE : STORE_WRITE_PATCH, false,
                       false);
     return;
   }
-  case HTTP_DELETE: rest_write_submit(w, c, t, key, NULL, STORE_WRITE_PATCH, true, false); return;
+  case HTTP_DELETE:
+    rest_write_submit(w, c, p, t, key, NULL, STORE_WRITE_PATCH, true, false);
+    return;
   default: worker_respond_not_allowed(c, "GET, PUT, PATCH, DELETE");
   }
 }
@@ -195,11 +211,7 @@ static bool rest_allowed(worker_t *w, http_conn_t *c, const http_request_t *req,
       auth_respond_forbidden(w, c, AUTH_WRITE);
       return false;
     }
-    if (ws.scoped) { /* checked inside the write's transaction: not there yet */
-      worker_respond_error(c, 403, "forbidden: writes with a row scope are not supported yet");
-      return false;
-    }
-    return true;
+    return true; /* a row scope is checked in the write's own transaction */
   }
   if (scope.scoped && u->kind == URI_RECORD) {
     cJSON *row = NULL;
@@ -244,7 +256,7 @@ void rest_handle(worker_t *w, http_conn_t *c, http_request_t *req, const auth_pr
   } else if (t == NULL) {
     worker_respond_error(c, 404, "not found");
   } else if (u.kind == URI_RECORD) {
-    rest_record(w, c, req, t, u.key);
+    rest_record(w, c, req, p, t, u.key);
   } else if (req->method == HTTP_GET) {
     auth_scope scope;
     uri_t scoped = uri_copy(&u);
@@ -255,7 +267,7 @@ void rest_handle(worker_t *w, http_conn_t *c, http_request_t *req, const auth_pr
       worker_respond_error(c, 404, "not found");
     uri_finish(&scoped);
   } else if (req->method == HTTP_POST) {
-    rest_collection_post(w, c, req, t);
+    rest_collection_post(w, c, req, p, t);
   } else {
     worker_respond_not_allowed(c, "GET, POST");
   }

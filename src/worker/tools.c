@@ -25,7 +25,8 @@
 typedef struct tool_args {
   const cJSON *args;        /* the arguments object */
   const store_table *table; /* resolved "table", when the tool has one */
-  auth_scope scope;         /* the caller's row scope on table */
+  auth_scope scope;         /* the caller's row scope on table (reads) */
+  auth_scope write_scope;   /* ... and for writes (the write tools) */
   char key[512];            /* "key" as text, when the tool has one */
 } tool_args;
 
@@ -69,6 +70,7 @@ static cJSON *tool_store_error(int rc, const char *err, const store_table *t, co
   case -EEXIST: return tool_error("%s", err[0] != '\0' ? err : "invalid record");
   case -EBUSY: return tool_error("the database is busy (another process holds it locked); retry");
   case -ENOSPC: return tool_error("insufficient storage: the database or the disk is full");
+  case -EACCES: return tool_error("forbidden: %s", err[0] != '\0' ? err : "outside your row scope");
   default: return tool_error("database error: %s", err[0] != '\0' ? err : "unknown");
   }
 }
@@ -218,18 +220,19 @@ static void tool_write_done(writer_job *j) {
  */
 static cJSON *tool_write(mcp_call *call, tool_args *a, cJSON *record, bool is_delete) {
   worker_t *w = call->w;
+  store_guard g = auth_guard(call->principal, &a->write_scope);
   if (call->conn == NULL) {
     writer_record r = {.table = (char *)a->table->name, .key = a->key, .is_delete = is_delete};
-    r.job.rc = is_delete ? store_delete(w->store, a->table, a->key)
-                         : store_write(w->store, a->table, a->key, record, STORE_WRITE_REPLACE,
-                                       NULL, &r.created, r.err, sizeof(r.err));
+    r.job.rc = is_delete ? store_delete_as(w->store, a->table, a->key, &g, r.err, sizeof(r.err))
+                         : store_write_as(w->store, a->table, a->key, record, STORE_WRITE_REPLACE,
+                                          &g, NULL, &r.created, r.err, sizeof(r.err));
     cJSON_Delete(record);
     if (r.job.rc == 0) subs_after_write(w);
     return tool_write_result(w, &r, call->session != NULL ? call->session->id : NULL);
   }
   tool_write_job *tw =
       (tool_write_job *)writer_record_create(sizeof(tool_write_job), a->table->name, a->key, record,
-                                             STORE_WRITE_REPLACE, is_delete, tool_write_done);
+                                             STORE_WRITE_REPLACE, is_delete, &g, tool_write_done);
   tw->w = w;
   tw->c = call->conn;
   tw->id = cJSON_Duplicate(call->id, true);
@@ -339,14 +342,10 @@ cJSON *tools_call(mcp_call *call) {
     if (a.table == NULL ||
         auth_table_access(call->principal, a.table->name, AUTH_READ, &a.scope) != 0)
       return tool_error("unknown table: %s", table->valuestring);
-    if (tool->writes) {
-      auth_scope ws;
-      if (auth_table_access(call->principal, a.table->name, AUTH_WRITE, &ws) != 0)
-        return tool_error("forbidden: no write access to table %s", a.table->name);
-      if (ws.scoped) /* writes inside a row scope are checked in the write's transaction */
-        return tool_error("forbidden: writes with a row scope are not supported yet (table %s)",
-                          a.table->name);
-    }
+    /* A write's row scope is checked in the write's own transaction. */
+    if (tool->writes &&
+        auth_table_access(call->principal, a.table->name, AUTH_WRITE, &a.write_scope) != 0)
+      return tool_error("forbidden: no write access to table %s", a.table->name);
   }
   if (tool->needs_key) {
     const cJSON *key = cJSON_GetObjectItemCaseSensitive(args, "key");

@@ -174,6 +174,10 @@ void writer_destroy(writer_t *wr) {
   free(wr);
 }
 
+static char *dup_or_null(const char *s) {
+  return s != NULL ? mem_strdup(s) : NULL;
+}
+
 /* Record writes ---------------------------------------------------------------- */
 
 static int writer_record_run(writer_job *j, store_t *s) {
@@ -186,13 +190,14 @@ static int writer_record_run(writer_job *j, store_t *s) {
     snprintf(r->err, sizeof(r->err), "no table %s", r->table);
     return -EINVAL;
   }
-  if (r->is_delete) return store_delete(s, t, r->key);
-  return store_write(s, t, r->key, r->record, r->mode, &r->out_key, &r->created, r->err,
-                     sizeof(r->err));
+  store_guard g = {r->principal, r->scope_column, r->scope_value};
+  if (r->is_delete) return store_delete_as(s, t, r->key, &g, r->err, sizeof(r->err));
+  return store_write_as(s, t, r->key, r->record, r->mode, &g, &r->out_key, &r->created, r->err,
+                        sizeof(r->err));
 }
 
 writer_record *writer_record_create(size_t size, const char *table, const char *key, cJSON *record,
-                                    store_write_mode mode, bool is_delete,
+                                    store_write_mode mode, bool is_delete, const store_guard *guard,
                                     void (*done)(writer_job *j)) {
   writer_record *r = mem_calloc(1, size);
   r->job.run = writer_record_run;
@@ -203,6 +208,11 @@ writer_record *writer_record_create(size_t size, const char *table, const char *
   r->record = record;
   r->mode = mode;
   r->is_delete = is_delete;
+  if (guard != NULL) {
+    r->principal = dup_or_null(guard->principal);
+    r->scope_column = dup_or_null(guard->scope_column);
+    r->scope_value = dup_or_null(guard->scope_value);
+  }
   return r;
 }
 
@@ -211,6 +221,9 @@ void writer_record_free(writer_record *r) {
   free(r->table);
   free(r->key);
   free(r->out_key);
+  free(r->principal);
+  free(r->scope_column);
+  free(r->scope_value);
   cJSON_Delete(r->record);
   free(r);
 }
@@ -296,10 +309,6 @@ static writer_session_job *writer_session_job_create(session_op op, const char *
 
 static void writer_session_submit(writer_t *wr, writer_session_job *sj) {
   writer_submit(wr, &sj->job, wr->w->cfg->write_timeout_ms);
-}
-
-static char *dup_or_null(const char *s) {
-  return s != NULL ? mem_strdup(s) : NULL;
 }
 
 void writer_session_insert(writer_t *wr, const store_session *row) {

@@ -66,6 +66,9 @@ typedef struct writer_record {
   cJSON *record; /* the row (owned); NULL for a delete */
   store_write_mode mode;
   bool is_delete;
+  char *principal;    /* recorded on its audit rows */
+  char *scope_column; /* the writer's row scope, or NULL */
+  char *scope_value;
   /* results */
   char *out_key; /* the written row's key (new string) */
   bool created;
@@ -73,11 +76,13 @@ typedef struct writer_record {
 } writer_record;
 
 /*
- * A record write job (zeroed, run set); done is the caller's. table and key
- * are copied; record is taken. Free with writer_record_free from done.
+ * A record write job (zeroed, run set); done is the caller's. table, key
+ * and guard's strings are copied (guard may be NULL); record is taken. The
+ * write runs as store_write_as / store_delete_as with the guard. Free with
+ * writer_record_free from done.
  */
 writer_record *writer_record_create(size_t size, const char *table, const char *key, cJSON *record,
-                                    store_write_mode mode, bool is_delete,
+                                    store_write_mode mode, bool is_delete, const store_guard *guard,
                                     void (*done)(writer_job *j));
 void writer_record_free(writer_record *r);
 

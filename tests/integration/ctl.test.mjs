@@ -209,11 +209,11 @@ async function checkAuditTail() {
   const r = runCtl(['audit', 'tail']);
   assert.equal(r.status, 0, describe(r));
   const ls = lines(r.stdout);
-  assert.match(ls[0], /^\s*SEQ\s+COMMITTED\s+TABLE\s+OP\s+KEY\s+ROW$/, describe(r));
+  assert.match(ls[0], /^\s*SEQ\s+COMMITTED\s+TABLE\s+OP\s+KEY\s+BY\s+ROW$/, describe(r));
   assert.equal(ls.length, 1 + Math.min(all.length, 20), describe(r));
   const anvil = all.find((x) => x.tbl === 'Product' && x.key === 'A-100');
   assert.ok(
-    ls.some((l) => new RegExp(`^\\s*${anvil.seq}\\s+\\S+Z\\s+Product\\s+UPDATE\\s+A-100\\s+\\{.*"price_cents":5001`).test(l)),
+    ls.some((l) => new RegExp(`^\\s*${anvil.seq}\\s+\\S+Z\\s+Product\\s+UPDATE\\s+A-100\\s+(anonymous\\s+|-\\s+)?\\{.*"price_cents":5001`).test(l)),
     describe(r),
   );
   // -n 0 prints only the header; a bad -n is a usage error

@@ -15,7 +15,7 @@ import path from 'node:path';
 import { MCPSUBCTL, makeTempDir, startServer } from './lib/server.mjs';
 import { McpSession } from './lib/mcp.mjs';
 import { request } from './lib/raw.mjs';
-import { sqlite } from './lib/sqlite.mjs';
+import { sqlite, sqliteRows } from './lib/sqlite.mjs';
 import { EventStream } from './lib/sse.mjs';
 import { sleep } from './lib/wait.mjs';
 
@@ -35,6 +35,7 @@ before(async () => {
   key.bolt = add('bolt-agent', 'tenant-user');
   key.nobody = add('stray', 'tenant-user'); // no tenant attribute: its scope cannot bind
   key.ops = add('ops', 'writer');
+  key.acmeWriter = add('acme-writer', 'tenant-writer');
   const policy = path.join(dir, 'policy.json');
   fs.writeFileSync(
     policy,
@@ -43,8 +44,11 @@ before(async () => {
         'tenant-user': {
           tables: { Widget: { rights: ['read', 'subscribe'], scope: { column: 'tenant', bind: 'claim:tenant' } } },
         },
+        'tenant-writer': {
+          tables: { Widget: { rights: ['read', 'subscribe', 'write'], scope: { column: 'tenant', bind: 'claim:tenant' } } },
+        },
       },
-      keys: { 'acme-agent': { tenant: 'acme' }, 'bolt-agent': { tenant: 'bolt' } },
+      keys: { 'acme-agent': { tenant: 'acme' }, 'bolt-agent': { tenant: 'bolt' }, 'acme-writer': { tenant: 'acme' } },
     }),
   );
   const schema = path.join(dir, 'schema.sql');
@@ -150,7 +154,7 @@ test('a table without a grant does not exist for the role; a key whose scope can
   assert.equal((await request(srv.port, { path: '/Secret', headers: bearer(key.acme) })).status, 404);
   const tables = await s.result('tools/call', { name: 'list_tables', arguments: {} });
   assert.deepEqual(JSON.parse(tables.content[0].text).map((t) => t.name), ['Widget']);
-  // Writes: the role has no write right at all.
+  // Writes: this role has no write right at all.
   const put = await request(srv.port, { method: 'PUT', path: '/Widget/a9', headers: { ...bearer(key.acme), 'Content-Type': 'application/json' }, body: '{"id":"a9","tenant":"acme"}' });
   assert.equal(put.status, 403);
   await s.delete();
@@ -158,4 +162,33 @@ test('a table without a grant does not exist for the role; a key whose scope can
   assert.equal((await stray.error('resources/read', { uri: `${B}/Widget` })).code, -32002);
   assert.equal((await request(srv.port, { path: '/Widget', headers: bearer(key.nobody) })).status, 404);
   await stray.delete();
+});
+
+test('writes inside a row scope: only the caller\'s rows, in and out; the audit log records who wrote', async () => {
+  const w = bearer(key.acmeWriter);
+  const put = (p, body) => request(srv.port, { method: 'PUT', path: p, headers: { ...w, 'Content-Type': 'application/json' }, body: JSON.stringify(body) });
+  const patch = (p, body) => request(srv.port, { method: 'PATCH', path: p, headers: { ...w, 'Content-Type': 'application/json' }, body: JSON.stringify(body) });
+  assert.equal((await put('/Widget/a5', { id: 'a5', tenant: 'acme', v: 1 })).status, 201);
+  // Another tenant's row, a row written into another tenant, a row moved out: 403, nothing changed.
+  const other = await put('/Widget/b0', { id: 'b0', tenant: 'acme', v: 7 });
+  assert.equal(other.status, 403, other.text);
+  assert.equal((await put('/Widget/a6', { id: 'a6', tenant: 'bolt', v: 1 })).status, 403);
+  assert.equal((await patch('/Widget/a5', { tenant: 'bolt' })).status, 403);
+  assert.equal((await request(srv.port, { method: 'DELETE', path: '/Widget/b0', headers: w })).status, 403);
+  const rows = sqliteRows(srv.dbPath, "SELECT id, tenant, v FROM Widget WHERE id IN ('a5', 'a6', 'b0') ORDER BY id");
+  assert.deepEqual(rows, [{ id: 'a5', tenant: 'acme', v: 1 }, { id: 'b0', tenant: 'bolt', v: 5 }]);
+  // The same through the tools.
+  const s = await McpSession.open(srv.port, { headers: w });
+  const bad = await s.result('tools/call', { name: 'put_record', arguments: { table: 'Widget', key: 'b0', record: { id: 'b0', tenant: 'acme' } } });
+  assert.equal(bad.isError, true);
+  assert.match(bad.content[0].text, /outside your row scope/);
+  const del = await s.result('tools/call', { name: 'delete_record', arguments: { table: 'Widget', key: 'b0' } });
+  assert.equal(del.isError, true);
+  const ok = await s.result('tools/call', { name: 'put_record', arguments: { table: 'Widget', key: 'a5', record: { id: 'a5', tenant: 'acme', v: 2 } } });
+  assert.ok(!ok.isError, JSON.stringify(ok));
+  await s.delete();
+  // Who wrote: the key, for writes through mcpsubd; nobody for the sqlite3 CLI's.
+  const by = sqliteRows(srv.dbPath, "SELECT key, principal FROM audit_log WHERE tbl = 'Widget' AND key IN ('a5', 'a2') ORDER BY seq");
+  assert.deepEqual(by.filter((r) => r.key === 'a5').map((r) => r.principal), ['key:acme-writer', 'key:acme-writer']);
+  assert.deepEqual(by.filter((r) => r.key === 'a2').map((r) => r.principal), [null]);
 });

@@ -48,9 +48,10 @@ static void ctl_fmt_audit_image(const cJSON *row, char *out, size_t n) {
 }
 
 static const ctl_column ctl_audit_columns[] = {
-    {"SEQ", "seq", ctl_fmt_text, true},      {"COMMITTED", "committedAt", ctl_fmt_time_ms, false},
-    {"TABLE", "table", ctl_fmt_text, false}, {"OP", "op", ctl_fmt_text, false},
-    {"KEY", "key", ctl_fmt_text, false},     {"ROW", NULL, ctl_fmt_audit_image, false},
+    {"SEQ", "seq", ctl_fmt_text, true},        {"COMMITTED", "committedAt", ctl_fmt_time_ms, false},
+    {"TABLE", "table", ctl_fmt_text, false},   {"OP", "op", ctl_fmt_text, false},
+    {"KEY", "key", ctl_fmt_text, false},       {"BY", "principal", ctl_fmt_text, false},
+    {"ROW", NULL, ctl_fmt_audit_image, false},
 };
 
 /* Column i of st as a JSON string, or null. */
@@ -75,10 +76,11 @@ static cJSON *ctl_audit_row_json(sqlite3_stmt *st) {
   cJSON_AddNumberToObject(row, "committedAt", (double)sqlite3_column_int64(st, 6));
   cJSON_AddItemToObject(row, "oldRow", ctl_column_json(st, 4));
   cJSON_AddItemToObject(row, "newRow", ctl_column_json(st, 5));
+  cJSON_AddItemToObject(row, "principal", ctl_column_string(st, 7)); /* null: not through mcpsubd */
   return row;
 }
 
-#define CTL_AUDIT_COLUMNS "seq, tbl, key, op, old_row, new_row, committed_at"
+#define CTL_AUDIT_COLUMNS "seq, tbl, key, op, old_row, new_row, committed_at, principal"
 
 /*
  * Rows into a new array *out, oldest first: with after < 0 the newest
