@@ -587,12 +587,21 @@ static void mcp_get(worker_t *w, http_conn_t *c, http_request_t *req, const auth
   subs_stream_open(w, s, c, has_id ? last_event_id : NULL);
 }
 
+/* A DELETE answered once the row is gone: no worker can restore the session after the 204. */
+static void mcp_delete_stored(int rc, void *data) {
+  http_conn_t *c = data;
+  if (rc == 0)
+    http_respond(c, 204, NULL, 0, NULL, 0);
+  else
+    mcp_respond_error(c, 503, NULL, JSONRPC_INTERNAL_ERROR,
+                      "the session ended here but its record could not be removed; retry");
+}
+
 static void mcp_delete(worker_t *w, http_conn_t *c, http_request_t *req, const auth_principal *p) {
   session_t *s = mcp_require_session(w, c, req, p);
   if (s == NULL) return;
   log_info("session deleted", "session", s->id);
-  worker_session_end(w, s);
-  http_respond(c, 204, NULL, 0, NULL, 0);
+  worker_session_end_then(w, s, mcp_delete_stored, c);
 }
 
 /*

@@ -277,10 +277,15 @@ void worker_session_touch(worker_t *w, session_t *s) {
   worker_session_persist_seen(w, s);
 }
 
-void worker_session_end(worker_t *w, session_t *s) {
+void worker_session_end_then(worker_t *w, session_t *s, void (*then)(int rc, void *data),
+                             void *data) {
   subs_session_drop(w, s);
-  writer_session_delete(w->writer, s->id);
+  writer_session_delete_then(w->writer, s->id, then, data);
   session_registry_remove(&w->sessions, s);
+}
+
+void worker_session_end(worker_t *w, session_t *s) {
+  worker_session_end_then(w, s, NULL, NULL);
 }
 
 /* Periodic work ------------------------------------------------------------------ */

@@ -123,7 +123,10 @@ void worker_respond_not_allowed(http_conn_t *c, const char *allow);
 
 /* Durable session bookkeeping shared by MCP and the sweep. */
 void worker_session_touch(worker_t *w, session_t *s);
-/* Removes the live session and its row. */
+/* Removes the live session and (on the writer) its row. */
 void worker_session_end(worker_t *w, session_t *s);
+/* The same, then then(rc, data) once the row is gone: nothing can restore the session after it. */
+void worker_session_end_then(worker_t *w, session_t *s, void (*then)(int rc, void *data),
+                             void *data);
 
 #endif

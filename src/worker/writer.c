@@ -355,7 +355,15 @@ void writer_session_set_subscriptions_then(writer_t *wr, const char *id, const c
 }
 
 void writer_session_delete(writer_t *wr, const char *id) {
-  writer_session_submit(wr, writer_session_job_create(SESSION_DELETE, id));
+  writer_session_delete_then(wr, id, NULL, NULL);
+}
+
+void writer_session_delete_then(writer_t *wr, const char *id, void (*then)(int rc, void *data),
+                                void *data) {
+  writer_session_job *sj = writer_session_job_create(SESSION_DELETE, id);
+  sj->then = then;
+  sj->then_data = data;
+  writer_session_submit(wr, sj);
 }
 
 void writer_sync_triggers(writer_t *wr) {

@@ -101,6 +101,9 @@ void writer_session_set_subscriptions(writer_t *wr, const char *id, const char *
 void writer_session_set_subscriptions_then(writer_t *wr, const char *id, const char *json,
                                            void (*then)(int rc, void *data), void *data);
 void writer_session_delete(writer_t *wr, const char *id);
+/* The same, then then(rc, data) on the loop once the row is gone (or not). */
+void writer_session_delete_then(writer_t *wr, const char *id, void (*then)(int rc, void *data),
+                                void *data);
 /* Brings the audit triggers up to date with the schema (after a schema change). */
 void writer_sync_triggers(writer_t *wr);
 /* The sweep: prunes session rows (of this slot when n_slots > 0) and, when retain, the audit log.
