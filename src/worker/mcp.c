@@ -5,9 +5,11 @@
  * a const method table; the reply is one application/json body. GET turns
  * the connection into the session's SSE stream; DELETE ends the session.
  *
- * Requests are answered synchronously from the loop: every handler runs to
- * completion (SQLite reads are local and short), so nothing here is ever
- * pending across loop turns and there is nothing to cancel.
+ * Reads are answered from the loop as the handler returns (SQLite reads are
+ * local and short and never wait for a lock). A handler that writes (a
+ * write tool; initialize's, DELETE's and unsubscribe's session rows) or
+ * waits (wait_and_read) marks its call pending and answers it later, from
+ * the writer's completion or the tailer.
  */
 #include "worker/mcp.h"
 
@@ -353,8 +355,9 @@ static unsigned mcp_required_right(const cJSON *msg) {
 /* Dispatch ---------------------------------------------------------------------- */
 
 static void mcp_notification(worker_t *w, session_t *s, const cJSON *msg) {
-  /* notifications/initialized and notifications/cancelled need no action:
-   * requests complete synchronously, so none is ever in flight to cancel. */
+  /* notifications/initialized and notifications/cancelled need no action: a
+   * pending write completes in milliseconds or at its deadline, and a
+   * waiting wait_and_read ends when its client drops the request. */
   const cJSON *method = cJSON_GetObjectItemCaseSensitive(msg, "method");
   if (s != NULL) session_log(s, SESSION_LOG_DEBUG, "mcpsub", method->valuestring);
 }
