@@ -550,7 +550,8 @@ static const config_flag config_flags[] = {
      "(JWT: RS256, ES256, EdDSA) are accepted; a URL is fetched at start and\n"
      "again when a token names an unknown key",
      config_set_auth_jwks},
-    {"--auth-issuer", "URL", "none (iss not checked)", "the iss every access token must carry",
+    {"--auth-issuer", "URL", "none (required with --auth-jwks)",
+     "the iss every access token must carry (the authorization server's issuer)",
      config_set_auth_issuer},
     {"--auth-audience", "URI", "{public-url}/mcp",
      "the resource every access token must name in aud (RFC 8707)", config_set_auth_audience},
@@ -684,6 +685,10 @@ int config_parse(config_t *cfg, int argc, char **argv, FILE *out, char *err, siz
   if (cfg->rate_burst < 0) cfg->rate_burst = (int64_t)(2 * cfg->rate_limit);
   if (cfg->auth_audience[0] == '\0')
     snprintf(cfg->auth_audience, sizeof(cfg->auth_audience), "%s/mcp", cfg->public_url);
+  if (cfg->auth_jwks != NULL && cfg->auth_issuer == NULL)
+    return config_fail(err, errlen,
+                       "--auth-jwks needs --auth-issuer: the iss every access token must carry "
+                       "(the authorization server's issuer identifier)");
   if (!config_auth_enabled(cfg) && !cfg->allow_anonymous &&
       !config_host_is_loopback(cfg->listen_host))
     return config_fail(err, errlen,

@@ -232,6 +232,29 @@ const char *policy_scope_role(const policy_t *p, const char *scope) {
   return NULL;
 }
 
+/* Does the space-separated list hold scope? */
+static bool policy_scopes_hold(const char *scopes, const char *scope) {
+  size_t n = strlen(scope);
+  for (const char *at = scopes; *at != '\0';) {
+    while (*at == ' ') at++;
+    size_t len = strcspn(at, " ");
+    if (len == n && len > 0 && memcmp(at, scope, n) == 0) return true;
+    at += len;
+  }
+  return false;
+}
+
+const char *policy_role_for_scopes(const policy_t *p, const char *scopes) {
+  const cJSON *m;
+  cJSON_ArrayForEach(m, p->scopes) {
+    if (cJSON_IsString(m) && policy_scopes_hold(scopes, m->string)) return m->valuestring;
+  }
+  static const char *const builtin[] = {"mcpsub:admin", "mcpsub:write", "mcpsub:read"};
+  for (size_t i = 0; i < sizeof(builtin) / sizeof(builtin[0]); i++)
+    if (policy_scopes_hold(scopes, builtin[i])) return policy_scope_role(p, builtin[i]);
+  return NULL;
+}
+
 const cJSON *policy_key_attributes(const policy_t *p, const char *name) {
   const cJSON *a = cJSON_GetObjectItemCaseSensitive(p->keys, name);
   return cJSON_IsObject(a) ? a : NULL;

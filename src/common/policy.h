@@ -78,6 +78,13 @@ const policy_role *policy_role_find(const policy_t *p, const char *name);
 const policy_grant *policy_grant_for(const policy_role *r, const char *table);
 /* The role an OAuth scope maps to ("scopes", then the built-in mcpsub:*), or NULL. */
 const char *policy_scope_role(const policy_t *p, const char *scope);
+/*
+ * The role of an access token whose scope claim is scopes (space-separated
+ * scope names): the first mapping, in the file's order, whose scope the
+ * token holds, else the strongest built-in one it holds (mcpsub:admin,
+ * mcpsub:write, mcpsub:read), else NULL (no rights).
+ */
+const char *policy_role_for_scopes(const policy_t *p, const char *scopes);
 /* The attributes of API key name ("keys"), or NULL. */
 const cJSON *policy_key_attributes(const policy_t *p, const char *name);
 

@@ -1385,6 +1385,12 @@ int master_main(const config_t *cfg, int argc, char **argv) {
   bool v6 = strchr(cfg->listen_host, ':') != NULL;
   snprintf(m.listen_addr, sizeof(m.listen_addr), "%s%s%s:%d", v6 ? "[" : "", cfg->listen_host,
            v6 ? "]" : "", cfg->listen_port);
+  char err[512];
+  if (auth_check_config(cfg, err, sizeof(err)) != 0) {
+    /* Workers would fail on it one after another: refuse now, saying why. */
+    log_error("cannot start", "error", err);
+    return 1;
+  }
   int code = m.n == 0 ? master_run_local(&m) : master_run_prefork(&m);
   int rc = uv_loop_close(m.loop);
   if (rc != 0) log_warn("loop closed with open handles", "error", uv_strerror(rc));

@@ -1,17 +1,18 @@
 /*
- * Identity and access on the request path (see auth.h). Per request: one
- * stat(2) of the key file (to see a revocation at once), one SHA-256 of
- * the presented key and a constant-time comparison with every key; no
- * allocation. The key file is re-read only when it changed.
+ * Identity and access on the request path (see auth.h). Per request with
+ * an API key: one stat(2) of the key file (to see a revocation at once),
+ * one SHA-256 of the presented key and a constant-time comparison with
+ * every key; no allocation. The key file is re-read only when it changed.
+ * With a JWT: one signature verification and the parse of its claims.
  */
 #include "worker/auth.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <stdio.h>
+#include <openssl/evp.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/stat.h>
 
 #include "common/buf.h"
 #include "common/log.h"
@@ -104,53 +105,39 @@ static const char *auth_scope_for(unsigned right) {
   return "mcpsub:read";
 }
 
-static bool auth_stat(const char *path, struct stat *st) {
-  return stat(path, st) == 0;
-}
-
-static void auth_remember_stat(auth_state *a, const struct stat *st) {
-  a->keys_stat.dev = (uint64_t)st->st_dev;
-  a->keys_stat.ino = (uint64_t)st->st_ino;
-  a->keys_stat.size = (uint64_t)st->st_size;
-  a->keys_stat.mtime_ns = (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec;
-  a->keys_stat.valid = true;
-}
-
-static bool auth_stat_changed(const auth_state *a, const struct stat *st) {
-  return !a->keys_stat.valid || a->keys_stat.dev != (uint64_t)st->st_dev ||
-         a->keys_stat.ino != (uint64_t)st->st_ino || a->keys_stat.size != (uint64_t)st->st_size ||
-         a->keys_stat.mtime_ns != (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec;
-}
-
-bool auth_reload(auth_state *a, bool force) {
-  if (a->keys_path == NULL) return false;
-  struct stat st;
-  if (!auth_stat(a->keys_path, &st)) {
+/* Reloads the API key file when it changed (or force). */
+static void auth_reload_keys(auth_state *a, bool force) {
+  if (a->keys_path == NULL) return;
+  file_stamp now;
+  if (!file_stamp_take(a->keys_path, &now)) {
     /* The file is gone: no key works any more (an operator removed them all). */
-    if (a->keys.n == 0) return false;
+    if (a->keys.n == 0) return;
     log_warn("API key file is gone: no key is accepted", "file", a->keys_path);
     auth_keyring_finish(&a->keys);
-    a->keys_stat.valid = false;
-    return true;
+    a->keys_stamp = now;
+    return;
   }
-  if (!force && !auth_stat_changed(a, &st)) return false;
+  if (!force && file_stamp_same(&now, &a->keys_stamp)) return;
   auth_keyring fresh;
   char err[512];
+  a->keys_stamp = now; /* a bad file is said once, not on every request */
   if (auth_keyring_load(a->keys_path, &fresh, err, sizeof(err)) != 0) {
     log_warn("API key file not reloaded; the keys loaded before stay", "error", err);
-    auth_remember_stat(a, &st); /* say it once, not on every request */
-    return false;
+    return;
   }
   auth_keyring_finish(&a->keys);
   a->keys = fresh;
-  auth_remember_stat(a, &st);
   char n[32];
   snprintf(n, sizeof(n), "%zu", a->keys.n);
   log_info("API keys loaded", "file", a->keys_path, "keys", n);
-  return true;
 }
 
-int auth_init(auth_state *a, const worker_t *w, char *err, size_t errlen) {
+void auth_reload(auth_state *a, bool force) {
+  auth_reload_keys(a, force);
+  if (a->jwt) keyset_tick(&a->jwks, force);
+}
+
+int auth_init(auth_state *a, worker_t *w, keyset_resume_cb resume, char *err, size_t errlen) {
   memset(a, 0, sizeof(*a));
   const config_t *cfg = w->cfg;
   a->enabled = config_auth_enabled(cfg);
@@ -163,26 +150,35 @@ int auth_init(auth_state *a, const worker_t *w, char *err, size_t errlen) {
   snprintf(a->challenge, sizeof(a->challenge),
            "Bearer resource_metadata=\"%s/.well-known/oauth-protected-resource/mcp\"",
            cfg->public_url);
-  if (cfg->auth_jwks != NULL) {
-    snprintf(err, errlen, "--auth-jwks: JWT access tokens are not supported by this build");
-    policy_free(a->policy);
-    a->policy = NULL;
-    return -ENOTSUP;
+  int rc = 0;
+  if (cfg->auth_keys != NULL) {
+    a->keys_path = cfg->auth_keys;
+    file_stamp_take(a->keys_path, &a->keys_stamp);
+    rc = auth_keyring_load(a->keys_path, &a->keys, err, errlen);
   }
-  if (cfg->auth_keys == NULL) return 0;
-  a->keys_path = cfg->auth_keys;
-  int rc = auth_keyring_load(a->keys_path, &a->keys, err, errlen);
-  if (rc != 0) {
-    policy_free(a->policy);
-    a->policy = NULL;
-    return rc;
+  if (rc == 0 && cfg->auth_jwks != NULL) {
+    a->rules = (jwt_rules){cfg->auth_issuer, cfg->auth_audience, AUTH_JWT_LEEWAY_S};
+    keyset_init(&a->jwks, w->loop, cfg->auth_jwks, resume, w);
+    a->jwt = true;
   }
-  struct stat st;
-  if (auth_stat(a->keys_path, &st)) auth_remember_stat(a, &st);
-  return 0;
+  if (rc != 0) auth_finish(a);
+  return rc;
+}
+
+int auth_check_config(const config_t *cfg, char *err, size_t errlen) {
+  policy_t *policy = NULL;
+  auth_keyring keys = {0};
+  int rc = cfg->policy_path != NULL ? policy_load(cfg->policy_path, &policy, err, errlen) : 0;
+  if (rc == 0 && cfg->auth_keys != NULL) rc = auth_keyring_load(cfg->auth_keys, &keys, err, errlen);
+  if (rc == 0 && cfg->auth_jwks != NULL) rc = keyset_check(cfg->auth_jwks, err, errlen);
+  policy_free(policy);
+  auth_keyring_finish(&keys);
+  return rc;
 }
 
 void auth_finish(auth_state *a) {
+  if (a->jwt) keyset_finish(&a->jwks);
+  a->jwt = false;
   auth_keyring_finish(&a->keys);
   policy_free(a->policy);
   a->policy = NULL;
@@ -219,48 +215,98 @@ void auth_respond_forbidden(worker_t *w, http_conn_t *c, unsigned right) {
   w->auth.denied++;
 }
 
-bool auth_request(worker_t *w, http_conn_t *c, const http_request_t *req, auth_principal *p) {
+/* Authenticates an API key; false when token is none of the keys. */
+static bool auth_api_key(auth_state *a, const char *token, size_t len, auth_principal *p) {
+  auth_reload_keys(a, false);
+  const auth_key *k = auth_keyring_match(&a->keys, token, len);
+  if (k == NULL) return false;
+  snprintf(p->id, sizeof(p->id), "key:%s", k->name);
+  snprintf(p->name, sizeof(p->name), "%s", k->name);
+  auth_set_role(a, p, k->role);
+  p->attributes = policy_key_attributes(a->policy, k->name);
+  memcpy(p->credential, k->sha256, sizeof(p->credential));
+  return true;
+}
+
+/* Makes the principal of a verified token's claims; false when its subject does not fit. */
+static bool auth_token_principal(auth_state *a, const char *token, size_t len, cJSON *claims,
+                                 auth_principal *p) {
+  const char *sub = cJSON_GetObjectItemCaseSensitive(claims, "sub")->valuestring;
+  if (strlen(sub) + 4 > AUTH_PRINCIPAL_MAX) return false;
+  snprintf(p->id, sizeof(p->id), "jwt:%s", sub);
+  snprintf(p->name, sizeof(p->name), "%s", sub);
+  const cJSON *scope = cJSON_GetObjectItemCaseSensitive(claims, "scope");
+  const char *role =
+      cJSON_IsString(scope) ? policy_role_for_scopes(a->policy, scope->valuestring) : NULL;
+  auth_set_role(a, p, role != NULL ? role : "");
+  p->claims = claims;
+  p->attributes = claims;
+  const cJSON *exp = cJSON_GetObjectItemCaseSensitive(claims, "exp");
+  p->expires_ms = (int64_t)exp->valuedouble * 1000 + AUTH_JWT_LEEWAY_S * 1000;
+  unsigned int n = 0;
+  EVP_Digest(token, len, p->credential, &n, EVP_sha256(), NULL);
+  return true;
+}
+
+auth_outcome auth_request(worker_t *w, http_conn_t *c, http_request_t *req, auth_principal *p) {
   auth_state *a = &w->auth;
   memset(p, 0, sizeof(*p));
   if (!a->enabled) {
     snprintf(p->id, sizeof(p->id), "anonymous");
     snprintf(p->name, sizeof(p->name), "anonymous");
     auth_set_role(a, p, "admin");
-    return true;
+    return AUTH_PASSED;
   }
   const char *h = http_request_header(req, "authorization");
   if (h == NULL) {
     auth_respond_unauthorized(w, c, "authorization required", false);
-    return false;
+    return AUTH_ANSWERED;
   }
   if (strncasecmp(h, "Bearer ", 7) != 0 || h[7] == '\0') {
     auth_respond_unauthorized(w, c, "expected Authorization: Bearer TOKEN", true);
-    return false;
+    return AUTH_ANSWERED;
   }
   const char *token = h + 7;
   while (*token == ' ') token++;
   size_t len = strlen(token);
   if (a->keys_path != NULL && len == AUTH_KEY_TEXT_LEN &&
       strncmp(token, AUTH_KEY_PREFIX, strlen(AUTH_KEY_PREFIX)) == 0) {
-    auth_reload(a, false);
-    const auth_key *k = auth_keyring_match(&a->keys, token, len);
-    if (k != NULL) {
-      snprintf(p->id, sizeof(p->id), "key:%s", k->name);
-      snprintf(p->name, sizeof(p->name), "%s", k->name);
-      auth_set_role(a, p, k->role);
-      p->attributes = policy_key_attributes(a->policy, k->name);
-      memcpy(p->credential, k->sha256, sizeof(p->credential));
-      return true;
-    }
+    if (auth_api_key(a, token, len, p)) return AUTH_PASSED;
+    auth_respond_unauthorized(w, c, "unknown or revoked API key", true);
+    return AUTH_ANSWERED;
   }
-  auth_respond_unauthorized(w, c, "unknown, revoked or malformed token", true);
-  return false;
+  if (!a->jwt || memchr(token, '.', len) == NULL) {
+    auth_respond_unauthorized(w, c, "unknown, revoked or malformed token", true);
+    return AUTH_ANSWERED;
+  }
+  cJSON *claims = NULL;
+  int64_t now_s = store_now_ms() / 1000;
+  jwt_result r = jwt_verify(a->jwks.keys, token, len, &a->rules, now_s, &claims);
+  if (r == JWT_UNKNOWN_KEY) {
+    /* The issuer may have rotated its keys: look again (once, rate-limited) before refusing. */
+    keyset_outcome o = keyset_unknown_key(&a->jwks, c, req);
+    if (o == KEYSET_WAITING) return AUTH_WAITING;
+    if (o == KEYSET_RELOADED) r = jwt_verify(a->jwks.keys, token, len, &a->rules, now_s, &claims);
+  }
+  if (r == JWT_OK && auth_token_principal(a, token, len, claims, p)) return AUTH_PASSED;
+  cJSON_Delete(claims);
+  memset(p, 0, sizeof(*p));
+  a->token_refusals[r]++;
+  auth_respond_unauthorized(w, c, r == JWT_OK ? "token subject too long" : jwt_result_text(r),
+                            true);
+  return AUTH_ANSWERED;
+}
+
+void auth_principal_finish(auth_principal *p) {
+  cJSON_Delete(p->claims);
+  p->claims = NULL;
+  p->attributes = NULL;
 }
 
 bool auth_still_valid(const auth_state *a, const auth_principal *p, int64_t now_ms) {
   if (!a->enabled) return true;
   if (p->expires_ms != 0 && now_ms >= p->expires_ms) return false;
-  if (strncmp(p->id, "key:", 4) != 0) return true;
+  if (strncmp(p->id, "key:", 4) != 0) return true; /* a token works until it expires */
   for (size_t i = 0; i < a->keys.n; i++)
     if (memcmp(a->keys.keys[i].sha256, p->credential, sizeof(p->credential)) == 0) return true;
   return false;

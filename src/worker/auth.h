@@ -2,10 +2,13 @@
  * Who is calling, and may they: the worker's side of identity and access.
  * Every request except the health checks and the protected-resource
  * metadata carries `Authorization: Bearer TOKEN` when authentication is
- * configured; the token is an API key (--auth-keys) checked against the
- * key file on every request. Without any authentication configured (only
- * allowed on loopback, or with --allow-anonymous) every caller is the
- * anonymous principal with every right.
+ * configured. The token is an API key (--auth-keys), checked against the
+ * key file on every request, or a JWT access token from an OAuth
+ * authorization server (--auth-jwks, --auth-issuer, --auth-audience; see
+ * jwt.h and keyset.h), whose scope claim maps to a role (policy.h).
+ * Without any authentication configured (only allowed on loopback, or
+ * with --allow-anonymous) every caller is the anonymous principal with
+ * every right.
  *
  * A principal has a role; the built-in roles grant, on every table:
  *   reader  read and subscribe
@@ -25,10 +28,14 @@
 #include <stdint.h>
 
 #include "common/auth_keys.h"
+#include "common/config.h"
+#include "common/file_stamp.h"
+#include "common/jwt.h"
 #include "common/policy.h"
 #include "common/store.h"
 #include "common/uri.h"
 #include "worker/http.h"
+#include "worker/keyset.h"
 
 typedef struct worker worker_t;
 
@@ -42,15 +49,18 @@ enum {
 };
 
 #define AUTH_PRINCIPAL_MAX 200
+#define AUTH_JWT_LEEWAY_S  60 /* clock skew allowed on a token's exp and nbf */
 
 typedef struct auth_principal {
-  char id[AUTH_PRINCIPAL_MAX + 1];   /* "anonymous", "key:NAME"; what sessions are bound to */
-  char name[AUTH_PRINCIPAL_MAX + 1]; /* the key's name (a row scope's "name" binding) */
+  char id[AUTH_PRINCIPAL_MAX +
+          1]; /* "anonymous", "key:NAME", "jwt:SUB"; what sessions are bound to */
+  char name[AUTH_PRINCIPAL_MAX + 1]; /* the key's name or the token's sub (a "name" binding) */
   char role[AUTH_KEY_ROLE_MAX + 1];
   const policy_role *role_def; /* NULL: a role nobody defined (no rights) */
   const cJSON *attributes;     /* what "claim:NAME" bindings read; NULL: none */
+  cJSON *claims;               /* a token's claims (owned: auth_principal_finish) */
   unsigned rights;             /* every right the role has on some table */
-  uint8_t credential[32];      /* key principals: the key's hash (a revoked key ends its streams) */
+  uint8_t credential[32];      /* the hash of the key or token (a revoked key ends its streams) */
   int64_t expires_ms;          /* when the credential stops working (Unix ms), 0: not by time */
 } auth_principal;
 
@@ -59,25 +69,36 @@ typedef struct auth_state {
   policy_t *policy; /* the built-in roles, and --policy's */
   const char *keys_path;
   auth_keyring keys;
-  struct {
-    uint64_t dev, ino, size;
-    int64_t mtime_ns;
-    bool valid;
-  } keys_stat;          /* of the file as loaded */
-  char challenge[1200]; /* Bearer resource_metadata="..." */
-  uint64_t denied;      /* 401 and 403 answers */
+  file_stamp keys_stamp; /* of the key file as loaded */
+  bool jwt;              /* --auth-jwks: access tokens are accepted */
+  keyset_t jwks;
+  jwt_rules rules;
+  char challenge[1200];                    /* Bearer resource_metadata="..." */
+  uint64_t denied;                         /* 401 and 403 answers */
+  uint64_t token_refusals[JWT_CLAIMS + 1]; /* refused access tokens, by reason */
 } auth_state;
 
-/* Loads the key file (when configured). -errno with a message in err. */
-int auth_init(auth_state *a, const worker_t *w, char *err, size_t errlen) MCPSUB_NODISCARD;
+/*
+ * Loads the key file and the JWT signing keys (when configured). A request
+ * that waited for signing keys is handed to resume. -errno with a message
+ * in err.
+ */
+int auth_init(auth_state *a, worker_t *w, keyset_resume_cb resume, char *err,
+              size_t errlen) MCPSUB_NODISCARD;
 void auth_finish(auth_state *a);
+/*
+ * Loads once what auth_init will (policy, key file, JWT signing keys) to
+ * refuse a bad configuration before any worker starts. -errno with a
+ * message in err.
+ */
+int auth_check_config(const config_t *cfg, char *err, size_t errlen) MCPSUB_NODISCARD;
 
 /*
- * Reloads the key file when it changed on disk (or force). A file that no
- * longer parses keeps the keys loaded before (logged). Returns true when
- * the keys changed.
+ * Reloads the key file when it changed on disk (or force), and keeps the
+ * JWT signing keys fresh (keyset_tick). A file that no longer parses keeps
+ * the keys loaded before (logged).
  */
-bool auth_reload(auth_state *a, bool force);
+void auth_reload(auth_state *a, bool force);
 
 /* Rights of role r on some table (the union of its grants); 0 for NULL. */
 unsigned auth_role_rights(const policy_role *r);
@@ -110,11 +131,20 @@ bool auth_scope_matches(const auth_scope *scope, const cJSON *row);
 /* The key of a subscription topic: the URI text, with the scope when scoped (caller frees). */
 char *auth_scope_topic_key(const auth_scope *scope, const char *uri);
 
+typedef enum auth_outcome {
+  AUTH_PASSED,   /* *p is the caller; auth_principal_finish it after the request */
+  AUTH_ANSWERED, /* refused (401) */
+  AUTH_WAITING,  /* the token's signing key is being fetched; the request is resumed later */
+} auth_outcome;
+
 /*
- * Authenticates req into *p. false after answering 401 on c. Reloads the
- * key file first if it changed, so a revoked key fails on its next request.
+ * Authenticates req into *p. Reloads the key file first if it changed, so
+ * a revoked key fails on its next request.
  */
-bool auth_request(worker_t *w, http_conn_t *c, const http_request_t *req, auth_principal *p);
+auth_outcome auth_request(worker_t *w, http_conn_t *c, http_request_t *req,
+                          auth_principal *p) MCPSUB_NODISCARD;
+/* Frees what auth_request gave p. */
+void auth_principal_finish(auth_principal *p);
 
 /* Does the credential p was authenticated with still work (not revoked, not expired)? */
 bool auth_still_valid(const auth_state *a, const auth_principal *p, int64_t now_ms);

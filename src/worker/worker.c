@@ -213,24 +213,11 @@ static bool worker_wants_master(worker_t *w, http_conn_t *c, http_request_t *req
          !(http_conn_request_flags(c) & HTTP_ADOPT_REROUTED) && w->reroute(w, c);
 }
 
-static void worker_on_request(http_conn_t *c, http_request_t *req, void *data) {
-  worker_t *w = data;
-  w->requests++;
-  if (log_enabled(LOG_DEBUG))
-    log_debug("request", "method", req->method_name, "target", req->target);
-  if (!worker_request_allowed(w, req)) {
-    worker_respond_error(c, 403, "forbidden: Host or Origin not allowed");
-    return;
-  }
+static void worker_route(worker_t *w, http_conn_t *c, http_request_t *req,
+                         const auth_principal *principal, bool public) {
   const char *p = req->path;
-  if (auth_serve_metadata(w, c, req)) return;
-  /* /status and /metrics are operational counters, like the health checks (see docs/security.md).
-   */
-  bool public = auth_path_is_public(p) || strcmp(p, "/status") == 0 || strcmp(p, "/metrics") == 0;
-  auth_principal principal;
-  if (!public && !auth_request(w, c, req, &principal)) return;
   unsigned retry_after;
-  if (!public && !limits_take(&w->limits, &principal, (int64_t)uv_now(w->loop), &retry_after)) {
+  if (!public && !limits_take(&w->limits, principal, (int64_t)uv_now(w->loop), &retry_after)) {
     limits_respond(w, c, "request rate", retry_after);
     return;
   }
@@ -245,7 +232,7 @@ static void worker_on_request(http_conn_t *c, http_request_t *req, void *data) {
       cJSON_Delete(body);
       return;
     }
-    mcp_handle_http(w, c, req, &principal);
+    mcp_handle_http(w, c, req, principal);
   } else if ((strcmp(p, "/status") == 0 || strcmp(p, "/metrics") == 0) &&
              worker_wants_master(w, c, req)) {
     /* handed back */
@@ -254,8 +241,38 @@ static void worker_on_request(http_conn_t *c, http_request_t *req, void *data) {
   } else if (strcmp(p, "/healthz") == 0 || strcmp(p, "/readyz") == 0 || strcmp(p, "/status") == 0) {
     worker_handle_status(w, c, req, p + 1);
   } else {
-    rest_handle(w, c, req, &principal);
+    rest_handle(w, c, req, principal);
   }
+}
+
+/*
+ * Serves a request: from the HTTP layer, or again once the signing key its
+ * token named was fetched (auth.h).
+ */
+static void worker_serve(http_conn_t *c, http_request_t *req, void *data) {
+  worker_t *w = data;
+  if (!worker_request_allowed(w, req)) {
+    worker_respond_error(c, 403, "forbidden: Host or Origin not allowed");
+    return;
+  }
+  const char *p = req->path;
+  if (auth_serve_metadata(w, c, req)) return;
+  /* /status and /metrics are operational counters, like the health checks (see docs/security.md).
+   */
+  bool public = auth_path_is_public(p) || strcmp(p, "/status") == 0 || strcmp(p, "/metrics") == 0;
+  auth_principal principal;
+  memset(&principal, 0, sizeof(principal));
+  if (!public && auth_request(w, c, req, &principal) != AUTH_PASSED) return;
+  worker_route(w, c, req, &principal, public);
+  auth_principal_finish(&principal);
+}
+
+static void worker_on_request(http_conn_t *c, http_request_t *req, void *data) {
+  worker_t *w = data;
+  w->requests++;
+  if (log_enabled(LOG_DEBUG))
+    log_debug("request", "method", req->method_name, "target", req->target);
+  worker_serve(c, req, w);
 }
 
 /* Sessions: durable bookkeeping ---------------------------------------------- */
@@ -383,7 +400,7 @@ int worker_init(worker_t *w, uv_loop_t *loop, const config_t *cfg, unsigned slot
   w->started_ms = store_now_ms();
   int rc = store_open(cfg->db_path, cfg->schema_path, &w->store, err, errlen);
   if (rc != 0) return rc;
-  rc = auth_init(&w->auth, w, err, errlen);
+  rc = auth_init(&w->auth, w, worker_serve, err, errlen);
   if (rc == 0) rc = writer_start(w, &w->writer, err, errlen);
   if (rc != 0) {
     auth_finish(&w->auth);

@@ -73,6 +73,22 @@ static void test_grants_and_scopes(void) {
   policy_free(p);
 }
 
+static void test_scopes_to_role(void) {
+  policy_t *p = parse_ok("{\"roles\":{\"t\":{\"tables\":{}},\"u\":{\"tables\":{}}},"
+                         "\"scopes\":{\"b:u\":\"u\",\"a:t\":\"t\",\"mcpsub:read\":\"t\"}}");
+  /* The file's mappings first, in its order, whatever the token's order. */
+  CHECK_STR_EQ(policy_role_for_scopes(p, "a:t b:u"), "u");
+  CHECK_STR_EQ(policy_role_for_scopes(p, "openid a:t"), "t");
+  CHECK_STR_EQ(policy_role_for_scopes(p, "mcpsub:write a:t"), "t");
+  /* Then the strongest built-in (a file may remap one). */
+  CHECK_STR_EQ(policy_role_for_scopes(p, "mcpsub:write mcpsub:admin"), "admin");
+  CHECK_STR_EQ(policy_role_for_scopes(p, "  mcpsub:write  "), "writer");
+  CHECK_STR_EQ(policy_role_for_scopes(p, "mcpsub:read"), "t");
+  CHECK(policy_role_for_scopes(p, "") == NULL);
+  CHECK(policy_role_for_scopes(p, "mcpsub:readx a:tt") == NULL);
+  policy_free(p);
+}
+
 static void test_example_file(void) {
   policy_t *p = NULL;
   char err[256] = "";
@@ -104,6 +120,7 @@ static void test_malformed(void) {
 int main(void) {
   RUN(test_builtin);
   RUN(test_grants_and_scopes);
+  RUN(test_scopes_to_role);
   RUN(test_example_file);
   RUN(test_malformed);
   return 0;
