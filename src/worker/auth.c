@@ -3,7 +3,9 @@
  * an API key: one stat(2) of the key file (to see a revocation at once),
  * one SHA-256 of the presented key and a constant-time comparison with
  * every key; no allocation. The key file is re-read only when it changed.
- * With a JWT: one signature verification and the parse of its claims.
+ * With a JWT: one SHA-256 of the token and a lookup in the cache of
+ * verified tokens; a signature verification and the parse of its claims
+ * only on a token's first use (in this worker, with these keys).
  */
 #include "worker/auth.h"
 
@@ -159,6 +161,7 @@ int auth_init(auth_state *a, worker_t *w, keyset_resume_cb resume, char *err, si
   if (rc == 0 && cfg->auth_jwks != NULL) {
     a->rules = (jwt_rules){cfg->auth_issuer, cfg->auth_audience, AUTH_JWT_LEEWAY_S};
     keyset_init(&a->jwks, w->loop, cfg->auth_jwks, resume, w);
+    a->tokens = mem_calloc(AUTH_TOKEN_CACHE, sizeof(*a->tokens));
     a->jwt = true;
   }
   if (rc != 0) auth_finish(a);
@@ -178,6 +181,10 @@ int auth_check_config(const config_t *cfg, char *err, size_t errlen) {
 
 void auth_finish(auth_state *a) {
   if (a->jwt) keyset_finish(&a->jwks);
+  for (size_t i = 0; a->tokens != NULL && i < AUTH_TOKEN_CACHE; i++)
+    cJSON_Delete(a->tokens[i].claims);
+  free(a->tokens);
+  a->tokens = NULL;
   a->jwt = false;
   auth_keyring_finish(&a->keys);
   policy_free(a->policy);
@@ -228,24 +235,74 @@ static bool auth_api_key(auth_state *a, const char *token, size_t len, auth_prin
   return true;
 }
 
-/* Makes the principal of a verified token's claims; false when its subject does not fit. */
-static bool auth_token_principal(auth_state *a, const char *token, size_t len, cJSON *claims,
-                                 auth_principal *p) {
-  const char *sub = cJSON_GetObjectItemCaseSensitive(claims, "sub")->valuestring;
-  if (strlen(sub) + 4 > AUTH_PRINCIPAL_MAX) return false;
+/* The principal of a verified token (its cache entry). */
+static void auth_token_principal(auth_state *a, const auth_token_entry *e, auth_principal *p) {
+  const char *sub = cJSON_GetObjectItemCaseSensitive(e->claims, "sub")->valuestring;
   snprintf(p->id, sizeof(p->id), "jwt:%s", sub);
   snprintf(p->name, sizeof(p->name), "%s", sub);
-  const cJSON *scope = cJSON_GetObjectItemCaseSensitive(claims, "scope");
+  const cJSON *scope = cJSON_GetObjectItemCaseSensitive(e->claims, "scope");
   const char *role =
       cJSON_IsString(scope) ? policy_role_for_scopes(a->policy, scope->valuestring) : NULL;
   auth_set_role(a, p, role != NULL ? role : "");
-  p->claims = claims;
-  p->attributes = claims;
-  const cJSON *exp = cJSON_GetObjectItemCaseSensitive(claims, "exp");
-  p->expires_ms = (int64_t)exp->valuedouble * 1000 + AUTH_JWT_LEEWAY_S * 1000;
+  p->attributes = e->claims;
+  p->expires_ms = e->expires_ms;
+  memcpy(p->credential, e->hash, sizeof(p->credential));
+}
+
+/* The cache slot of a token's hash. */
+static auth_token_entry *auth_token_slot(auth_state *a, const uint8_t hash[32]) {
+  uint32_t i;
+  memcpy(&i, hash, sizeof(i));
+  return &a->tokens[i % AUTH_TOKEN_CACHE];
+}
+
+/*
+ * Authenticates a JWT: from the cache when this very token was verified
+ * with the current keys and has not expired, else by verification. A
+ * token whose key is unknown may wait for a fetch of the key set.
+ */
+static auth_outcome auth_jwt(worker_t *w, http_conn_t *c, http_request_t *req, const char *token,
+                             size_t len, auth_principal *p) {
+  auth_state *a = &w->auth;
+  uint8_t hash[32];
   unsigned int n = 0;
-  EVP_Digest(token, len, p->credential, &n, EVP_sha256(), NULL);
-  return true;
+  EVP_Digest(token, len, hash, &n, EVP_sha256(), NULL);
+  int64_t now_ms = store_now_ms();
+  auth_token_entry *e = auth_token_slot(a, hash);
+  if (e->claims != NULL && memcmp(e->hash, hash, sizeof(hash)) == 0 &&
+      e->generation == a->jwks.generation && now_ms < e->expires_ms) {
+    auth_token_principal(a, e, p);
+    return AUTH_PASSED;
+  }
+  cJSON *claims = NULL;
+  jwt_result r = jwt_verify(a->jwks.keys, token, len, &a->rules, now_ms / 1000, &claims);
+  if (r == JWT_UNKNOWN_KEY) {
+    /* The issuer may have rotated its keys: look again (once, rate-limited) before refusing. */
+    keyset_outcome o = keyset_unknown_key(&a->jwks, c, req);
+    if (o == KEYSET_WAITING) return AUTH_WAITING;
+    if (o == KEYSET_RELOADED)
+      r = jwt_verify(a->jwks.keys, token, len, &a->rules, now_ms / 1000, &claims);
+  }
+  const char *why = jwt_result_text(r);
+  if (r == JWT_OK && strlen(cJSON_GetObjectItemCaseSensitive(claims, "sub")->valuestring) + 4 >
+                         AUTH_PRINCIPAL_MAX) {
+    r = JWT_CLAIMS;
+    why = "token subject too long";
+  }
+  if (r != JWT_OK) {
+    cJSON_Delete(claims);
+    a->token_refusals[r]++;
+    auth_respond_unauthorized(w, c, why, true);
+    return AUTH_ANSWERED;
+  }
+  cJSON_Delete(e->claims); /* whatever the slot held before */
+  memcpy(e->hash, hash, sizeof(hash));
+  e->claims = claims;
+  e->generation = a->jwks.generation;
+  const cJSON *exp = cJSON_GetObjectItemCaseSensitive(claims, "exp");
+  e->expires_ms = (int64_t)exp->valuedouble * 1000 + AUTH_JWT_LEEWAY_S * 1000;
+  auth_token_principal(a, e, p);
+  return AUTH_PASSED;
 }
 
 auth_outcome auth_request(worker_t *w, http_conn_t *c, http_request_t *req, auth_principal *p) {
@@ -279,28 +336,7 @@ auth_outcome auth_request(worker_t *w, http_conn_t *c, http_request_t *req, auth
     auth_respond_unauthorized(w, c, "unknown, revoked or malformed token", true);
     return AUTH_ANSWERED;
   }
-  cJSON *claims = NULL;
-  int64_t now_s = store_now_ms() / 1000;
-  jwt_result r = jwt_verify(a->jwks.keys, token, len, &a->rules, now_s, &claims);
-  if (r == JWT_UNKNOWN_KEY) {
-    /* The issuer may have rotated its keys: look again (once, rate-limited) before refusing. */
-    keyset_outcome o = keyset_unknown_key(&a->jwks, c, req);
-    if (o == KEYSET_WAITING) return AUTH_WAITING;
-    if (o == KEYSET_RELOADED) r = jwt_verify(a->jwks.keys, token, len, &a->rules, now_s, &claims);
-  }
-  if (r == JWT_OK && auth_token_principal(a, token, len, claims, p)) return AUTH_PASSED;
-  cJSON_Delete(claims);
-  memset(p, 0, sizeof(*p));
-  a->token_refusals[r]++;
-  auth_respond_unauthorized(w, c, r == JWT_OK ? "token subject too long" : jwt_result_text(r),
-                            true);
-  return AUTH_ANSWERED;
-}
-
-void auth_principal_finish(auth_principal *p) {
-  cJSON_Delete(p->claims);
-  p->claims = NULL;
-  p->attributes = NULL;
+  return auth_jwt(w, c, req, token, len, p);
 }
 
 bool auth_still_valid(const auth_state *a, const auth_principal *p, int64_t now_ms) {

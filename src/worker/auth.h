@@ -49,7 +49,8 @@ enum {
 };
 
 #define AUTH_PRINCIPAL_MAX 200
-#define AUTH_JWT_LEEWAY_S  60 /* clock skew allowed on a token's exp and nbf */
+#define AUTH_JWT_LEEWAY_S  60   /* clock skew allowed on a token's exp and nbf */
+#define AUTH_TOKEN_CACHE   1024 /* verified tokens remembered (slots, by hash) */
 
 typedef struct auth_principal {
   char id[AUTH_PRINCIPAL_MAX +
@@ -58,11 +59,22 @@ typedef struct auth_principal {
   char role[AUTH_KEY_ROLE_MAX + 1];
   const policy_role *role_def; /* NULL: a role nobody defined (no rights) */
   const cJSON *attributes;     /* what "claim:NAME" bindings read; NULL: none */
-  cJSON *claims;               /* a token's claims (owned: auth_principal_finish) */
   unsigned rights;             /* every right the role has on some table */
   uint8_t credential[32];      /* the hash of the key or token (a revoked key ends its streams) */
   int64_t expires_ms;          /* when the credential stops working (Unix ms), 0: not by time */
 } auth_principal;
+
+/*
+ * A verified token: its next use costs a hash, not a signature check. It
+ * stands while it has not expired and the keys are those it was verified
+ * with (a key withdrawn from the set ends the tokens it signed).
+ */
+typedef struct auth_token_entry {
+  uint8_t hash[32];    /* SHA-256 of the token */
+  cJSON *claims;       /* NULL: an empty slot */
+  int64_t expires_ms;  /* exp + leeway */
+  uint64_t generation; /* keyset_t.generation it was verified under */
+} auth_token_entry;
 
 typedef struct auth_state {
   bool enabled;
@@ -73,6 +85,7 @@ typedef struct auth_state {
   bool jwt;              /* --auth-jwks: access tokens are accepted */
   keyset_t jwks;
   jwt_rules rules;
+  auth_token_entry *tokens;                /* AUTH_TOKEN_CACHE slots, with jwt */
   char challenge[1200];                    /* Bearer resource_metadata="..." */
   uint64_t denied;                         /* 401 and 403 answers */
   uint64_t token_refusals[JWT_CLAIMS + 1]; /* refused access tokens, by reason */
@@ -132,7 +145,7 @@ bool auth_scope_matches(const auth_scope *scope, const cJSON *row);
 char *auth_scope_topic_key(const auth_scope *scope, const char *uri);
 
 typedef enum auth_outcome {
-  AUTH_PASSED,   /* *p is the caller; auth_principal_finish it after the request */
+  AUTH_PASSED,   /* *p is the caller (valid for this request only) */
   AUTH_ANSWERED, /* refused (401) */
   AUTH_WAITING,  /* the token's signing key is being fetched; the request is resumed later */
 } auth_outcome;
@@ -143,8 +156,6 @@ typedef enum auth_outcome {
  */
 auth_outcome auth_request(worker_t *w, http_conn_t *c, http_request_t *req,
                           auth_principal *p) MCPSUB_NODISCARD;
-/* Frees what auth_request gave p. */
-void auth_principal_finish(auth_principal *p);
 
 /* Does the credential p was authenticated with still work (not revoked, not expired)? */
 bool auth_still_valid(const auth_state *a, const auth_principal *p, int64_t now_ms);

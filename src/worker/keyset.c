@@ -119,6 +119,7 @@ static bool keyset_reload_file(keyset_t *ks) {
   }
   jwks_free(ks->keys);
   ks->keys = keys;
+  ks->generation++;
   keyset_log_loaded(ks);
   return true;
 }
@@ -176,6 +177,7 @@ static void keyset_fetch_done(uv_work_t *req, int status) {
   if (ks->fetched != NULL) {
     jwks_free(ks->keys);
     ks->keys = ks->fetched;
+    ks->generation++;
     ks->fetched = NULL;
     keyset_log_loaded(ks);
   } else {

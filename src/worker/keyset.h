@@ -44,7 +44,8 @@ typedef struct keyset_waiter keyset_waiter;
 typedef struct keyset {
   const char *source; /* the file or the URL */
   bool is_url;
-  jwks_t *keys; /* NULL only before the first load */
+  jwks_t *keys;        /* NULL only before the first load */
+  uint64_t generation; /* counts the changes of keys */
   uv_loop_t *loop;
   keyset_resume_cb resume;
   void *resume_data;

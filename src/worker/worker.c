@@ -264,7 +264,6 @@ static void worker_serve(http_conn_t *c, http_request_t *req, void *data) {
   memset(&principal, 0, sizeof(principal));
   if (!public && auth_request(w, c, req, &principal) != AUTH_PASSED) return;
   worker_route(w, c, req, &principal, public);
-  auth_principal_finish(&principal);
 }
 
 static void worker_on_request(http_conn_t *c, http_request_t *req, void *data) {

@@ -124,10 +124,10 @@ static int lg_post(lg_t *lg, lg_conn *c, const char *sid, const char *body) {
   char req[LG_REQ_MAX];
   int n = snprintf(req, sizeof(req),
                    "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nContent-Type: application/json\r\n"
-                   "Accept: application/json, text/event-stream\r\n%s%s%s%s"
+                   "Accept: application/json, text/event-stream\r\n%s%s%s%s" LG_AUTH_FMT
                    "Content-Length: %zu\r\n\r\n%s",
                    lg->o.port, sid ? "MCP-Protocol-Version: " LG_PROTOCOL "\r\n" : "",
-                   sid ? "Mcp-Session-Id: " : "", sid ? sid : "", sid ? "\r\n" : "", strlen(body),
+                   sid ? "Mcp-Session-Id: " : "", sid ? sid : "", sid ? "\r\n" : "", LG_AUTH_ARGS(&lg->o), strlen(body),
                    body);
   if (n < 0 || (size_t)n >= sizeof(req)) return -E2BIG;
   return lg_conn_send(c, req, (size_t)n);
@@ -143,9 +143,11 @@ int lg_get_stream(lg_t *lg, lg_conn *c, const lg_session *s, const char *last_ev
   } else {
     n = snprintf(req, sizeof(req),
                  "GET /mcp HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nAccept: text/event-stream\r\n"
-                 "MCP-Protocol-Version: " LG_PROTOCOL "\r\nMcp-Session-Id: %s\r\n%s%s%s\r\n",
+                 "MCP-Protocol-Version: " LG_PROTOCOL "\r\nMcp-Session-Id: %s\r\n%s%s%s" LG_AUTH_FMT
+                 "\r\n",
                  lg->o.port, s->id, last_event_id ? "Last-Event-ID: " : "",
-                 last_event_id ? last_event_id : "", last_event_id ? "\r\n" : "");
+                 last_event_id ? last_event_id : "", last_event_id ? "\r\n" : "",
+                 LG_AUTH_ARGS(&lg->o));
   }
   if (n < 0 || (size_t)n >= sizeof(req)) return -E2BIG;
   return lg_conn_send(c, req, (size_t)n);
@@ -405,13 +407,14 @@ static void writer_send(lg_t *lg, lg_wslot *ws, uint64_t now) {
     uint64_t slot = w->rate_start_ns + (uint64_t)((double)(n - w->rate_base) * 1e9 / w->rate);
     if (now > slot + 1000000) w->late++;
   }
-  char body[96], req[512];
+  char body[96], req[LG_REQ_MAX];
   int blen = snprintf(body, sizeof(body), "{\"t\":%llu,\"v\":\"x\"}", (unsigned long long)now);
   int len =
       snprintf(req, sizeof(req),
                "PUT /%s/%c%llu HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nContent-Type: application/json\r\n"
-               "Content-Length: %d\r\n\r\n%s",
-               lg->o.table, w->letter, (unsigned long long)key, lg->o.port, blen, body);
+               LG_AUTH_FMT "Content-Length: %d\r\n\r\n%s",
+               lg->o.table, w->letter, (unsigned long long)key, lg->o.port, LG_AUTH_ARGS(&lg->o),
+               blen, body);
   if (n < lg->t_commit_len / sizeof(uint64_t) && w->letter == 'f')
     __atomic_store_n(&lg->t_commit[n], now, __ATOMIC_RELEASE);
   if (w->t_first_ns == 0) w->t_first_ns = now;

@@ -30,6 +30,7 @@ typedef struct lg_opts {
   bool ceiling; /* --target ceiling: bare SSE streams, no MCP */
   const char *label;
   const char *table;
+  const char *bearer; /* --bearer TOKEN: sent as Authorization on every request */
   uint32_t sessions;
   uint32_t subs; /* 1: the collection; 2: and the record <letter>0 */
   uint64_t events;
@@ -52,6 +53,12 @@ typedef struct lg_opts {
   uint32_t workers;
   const char *commit_times; /* latency against the ceiling: its release times */
 } lg_opts;
+
+/* The Authorization line of every request ("" without --bearer); LG_AUTH_FMT's three arguments. */
+#define LG_AUTH_FMT "%s%s%s"
+#define LG_AUTH_ARGS(o)                                                                            \
+  (o)->bearer ? "Authorization: Bearer " : "", (o)->bearer ? (o)->bearer : "",                    \
+      (o)->bearer ? "\r\n" : ""
 
 /* ---- state ----------------------------------------------------------------- */
 

@@ -94,6 +94,7 @@ static const lg_flag lg_flags[] = {
     {"--label", FLAG_STR, OPT(label), "free text copied into the report"},
     {"--table", FLAG_STR, OPT(table),
      "exported table with columns k (text key), t, v (default Bench)"},
+    {"--bearer", FLAG_STR, OPT(bearer), "Authorization: Bearer TOKEN on every request"},
     {"--sessions", FLAG_U64, OPT(sessions), "sessions (each: initialize, subscribe, a GET stream)"},
     {"--subs", FLAG_U64, OPT(subs),
      "subscriptions per session: 1 (collection) or 2 (and a record)"},

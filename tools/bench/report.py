@@ -24,6 +24,7 @@ GOALS = {
     "p99_ms": {1000: 1.0, 10000: 5.0},
     "idle_bytes": 2048,            # server memory per idle session
     "reads_per_worker": 50_000,
+    "auth_cost": {"fanout": 0.10, "read": 0.20},  # throughput lost to authentication, at most
 }
 
 
@@ -61,7 +62,7 @@ def ratio(a, b):
 
 
 def summarize(runs):
-    s = {"fanout": [], "latency": [], "idle": [], "read": [], "write": [], "storm": [], "goals": []}
+    s = {"fanout": [], "latency": [], "idle": [], "read": [], "write": [], "storm": [], "auth": [], "goals": []}
     ok = [r for r in runs if r.get("ok")]
     # Fan-out: each mcpsub run is followed by the ceiling at the same size and
     # batching; repeated runs are summarized by their medians.
@@ -108,7 +109,8 @@ def summarize(runs):
             "kernel_socket_slab_per_session", "sockets_used_delta", "server_rss_before", "server_rss_after")})
     reads = {}
     for r in by(ok, scenario="read"):
-        reads.setdefault((r["label"], r["workers"]), []).append(r)
+        if not r["label"].startswith("auth-"):
+            reads.setdefault((r["label"], r["workers"]), []).append(r)
     for (system, workers), rs in reads.items():
         s["read"].append({"system": system, "connections": rs[0]["connections"], "workers": workers, "runs": len(rs),
                           "per_wall_s": median(rs, "per_wall_s"), "per_worker_wall_s": median(rs, "per_worker_wall_s"),
@@ -125,8 +127,25 @@ def summarize(runs):
             "sessions", "dropped", "behind", "gap_keys", "rate", "catchup_p50_s", "catchup_all_s",
             "recovered_updates", "reread_updates", "baseline_p50_us", "baseline_p99_us", "storm_p50_us",
             "storm_p99_us", "storm_p999_us", "server_cpu_s", "storm_wall_s")})
+    # Authentication: each mode against the same scenario without it (medians of interleaved runs).
+    for scenario in ("fanout", "read"):
+        modes = {}
+        for r in ok:
+            if r.get("scenario") == scenario and r.get("label", "").startswith("auth-"):
+                modes.setdefault(r["label"][5:], []).append(r)
+        off = median(modes.get("off", []), "per_server_cpu_s")
+        for mode, rs in modes.items():
+            cpu = median(rs, "per_server_cpu_s")
+            s["auth"].append({"scenario": scenario, "mode": mode, "runs": len(rs), "per_server_cpu_s": cpu,
+                              "per_wall_s": median(rs, "per_wall_s"),
+                              "cost": round(1 - cpu / off, 3) if cpu and off and mode != "off" else None})
     # Goals.
     g = s["goals"]
+    for a in s["auth"]:
+        if a["cost"] is not None:
+            lim = GOALS["auth_cost"][a["scenario"]]
+            g.append(goal(f"cost of authentication ({a['mode']}) on {a['scenario']}", f"<= {lim:.0%}",
+                          a["cost"], a["cost"] <= lim))
     for f in s["fanout"]:
         if f["writers"] > 1:
             g.append(goal(f"fan-out per server CPU-second, {f['sessions']} sessions", ">= 1,000,000",
@@ -208,6 +227,12 @@ def tables(s):
         out.append(f"| {fmt(t['sessions'])} | {fmt(t['dropped'])} | {fmt(t['behind'])} | {fmt(t['catchup_p50_s'], 3)} "
                    f"| {fmt(t['catchup_all_s'], 3)} | {fmt(t['recovered_updates'])} "
                    f"| {fmt((t['baseline_p99_us'] or 0) / 1000, 1)} | {fmt((t['storm_p99_us'] or 0) / 1000, 1)} |")
+    out.append("\n### Authentication (per server CPU-second, against the same run without it)\n")
+    out.append("| scenario | mode | runs | per server CPU-s | per wall-s | cost |")
+    out.append("|---|---|---:|---:|---:|---:|")
+    for a in s["auth"]:
+        cost = f"{a['cost']:.1%}" if a["cost"] is not None else "–"
+        out.append(f"| {a['scenario']} | {a['mode']} | {a['runs']} | {fmt(a['per_server_cpu_s'])} | {fmt(a['per_wall_s'])} | {cost} |")
     out.append("\n### Goals\n")
     out.append("| goal | target | measured | met |")
     out.append("|---|---|---:|---|")
