@@ -70,6 +70,8 @@ auth_key *auth_keyring_add(auth_keyring *r, const char *name, const char *role,
 /* Removes the key named name; -ENOENT if there is none. */
 int auth_keyring_remove(auth_keyring *r, const char *name) MCPSUB_NODISCARD;
 
+/* SHA-256 of data (OpenSSL; the implementation fetched once per thread). */
+void auth_sha256(const void *data, size_t len, uint8_t out[32]);
 /*
  * The key whose hash is SHA-256(token), or NULL. Every entry is compared,
  * in constant time (CRYPTO_memcmp), whichever matches: the time taken says

@@ -15,6 +15,8 @@
 #define JSONRPC_METHOD_NOT_FOUND -32601
 #define JSONRPC_INVALID_PARAMS   -32602
 #define JSONRPC_INTERNAL_ERROR   -32603
+/* MCP: a protocol version the server does not speak (HTTP 400, data {supported, requested}). */
+#define MCP_UNSUPPORTED_VERSION -32022
 #define MCP_SESSION_NOT_FOUND    -32001
 #define MCP_RESOURCE_NOT_FOUND   -32002
 

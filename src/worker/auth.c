@@ -12,7 +12,6 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <stdio.h>
-#include <openssl/evp.h>
 #include <string.h>
 #include <strings.h>
 
@@ -224,7 +223,10 @@ void auth_respond_forbidden(worker_t *w, http_conn_t *c, unsigned right) {
 
 /* Authenticates an API key; false when token is none of the keys. */
 static bool auth_api_key(auth_state *a, const char *token, size_t len, auth_principal *p) {
-  auth_reload_keys(a, false);
+  if (!a->keys_checked) { /* once per loop turn: a revocation is seen by the next request read */
+    auth_reload_keys(a, false);
+    a->keys_checked = true;
+  }
   const auth_key *k = auth_keyring_match(&a->keys, token, len);
   if (k == NULL) return false;
   snprintf(p->id, sizeof(p->id), "key:%s", k->name);
@@ -265,8 +267,7 @@ static auth_outcome auth_jwt(worker_t *w, http_conn_t *c, http_request_t *req, c
                              size_t len, auth_principal *p) {
   auth_state *a = &w->auth;
   uint8_t hash[32];
-  unsigned int n = 0;
-  EVP_Digest(token, len, hash, &n, EVP_sha256(), NULL);
+  auth_sha256(token, len, hash);
   int64_t now_ms = store_now_ms();
   auth_token_entry *e = auth_token_slot(a, hash);
   if (e->claims != NULL && memcmp(e->hash, hash, sizeof(hash)) == 0 &&

@@ -82,6 +82,7 @@ typedef struct auth_state {
   const char *keys_path;
   auth_keyring keys;
   file_stamp keys_stamp; /* of the key file as loaded */
+  bool keys_checked;     /* the file was stat'ed in this loop turn (worker's auth_turn clears it) */
   bool jwt;              /* --auth-jwks: access tokens are accepted */
   keyset_t jwks;
   jwt_rules rules;

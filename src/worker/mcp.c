@@ -226,6 +226,22 @@ static void mcp_respond_error(http_conn_t *c, int status, const cJSON *id, int c
 }
 
 /*
+ * 400 for an MCP-Protocol-Version mcpsub does not speak: -32022 with the
+ * versions it does, so that a client can pick one and retry.
+ */
+static void mcp_respond_unsupported_version(http_conn_t *c, const char *requested) {
+  cJSON *err =
+      jsonrpc_error(NULL, MCP_UNSUPPORTED_VERSION, "Bad Request: unsupported MCP-Protocol-Version");
+  cJSON *data = cJSON_AddObjectToObject(cJSON_GetObjectItemCaseSensitive(err, "error"), "data");
+  cJSON *supported = cJSON_AddArrayToObject(data, "supported");
+  for (size_t i = 0; i < ARRAY_LEN(supported_versions); i++)
+    cJSON_AddItemToArray(supported, cJSON_CreateString(supported_versions[i]));
+  cJSON_AddStringToObject(data, "requested", requested);
+  worker_respond_json(c, 400, err, NULL, 0);
+  cJSON_Delete(err);
+}
+
+/*
  * Finds the live session for id, restoring it from its mcp_session row when
  * this process holds no live state for it (a restart). -ENOENT when unknown
  * or expired.
@@ -453,7 +469,7 @@ static void mcp_post(worker_t *w, http_conn_t *c, http_request_t *req, const aut
   }
   const char *version = http_request_header(req, "mcp-protocol-version");
   if (version != NULL && !version_supported(version)) {
-    mcp_respond_error(c, 400, NULL, -32000, "Bad Request: unsupported MCP-Protocol-Version");
+    mcp_respond_unsupported_version(c, version);
     return;
   }
   if (!jsonrpc_depth_ok(req->body, req->body_len, JSONRPC_MAX_DEPTH)) {
@@ -566,7 +582,7 @@ static void mcp_get(worker_t *w, http_conn_t *c, http_request_t *req, const auth
   }
   const char *version = http_request_header(req, "mcp-protocol-version");
   if (version != NULL && !version_supported(version)) {
-    mcp_respond_error(c, 400, NULL, -32000, "Bad Request: unsupported MCP-Protocol-Version");
+    mcp_respond_unsupported_version(c, version);
     return;
   }
   session_t *s = mcp_require_session(w, c, req, p);

@@ -381,6 +381,12 @@ static void worker_auth_tick(uv_timer_t *t) {
   }
 }
 
+/* Each loop turn, before the poll: the key file is looked at again by the turn's first key. */
+static void worker_auth_turn(uv_prepare_t *h) {
+  worker_t *w = h->data;
+  w->auth.keys_checked = false;
+}
+
 /* SIGHUP: re-read the API key file now. */
 static void worker_on_sighup(uv_signal_t *h, int signum) {
   worker_t *w = h->data;
@@ -443,7 +449,13 @@ int worker_init(worker_t *w, uv_loop_t *loop, const config_t *cfg, unsigned slot
   uv_signal_init(loop, &w->sighup);
   w->sighup.data = w;
   uv_signal_start(&w->sighup, worker_on_sighup, SIGHUP);
-  if (w->auth.enabled) uv_timer_start(&w->auth_timer, worker_auth_tick, 1000, 1000);
+  uv_prepare_init(loop, &w->auth_turn);
+  w->auth_turn.data = w;
+  if (w->auth.enabled) {
+    uv_timer_start(&w->auth_timer, worker_auth_tick, 1000, 1000);
+    uv_prepare_start(&w->auth_turn, worker_auth_turn);
+    uv_unref((uv_handle_t *)&w->auth_turn);
+  }
   return 0;
 }
 
@@ -512,6 +524,7 @@ void worker_shutdown(worker_t *w) {
   uv_close((uv_handle_t *)&w->keepalive_timer, NULL);
   uv_timer_stop(&w->auth_timer);
   uv_close((uv_handle_t *)&w->auth_timer, NULL);
+  uv_close((uv_handle_t *)&w->auth_turn, NULL);
   writer_stop(w->writer); /* queued writes finish (or fail at their deadline) and are answered */
   uv_close((uv_handle_t *)&w->sighup, NULL);
   http_server_close(w->http, NULL, NULL);

@@ -74,6 +74,7 @@ typedef struct worker {
   uv_timer_t sweep_timer;     /* idle-session prune and audit retention */
   uv_timer_t keepalive_timer; /* SSE keepalive comments */
   uv_timer_t auth_timer;      /* key file changes, revoked and expired credentials */
+  uv_prepare_t auth_turn;     /* marks the key file unchecked at each loop turn */
   uv_signal_t sighup;         /* reload the key file */
   unsigned slot;              /* worker number, encoded in session ids */
   int64_t last_audit_prune_ms;
