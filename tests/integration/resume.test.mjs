@@ -311,7 +311,8 @@ test('slow reader: cut at --max-stream-queue 4096 during a burst of 200 inserts;
     await subscribe(s, events);
     await rest(small.port, 'PUT', '/StockEvent/1', { sku: 'A-100', delta: 11 });
     const st = await openPrimed(small, s);
-    assert.ok(idSeq(st.lastId) > 0);
+    // The PUT is answered at its commit; the tailer announces it a moment later (then the id moves).
+    await waitFor(() => idSeq(st.lastId) > 0, { timeoutMs: 5000, message: 'the first change on the stream' });
     sqlite(
       small.dbPath,
       `BEGIN; WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 200)
