@@ -17,8 +17,10 @@
 #define JSONRPC_INTERNAL_ERROR   -32603
 /* MCP: a protocol version the server does not speak (HTTP 400, data {supported, requested}). */
 #define MCP_UNSUPPORTED_VERSION -32022
-#define MCP_SESSION_NOT_FOUND    -32001
-#define MCP_RESOURCE_NOT_FOUND   -32002
+/* MCP 2026-07-28: a standard header missing or disagreeing with the body (HTTP 400). */
+#define MCP_HEADER_MISMATCH    -32020
+#define MCP_SESSION_NOT_FOUND  -32001
+#define MCP_RESOURCE_NOT_FOUND -32002
 
 #define JSONRPC_MAX_DEPTH 64
 

@@ -49,6 +49,10 @@ static uint64_t stats_subscriptions(const worker_stats *w, const slot_stats *slo
   return w->subscriptions;
 }
 
+static uint64_t stats_listens(const worker_stats *w, const slot_stats *slot) {
+  return w->listens;
+}
+
 static uint64_t stats_waiters(const worker_stats *w, const slot_stats *slot) {
   return w->waiters;
 }
@@ -103,7 +107,10 @@ static const stats_metric stats_metrics[] = {
     {"mcpsub_worker_up", "1 when a worker process runs in the slot.", STATS_GAUGE, STATS_TOTAL_SUM,
      stats_worker_up},
     {"mcpsub_sessions", "Live MCP sessions.", STATS_GAUGE, STATS_TOTAL_SUM, stats_sessions},
-    {"mcpsub_streams", "Open SSE streams.", STATS_GAUGE, STATS_TOTAL_SUM, stats_streams},
+    {"mcpsub_streams", "Open SSE streams of sessions (GET).", STATS_GAUGE, STATS_TOTAL_SUM,
+     stats_streams},
+    {"mcpsub_listen_streams", "Open subscriptions/listen streams (2026-07-28).", STATS_GAUGE,
+     STATS_TOTAL_SUM, stats_listens},
     {"mcpsub_subscriptions", "Live resource subscriptions (sessions and waiters).", STATS_GAUGE,
      STATS_TOTAL_SUM, stats_subscriptions},
     {"mcpsub_waiters", "Pending wait_and_read calls.", STATS_GAUGE, STATS_TOTAL_SUM, stats_waiters},
@@ -166,6 +173,7 @@ cJSON *stats_to_json(const worker_stats *w) {
   cJSON_AddNumberToObject(o, "startedMs", (double)w->started_ms);
   cJSON_AddNumberToObject(o, "sessions", (double)w->sessions);
   cJSON_AddNumberToObject(o, "streams", (double)w->streams);
+  cJSON_AddNumberToObject(o, "listens", (double)w->listens);
   cJSON_AddNumberToObject(o, "subscriptions", (double)w->subscriptions);
   cJSON_AddNumberToObject(o, "waiters", (double)w->waiters);
   cJSON_AddNumberToObject(o, "connections", (double)w->connections);

@@ -21,8 +21,9 @@ typedef struct worker_stats {
   uint32_t reserved;
   int64_t started_ms;           /* Unix ms */
   uint64_t sessions;            /* live sessions */
-  uint64_t streams;             /* open SSE streams */
-  uint64_t subscriptions;       /* live subscriptions (sessions and waiters) */
+  uint64_t streams;             /* open SSE streams (GET streams of sessions) */
+  uint64_t listens;             /* open subscriptions/listen streams */
+  uint64_t subscriptions;       /* live subscriptions (sessions, listen streams and waiters) */
   uint64_t waiters;             /* pending wait_and_read calls */
   uint64_t connections;         /* open HTTP connections */
   uint64_t queued_bytes;        /* bytes queued on SSE streams, not yet taken by the kernel */

@@ -312,6 +312,7 @@ static void master_totals(master_t *m, const worker_stats *st, const slot_stats 
     const worker_stats *s = &st[i];
     t->sessions += s->sessions;
     t->streams += s->streams;
+    t->listens += s->listens;
     t->subscriptions += s->subscriptions;
     t->waiters += s->waiters;
     t->connections += s->connections;
@@ -508,6 +509,7 @@ static void master_answer_stats(master_gather *g) {
     cJSON *body = cJSON_CreateObject();
     cJSON_AddNumberToObject(body, "sessions", (double)t.sessions);
     cJSON_AddNumberToObject(body, "streams", (double)t.streams);
+    cJSON_AddNumberToObject(body, "listens", (double)t.listens);
     cJSON_AddNumberToObject(body, "connections", (double)t.connections);
     cJSON_AddNumberToObject(body, "subscriptions", (double)t.subscriptions);
     cJSON_AddNumberToObject(body, "waiters", (double)t.waiters);
@@ -982,6 +984,7 @@ static cJSON *master_slot_json(master_t *m, unsigned i, const worker_stats *st,
   cJSON_AddNumberToObject(o, "restarts", (double)sl->restarts);
   cJSON_AddNumberToObject(o, "sessions", (double)st->sessions);
   cJSON_AddNumberToObject(o, "streams", (double)st->streams);
+  cJSON_AddNumberToObject(o, "listens", (double)st->listens);
   cJSON_AddNumberToObject(o, "subscriptions", (double)st->subscriptions);
   cJSON_AddNumberToObject(o, "queuedBytes", (double)st->queued_bytes);
   cJSON_AddNumberToObject(o, "notifications", (double)st->notifications);

@@ -14,6 +14,7 @@
 #include "worker/mcp.h"
 
 #include <errno.h>
+#include <openssl/evp.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
@@ -22,18 +23,25 @@
 #include "common/log.h"
 #include "common/mem.h"
 #include "common/session_id.h"
+#include "worker/listen.h"
 #include "worker/subscriptions.h"
 
 #include <llhttp.h>
 
-static const char *const supported_versions[] = {"2025-11-25", "2025-06-18", "2025-03-26"};
+/* Every revision mcpsub speaks, newest first; the first is stateless (no sessions). */
+static const char *const supported_versions[] = {MCP_MODERN_VERSION, "2025-11-25", "2025-06-18",
+                                                 "2025-03-26"};
 
+/* A 2025 revision (sessions, GET streams, resources/subscribe)? */
 static bool version_supported(const char *v) {
-  for (size_t i = 0; i < ARRAY_LEN(supported_versions); i++) {
+  for (size_t i = 1; i < ARRAY_LEN(supported_versions); i++) {
     if (strcmp(v, supported_versions[i]) == 0) return true;
   }
   return false;
 }
+
+#define META_PROTOCOL_VERSION "io.modelcontextprotocol/protocolVersion"
+#define META_SERVER_INFO      "io.modelcontextprotocol/serverInfo"
 
 cJSON *mcp_call_fail(mcp_call *call, int code, const char *fmt, ...) {
   va_list ap;
@@ -45,6 +53,10 @@ cJSON *mcp_call_fail(mcp_call *call, int code, const char *fmt, ...) {
 }
 
 /* Method handlers ----------------------------------------------------------- */
+
+#define MCP_INSTRUCTIONS                                                                           \
+  "Database tables as MCP resources. Read a record, a collection or a filtered collection; the "   \
+  "tools query and write records."
 
 static cJSON *mcp_capabilities(void) {
   cJSON *caps = cJSON_CreateObject();
@@ -87,7 +99,8 @@ static void mcp_initialize_stored(int rc, void *data) {
     cJSON_Delete(iw->result);
     mcp_answer(iw->c, iw->id, NULL, JSONRPC_INTERNAL_ERROR,
                rc == -EBUSY ? "cannot store the session: the database is busy; retry"
-                            : "cannot store the session");
+                            : "cannot store the session",
+               false);
   }
   cJSON_Delete(iw->id);
   free(iw);
@@ -128,9 +141,7 @@ static cJSON *mcp_initialize(mcp_call *call) {
   cJSON *info = cJSON_AddObjectToObject(result, "serverInfo");
   cJSON_AddStringToObject(info, "name", "mcpsub");
   cJSON_AddStringToObject(info, "version", MCPSUB_VERSION);
-  cJSON_AddStringToObject(result, "instructions",
-                          "Database tables as MCP resources. Read a record, a collection or a "
-                          "filtered collection; the tools query and write records.");
+  cJSON_AddStringToObject(result, "instructions", MCP_INSTRUCTIONS);
   /* Answered when the row is durable: the session id is usable on any worker from then on. */
   iw->w = w;
   iw->c = call->conn;
@@ -172,23 +183,41 @@ static cJSON *mcp_prompts_get(mcp_call *call) {
                        cJSON_IsString(name) ? name->valuestring : "(none)");
 }
 
+/* server/discover (2026-07-28): what mcpsub speaks and can do, without a session. */
+static cJSON *mcp_discover(mcp_call *call) {
+  cJSON *result = cJSON_CreateObject();
+  cJSON *versions = cJSON_AddArrayToObject(result, "supportedVersions");
+  for (size_t i = 0; i < ARRAY_LEN(supported_versions); i++)
+    cJSON_AddItemToArray(versions, cJSON_CreateString(supported_versions[i]));
+  cJSON_AddItemToObject(result, "capabilities", mcp_capabilities());
+  cJSON_AddStringToObject(result, "instructions", MCP_INSTRUCTIONS);
+  return result;
+}
+
+/* Which protocol generations a method belongs to. */
+enum { GEN_2025 = 1u << 0, GEN_2026 = 1u << 1, GEN_BOTH = GEN_2025 | GEN_2026 };
+
 static const struct mcp_method {
   const char *name;
   mcp_handler handler;
+  unsigned gens;
+  bool cacheable; /* 2026-07-28 results carry ttlMs and cacheScope */
 } mcp_methods[] = {
-    {"initialize", mcp_initialize},
-    {"ping", mcp_ping},
-    {"logging/setLevel", mcp_set_level},
-    {"resources/list", resources_list},
-    {"resources/templates/list", resources_templates_list},
-    {"resources/read", resources_read},
-    {"resources/subscribe", subs_subscribe},
-    {"resources/unsubscribe", subs_unsubscribe},
-    {"tools/list", tools_list},
-    {"tools/call", tools_call},
-    {"completion/complete", completion_complete},
-    {"prompts/list", mcp_prompts_list},
-    {"prompts/get", mcp_prompts_get},
+    {"initialize", mcp_initialize, GEN_2025, false},
+    {"ping", mcp_ping, GEN_BOTH, false},
+    {"logging/setLevel", mcp_set_level, GEN_2025, false},
+    {"resources/list", resources_list, GEN_BOTH, true},
+    {"resources/templates/list", resources_templates_list, GEN_BOTH, true},
+    {"resources/read", resources_read, GEN_BOTH, true},
+    {"resources/subscribe", subs_subscribe, GEN_2025, false},
+    {"resources/unsubscribe", subs_unsubscribe, GEN_2025, false},
+    {"tools/list", tools_list, GEN_BOTH, true},
+    {"tools/call", tools_call, GEN_BOTH, false},
+    {"completion/complete", completion_complete, GEN_BOTH, false},
+    {"prompts/list", mcp_prompts_list, GEN_BOTH, true},
+    {"prompts/get", mcp_prompts_get, GEN_BOTH, false},
+    {"server/discover", mcp_discover, GEN_2026, true},
+    {"subscriptions/listen", listen_open, GEN_2026, false},
 };
 
 /* HTTP envelope --------------------------------------------------------------- */
@@ -365,20 +394,52 @@ static unsigned mcp_required_right(const cJSON *msg) {
   if (strcmp(method, "resources/list") == 0 || strcmp(method, "resources/templates/list") == 0 ||
       strcmp(method, "completion/complete") == 0)
     return AUTH_READ;
+  if (strcmp(method, "subscriptions/listen") == 0) {
+    const cJSON *uris = cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(params, "notifications"), "resourceSubscriptions");
+    return cJSON_GetArraySize(uris) > 0 ? AUTH_SUBSCRIBE : AUTH_READ;
+  }
   return 0;
 }
 
 /* Dispatch ---------------------------------------------------------------------- */
 
-static void mcp_notification(worker_t *w, session_t *s, const cJSON *msg) {
-  /* notifications/initialized and notifications/cancelled need no action: a
-   * pending write completes in milliseconds or at its deadline, and a
-   * waiting wait_and_read ends when its client drops the request. */
+static void mcp_notification(worker_t *w, const auth_principal *p, session_t *s, const cJSON *msg) {
+  /* notifications/initialized needs no action; notifications/cancelled ends
+   * the caller's listen stream of that id (a pending write completes in
+   * milliseconds or at its deadline, and a waiting wait_and_read ends when
+   * its client drops the request). */
   const cJSON *method = cJSON_GetObjectItemCaseSensitive(msg, "method");
   if (s != NULL) session_log(s, SESSION_LOG_DEBUG, "mcpsub", method->valuestring);
+  if (strcmp(method->valuestring, "notifications/cancelled") != 0) return;
+  const cJSON *rid = cJSON_GetObjectItemCaseSensitive(
+      cJSON_GetObjectItemCaseSensitive(msg, "params"), "requestId");
+  if (!cJSON_IsString(rid) && !cJSON_IsNumber(rid)) return;
+  char *text = cJSON_PrintUnformatted(rid);
+  if (text == NULL) abort(); /* cJSON out of memory: mem.h's policy */
+  listen_cancel(w, p->id, text);
+  cJSON_free(text);
 }
 
-void mcp_answer(http_conn_t *c, const cJSON *id, cJSON *result, int code, const char *message) {
+/* Adds what a 2026-07-28 result carries besides the 2025 one. */
+static void mcp_modern_result(worker_t *w, cJSON *result, bool cacheable, bool discover) {
+  cJSON_AddStringToObject(result, "resultType", "complete");
+  if (cacheable) {
+    /* Rows change at any time: not cacheable for long; per caller once callers differ. */
+    cJSON_AddNumberToObject(result, "ttlMs", 0);
+    cJSON_AddStringToObject(result, "cacheScope", w->auth.enabled ? "private" : "public");
+  }
+  if (discover) {
+    cJSON *meta = cJSON_AddObjectToObject(result, "_meta");
+    cJSON *info = cJSON_AddObjectToObject(meta, META_SERVER_INFO);
+    cJSON_AddStringToObject(info, "name", "mcpsub");
+    cJSON_AddStringToObject(info, "version", MCPSUB_VERSION);
+  }
+}
+
+void mcp_answer(http_conn_t *c, const cJSON *id, cJSON *result, int code, const char *message,
+                bool modern) {
+  if (result != NULL && modern) cJSON_AddStringToObject(result, "resultType", "complete");
   cJSON *msg = result != NULL ? jsonrpc_result(id, result) : jsonrpc_error(id, code, message);
   worker_respond_json(c, 200, msg, NULL, 0);
   cJSON_Delete(msg);
@@ -389,7 +450,7 @@ void mcp_answer(http_conn_t *c, const cJSON *id, cJSON *result, int code, const 
  * handler will answer later on conn (*pending). conn is NULL in a batch.
  */
 static cJSON *mcp_request(worker_t *w, const auth_principal *p, session_t *s, const cJSON *msg,
-                          session_t **created, http_conn_t *conn, bool *pending) {
+                          session_t **created, http_conn_t *conn, bool *pending, bool modern) {
   const cJSON *id = cJSON_GetObjectItemCaseSensitive(msg, "id");
   const char *method = cJSON_GetObjectItemCaseSensitive(msg, "method")->valuestring;
   const cJSON *params = cJSON_GetObjectItemCaseSensitive(msg, "params");
@@ -401,12 +462,19 @@ static cJSON *mcp_request(worker_t *w, const auth_principal *p, session_t *s, co
                    .method = method,
                    .params = params,
                    .conn = conn,
-                   .id = id};
+                   .id = id,
+                   .modern = modern};
   if (s != NULL) session_log(s, SESSION_LOG_DEBUG, "mcpsub", method);
   for (size_t i = 0; i < ARRAY_LEN(mcp_methods); i++) {
     if (strcmp(method, mcp_methods[i].name) != 0) continue;
+    if (!(mcp_methods[i].gens & (modern ? GEN_2026 : GEN_2025))) {
+      char text[300];
+      snprintf(text, sizeof(text), "Method not found: %.200s is not part of protocol %s", method,
+               modern ? MCP_MODERN_VERSION : "2025-11-25 and earlier (use 2026-07-28)");
+      return jsonrpc_error(id, JSONRPC_METHOD_NOT_FOUND, text);
+    }
     bool is_init = mcp_methods[i].handler == mcp_initialize;
-    if (is_init != (s == NULL)) {
+    if (!modern && is_init != (s == NULL)) {
       return jsonrpc_error(id, JSONRPC_INVALID_REQUEST,
                            is_init ? "initialize must not carry an Mcp-Session-Id"
                                    : "Bad Request: Mcp-Session-Id header is required");
@@ -418,6 +486,9 @@ static cJSON *mcp_request(worker_t *w, const auth_principal *p, session_t *s, co
       return NULL;
     }
     if (result == NULL) return jsonrpc_error(id, call.err_code, call.err_msg);
+    if (modern)
+      mcp_modern_result(w, result, mcp_methods[i].cacheable,
+                        mcp_methods[i].handler == mcp_discover);
     return jsonrpc_result(id, result);
   }
   char text[300];
@@ -431,11 +502,12 @@ static cJSON *mcp_request(worker_t *w, const auth_principal *p, session_t *s, co
  * the message was not valid JSON-RPC.
  */
 static cJSON *mcp_message(worker_t *w, const auth_principal *p, session_t *s, const cJSON *msg,
-                          session_t **created, bool *invalid, http_conn_t *conn, bool *pending) {
+                          session_t **created, bool *invalid, http_conn_t *conn, bool *pending,
+                          bool modern) {
   const char *why = NULL;
   switch (jsonrpc_classify(msg, &why)) {
-  case JSONRPC_REQUEST: return mcp_request(w, p, s, msg, created, conn, pending);
-  case JSONRPC_NOTIFICATION: mcp_notification(w, s, msg); return NULL;
+  case JSONRPC_REQUEST: return mcp_request(w, p, s, msg, created, conn, pending, modern);
+  case JSONRPC_NOTIFICATION: mcp_notification(w, p, s, msg); return NULL;
   case JSONRPC_RESPONSE:
     return NULL; /* we send no requests to clients yet: nothing awaits a reply */
   case JSONRPC_INVALID:
@@ -448,6 +520,119 @@ static cJSON *mcp_message(worker_t *w, const auth_principal *p, session_t *s, co
     return jsonrpc_error(usable ? id : NULL, JSONRPC_INVALID_REQUEST, text);
   }
   }
+}
+
+/* The protocol version a 2026-07-28 request names in params._meta, or NULL (a 2025 message). */
+static const char *mcp_envelope_version(const cJSON *msg) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(
+      cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(msg, "params"), "_meta"),
+      META_PROTOCOL_VERSION);
+  return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+/* 400 with -32020: a standard header is missing or disagrees with the body. */
+static void mcp_respond_mismatch(http_conn_t *c, const cJSON *id, const char *what) {
+  char text[200];
+  snprintf(text, sizeof(text), "Bad Request: %s", what);
+  mcp_respond_error(c, 400, id, MCP_HEADER_MISMATCH, text);
+}
+
+/*
+ * Does an Mcp-Name header value name want? Plain ASCII as is, anything
+ * else as =?base64?…?= (the spec's encoding of header values).
+ */
+static bool mcp_name_matches(const char *header, const char *want) {
+  size_t len = strlen(header);
+  if (len < 12 || strncmp(header, "=?base64?", 9) != 0 || strcmp(header + len - 2, "?=") != 0)
+    return strcmp(header, want) == 0;
+  size_t n = len - 11;
+  if (n % 4 != 0 || n / 4 * 3 > 4096) return false;
+  unsigned char out[4096 + 3];
+  int got = EVP_DecodeBlock(out, (const unsigned char *)header + 9, (int)n);
+  if (got < 0) return false;
+  while (n > 0 && header[9 + n - 1] == '=') { /* padding decodes to zero bytes that are not data */
+    n--;
+    got--;
+  }
+  return (size_t)got == strlen(want) && memcmp(out, want, (size_t)got) == 0;
+}
+
+/* Which body field each method's Mcp-Name header mirrors. */
+static const char *mcp_name_field(const char *method) {
+  if (strcmp(method, "tools/call") == 0 || strcmp(method, "prompts/get") == 0) return "name";
+  if (strcmp(method, "resources/read") == 0) return "uri";
+  return NULL;
+}
+
+/*
+ * A 2026-07-28 POST: one message, no session. A request carries the _meta
+ * envelope and the MCP-Protocol-Version, Mcp-Method (and, for some
+ * methods, Mcp-Name) headers that mirror it; notifications need neither.
+ */
+static void mcp_post_modern(worker_t *w, http_conn_t *c, http_request_t *req,
+                            const auth_principal *p, const cJSON *root, const char *envelope) {
+  if (cJSON_IsArray(root)) {
+    mcp_respond_error(c, 400, NULL, JSONRPC_INVALID_REQUEST,
+                      "Invalid Request: protocol " MCP_MODERN_VERSION " has no batches");
+    return;
+  }
+  jsonrpc_kind kind = jsonrpc_classify(root, NULL);
+  if (kind == JSONRPC_NOTIFICATION || kind == JSONRPC_RESPONSE) {
+    if (kind == JSONRPC_NOTIFICATION) mcp_notification(w, p, NULL, root);
+    http_respond(c, 202, NULL, 0, NULL, 0);
+    return;
+  }
+  const cJSON *id = cJSON_GetObjectItemCaseSensitive(root, "id");
+  if (kind == JSONRPC_REQUEST) {
+    const char *version = http_request_header(req, "mcp-protocol-version");
+    const char *method = cJSON_GetObjectItemCaseSensitive(root, "method")->valuestring;
+    const char *header = http_request_header(req, "mcp-method");
+    const char *field = mcp_name_field(method);
+    const cJSON *named = field != NULL
+                             ? cJSON_GetObjectItemCaseSensitive(
+                                   cJSON_GetObjectItemCaseSensitive(root, "params"), field)
+                             : NULL;
+    const char *name = http_request_header(req, "mcp-name");
+    if (envelope == NULL) {
+      mcp_respond_mismatch(c, id,
+                           "MCP-Protocol-Version " MCP_MODERN_VERSION
+                           " needs params._meta[\"" META_PROTOCOL_VERSION "\"]");
+      return;
+    }
+    if (strcmp(envelope, MCP_MODERN_VERSION) != 0) {
+      mcp_respond_unsupported_version(c, envelope);
+      return;
+    }
+    if (version == NULL || strcmp(version, envelope) != 0) {
+      mcp_respond_mismatch(c, id,
+                           version == NULL
+                               ? "the MCP-Protocol-Version header is required"
+                               : "MCP-Protocol-Version disagrees with the request's _meta");
+      return;
+    }
+    if (header == NULL || strcmp(header, method) != 0) {
+      mcp_respond_mismatch(c, id,
+                           header == NULL ? "the Mcp-Method header is required"
+                                          : "Mcp-Method disagrees with the request's method");
+      return;
+    }
+    if (cJSON_IsString(named) && (name == NULL || !mcp_name_matches(name, named->valuestring))) {
+      mcp_respond_mismatch(c, id,
+                           name == NULL ? "the Mcp-Name header is required for this method"
+                                        : "Mcp-Name disagrees with the request");
+      return;
+    }
+    unsigned need = mcp_required_right(root);
+    if ((p->rights & need) != need) {
+      auth_respond_forbidden(w, c, need & ~p->rights);
+      return;
+    }
+  }
+  bool invalid = false, pending = false;
+  session_t *unused = NULL;
+  cJSON *reply = mcp_message(w, p, NULL, root, &unused, &invalid, c, &pending, true);
+  if (!pending) worker_respond_json(c, invalid ? 400 : 200, reply, NULL, 0);
+  cJSON_Delete(reply);
 }
 
 static bool message_is_initialize(const cJSON *msg) {
@@ -468,7 +653,8 @@ static void mcp_post(worker_t *w, http_conn_t *c, http_request_t *req, const aut
     return;
   }
   const char *version = http_request_header(req, "mcp-protocol-version");
-  if (version != NULL && !version_supported(version)) {
+  bool modern_header = version != NULL && strcmp(version, MCP_MODERN_VERSION) == 0;
+  if (version != NULL && !version_supported(version) && !modern_header) {
     mcp_respond_unsupported_version(c, version);
     return;
   }
@@ -488,6 +674,13 @@ static void mcp_post(worker_t *w, http_conn_t *c, http_request_t *req, const aut
     return;
   }
 
+  /* 2026-07-28: the body's envelope says so (or the header, for a notification). */
+  const char *envelope = cJSON_IsObject(root) ? mcp_envelope_version(root) : NULL;
+  if (envelope != NULL || modern_header) {
+    mcp_post_modern(w, c, req, p, root, envelope);
+    goto done;
+  }
+
   bool batch = cJSON_IsArray(root);
   bool has_init = false;
   const cJSON *item;
@@ -500,7 +693,8 @@ static void mcp_post(worker_t *w, http_conn_t *c, http_request_t *req, const aut
   if (!batch && jsonrpc_classify(root, NULL) == JSONRPC_INVALID) {
     bool unused_invalid = false, unused_pending = false;
     session_t *unused = NULL;
-    cJSON *reply = mcp_message(w, p, NULL, root, &unused, &unused_invalid, NULL, &unused_pending);
+    cJSON *reply =
+        mcp_message(w, p, NULL, root, &unused, &unused_invalid, NULL, &unused_pending, false);
     worker_respond_json(c, 400, reply, NULL, 0);
     cJSON_Delete(reply);
     goto done;
@@ -549,7 +743,7 @@ static void mcp_post(worker_t *w, http_conn_t *c, http_request_t *req, const aut
     cJSON_ArrayForEach(item, root) {
       bool invalid = false, pending = false;
       session_t *unused = NULL;
-      cJSON *reply = mcp_message(w, p, s, item, &unused, &invalid, NULL, &pending);
+      cJSON *reply = mcp_message(w, p, s, item, &unused, &invalid, NULL, &pending, false);
       if (reply != NULL) cJSON_AddItemToArray(replies, reply);
     }
     if (cJSON_GetArraySize(replies) == 0)
@@ -562,7 +756,7 @@ static void mcp_post(worker_t *w, http_conn_t *c, http_request_t *req, const aut
 
   bool invalid = false, pending = false;
   session_t *created = NULL;
-  cJSON *reply = mcp_message(w, p, s, root, &created, &invalid, c, &pending);
+  cJSON *reply = mcp_message(w, p, s, root, &created, &invalid, c, &pending, false);
   if (pending) {
     /* The handler holds the request and answers it later. */
   } else if (reply == NULL) {

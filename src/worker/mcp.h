@@ -18,6 +18,7 @@
 
 #define MCP_LATEST_VERSION  "2025-11-25"
 #define MCP_DEFAULT_VERSION "2025-03-26" /* assumed without MCP-Protocol-Version */
+#define MCP_MODERN_VERSION  "2026-07-28" /* stateless requests and subscriptions/listen */
 
 /* One JSON-RPC request being handled. */
 typedef struct mcp_call {
@@ -32,6 +33,7 @@ typedef struct mcp_call {
   http_conn_t *conn;  /* where the answer goes; NULL inside a batch (no waiting) */
   const cJSON *id;    /* the request id */
   bool pending;       /* the handler will answer later (it returned NULL) */
+  bool modern;        /* a 2026-07-28 request: stateless, session NULL */
 } mcp_call;
 
 /* A handler returns the result (a new cJSON), or NULL after mcp_call_fail. */
@@ -41,8 +43,13 @@ typedef cJSON *(*mcp_handler)(mcp_call *call);
 cJSON *mcp_call_fail(mcp_call *call, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-/* Answers a pending call later: result (consumed) or, when NULL, the error code/message. */
-void mcp_answer(http_conn_t *c, const cJSON *id, cJSON *result, int code, const char *message);
+/*
+ * Answers a pending call later: result (consumed) or, when NULL, the error
+ * code/message. modern: the call was a 2026-07-28 request (its result gets
+ * resultType).
+ */
+void mcp_answer(http_conn_t *c, const cJSON *id, cJSON *result, int code, const char *message,
+                bool modern);
 
 /* Serves a request for /mcp made by principal p. */
 void mcp_handle_http(worker_t *w, http_conn_t *c, http_request_t *req, const auth_principal *p);

@@ -10,8 +10,8 @@
  * filtered topic of the table: no SQL, no allocation per subscriber.
  *
  * The index knows nothing of sessions or streams: a subscription's owner is
- * an opaque pointer, so a session's GET stream, a wait_and_read call or a
- * future listen stream subscribe alike.
+ * an opaque pointer, so a session's GET stream, a wait_and_read call and a
+ * listen stream subscribe alike.
  */
 #ifndef MCPSUB_SUB_INDEX_H
 #define MCPSUB_SUB_INDEX_H
@@ -31,6 +31,7 @@ typedef struct sub sub_t;
 typedef enum sub_owner_kind {
   SUB_OWNER_SESSION, /* a session: updates go to its stream and replay ring */
   SUB_OWNER_WAITER,  /* a wait_and_read call: the first update completes it */
+  SUB_OWNER_LISTEN,  /* a subscriptions/listen stream (listen.h) */
 } sub_owner_kind;
 
 typedef struct sub_owner {

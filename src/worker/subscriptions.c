@@ -21,6 +21,7 @@
 #include "common/jsonrpc.h"
 #include "common/log.h"
 #include "common/mem.h"
+#include "worker/listen.h"
 #include "worker/wait.h"
 
 /* Coalescing ---------------------------------------------------------------
@@ -227,30 +228,42 @@ static void format_updated(buf_t *b, const char *uri, const char *subscribed) {
   buf_append_str(b, "}}");
 }
 
-static void subs_deliver(worker_t *w, sub_t *sub, frame_t *f) {
-  if (sub->owner->kind == SUB_OWNER_SESSION)
-    session_deliver((session_t *)sub->owner, f);
-  else
-    wait_on_match(w, sub);
-}
-
-/* Formats the topic's frame for this change once and hands it to every subscriber. */
+/*
+ * Formats the topic's update for this change once per kind of owner — a
+ * frame for sessions, an event head for listen streams — and hands it to
+ * every subscriber.
+ */
 static void subs_send_topic(worker_t *w, sub_topic *t, const char *record_uri, int64_t seq) {
   frame_t *f = NULL;
+  buf_t head;
+  buf_init(&head);
   for (sub_t *sub = t->subs, *next; sub != NULL; sub = next) {
     next = sub->topic_next;              /* a waiter may leave the topic when it completes */
     if (sub->since_seq >= seq) continue; /* omitCurrent: subscribed after this change */
-    if (f == NULL && t->n_session_subs > 0) {
-      buf_t b;
-      buf_init(&b);
-      format_updated(&b, record_uri, t->uri);
-      f = frame_create(seq, 't', t->order, b.data, b.len);
-      buf_finish(&b);
-      w->notifications++;
+    switch (sub->owner->kind) {
+    case SUB_OWNER_SESSION:
+      if (f == NULL) {
+        buf_t b;
+        buf_init(&b);
+        format_updated(&b, record_uri, t->uri);
+        f = frame_create(seq, 't', t->order, b.data, b.len);
+        buf_finish(&b);
+        w->notifications++;
+      }
+      session_deliver((session_t *)sub->owner, f);
+      break;
+    case SUB_OWNER_LISTEN:
+      if (head.len == 0) {
+        listen_format_head(&head, record_uri, t->uri, seq);
+        w->notifications++;
+      }
+      listen_deliver((listen_stream *)sub->owner, head.data, head.len);
+      break;
+    case SUB_OWNER_WAITER: wait_on_match(w, sub); break;
     }
-    subs_deliver(w, sub, f);
   }
   frame_unref(f);
+  buf_finish(&head);
 }
 
 /* The tailer's consumer --------------------------------------------------------- */
@@ -305,6 +318,8 @@ static void subs_on_schema_change(void *data) {
       /* Only streaming sessions are on this list. */
     }
   }
+  /* The tools' schemas name the tables too. */
+  listen_lists_changed(w, LISTEN_RESOURCES_LIST | LISTEN_TOOLS_LIST);
 }
 
 static void subs_check_schema(void *data);
@@ -349,7 +364,8 @@ void subs_finish(worker_t *w) {
 }
 
 void subs_update_active(worker_t *w) {
-  tailer_set_active(&w->tailer, w->subs.n_subs > 0 || w->sessions.n_streams > 0);
+  tailer_set_active(&w->tailer,
+                    w->subs.n_subs > 0 || w->sessions.n_streams > 0 || w->n_listens > 0);
 }
 
 void subs_after_write(worker_t *w) {
@@ -480,7 +496,7 @@ static void subs_unsubscribe_stored(int rc, void *data) {
   if (rc != 0) {
     /* The live session is unsubscribed either way; its row catches up with the next change. */
   }
-  mcp_answer(uw->c, uw->id, cJSON_CreateObject(), 0, NULL);
+  mcp_answer(uw->c, uw->id, cJSON_CreateObject(), 0, NULL, false);
   cJSON_Delete(uw->id);
   free(uw);
 }
@@ -604,15 +620,26 @@ void subs_session_restore(worker_t *w, session_t *s, const auth_principal *p,
  * a client cut off in the middle resumes exactly from where it was.
  */
 
+/* Where recovered updates go: a session's stream (frames) or a listen stream. */
+typedef struct recover_sink {
+  sub_t *subs; /* the owner's subscriptions (through owner_next) */
+  size_t n_subs;
+  void (*send)(worker_t *w, void *owner, int64_t seq, char tag, uint64_t order, const char *uri,
+               const char *subscribed);
+  void *owner;
+  const char *who; /* for the log */
+} recover_sink;
+
 typedef struct recover_item {
-  char *json;  /* the notification */
-  int64_t seq; /* its newest change */
+  char *uri;              /* the record changed */
+  const char *subscribed; /* its topic's URI */
+  int64_t seq;            /* its newest change */
   uint64_t order;
 } recover_item;
 
 typedef struct recover_ctx {
   worker_t *w;
-  session_t *s;
+  const recover_sink *sink;
   frame_pos after; /* send what comes after this position... */
   bool inclusive;  /* ...or at it */
   int64_t upto;    /* what is after this goes live */
@@ -637,7 +664,7 @@ static int recover_row(const store_audit_row *row, void *data) {
   ctx->last = row->seq;
   sub_change change = change_of(row);
   char *record_uri = NULL;
-  for (sub_t *sub = ctx->s->subs; sub != NULL; sub = sub->owner_next) {
+  for (sub_t *sub = ctx->sink->subs; sub != NULL; sub = sub->owner_next) {
     if (sub->since_seq >= row->seq || !recover_wanted(ctx, row->seq, sub->topic->order) ||
         !sub_topic_matches(sub->topic, &change))
       continue;
@@ -654,10 +681,8 @@ static int recover_row(const store_audit_row *row, void *data) {
       ctx->overflow = true;
       break;
     }
-    buf_t json;
-    buf_init(&json);
-    format_updated(&json, record_uri, sub->topic->uri);
-    ctx->items[ctx->n_items++] = (recover_item){buf_steal(&json), row->seq, sub->topic->order};
+    ctx->items[ctx->n_items++] =
+        (recover_item){mem_strdup(record_uri), sub->topic->uri, row->seq, sub->topic->order};
     strmap_put(&ctx->seen, ctx->key.data, ctx->key.len, (void *)(uintptr_t)ctx->n_items);
   }
   free(record_uri);
@@ -668,15 +693,33 @@ static int recover_item_compare(const void *a, const void *b) {
   const recover_item *x = a, *y = b;
   if (x->seq != y->seq) return x->seq < y->seq ? -1 : 1;
   if (x->order != y->order) return x->order < y->order ? -1 : 1;
-  return strcmp(x->json, y->json);
+  int c = strcmp(x->uri, y->uri);
+  return c != 0 ? c : strcmp(x->subscribed, y->subscribed);
 }
 
-/* Sends one recovered notification as a frame of the session. */
-static void recover_send(session_t *s, int64_t seq, char tag, uint64_t order, const char *json) {
-  frame_t *f = frame_create(seq, tag, order, json, strlen(json));
+/* A session's sink: one recovered notification as a frame of the session. */
+static void recover_to_session(worker_t *w, void *owner, int64_t seq, char tag, uint64_t order,
+                               const char *uri, const char *subscribed) {
+  session_t *s = owner;
+  buf_t json;
+  buf_init(&json);
+  format_updated(&json, uri, subscribed);
+  frame_t *f = frame_create(seq, tag, order, json.data, json.len);
+  buf_finish(&json);
   s->registry->frames_replayed++;
   session_deliver(s, f);
   frame_unref(f);
+}
+
+/* A listen stream's sink: the update as a live one (no ids on listen streams). */
+static void recover_to_listen(worker_t *w, void *owner, int64_t seq, char tag, uint64_t order,
+                              const char *uri, const char *subscribed) {
+  buf_t head;
+  buf_init(&head);
+  listen_format_head(&head, uri, subscribed, seq);
+  listen_deliver(owner, head.data, head.len);
+  buf_finish(&head);
+  w->sessions.frames_replayed++;
 }
 
 /*
@@ -686,20 +729,16 @@ static void recover_send(session_t *s, int64_t seq, char tag, uint64_t order, co
  * series at ctx->after: only the subscriptions after that point get one.
  */
 static size_t recover_reread(recover_ctx *ctx, int64_t seq, bool rest) {
-  session_t *s = ctx->s;
-  sub_topic **topics = mem_alloc((s->n_subs + 1) * sizeof(sub_topic *));
+  const recover_sink *sink = ctx->sink;
+  sub_topic **topics = mem_alloc((sink->n_subs + 1) * sizeof(sub_topic *));
   size_t n = 0;
-  for (sub_t *sub = s->subs; sub != NULL; sub = sub->owner_next) topics[n++] = sub->topic;
+  for (sub_t *sub = sink->subs; sub != NULL; sub = sub->owner_next) topics[n++] = sub->topic;
   qsort(topics, n, sizeof(sub_topic *), sub_topic_compare);
   size_t sent = 0;
   for (size_t i = 0; i < n; i++) {
     uint64_t order = topics[i]->order;
     if (rest && (ctx->inclusive ? order < ctx->after.n : order <= ctx->after.n)) continue;
-    buf_t json;
-    buf_init(&json);
-    format_updated(&json, topics[i]->uri, topics[i]->uri);
-    recover_send(s, seq, 'r', order, json.data);
-    buf_finish(&json);
+    sink->send(ctx->w, sink->owner, seq, 'r', order, topics[i]->uri, topics[i]->uri);
     sent++;
   }
   free(topics);
@@ -707,17 +746,20 @@ static size_t recover_reread(recover_ctx *ctx, int64_t seq, bool rest) {
 }
 
 /*
- * Sends what the session's subscriptions missed after (or, inclusive, at)
+ * Sends what the owner's subscriptions missed after (or, inclusive, at)
  * position after, up to what is delivered live. Falls back to one re-read
  * update per subscription when the log no longer holds the whole gap or
  * the gap is too wide.
  */
-static void subs_recover(worker_t *w, session_t *s, frame_pos after, bool inclusive) {
-  if (s->subs == NULL) return;
+static void subs_recover(worker_t *w, const recover_sink *sink, frame_pos after, bool inclusive) {
+  if (sink->subs == NULL) return;
   /* Held updates go out first: a resumption must not overtake them. */
   subs_flush_held(w);
-  recover_ctx ctx = {
-      .w = w, .s = s, .after = after, .inclusive = inclusive, .upto = subs_delivered_position(w)};
+  recover_ctx ctx = {.w = w,
+                     .sink = sink,
+                     .after = after,
+                     .inclusive = inclusive,
+                     .upto = subs_delivered_position(w)};
   strmap_init(&ctx.seen);
   buf_init(&ctx.key);
   ctx.items = mem_alloc(SUBS_RECOVER_MAX * sizeof(recover_item));
@@ -743,18 +785,29 @@ static void subs_recover(worker_t *w, session_t *s, frame_pos after, bool inclus
     if (after.tag == 'r') sent = recover_reread(&ctx, after.seq, true); /* finish the series */
     qsort(ctx.items, ctx.n_items, sizeof(recover_item), recover_item_compare);
     for (size_t i = 0; i < ctx.n_items; i++)
-      recover_send(s, ctx.items[i].seq, 't', ctx.items[i].order, ctx.items[i].json);
+      sink->send(w, sink->owner, ctx.items[i].seq, 't', ctx.items[i].order, ctx.items[i].uri,
+                 ctx.items[i].subscribed);
     sent += ctx.n_items;
   }
   char from_text[32], n_text[32];
   snprintf(from_text, sizeof(from_text), "%lld", (long long)after.seq);
   snprintf(n_text, sizeof(n_text), "%zu", sent);
-  log_info("stream resumed from the audit log", "session", s->id, "from", from_text, "updates",
+  log_info("stream resumed from the audit log", "stream", sink->who, "from", from_text, "updates",
            n_text, "exact", exact ? "true" : "false");
-  for (size_t i = 0; i < ctx.n_items; i++) free(ctx.items[i].json);
+  for (size_t i = 0; i < ctx.n_items; i++) free(ctx.items[i].uri);
   free(ctx.items);
   buf_finish(&ctx.key);
   strmap_finish(&ctx.seen);
+}
+
+static void subs_session_recover(worker_t *w, session_t *s, frame_pos after, bool inclusive) {
+  recover_sink sink = {s->subs, s->n_subs, recover_to_session, s, s->id};
+  subs_recover(w, &sink, after, inclusive);
+}
+
+void subs_listen_recover(worker_t *w, listen_stream *l, int64_t after) {
+  recover_sink sink = {l->subs, l->n_subs, recover_to_listen, l, "listen"};
+  subs_recover(w, &sink, (frame_pos){after, 's', 0}, false);
 }
 
 void subs_stream_open(worker_t *w, session_t *s, http_conn_t *c, const char *last_event_id) {
@@ -768,11 +821,11 @@ void subs_stream_open(worker_t *w, session_t *s, http_conn_t *c, const char *las
     /* Exact: the ring still held it. */
   } else if (last_event_id != NULL && frame_id_parse(last_event_id, id_len, &after) == 0) {
     s->undelivered = 0; /* the audit log covers them */
-    subs_recover(w, s, after, false);
+    subs_session_recover(w, s, after, false);
   } else if (s->lost) {
     /* No id (or one we did not mint), and updates fell off the ring unsent. */
     s->undelivered = 0;
-    subs_recover(w, s, s->lost_from, true);
+    subs_session_recover(w, s, s->lost_from, true);
   } else {
     /* A first stream, or an id we cannot place: what no stream has taken yet. */
     session_replay_undelivered(s);

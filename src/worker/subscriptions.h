@@ -11,6 +11,7 @@
 #ifndef MCPSUB_SUBSCRIPTIONS_H
 #define MCPSUB_SUBSCRIPTIONS_H
 
+#include "worker/listen.h"
 #include "worker/mcp.h"
 
 /* Largest number of distinct URIs a resumption replays from the audit log. */
@@ -61,6 +62,11 @@ void subs_session_drop(worker_t *w, session_t *s);
  */
 void subs_stream_open(worker_t *w, session_t *s, http_conn_t *c, const char *last_event_id);
 
+/*
+ * Sends a listen stream what its subscriptions missed after audit position
+ * after (the recovery extension; listen.h), up to what is delivered live.
+ */
+void subs_listen_recover(worker_t *w, listen_stream *l, int64_t after);
 /* This process committed: have the tailer read it promptly. */
 void subs_after_write(worker_t *w);
 /* Another worker committed (the master said so): read it promptly. */

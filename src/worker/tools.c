@@ -203,12 +203,14 @@ typedef struct tool_write_job {
   worker_t *w;
   http_conn_t *c;
   cJSON *id;
+  bool modern;
   char session_id[SESSION_ID_LEN + 1];
 } tool_write_job;
 
 static void tool_write_done(writer_job *j) {
   tool_write_job *tw = (tool_write_job *)j;
-  mcp_answer(tw->c, tw->id, tool_write_result(tw->w, &tw->rec, tw->session_id), 0, NULL);
+  mcp_answer(tw->c, tw->id, tool_write_result(tw->w, &tw->rec, tw->session_id), 0, NULL,
+             tw->modern);
   cJSON_Delete(tw->id);
   writer_record_free(&tw->rec);
 }
@@ -236,6 +238,7 @@ static cJSON *tool_write(mcp_call *call, tool_args *a, cJSON *record, bool is_de
   tw->w = w;
   tw->c = call->conn;
   tw->id = cJSON_Duplicate(call->id, true);
+  tw->modern = call->modern;
   if (call->session != NULL)
     snprintf(tw->session_id, sizeof(tw->session_id), "%s", call->session->id);
   writer_submit(w->writer, &tw->rec.job, w->cfg->write_timeout_ms);

@@ -38,6 +38,7 @@ struct waiter {
   bool ready;
   http_conn_t *conn;
   cJSON *id;
+  bool modern; /* a 2026-07-28 request */
   bool include_state;
   uv_timer_t timer;
   size_t n;
@@ -154,8 +155,9 @@ static void waiter_complete(waiter_t *wt, bool timed_out) {
   }
   http_conn_t *c = wt->conn;
   cJSON *id = cJSON_Duplicate(wt->id, true);
+  bool modern = wt->modern;
   waiter_destroy(wt);
-  mcp_answer(c, id, wait_result(rows, timed_out), 0, NULL);
+  mcp_answer(c, id, wait_result(rows, timed_out), 0, NULL, modern);
   cJSON_Delete(id);
 }
 
@@ -284,6 +286,7 @@ cJSON *wait_tool(mcp_call *call, const cJSON *args) {
   wt->w = w;
   wt->conn = call->conn;
   wt->id = cJSON_Duplicate(call->id, true);
+  wt->modern = call->modern;
   wt->include_state = include_state;
   for (size_t i = 0; i < wt->n; i++)
     wt->items[i].sub = sub_index_add(&w->subs, wt->items[i].key, wt->items[i].uri,

@@ -15,6 +15,7 @@
 
 #include "common/log.h"
 #include "common/mem.h"
+#include "worker/listen.h"
 #include "worker/mcp.h"
 #include "worker/rest.h"
 #include "worker/subscriptions.h"
@@ -149,6 +150,7 @@ static void worker_handle_status(worker_t *w, http_conn_t *c, http_request_t *re
   } else {
     cJSON_AddNumberToObject(body, "sessions", (double)w->sessions.count);
     cJSON_AddNumberToObject(body, "streams", (double)w->sessions.n_streams);
+    cJSON_AddNumberToObject(body, "listens", (double)w->n_listens);
     cJSON_AddNumberToObject(body, "connections", (double)http_server_connections(w->http));
     cJSON_AddNumberToObject(body, "subscriptions", (double)w->subs.n_subs);
     cJSON_AddNumberToObject(body, "waiters", (double)w->n_waiters);
@@ -170,6 +172,7 @@ void worker_stats_collect(worker_t *w, worker_stats *st) {
   st->started_ms = w->started_ms;
   st->sessions = w->sessions.count;
   st->streams = w->sessions.n_streams;
+  st->listens = w->n_listens;
   st->subscriptions = w->subs.n_subs;
   st->waiters = w->n_waiters;
   st->connections = http_server_connections(w->http);
@@ -177,6 +180,8 @@ void worker_stats_collect(worker_t *w, worker_stats *st) {
   st->requests_refused = w->auth.denied + w->limits.refused;
   for (session_t *s = w->sessions.streams; s != NULL; s = s->stream_next)
     st->queued_bytes += http_conn_queued(s->stream);
+  for (const listen_stream *l = w->listens; l != NULL; l = l->next)
+    st->queued_bytes += http_conn_queued(l->conn);
   st->requests = w->requests;
   st->notifications = w->notifications;
   st->frames_sent = w->sessions.frames_sent;
@@ -356,6 +361,7 @@ static void worker_sweep(uv_timer_t *t) {
 static void worker_keepalive(uv_timer_t *t) {
   worker_t *w = t->data;
   session_registry_keepalive(&w->sessions);
+  listen_keepalive(w);
 }
 
 /*
@@ -379,6 +385,7 @@ static void worker_auth_tick(uv_timer_t *t) {
       session_stream_close(s);
     }
   }
+  listen_check_credentials(w, now);
 }
 
 /* Each loop turn, before the poll: the key file is looked at again by the turn's first key. */
@@ -502,6 +509,7 @@ void worker_drain(worker_t *w, uint64_t timeout_ms, void (*done)(worker_t *w)) {
     }
     session_stream_close(s);
   }
+  listen_end_all(w); /* each with its request's result: the client knows it ended on purpose */
   wait_finish_all(w);
   uv_timer_init(w->loop, &w->drain_timer);
   w->drain_timer.data = w;
@@ -517,6 +525,7 @@ void worker_shutdown(worker_t *w) {
   }
   /* Streams end first so their close callbacks find their sessions alive. */
   while (w->sessions.streams != NULL) session_stream_close(w->sessions.streams);
+  listen_close_all(w);
   subs_close(w);
   uv_timer_stop(&w->sweep_timer);
   uv_timer_stop(&w->keepalive_timer);

@@ -36,8 +36,10 @@ typedef struct worker {
   auth_state auth; /* API keys; who may do what */
   limits_t limits; /* per-principal limits */
   session_registry_t sessions;
-  sub_index subs;          /* every subscription of every owner */
-  tailer_t tailer;         /* the audit-log feed */
+  sub_index subs;                /* every subscription of every owner */
+  tailer_t tailer;               /* the audit-log feed */
+  struct listen_stream *listens; /* open subscriptions/listen streams (listen.h) */
+  size_t n_listens;
   waiter_t *waiters;       /* pending wait_and_read calls */
   waiter_t *waiters_ready; /* of which saw a change in the current tailer batch */
   size_t n_waiters;

@@ -287,14 +287,14 @@ test('running: stats gives every worker report and slot facts; the table ends wi
   const s = await runJsonUntil(['stats'], (j) => sum(j, 'sessions') === 3 && sum(j, 'streams') === 1, 'stats: 3 sessions, 1 stream');
   assert.equal(s.ok, true);
   assert.equal(s.slots.length, s.workers.length, JSON.stringify(s));
-  const keys = ['slot', 'generation', 'pid', 'startedMs', 'sessions', 'streams', 'subscriptions', 'waiters', 'connections',
+  const keys = ['slot', 'generation', 'pid', 'startedMs', 'sessions', 'streams', 'listens', 'subscriptions', 'waiters', 'connections',
     'queuedBytes', 'requests', 'notifications', 'framesSent', 'framesReplayed', 'framesDropped', 'auditPosition', 'auditHead'];
   for (const w of s.workers) assert.deepEqual(Object.keys(w).sort(), [...keys].sort(), JSON.stringify(w));
   for (const slot of s.slots) assert.ok(slot.alive === true || slot.alive === 1, JSON.stringify(slot));
   const r = runCtl(['stats']);
   assert.equal(r.status, 0, describe(r));
   const ls = lines(r.stdout);
-  assert.match(ls[0], /^WORKER\s+PID\s+UP\s+SESSIONS\s+STREAMS\s+SUBS\s+WAITERS\s+CONNS\s+QUEUED\s+REQUESTS/, describe(r));
+  assert.match(ls[0], /^WORKER\s+PID\s+UP\s+SESSIONS\s+STREAMS\s+LISTENS\s+SUBS\s+WAITERS\s+CONNS\s+QUEUED\s+REQUESTS/, describe(r));
   assert.equal(ls.length, 1 + s.workers.length + 1, describe(r));
   assert.match(ls.at(-1), new RegExp(`^\\s*all\\s+-\\s+${s.workers.length}\\s+3\\s+1\\s`), describe(r));
 });

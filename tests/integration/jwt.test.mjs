@@ -179,14 +179,14 @@ test('key rotation: the first token signed with a new key works without a restar
       const res = await request(s.port, { path: '/Product', headers: bearer(t(fresh)) });
       assert.equal(res.status, 200, res.text);
     }
-    const after = served.fetches;
-    assert.ok(after > before && after <= before + 2, `fetches ${before} -> ${after}`);
-    // More unknown kids right after: refused without another fetch (at most one per 10 s per worker).
+    assert.ok(served.fetches > before, 'the new kid was fetched');
+    // More unknown kids right after: refused, and each worker fetches at most once per 10 s in
+    // all (one that has not met the new kid yet may fetch once now).
     for (let i = 0; i < 6; i++) {
       const res = await request(s.port, { path: '/Product', headers: bearer(t(fresh, { kid: `bogus-${i}` })) });
       assert.equal(res.status, 401);
     }
-    assert.equal(served.fetches, after);
+    assert.ok(served.fetches <= before + 2, `fetches ${before} -> ${served.fetches}`);
   } finally {
     await s.stop();
     await served.close();

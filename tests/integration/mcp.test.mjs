@@ -291,7 +291,7 @@ test('malformed Mcp-Session-Id -> 400 or 404', async () => {
 test('MCP-Protocol-Version 1999-01-01 -> 400, -32022 naming the versions spoken (POST and GET)', async () => {
   const res = await mcpPost(srv.port, s.id, ping(), { protocolVersion: '1999-01-01' });
   assert.equal(res.status, 400, res.text);
-  const want = { code: -32022, message: 'Bad Request: unsupported MCP-Protocol-Version', data: { supported: ['2025-11-25', '2025-06-18', '2025-03-26'], requested: '1999-01-01' } };
+  const want = { code: -32022, message: 'Bad Request: unsupported MCP-Protocol-Version', data: { supported: ['2026-07-28', '2025-11-25', '2025-06-18', '2025-03-26'], requested: '1999-01-01' } };
   assert.deepEqual(res.json().error, want);
   const get = await request(srv.port, { path: '/mcp', headers: { Accept: 'text/event-stream', 'Mcp-Session-Id': s.id, 'MCP-Protocol-Version': '1999-01-01' } });
   assert.equal(get.status, 400, get.text);

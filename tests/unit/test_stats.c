@@ -19,6 +19,7 @@ static void two_workers(worker_stats w[2], slot_stats s[2]) {
                         .started_ms = 1700000000000,
                         .sessions = 3,
                         .streams = 2,
+                        .listens = 4,
                         .subscriptions = 7,
                         .waiters = 1,
                         .connections = 4,
@@ -83,11 +84,16 @@ static void test_prometheus_two_workers_exact(void) {
       "mcpsub_sessions{worker=\"0\"} 3\n"
       "mcpsub_sessions{worker=\"1\"} 2\n"
       "mcpsub_sessions{worker=\"all\"} 5\n"
-      "# HELP mcpsub_streams Open SSE streams.\n"
+      "# HELP mcpsub_streams Open SSE streams of sessions (GET).\n"
       "# TYPE mcpsub_streams gauge\n"
       "mcpsub_streams{worker=\"0\"} 2\n"
       "mcpsub_streams{worker=\"1\"} 1\n"
       "mcpsub_streams{worker=\"all\"} 3\n"
+      "# HELP mcpsub_listen_streams Open subscriptions/listen streams (2026-07-28).\n"
+      "# TYPE mcpsub_listen_streams gauge\n"
+      "mcpsub_listen_streams{worker=\"0\"} 4\n"
+      "mcpsub_listen_streams{worker=\"1\"} 0\n"
+      "mcpsub_listen_streams{worker=\"all\"} 4\n"
       "# HELP mcpsub_subscriptions Live resource subscriptions (sessions and waiters).\n"
       "# TYPE mcpsub_subscriptions gauge\n"
       "mcpsub_subscriptions{worker=\"0\"} 7\n"
@@ -189,9 +195,9 @@ static void test_prometheus_help_type_once(void) {
     }
     line = end + 1;
   }
-  CHECK_INT_EQ(families, 16);
-  CHECK_INT_EQ(count_occurrences(text, "# HELP "), 16);
-  CHECK_INT_EQ(count_occurrences(text, "{worker=\"all\"}"), 16);
+  CHECK_INT_EQ(families, 17);
+  CHECK_INT_EQ(count_occurrences(text, "# HELP "), 17);
+  CHECK_INT_EQ(count_occurrences(text, "{worker=\"all\"}"), 17);
   free(text);
 }
 
@@ -229,7 +235,7 @@ static void test_prometheus_without_slots(void) {
 /* No worker reported yet: the families and zero totals, still valid text. */
 static void test_prometheus_no_workers(void) {
   char *text = render(NULL, NULL, 0);
-  CHECK_INT_EQ(count_occurrences(text, "# TYPE "), 16);
+  CHECK_INT_EQ(count_occurrences(text, "# TYPE "), 17);
   CHECK(strstr(text, "mcpsub_sessions{worker=\"all\"} 0\n") != NULL);
   CHECK(strstr(text, "mcpsub_worker_up{worker=\"all\"} 0\n") != NULL);
   CHECK(strstr(text, "{worker=\"0\"}") == NULL);
@@ -262,15 +268,15 @@ static void test_json_keys_and_values(void) {
     const char *key;
     double value;
   } want[] = {
-      {"slot", 0},          {"generation", 1},
-      {"pid", 101},         {"startedMs", 1700000000000.0},
-      {"sessions", 3},      {"streams", 2},
-      {"subscriptions", 7}, {"waiters", 1},
-      {"connections", 4},   {"queuedBytes", 512},
-      {"requests", 100},    {"notifications", 20},
-      {"framesSent", 30},   {"framesReplayed", 5},
-      {"framesDropped", 1}, {"auditPosition", 90},
-      {"auditHead", 100},
+      {"slot", 0},           {"generation", 1},
+      {"pid", 101},          {"startedMs", 1700000000000.0},
+      {"sessions", 3},       {"streams", 2},
+      {"listens", 4},        {"subscriptions", 7},
+      {"waiters", 1},        {"connections", 4},
+      {"queuedBytes", 512},  {"requests", 100},
+      {"notifications", 20}, {"framesSent", 30},
+      {"framesReplayed", 5}, {"framesDropped", 1},
+      {"auditPosition", 90}, {"auditHead", 100},
   };
   for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
     if (number(o, want[i].key) != want[i].value) {

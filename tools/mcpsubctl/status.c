@@ -23,6 +23,7 @@ static const ctl_field ctl_status_fields[] = {
     {"workers", "workers", ctl_fmt_text},
     {"sessions", "totals.sessions", ctl_fmt_text},
     {"streams", "totals.streams", ctl_fmt_text},
+    {"listen streams", "totals.listens", ctl_fmt_text},
     {"subscriptions", "totals.subscriptions", ctl_fmt_text},
     {"waiters", "totals.waiters", ctl_fmt_text},
     {"connections", "totals.connections", ctl_fmt_text},
@@ -78,6 +79,7 @@ static const ctl_column ctl_worker_columns[] = {
     {"RESTARTS", "restarts", ctl_fmt_text, true},
     {"SESSIONS", "sessions", ctl_fmt_text, true},
     {"STREAMS", "streams", ctl_fmt_text, true},
+    {"LISTENS", "listens", ctl_fmt_text, true},
     {"SUBS", "subscriptions", ctl_fmt_text, true},
     {"CONNS", "connections", ctl_fmt_text, true},
     {"QUEUED", "queuedBytes", ctl_fmt_bytes, true},
@@ -107,6 +109,7 @@ static const ctl_column ctl_stats_columns[] = {
     {"UP", "up", ctl_fmt_text, true},
     {"SESSIONS", "sessions", ctl_fmt_text, true},
     {"STREAMS", "streams", ctl_fmt_text, true},
+    {"LISTENS", "listens", ctl_fmt_text, true},
     {"SUBS", "subscriptions", ctl_fmt_text, true},
     {"WAITERS", "waiters", ctl_fmt_text, true},
     {"CONNS", "connections", ctl_fmt_text, true},
@@ -122,9 +125,9 @@ static const ctl_column ctl_stats_columns[] = {
 
 /* Members whose worker="all" value is the sum; lag's is the largest (as in /metrics). */
 static const char *const ctl_stats_summed[] = {
-    "up",          "sessions", "streams",       "subscriptions", "waiters",        "connections",
-    "queuedBytes", "requests", "notifications", "framesSent",    "framesReplayed", "framesDropped",
-    "restarts",
+    "up",         "sessions",       "streams",       "listens",  "subscriptions",
+    "waiters",    "connections",    "queuedBytes",   "requests", "notifications",
+    "framesSent", "framesReplayed", "framesDropped", "restarts",
 };
 
 static double ctl_number(const cJSON *obj, const char *key) {

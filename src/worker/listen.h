@@ -1,0 +1,94 @@
+/*
+ * subscriptions/listen (MCP 2026-07-28): a long-lived POST whose answer is
+ * an SSE stream of the changes it asked for. A listen stream is a
+ * subscription owner like a session (sub_index.h): it subscribes to each
+ * URI it honours through the same index, and the tailer's matches reach it
+ * the way they reach sessions. What differs is only on the wire:
+ *
+ *   - the first event is notifications/subscriptions/acknowledged with the
+ *     filter as honoured (URIs that are not subscribable are left out) and
+ *     the stream's audit position under _meta["io.mcpsub/position"];
+ *   - every notification carries _meta["io.modelcontextprotocol/
+ *     subscriptionId"] = the listen request's id, and resource updates
+ *     also _meta["io.mcpsub/position"] (the change's audit position);
+ *   - events have no id: lines (2026-07-28 has no Last-Event-ID); a client
+ *     that passes a position it saw as _meta["io.mcpsub/after"] on a new
+ *     listen gets one update per URI changed since then, before live ones
+ *     (the documented recovery extension);
+ *   - the stream ends when the client closes it, cancels the request
+ *     (notifications/cancelled on this worker), its credential stops
+ *     working, or the server drains: then with the listen request's result.
+ *
+ * Per update, a listen stream costs three writes into its output buffer
+ * (the event's head, shared by every listen stream of the topic and
+ * formatted once per change; its own id; the tail): no allocation per
+ * subscriber.
+ */
+#ifndef MCPSUB_LISTEN_H
+#define MCPSUB_LISTEN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "worker/auth.h"
+#include "worker/http.h"
+#include "worker/sub_index.h"
+
+typedef struct worker worker_t;
+typedef struct mcp_call mcp_call;
+
+#define LISTEN_ID_MAX 256 /* bytes of the listen request's id, as JSON */
+
+enum {
+  LISTEN_RESOURCES_LIST = 1u << 0,
+  LISTEN_TOOLS_LIST = 1u << 1,
+  LISTEN_PROMPTS_LIST = 1u << 2,
+};
+
+typedef struct listen_stream {
+  sub_owner owner; /* SUB_OWNER_LISTEN; first, so a sub's owner is the stream */
+  worker_t *w;
+  http_conn_t *conn;
+  char id_json[LISTEN_ID_MAX + 1]; /* the request id, as JSON (a string or a number) */
+  size_t id_len;
+  unsigned lists; /* LISTEN_* list_changed notifications wanted */
+  char principal[AUTH_PRINCIPAL_MAX + 1];
+  uint8_t credential[32];
+  int64_t credential_expires_ms;
+  sub_t *subs; /* through sub_t.owner_next */
+  size_t n_subs;
+  struct listen_stream *prev, *next; /* the worker's list */
+} listen_stream;
+
+/* The subscriptions/listen handler: answers with the stream (call->pending). */
+cJSON *listen_open(mcp_call *call);
+
+/*
+ * One resource update for every listen subscriber of topic t: head is the
+ * event up to the subscription id (formatted once per change), written
+ * with the stream's own id and the tail.
+ */
+void listen_deliver(listen_stream *l, const char *head, size_t head_len);
+/* Formats that head: data:
+ * {...,"params":{"uri":U,"subscribedUri":S,"_meta":{...,"...subscriptionId": */
+void listen_format_head(buf_t *b, const char *uri, const char *subscribed, int64_t seq);
+
+/* notifications/<what>/list_changed to every listen stream that asked for it (LISTEN_*). */
+void listen_lists_changed(worker_t *w, unsigned what);
+/* A keepalive comment on every listen stream. */
+void listen_keepalive(worker_t *w);
+/* Ends every listen stream with the listen request's result (a drain). */
+void listen_end_all(worker_t *w);
+/* Closes every listen stream and frees it now (the worker is shutting down). */
+void listen_close_all(worker_t *w);
+/* Closes the listen streams whose credential no longer works (auth_still_valid). */
+void listen_check_credentials(worker_t *w, int64_t now_ms);
+/*
+ * notifications/cancelled for requestId (JSON text) from principal: ends
+ * that principal's listen stream with this id on this worker. true when
+ * one was found.
+ */
+bool listen_cancel(worker_t *w, const char *principal, const char *id_json);
+
+#endif

@@ -1,0 +1,298 @@
+// MCP 2026-07-28 beside the 2025 sessions, black-box: the official v2
+// client (@modelcontextprotocol/client, pinned in the lock file) in auto
+// and pinned modes — discover, lists, reads, every tool, listen() on a
+// record, a collection and a filtered collection, notified of writes
+// through MCP, REST and the sqlite3 CLI; close() frees the stream; a drain
+// ends it gracefully. A 1.x client on a 2025 session and a v2 client on a
+// listen stream see the same change at once. Raw HTTP for the envelope and
+// header errors, the shape of listen streams (acknowledgement first, no
+// id: lines), notifications/cancelled, and the recovery extension.
+
+import test, { after, before } from 'node:test';
+import assert from 'node:assert/strict';
+
+import { Client as ClientV2, StreamableHTTPClientTransport as TransportV2 } from '@modelcontextprotocol/client';
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import { ResourceUpdatedNotificationSchema } from '@modelcontextprotocol/sdk/types.js';
+
+import { startServer, getStatus } from './lib/server.mjs';
+import { RawConnection, buildRequest, parseSse, request } from './lib/raw.mjs';
+import { sqlite } from './lib/sqlite.mjs';
+import { product, rest } from './lib/subs.mjs';
+import { sleep, waitFor } from './lib/wait.mjs';
+
+const V = '2026-07-28';
+let srv;
+
+before(async () => {
+  srv = await startServer({ args: ['--workers', '2'] });
+});
+
+after(async () => {
+  await srv?.stop();
+});
+
+/* A v2 client connected in mode ('auto' or { pin }); notifications land in got. */
+async function connectV2(server, mode = 'auto') {
+  const client = new ClientV2({ name: 'v2-test', version: '1.0.0' }, { versionNegotiation: { mode } });
+  const got = [];
+  client.fallbackNotificationHandler = async (n) => got.push(n);
+  await client.connect(new TransportV2(new URL(server.url)));
+  return { client, got };
+}
+
+const updates = (got) => got.filter((n) => n.method === 'notifications/resources/updated').map((n) => [n.params.uri, n.params.subscribedUri]);
+
+/* The body of a 2026-07-28 request: the envelope in params._meta. */
+function modern(method, params = {}, id = 1) {
+  return {
+    jsonrpc: '2.0',
+    id,
+    method,
+    params: {
+      ...params,
+      _meta: {
+        'io.modelcontextprotocol/protocolVersion': V,
+        'io.modelcontextprotocol/clientCapabilities': {},
+        'io.modelcontextprotocol/clientInfo': { name: 'raw', version: '1' },
+      },
+    },
+  };
+}
+
+const HEADERS = { Accept: 'application/json, text/event-stream', 'Content-Type': 'application/json' };
+
+/* POSTs msg with the standard headers (overridable; null drops one). */
+function post(port, msg, headers = {}) {
+  const h = { ...HEADERS, 'MCP-Protocol-Version': V, 'Mcp-Method': msg.method, ...headers };
+  for (const [k, v] of Object.entries(h)) if (v === null) delete h[k];
+  return request(port, { method: 'POST', path: '/mcp', headers: h, body: JSON.stringify(msg) });
+}
+
+/* Opens a raw listen stream; returns the connection and a reader of its events. */
+async function rawListen(port, filter, { id = 'l1', meta = {} } = {}) {
+  const msg = modern('subscriptions/listen', { notifications: filter }, id);
+  Object.assign(msg.params._meta, meta);
+  const conn = await RawConnection.open(port);
+  conn.write(buildRequest(port, { method: 'POST', path: '/mcp', headers: { ...HEADERS, 'MCP-Protocol-Version': V, 'Mcp-Method': 'subscriptions/listen' }, body: JSON.stringify(msg) }));
+  const raw = () => conn.all.toString('utf8');
+  const text = () => {
+    const at = raw().indexOf('\r\n\r\n');
+    return at < 0 ? '' : raw().slice(at + 4);
+  };
+  const events = () => parseSse(text()).events.filter((e) => e.data !== undefined).map((e) => ({ ...e, json: JSON.parse(e.data) }));
+  await waitFor(() => events().length >= 1, { timeoutMs: 5000, message: 'the acknowledgement' });
+  return { conn, text, events, head: raw().slice(0, raw().indexOf('\r\n\r\n')) };
+}
+
+test('auto mode negotiates 2026-07-28; discover names every revision; lists and reads carry resultType, ttlMs and cacheScope', async () => {
+  const { client } = await connectV2(srv);
+  try {
+    assert.equal(client.getNegotiatedProtocolVersion(), V);
+    const list = await client.listResources();
+    assert.ok(list.resources.some((r) => r.uri === `${srv.base}/Product`));
+    const read = await client.readResource({ uri: `${srv.base}/Product/A-100` });
+    assert.equal(JSON.parse(read.contents[0].text).sku, 'A-100');
+  } finally {
+    await client.close();
+  }
+  const res = await post(srv.port, modern('server/discover'));
+  assert.equal(res.status, 200, res.text);
+  const r = res.json().result;
+  assert.deepEqual(r.supportedVersions, [V, '2025-11-25', '2025-06-18', '2025-03-26']);
+  assert.equal(r.resultType, 'complete');
+  assert.equal(r.cacheScope, 'public');
+  assert.equal(r._meta['io.modelcontextprotocol/serverInfo'].name, 'mcpsub');
+  assert.ok(r.capabilities.resources.subscribe);
+  const rd = (await post(srv.port, modern('resources/read', { uri: `${srv.base}/Product/A-100` }), { 'Mcp-Name': `${srv.base}/Product/A-100` })).json().result;
+  assert.deepEqual([rd.resultType, rd.ttlMs, rd.cacheScope], ['complete', 0, 'public']);
+  const ping = (await post(srv.port, modern('ping'))).json().result;
+  assert.deepEqual(ping, { resultType: 'complete' });
+});
+
+test('pinned mode: every tool, statelessly (wait_and_read included)', async () => {
+  const { client } = await connectV2(srv, { pin: V });
+  try {
+    const names = (await client.listTools()).tools.map((t) => t.name).sort();
+    assert.deepEqual(names, ['delete_record', 'get_record', 'list_tables', 'put_record', 'query_records', 'wait_and_read']);
+    const call = async (name, args) => {
+      const r = await client.callTool({ name, arguments: args });
+      assert.ok(!r.isError, `${name}: ${JSON.stringify(r)}`);
+      return JSON.parse(r.content[0].text);
+    };
+    const tables = await call('list_tables', {});
+    assert.ok((Array.isArray(tables) ? tables : tables.tables).some((t) => t.name === 'Product'), JSON.stringify(tables));
+    assert.equal((await call('put_record', { table: 'Product', key: 'M-1', record: product('M-1') })).record.sku, 'M-1');
+    assert.match(JSON.stringify(await call('get_record', { table: 'Product', key: 'M-1' })), /"sku":"M-1"/);
+    assert.equal((await call('query_records', { table: 'Product', where: { sku: 'M-1' } })).rows.length, 1);
+    const waiting = call('wait_and_read', { resources: [{ uri: `${srv.base}/Product/M-1` }], timeoutMs: 5000 });
+    await sleep(200);
+    await rest(srv.port, 'PATCH', '/Product/M-1', { price_cents: 9 });
+    const woke = await waiting;
+    assert.equal(woke.timedOut, false);
+    assert.equal(woke.resources.length, 1);
+    await call('delete_record', { table: 'Product', key: 'M-1' });
+  } finally {
+    await client.close();
+  }
+});
+
+test('listen(): a record, a collection and a filtered collection, notified of MCP, REST and sqlite3 writes; close() frees the stream', async () => {
+  const { client, got } = await connectV2(srv);
+  const B = srv.base;
+  const record = `${B}/Product/A-100`;
+  const coll = `${B}/StockEvent`;
+  const filtered = `${B}/Product?in_stock=0`;
+  try {
+    const sub = await client.listen({ resourceSubscriptions: [record, coll, filtered, `${B}/NoSuchTable`, record], resourcesListChanged: true });
+    assert.deepEqual(sub.honoredFilter.resourceSubscriptions, [record, coll, filtered]);
+    assert.equal(sub.honoredFilter.resourcesListChanged, true);
+    await waitFor(async () => (await getStatus(srv.port)).listens === 1, { message: 'one listen stream' });
+    await client.callTool({ name: 'put_record', arguments: { table: 'Product', key: 'A-100', record: { ...product('A-100'), price_cents: 1 } } });
+    await rest(srv.port, 'PUT', '/StockEvent/900', { sku: 'A-100', delta: 1 });
+    sqlite(srv.dbPath, "UPDATE Product SET in_stock = 0 WHERE sku = 'C-300'");
+    await waitFor(() => updates(got).length >= 3, { timeoutMs: 5000, message: 'three updates' });
+    assert.deepEqual(updates(got), [[record, record], [`${coll}/900`, coll], [`${B}/Product/C-300`, filtered]]);
+    for (const n of got.filter((x) => x.method === 'notifications/resources/updated'))
+      assert.equal(typeof n.params._meta['io.modelcontextprotocol/subscriptionId'], 'string');
+    await sub.close();
+    assert.equal(await sub.closed, 'local');
+    await waitFor(async () => (await getStatus(srv.port)).listens === 0, { message: 'the stream freed' });
+    const before = got.length;
+    await rest(srv.port, 'PATCH', '/Product/A-100', { price_cents: 2 });
+    await sleep(300);
+    assert.equal(got.length, before, 'nothing after close()');
+  } finally {
+    await client.close();
+  }
+});
+
+test('one change, seen by a 1.x client on a 2025 session and a v2 client on a listen stream', async () => {
+  const uri = `${srv.base}/Product/B-200`;
+  const old = new Client({ name: 'v1', version: '1.0.0' }, { capabilities: {} });
+  const v1got = [];
+  old.setNotificationHandler(ResourceUpdatedNotificationSchema, (n) => v1got.push(n.params.uri));
+  await old.connect(new StreamableHTTPClientTransport(new URL(srv.url)));
+  const { client, got } = await connectV2(srv);
+  try {
+    await old.subscribeResource({ uri });
+    const sub = await client.listen({ resourceSubscriptions: [uri] });
+    await sleep(200);
+    await rest(srv.port, 'PATCH', '/Product/B-200', { price_cents: 321 });
+    await waitFor(() => v1got.length === 1 && updates(got).length === 1, { timeoutMs: 5000, message: 'both notified' });
+    assert.deepEqual(v1got, [uri]);
+    assert.deepEqual(updates(got), [[uri, uri]]);
+    await sub.close();
+  } finally {
+    await client.close();
+    await old.close();
+  }
+});
+
+test('envelope and header errors: -32020 for a missing or disagreeing header, -32022 for an unsupported version', async () => {
+  const read = modern('resources/read', { uri: `${srv.base}/Product/A-100` });
+  const name = { 'Mcp-Name': `${srv.base}/Product/A-100` };
+  const cases = [
+    ['no MCP-Protocol-Version', modern('ping'), { 'MCP-Protocol-Version': null }, -32020],
+    ['MCP-Protocol-Version disagrees', modern('ping'), { 'MCP-Protocol-Version': '2025-11-25' }, -32020],
+    ['no Mcp-Method', modern('ping'), { 'Mcp-Method': null }, -32020],
+    ['Mcp-Method disagrees', modern('ping'), { 'Mcp-Method': 'tools/list' }, -32020],
+    ['no Mcp-Name', read, {}, -32020],
+    ['Mcp-Name disagrees', read, { 'Mcp-Name': `${srv.base}/Product/B-200` }, -32020],
+    ['header says 2026, no envelope', { jsonrpc: '2.0', id: 1, method: 'ping' }, {}, -32020],
+  ];
+  for (const [what, msg, headers, code] of cases) {
+    const res = await post(srv.port, msg, headers);
+    assert.equal(res.status, 400, `${what}: ${res.text}`);
+    assert.equal(res.json().error.code, code, what);
+  }
+  const v = modern('ping');
+  v.params._meta['io.modelcontextprotocol/protocolVersion'] = '2099-01-01';
+  const res = await post(srv.port, v, { 'MCP-Protocol-Version': '2099-01-01' });
+  assert.equal(res.status, 400);
+  assert.deepEqual(res.json().error.data, { supported: [V, '2025-11-25', '2025-06-18', '2025-03-26'], requested: '2099-01-01' });
+  // Mcp-Name in the base64 form of header values.
+  const b64 = `=?base64?${Buffer.from(`${srv.base}/Product/A-100`).toString('base64')}?=`;
+  assert.equal((await post(srv.port, read, { 'Mcp-Name': b64 })).status, 200);
+  assert.equal((await post(srv.port, read, name)).status, 200);
+  // Methods of the other generation.
+  for (const m of ['initialize', 'resources/subscribe', 'logging/setLevel']) {
+    const r = await post(srv.port, modern(m, { uri: `${srv.base}/Product` }));
+    assert.equal(r.json().error.code, -32601, m);
+  }
+  const batch = await post(srv.port, [modern('ping')], { 'Mcp-Method': 'ping' });
+  assert.equal(batch.status, 400);
+});
+
+test('a raw listen stream: the acknowledgement first with its position, no id: lines, keepalive-free updates; notifications/cancelled ends it', async () => {
+  const uri = `${srv.base}/Product/C-300`;
+  const l = await rawListen(srv.port, { resourceSubscriptions: [uri, 'not a uri'] }, { id: 'raw-1' });
+  assert.match(l.head, /^HTTP\/1\.1 200/);
+  assert.match(l.head, /content-type: text\/event-stream/i);
+  const ack = l.events()[0].json;
+  assert.equal(ack.method, 'notifications/subscriptions/acknowledged');
+  assert.deepEqual(ack.params.notifications, { resourceSubscriptions: [uri] });
+  assert.equal(ack.params._meta['io.modelcontextprotocol/subscriptionId'], 'raw-1');
+  assert.match(ack.params._meta['io.mcpsub/position'], /^\d+$/);
+  await rest(srv.port, 'PATCH', '/Product/C-300', { price_cents: 77 });
+  await waitFor(() => l.events().length === 2, { timeoutMs: 5000, message: 'the update' });
+  const up = l.events()[1].json;
+  assert.deepEqual([up.params.uri, up.params.subscribedUri, up.params._meta['io.modelcontextprotocol/subscriptionId']], [uri, uri, 'raw-1']);
+  assert.ok(Number(up.params._meta['io.mcpsub/position']) > Number(ack.params._meta['io.mcpsub/position']));
+  assert.ok(!/^id:/m.test(l.text()), 'no id: lines on a listen stream');
+  // Cancel it from another connection: the stream ends, nothing more is sent.
+  const cancel = { jsonrpc: '2.0', method: 'notifications/cancelled', params: { requestId: 'raw-1' } };
+  // It may reach the other worker: repeat until the stream's own worker has it.
+  await waitFor(async () => {
+    await request(srv.port, { method: 'POST', path: '/mcp', headers: { ...HEADERS, 'MCP-Protocol-Version': V }, body: JSON.stringify(cancel) });
+    return l.conn.closed;
+  }, { timeoutMs: 5000, message: 'the stream closed by the cancel' });
+  const n = l.events().length;
+  await rest(srv.port, 'PATCH', '/Product/C-300', { price_cents: 78 });
+  await sleep(200);
+  assert.equal(l.events().length, n);
+});
+
+test('recovery extension: a new listen from a position gets one update per URI changed since, then live ones', async () => {
+  const B = srv.base;
+  const l1 = await rawListen(srv.port, { resourceSubscriptions: [`${B}/StockEvent`] }, { id: 'r1' });
+  const position = l1.events()[0].json.params._meta['io.mcpsub/position'];
+  l1.conn.close();
+  await waitFor(async () => (await getStatus(srv.port)).listens === 0, { message: 'the first stream gone' });
+  await rest(srv.port, 'PUT', '/StockEvent/950', { sku: 'A-100', delta: 1 });
+  await rest(srv.port, 'PUT', '/StockEvent/951', { sku: 'A-100', delta: 2 });
+  await rest(srv.port, 'PATCH', '/StockEvent/950', { delta: 3 });
+  await sleep(300); // the tailers have read them
+  const l2 = await rawListen(srv.port, { resourceSubscriptions: [`${B}/StockEvent`] }, { id: 'r2', meta: { 'io.mcpsub/after': position } });
+  await waitFor(() => l2.events().length >= 3, { timeoutMs: 5000, message: 'the missed updates' });
+  const got = l2.events().slice(1).map((e) => e.json.params.uri);
+  assert.deepEqual(got, [`${B}/StockEvent/951`, `${B}/StockEvent/950`]); // one per URI, by newest change
+  await rest(srv.port, 'PUT', '/StockEvent/952', { sku: 'A-100', delta: 4 });
+  await waitFor(() => l2.events().length === 4, { timeoutMs: 5000, message: 'the live update' });
+  assert.equal(l2.events()[3].json.params.uri, `${B}/StockEvent/952`);
+  l2.conn.close();
+});
+
+test('bounds: too many URIs in one listen is -32602; the filter must be an object', async () => {
+  const s = await startServer({ args: ['--max-subscriptions', '3'] });
+  try {
+    const uris = ['A-100', 'B-200', 'C-300', 'D-400'].map((k) => `${s.base}/Product/${k}`);
+    const res = await post(s.port, modern('subscriptions/listen', { notifications: { resourceSubscriptions: uris } }));
+    assert.equal(res.json().error.code, -32602, res.text);
+    const bad = await post(s.port, modern('subscriptions/listen', {}));
+    assert.equal(bad.json().error.code, -32602, bad.text);
+  } finally {
+    await s.stop();
+  }
+});
+
+test('a drain ends listen streams with their result: closed resolves "graceful"', async () => {
+  const s = await startServer({});
+  const { client } = await connectV2(s);
+  const sub = await client.listen({ resourceSubscriptions: [`${s.base}/Product`] });
+  const closed = sub.closed;
+  await s.stop();
+  assert.equal(await closed, 'graceful');
+  await client.close().catch(() => {});
+});
