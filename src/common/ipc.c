@@ -37,6 +37,7 @@ static const ipc_cmd_info ipc_cmds[IPC_CMD_END] = {
     [IPC_CTL_REQ] = {"CTL_REQ", false, 2, IPC_MAX_CTL},
     [IPC_CTL_REP] = {"CTL_REP", false, 2, IPC_MAX_TOTAL},
     [IPC_DRAIN] = {"DRAIN", false, 0, 0},
+    [IPC_CANCEL] = {"CANCEL", false, 3, 1024},
 };
 
 static const ipc_cmd_info *ipc_cmd_lookup(uint32_t cmd) {

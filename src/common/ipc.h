@@ -47,6 +47,7 @@ enum ipc_cmd {
   IPC_CTL_REQ,   /* master -> worker: a control request, a JSON object with "rid" */
   IPC_CTL_REP,   /* worker -> master: its answer, a JSON object with the same "rid" */
   IPC_DRAIN,     /* master -> worker: stop gracefully (see worker_drain) */
+  IPC_CANCEL,    /* worker -> master -> other workers: "principal\0request id" (listen.h) */
   IPC_CMD_END
 };
 

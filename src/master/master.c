@@ -828,6 +828,16 @@ static void master_on_msg(ipc_channel_t *ch, ipc_msg *msg, void *data) {
       }
     }
     break;
+  case IPC_CANCEL:
+    /* A cancel for a listen stream the sender does not hold: whoever holds it ends it. */
+    for (unsigned i = 0; i < m->n; i++) {
+      master_slot *o = &m->slots[i];
+      if (o != s && o->w != NULL && o->w->ch_open &&
+          ipc_channel_send(&o->w->ch, IPC_CANCEL, 0, msg->payload, msg->len, -1) != 0) {
+        /* the client's closing its connection ends the stream too */
+      }
+    }
+    break;
   case IPC_REROUTE: master_adopt(m, msg->fd, msg->payload, msg->len); break;
   case IPC_CTL_REP: master_on_ctl_rep(s, msg); break;
   default:

@@ -417,7 +417,8 @@ static void mcp_notification(worker_t *w, const auth_principal *p, session_t *s,
   if (!cJSON_IsString(rid) && !cJSON_IsNumber(rid)) return;
   char *text = cJSON_PrintUnformatted(rid);
   if (text == NULL) abort(); /* cJSON out of memory: mem.h's policy */
-  listen_cancel(w, p->id, text);
+  if (!listen_cancel(w, p->id, text) && w->on_unknown_cancel != NULL)
+    w->on_unknown_cancel(w, p->id, text);
   cJSON_free(text);
 }
 

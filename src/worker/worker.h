@@ -58,6 +58,8 @@ typedef struct worker {
    * after this worker committed, so that their tailers are woken at once.
    */
   void (*on_local_commit)(struct worker *w);
+  /* Set likewise: a notifications/cancelled for a listen stream this worker does not hold. */
+  void (*on_unknown_cancel)(struct worker *w, const char *principal, const char *id_json);
   void *ipc; /* the worker's end of the master pipe (multi-process mode) */
   /*
    * Under a master: hands the connection of the request in hand back to the

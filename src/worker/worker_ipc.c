@@ -95,6 +95,20 @@ static void worker_ipc_on_local_commit(worker_t *w) {
   if (!wi->stopped) uv_idle_start(&wi->commit_idle, worker_ipc_on_commit_idle);
 }
 
+/* A cancel this worker's listen streams did not match: the other workers may hold it. */
+static void worker_ipc_on_cancel(worker_t *w, const char *principal, const char *id_json) {
+  worker_ipc_t *wi = w->ipc;
+  buf_t b;
+  buf_init(&b);
+  buf_append(&b, principal, strlen(principal) + 1);
+  buf_append_str(&b, id_json);
+  if (wi->ch_open && b.len <= 1024 &&
+      ipc_channel_send(&wi->ch, IPC_CANCEL, 0, b.data, b.len, -1) != 0) {
+    /* the client's closing its connection ends the stream too */
+  }
+  buf_finish(&b);
+}
+
 /* Re-routing ------------------------------------------------------------------------- */
 
 static bool worker_ipc_reroute(worker_t *w, http_conn_t *c) {
@@ -158,6 +172,16 @@ static void worker_ipc_on_msg(ipc_channel_t *ch, ipc_msg *msg, void *data) {
     if (!w->closing) worker_ipc_on_ctl(wi, msg);
     break;
   case IPC_DRAIN: worker_ipc_drain(wi, "master"); break;
+  case IPC_CANCEL: {
+    /* "principal\0id": a copy with a NUL after the id. */
+    char *text = mem_alloc(msg->len + 1); /* copied whole: mem_strndup would stop at the NUL */
+    memcpy(text, msg->payload, msg->len);
+    text[msg->len] = '\0';
+    size_t plen = strnlen(msg->payload, msg->len);
+    if (!w->closing && plen + 1 < msg->len) listen_cancel(w, text, text + plen + 1);
+    free(text);
+    break;
+  }
   default:
     if (msg->fd >= 0) close(msg->fd);
     log_warn("ipc: unexpected message", "cmd", ipc_cmd_name(msg->cmd));
@@ -213,6 +237,7 @@ int worker_ipc_main(const config_t *cfg) {
   w->ipc = &wi;
   w->reroute = worker_ipc_reroute;
   w->on_local_commit = worker_ipc_on_local_commit;
+  w->on_unknown_cancel = worker_ipc_on_cancel;
 
   int rc = ipc_channel_init(&wi.ch, loop, WORKER_IPC_FD, (uint32_t)cfg->worker_slot,
                             cfg->worker_generation, worker_ipc_on_msg, worker_ipc_on_eof, &wi);

@@ -16,7 +16,9 @@ import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { ResourceUpdatedNotificationSchema } from '@modelcontextprotocol/sdk/types.js';
 
-import { startServer, getStatus } from './lib/server.mjs';
+import { spawnSync } from 'node:child_process';
+
+import { MCPSUBCTL, startServer, getStatus } from './lib/server.mjs';
 import { RawConnection, buildRequest, parseSse, request } from './lib/raw.mjs';
 import { sqlite } from './lib/sqlite.mjs';
 import { product, rest } from './lib/subs.mjs';
@@ -168,24 +170,47 @@ test('listen(): a record, a collection and a filtered collection, notified of MC
   }
 });
 
-test('one change, seen by a 1.x client on a 2025 session and a v2 client on a listen stream', async () => {
+/* Per worker slot: [sessions, listen streams] (mcpsubctl --json workers). */
+function perWorker(server) {
+  const r = spawnSync(MCPSUBCTL, ['--db', server.dbPath, '--json', 'workers'], { encoding: 'utf8', timeout: 10000 });
+  assert.equal(r.status, 0, r.stderr);
+  return JSON.parse(r.stdout).workers.map((w) => [w.sessions, w.listens]);
+}
+
+test('one change, seen by a 1.x client on a 2025 session and a v2 client on a listen stream of another worker', async () => {
   const uri = `${srv.base}/Product/B-200`;
   const old = new Client({ name: 'v1', version: '1.0.0' }, { capabilities: {} });
   const v1got = [];
   old.setNotificationHandler(ResourceUpdatedNotificationSchema, (n) => v1got.push(n.params.uri));
   await old.connect(new StreamableHTTPClientTransport(new URL(srv.url)));
-  const { client, got } = await connectV2(srv);
+  await old.subscribeResource({ uri });
+  const sessionSlot = () => perWorker(srv).findIndex(([sessions]) => sessions > 0);
+  // Listen until the stream lands on the other worker (the master picks the less loaded one).
+  let v2;
+  let sub;
+  for (let attempt = 0; attempt < 20 && !sub; attempt++) {
+    const c = await connectV2(srv);
+    const s = await c.client.listen({ resourceSubscriptions: [uri] });
+    await waitFor(() => perWorker(srv).some(([, l]) => l > 0), { message: 'the listen stream counted' });
+    const listenSlot = perWorker(srv).findIndex(([, l]) => l > 0);
+    if (listenSlot !== sessionSlot()) {
+      v2 = c;
+      sub = s;
+    } else {
+      await s.close();
+      await c.client.close();
+      await waitFor(() => perWorker(srv).every(([, l]) => l === 0), { message: 'the listen stream gone' });
+    }
+  }
+  assert.ok(sub, 'a listen stream on the other worker');
   try {
-    await old.subscribeResource({ uri });
-    const sub = await client.listen({ resourceSubscriptions: [uri] });
-    await sleep(200);
     await rest(srv.port, 'PATCH', '/Product/B-200', { price_cents: 321 });
-    await waitFor(() => v1got.length === 1 && updates(got).length === 1, { timeoutMs: 5000, message: 'both notified' });
+    await waitFor(() => v1got.length === 1 && updates(v2.got).length === 1, { timeoutMs: 5000, message: 'both notified' });
     assert.deepEqual(v1got, [uri]);
-    assert.deepEqual(updates(got), [[uri, uri]]);
+    assert.deepEqual(updates(v2.got), [[uri, uri]]);
     await sub.close();
   } finally {
-    await client.close();
+    await v2.client.close();
     await old.close();
   }
 });
@@ -241,13 +266,11 @@ test('a raw listen stream: the acknowledgement first with its position, no id: l
   assert.deepEqual([up.params.uri, up.params.subscribedUri, up.params._meta['io.modelcontextprotocol/subscriptionId']], [uri, uri, 'raw-1']);
   assert.ok(Number(up.params._meta['io.mcpsub/position']) > Number(ack.params._meta['io.mcpsub/position']));
   assert.ok(!/^id:/m.test(l.text()), 'no id: lines on a listen stream');
-  // Cancel it from another connection: the stream ends, nothing more is sent.
+  // Cancel it on another connection (maybe another worker: the master passes it on).
   const cancel = { jsonrpc: '2.0', method: 'notifications/cancelled', params: { requestId: 'raw-1' } };
-  // It may reach the other worker: repeat until the stream's own worker has it.
-  await waitFor(async () => {
-    await request(srv.port, { method: 'POST', path: '/mcp', headers: { ...HEADERS, 'MCP-Protocol-Version': V }, body: JSON.stringify(cancel) });
-    return l.conn.closed;
-  }, { timeoutMs: 5000, message: 'the stream closed by the cancel' });
+  const res = await request(srv.port, { method: 'POST', path: '/mcp', headers: { ...HEADERS, 'MCP-Protocol-Version': V }, body: JSON.stringify(cancel) });
+  assert.equal(res.status, 202);
+  await l.conn.waitClosed({ timeoutMs: 5000 });
   const n = l.events().length;
   await rest(srv.port, 'PATCH', '/Product/C-300', { price_cents: 78 });
   await sleep(200);
