@@ -171,6 +171,92 @@ static cJSON *mcp_set_level(mcp_call *call) {
   return cJSON_CreateObject();
 }
 
+/*
+ * params.uri of resources/subscribe and unsubscribe (which needs no
+ * right: it only ever removes). *key gets the topic key. NULL after
+ * failing call.
+ */
+static const char *mcp_uri_param(mcp_call *call, uri_t *u, unsigned right, char **key) {
+  const cJSON *uri = cJSON_GetObjectItemCaseSensitive(call->params, "uri");
+  *key = NULL;
+  if (!cJSON_IsString(uri)) {
+    mcp_call_fail(call, JSONRPC_INVALID_PARAMS, "%s requires params.uri", call->method);
+    return NULL;
+  }
+  if (subs_resolve_for(call->w, call->principal, uri->valuestring, right, u, key) != 0) {
+    mcp_call_fail(call, JSONRPC_INVALID_PARAMS, "resource is not subscribable: %.400s",
+                  uri->valuestring);
+    return NULL;
+  }
+  return uri->valuestring;
+}
+
+static cJSON *mcp_subscribe(mcp_call *call) {
+  worker_t *w = call->w;
+  session_t *s = call->session;
+  uri_t u;
+  char *key;
+  const char *uri = mcp_uri_param(call, &u, AUTH_SUBSCRIBE, &key);
+  if (uri == NULL) return NULL;
+  cJSON *result = NULL;
+  int64_t since = 0; /* omitCurrent: changes committed up to now are not notified */
+  if (w->cfg->strict_subscribe && s->stream == NULL) {
+    mcp_call_fail(call, JSONRPC_INVALID_PARAMS,
+                  "open the GET SSE stream before subscribing to resources");
+  } else if (!subs_session_has(s, uri) && s->n_subs >= w->cfg->max_subscriptions) {
+    mcp_call_fail(call, JSONRPC_INVALID_PARAMS, "too many subscriptions: at most %zu per session",
+                  w->cfg->max_subscriptions);
+  } else if (store_audit_max_seq(w->store, &since) != 0) {
+    mcp_call_fail(call, JSONRPC_INTERNAL_ERROR, "database unavailable");
+  } else {
+    subs_session_add(w, s, key, uri, &u, since);
+    result = cJSON_CreateObject();
+  }
+  uri_finish(&u);
+  free(key);
+  return result;
+}
+
+/* An unsubscribe answered once the row no longer lists the URI. */
+typedef struct unsubscribe_wait {
+  http_conn_t *c;
+  cJSON *id;
+} unsubscribe_wait;
+
+static void mcp_unsubscribe_stored(int rc, void *data) {
+  unsubscribe_wait *uw = data;
+  if (rc != 0) {
+    /* The live session is unsubscribed either way; its row catches up with the next change. */
+  }
+  mcp_answer(uw->c, uw->id, cJSON_CreateObject(), 0, NULL, false);
+  cJSON_Delete(uw->id);
+  free(uw);
+}
+
+static cJSON *mcp_unsubscribe(mcp_call *call) {
+  uri_t u;
+  char *key;
+  const char *uri = mcp_uri_param(call, &u, 0, &key);
+  if (uri == NULL) return NULL;
+  uri_finish(&u);
+  free(key);
+  if (call->conn == NULL) { /* in a batch: nothing can wait */
+    subs_session_remove(call->w, call->session, uri, NULL, NULL);
+    return cJSON_CreateObject();
+  }
+  /* Answered once the row says so too: a restore elsewhere will not bring it back. */
+  unsubscribe_wait *uw = mem_alloc(sizeof(*uw));
+  uw->c = call->conn;
+  uw->id = cJSON_Duplicate(call->id, true);
+  if (!subs_session_remove(call->w, call->session, uri, mcp_unsubscribe_stored, uw)) {
+    cJSON_Delete(uw->id);
+    free(uw);
+    return cJSON_CreateObject();
+  }
+  call->pending = true;
+  return NULL;
+}
+
 static cJSON *mcp_prompts_list(mcp_call *call) {
   cJSON *result = cJSON_CreateObject();
   cJSON_AddArrayToObject(result, "prompts");
@@ -209,8 +295,8 @@ static const struct mcp_method {
     {"resources/list", resources_list, GEN_BOTH, true},
     {"resources/templates/list", resources_templates_list, GEN_BOTH, true},
     {"resources/read", resources_read, GEN_BOTH, true},
-    {"resources/subscribe", subs_subscribe, GEN_2025, false},
-    {"resources/unsubscribe", subs_unsubscribe, GEN_2025, false},
+    {"resources/subscribe", mcp_subscribe, GEN_2025, false},
+    {"resources/unsubscribe", mcp_unsubscribe, GEN_2025, false},
     {"tools/list", tools_list, GEN_BOTH, true},
     {"tools/call", tools_call, GEN_BOTH, false},
     {"completion/complete", completion_complete, GEN_BOTH, false},

@@ -18,7 +18,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "common/jsonrpc.h"
 #include "common/log.h"
 #include "common/mem.h"
 #include "worker/listen.h"
@@ -485,101 +484,29 @@ static void session_persist_subs(worker_t *w, session_t *s) {
   session_persist_subs_then(w, s, NULL, NULL);
 }
 
-/* An unsubscribe answered once the row no longer lists the URI. */
-typedef struct unsubscribe_wait {
-  http_conn_t *c;
-  cJSON *id;
-} unsubscribe_wait;
-
-static void subs_unsubscribe_stored(int rc, void *data) {
-  unsubscribe_wait *uw = data;
-  if (rc != 0) {
-    /* The live session is unsubscribed either way; its row catches up with the next change. */
-  }
-  mcp_answer(uw->c, uw->id, cJSON_CreateObject(), 0, NULL, false);
-  cJSON_Delete(uw->id);
-  free(uw);
+bool subs_session_has(session_t *s, const char *uri) {
+  return *session_sub_slot(s, uri) != NULL;
 }
 
-/*
- * params.uri, checked the same way by subscribe and unsubscribe (which
- * needs no right: it only ever removes). *key gets the topic key. NULL
- * after failing call.
- */
-static const char *subs_uri_param(mcp_call *call, uri_t *u, unsigned right, char **key) {
-  const cJSON *uri = cJSON_GetObjectItemCaseSensitive(call->params, "uri");
-  *key = NULL;
-  if (!cJSON_IsString(uri)) {
-    mcp_call_fail(call, JSONRPC_INVALID_PARAMS, "%s requires params.uri", call->method);
-    return NULL;
-  }
-  if (subs_resolve_for(call->w, call->principal, uri->valuestring, right, u, key) != 0) {
-    mcp_call_fail(call, JSONRPC_INVALID_PARAMS, "resource is not subscribable: %.400s",
-                  uri->valuestring);
-    return NULL;
-  }
-  return uri->valuestring;
-}
-
-cJSON *subs_subscribe(mcp_call *call) {
-  worker_t *w = call->w;
-  session_t *s = call->session;
-  uri_t u;
-  char *key;
-  const char *uri = subs_uri_param(call, &u, AUTH_SUBSCRIBE, &key);
-  if (uri == NULL) return NULL;
-  cJSON *result = NULL;
+void subs_session_add(worker_t *w, session_t *s, const char *key, const char *uri, const uri_t *u,
+                      int64_t since) {
   sub_t **slot = session_sub_slot(s, uri);
-  if (w->cfg->strict_subscribe && s->stream == NULL) {
-    mcp_call_fail(call, JSONRPC_INVALID_PARAMS,
-                  "open the GET SSE stream before subscribing to resources");
-  } else if (*slot == NULL && s->n_subs >= w->cfg->max_subscriptions) {
-    mcp_call_fail(call, JSONRPC_INVALID_PARAMS, "too many subscriptions: at most %zu per session",
-                  w->cfg->max_subscriptions);
-  } else {
-    /* omitCurrent: changes committed up to now are not notified. */
-    int64_t since = 0;
-    if (store_audit_max_seq(w->store, &since) != 0) {
-      mcp_call_fail(call, JSONRPC_INTERNAL_ERROR, "database unavailable");
-    } else {
-      if (*slot != NULL) session_unsubscribe(w, s, slot); /* re-subscribing replaces */
-      session_subscribe(w, s, key, uri, &u, since);
-      session_persist_subs(w, s);
-      subs_update_active(w);
-      result = cJSON_CreateObject();
-    }
-  }
-  uri_finish(&u);
-  free(key);
-  return result;
+  if (*slot != NULL) session_unsubscribe(w, s, slot); /* re-subscribing replaces */
+  session_subscribe(w, s, key, uri, u, since);
+  session_persist_subs(w, s);
+  subs_update_active(w);
 }
 
-cJSON *subs_unsubscribe(mcp_call *call) {
-  worker_t *w = call->w;
-  session_t *s = call->session;
-  uri_t u;
-  char *key;
-  const char *uri = subs_uri_param(call, &u, 0, &key);
-  if (uri == NULL) return NULL;
-  uri_finish(&u);
-  free(key);
+bool subs_session_remove(worker_t *w, session_t *s, const char *uri,
+                         void (*then)(int rc, void *data), void *data) {
   sub_t **slot = session_sub_slot(s, uri);
-  if (*slot == NULL) return cJSON_CreateObject();
+  if (*slot == NULL) return false;
   session_unsubscribe(w, s, slot);
   subs_update_active(w);
-  /* Updates already queued go out before the response, none after it. */
+  /* Updates already queued go out before the caller answers, none after. */
   if (s->stream != NULL) http_stream_flush(s->stream);
-  if (call->conn == NULL) { /* in a batch: nothing can wait */
-    session_persist_subs(w, s);
-    return cJSON_CreateObject();
-  }
-  /* Answered once the row says so too: a restore elsewhere will not bring it back. */
-  unsubscribe_wait *uw = mem_alloc(sizeof(*uw));
-  uw->c = call->conn;
-  uw->id = cJSON_Duplicate(call->id, true);
-  session_persist_subs_then(w, s, subs_unsubscribe_stored, uw);
-  call->pending = true;
-  return NULL;
+  session_persist_subs_then(w, s, then, data);
+  return true;
 }
 
 void subs_session_drop(worker_t *w, session_t *s) {

@@ -5,14 +5,16 @@
  * resumption of a session's stream (replay ring, then the audit log), the
  * restore of a session's subscriptions from its mcp_session row, and
  * notifications/resources/list_changed. Owners of subscriptions are
- * sessions and wait_and_read waiters (wait.c); the engine does not care
- * how a stream was opened.
+ * sessions (2025: a GET stream), listen streams (2026-07-28: listen.h) and
+ * wait_and_read waiters (wait.c). The engine speaks no protocol: the MCP
+ * handlers (mcp.c) call it, it never calls them.
  */
 #ifndef MCPSUB_SUBSCRIPTIONS_H
 #define MCPSUB_SUBSCRIPTIONS_H
 
 #include "worker/listen.h"
-#include "worker/mcp.h"
+#include "worker/session.h"
+#include "worker/worker.h"
 
 /* Largest number of distinct URIs a resumption replays from the audit log. */
 #define SUBS_RECOVER_MAX 1000
@@ -23,9 +25,22 @@ void subs_init(worker_t *w);
 void subs_close(worker_t *w);
 void subs_finish(worker_t *w);
 
-/* resources/subscribe and resources/unsubscribe. */
-cJSON *subs_subscribe(mcp_call *call);
-cJSON *subs_unsubscribe(mcp_call *call);
+/* Does session s hold a subscription to exactly this URI text? */
+bool subs_session_has(session_t *s, const char *uri);
+/*
+ * Subscribes s to uri (parsed u, topic key as subs_resolve_for made it)
+ * for the changes after audit position since, replacing a subscription to
+ * the same text, and writes the session's list to its row.
+ */
+void subs_session_add(worker_t *w, session_t *s, const char *key, const char *uri, const uri_t *u,
+                      int64_t since);
+/*
+ * Ends s's subscription to uri (false when it has none). What its stream
+ * already queued is flushed; nothing more is sent for it. then(rc, data)
+ * runs once the row no longer lists it (then may be NULL).
+ */
+bool subs_session_remove(worker_t *w, session_t *s, const char *uri,
+                         void (*then)(int rc, void *data), void *data);
 
 /*
  * Parses text as a subscribable resource URI: a record, collection or
