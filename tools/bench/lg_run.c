@@ -127,8 +127,8 @@ static int lg_post(lg_t *lg, lg_conn *c, const char *sid, const char *body) {
                    "Accept: application/json, text/event-stream\r\n%s%s%s%s" LG_AUTH_FMT
                    "Content-Length: %zu\r\n\r\n%s",
                    lg->o.port, sid ? "MCP-Protocol-Version: " LG_PROTOCOL "\r\n" : "",
-                   sid ? "Mcp-Session-Id: " : "", sid ? sid : "", sid ? "\r\n" : "", LG_AUTH_ARGS(&lg->o), strlen(body),
-                   body);
+                   sid ? "Mcp-Session-Id: " : "", sid ? sid : "", sid ? "\r\n" : "",
+                   LG_AUTH_ARGS(&lg->o), strlen(body), body);
   if (n < 0 || (size_t)n >= sizeof(req)) return -E2BIG;
   return lg_conn_send(c, req, (size_t)n);
 }
@@ -140,14 +140,31 @@ int lg_get_stream(lg_t *lg, lg_conn *c, const lg_session *s, const char *last_ev
     n = snprintf(req, sizeof(req),
                  "GET /mcp HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nAccept: text/event-stream\r\n\r\n",
                  lg->o.port);
-  } else {
+  } else if (lg->o.listen) {
+    /* 2026-07-28: the stream is the answer to subscriptions/listen; the envelope in _meta. */
+    char body[LG_REQ_MAX / 2];
+    int blen = snprintf(
+        body, sizeof(body),
+        "{\"jsonrpc\":\"2.0\",\"id\":%u,\"method\":\"subscriptions/listen\",\"params\":{"
+        "\"_meta\":{\"io.modelcontextprotocol/protocolVersion\":\"" LG_PROTOCOL_MODERN "\","
+        "\"io.modelcontextprotocol/clientCapabilities\":{}},"
+        "\"notifications\":{\"resourceSubscriptions\":[\"%s\"%s%s%s]}}}",
+        s->index, lg->coll_uri, lg->o.subs > 1 ? ",\"" : "", lg->o.subs > 1 ? lg->rec_uri : "",
+        lg->o.subs > 1 ? "\"" : "");
+    if (blen < 0 || (size_t)blen >= sizeof(body)) return -E2BIG;
     n = snprintf(req, sizeof(req),
-                 "GET /mcp HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nAccept: text/event-stream\r\n"
-                 "MCP-Protocol-Version: " LG_PROTOCOL "\r\nMcp-Session-Id: %s\r\n%s%s%s" LG_AUTH_FMT
-                 "\r\n",
-                 lg->o.port, s->id, last_event_id ? "Last-Event-ID: " : "",
-                 last_event_id ? last_event_id : "", last_event_id ? "\r\n" : "",
-                 LG_AUTH_ARGS(&lg->o));
+                 "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nContent-Type: application/json\r\n"
+                 "Accept: application/json, text/event-stream\r\n"
+                 "MCP-Protocol-Version: " LG_PROTOCOL_MODERN "\r\n"
+                 "Mcp-Method: subscriptions/listen\r\n" LG_AUTH_FMT "Content-Length: %d\r\n\r\n%s",
+                 lg->o.port, LG_AUTH_ARGS(&lg->o), blen, body);
+  } else {
+    n = snprintf(
+        req, sizeof(req),
+        "GET /mcp HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nAccept: text/event-stream\r\n"
+        "MCP-Protocol-Version: " LG_PROTOCOL "\r\nMcp-Session-Id: %s\r\n%s%s%s" LG_AUTH_FMT "\r\n",
+        lg->o.port, s->id, last_event_id ? "Last-Event-ID: " : "",
+        last_event_id ? last_event_id : "", last_event_id ? "\r\n" : "", LG_AUTH_ARGS(&lg->o));
   }
   if (n < 0 || (size_t)n >= sizeof(req)) return -E2BIG;
   return lg_conn_send(c, req, (size_t)n);
@@ -345,7 +362,8 @@ static void slot_next(lg_slot *sl) {
   lg_session *s = &lg->sessions[lg->next_setup++];
   s->state = SESS_SETUP;
   sl->s = s;
-  sl->step = lg->o.ceiling ? 2 + lg_setup_subs(lg) : 0;
+  /* The ceiling and listen streams need no session: straight to the stream. */
+  sl->step = lg->o.ceiling || lg->o.listen ? 2 + lg_setup_subs(lg) : 0;
   slot_step(sl);
 }
 
@@ -409,12 +427,11 @@ static void writer_send(lg_t *lg, lg_wslot *ws, uint64_t now) {
   }
   char body[96], req[LG_REQ_MAX];
   int blen = snprintf(body, sizeof(body), "{\"t\":%llu,\"v\":\"x\"}", (unsigned long long)now);
-  int len =
-      snprintf(req, sizeof(req),
-               "PUT /%s/%c%llu HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nContent-Type: application/json\r\n"
-               LG_AUTH_FMT "Content-Length: %d\r\n\r\n%s",
-               lg->o.table, w->letter, (unsigned long long)key, lg->o.port, LG_AUTH_ARGS(&lg->o),
-               blen, body);
+  int len = snprintf(req, sizeof(req),
+                     "PUT /%s/%c%llu HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nContent-Type: "
+                     "application/json\r\n" LG_AUTH_FMT "Content-Length: %d\r\n\r\n%s",
+                     lg->o.table, w->letter, (unsigned long long)key, lg->o.port,
+                     LG_AUTH_ARGS(&lg->o), blen, body);
   if (n < lg->t_commit_len / sizeof(uint64_t) && w->letter == 'f')
     __atomic_store_n(&lg->t_commit[n], now, __ATOMIC_RELEASE);
   if (w->t_first_ns == 0) w->t_first_ns = now;

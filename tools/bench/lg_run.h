@@ -13,6 +13,7 @@
 #include "lg.h"
 
 #define LG_PROTOCOL         "2025-06-18"
+#define LG_PROTOCOL_MODERN  "2026-07-28"
 #define LG_SETUP_SLOTS      32
 #define LG_MAX_SESSIONS     200000u
 #define LG_MAX_EVENTS       2000000u
@@ -28,6 +29,7 @@ typedef struct lg_opts {
   int port;
   pid_t server_pid;
   bool ceiling; /* --target ceiling: bare SSE streams, no MCP */
+  bool listen;  /* --target listen: MCP 2026-07-28 subscriptions/listen streams, no sessions */
   const char *label;
   const char *table;
   const char *bearer; /* --bearer TOKEN: sent as Authorization on every request */
@@ -57,7 +59,7 @@ typedef struct lg_opts {
 /* The Authorization line of every request ("" without --bearer); LG_AUTH_FMT's three arguments. */
 #define LG_AUTH_FMT "%s%s%s"
 #define LG_AUTH_ARGS(o)                                                                            \
-  (o)->bearer ? "Authorization: Bearer " : "", (o)->bearer ? (o)->bearer : "",                    \
+  (o)->bearer ? "Authorization: Bearer " : "", (o)->bearer ? (o)->bearer : "",                     \
       (o)->bearer ? "\r\n" : ""
 
 /* ---- state ----------------------------------------------------------------- */

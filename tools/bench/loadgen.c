@@ -53,7 +53,10 @@ static void lg_report(lg_t *lg) {
   FILE *j = stdout;
   fprintf(j, "{\"scenario\":\"%s\",\"label\":", lg->sc->name);
   json_string(j, lg->o.label ? lg->o.label : "");
-  fprintf(j, ",\"target\":\"%s\",\"ok\":%s", lg->o.ceiling ? "ceiling" : "server",
+  fprintf(j, ",\"target\":\"%s\",\"ok\":%s",
+          lg->o.ceiling  ? "ceiling"
+          : lg->o.listen ? "listen"
+                         : "server",
           lg->failed ? "false" : "true");
   fprintf(j, ",\"sessions\":%u", lg->n_sessions);
   if (lg->t_setup_ns > lg->t_setup_begin_ns && lg->t_setup_begin_ns > 0)
@@ -90,7 +93,9 @@ static const lg_flag lg_flags[] = {
     {"--port", FLAG_INT, OPT(port), "server port on 127.0.0.1"},
     {"--server-pid", FLAG_INT, OPT(server_pid),
      "pid whose process tree's CPU and RSS are measured"},
-    {"--target", FLAG_TARGET, 0, "server (MCP) or ceiling (bare SSE streams)"},
+    {"--target", FLAG_TARGET, 0,
+     "server (MCP 2025 sessions and GET streams), listen (MCP 2026-07-28\n"
+     "subscriptions/listen streams) or ceiling (bare SSE streams)"},
     {"--label", FLAG_STR, OPT(label), "free text copied into the report"},
     {"--table", FLAG_STR, OPT(table),
      "exported table with columns k (text key), t, v (default Bench)"},
@@ -189,8 +194,10 @@ static int lg_parse(int argc, char **argv, lg_opts *o) {
     case FLAG_DOUBLE: *(double *)p = strtod(v, &end); break;
     case FLAG_STR: *(const char **)p = v; break;
     case FLAG_TARGET:
-      if (strcmp(v, "server") != 0 && strcmp(v, "ceiling") != 0) errno = EINVAL;
+      if (strcmp(v, "server") != 0 && strcmp(v, "ceiling") != 0 && strcmp(v, "listen") != 0)
+        errno = EINVAL;
       o->ceiling = strcmp(v, "ceiling") == 0;
+      o->listen = strcmp(v, "listen") == 0;
       break;
     case FLAG_WRITER:
       if (strcmp(v, "rest") != 0 && strcmp(v, "sqlite") != 0) errno = EINVAL;
@@ -320,6 +327,11 @@ int main(int argc, char **argv) {
   if (sc == NULL) {
     fprintf(stderr, "bench_loadgen: unknown scenario %s\n", argv[1]);
     lg_usage(stderr);
+    return 2;
+  }
+  if (o.listen && strcmp(sc->name, "fanout") != 0 && strcmp(sc->name, "latency") != 0 &&
+      strcmp(sc->name, "idle") != 0) {
+    fprintf(stderr, "bench_loadgen: --target listen runs fanout, latency and idle only\n");
     return 2;
   }
 

@@ -62,7 +62,8 @@ def ratio(a, b):
 
 
 def summarize(runs):
-    s = {"fanout": [], "latency": [], "idle": [], "read": [], "write": [], "storm": [], "auth": [], "goals": []}
+    s = {"fanout": [], "latency": [], "idle": [], "read": [], "write": [], "storm": [], "listen": [], "auth": [],
+         "goals": []}
     ok = [r for r in runs if r.get("ok")]
     # Fan-out: each mcpsub run is followed by the ceiling at the same size and
     # batching; repeated runs are summarized by their medians.
@@ -95,7 +96,24 @@ def summarize(runs):
             "server_cpu_s": median(ms, "server_cpu_s"), "wall_s": median(ms, "wall_s"),
             "loadgen_cpu_s": median(ms, "loadgen_measured_cpu_s"),
         })
+    # Listen streams (2026-07-28) against GET streams (2025) at the same size, same scenario.
+    for r in ok:
+        if r.get("label") != "listen":
+            continue
+        row = {"scenario": r["scenario"], "sessions": r["sessions"], "listen_per_cpu_s": r.get("per_server_cpu_s"),
+               "listen_per_wall_s": r.get("per_wall_s"), "listen_p99_ms": None, "get_p99_ms": None,
+               "get_per_cpu_s": None}
+        if r["scenario"] == "fanout":
+            gets = [g for g in by(ok, scenario="fanout", label="mcpsub", sessions=r["sessions"]) if g.get("writers") == r.get("writers")]
+            row["get_per_cpu_s"] = median(gets, "per_server_cpu_s")
+        else:
+            row["listen_p99_ms"] = round(r["p99_us"] / 1000, 3)
+            gets = [g for g in by(ok, scenario="latency", label="mcpsub", sessions=r["sessions"]) if g.get("writer") == "rest"]
+            row["get_p99_ms"] = round(gets[0]["p99_us"] / 1000, 3) if gets else None
+        s["listen"].append(row)
     for r in by(ok, scenario="latency"):
+        if r["label"] == "listen":
+            continue
         s["latency"].append({
             "system": r["label"], "writer": r["writer"], "sessions": r["sessions"], "rate": r["rate"],
             "samples": r.get("samples"),
@@ -227,6 +245,12 @@ def tables(s):
         out.append(f"| {fmt(t['sessions'])} | {fmt(t['dropped'])} | {fmt(t['behind'])} | {fmt(t['catchup_p50_s'], 3)} "
                    f"| {fmt(t['catchup_all_s'], 3)} | {fmt(t['recovered_updates'])} "
                    f"| {fmt((t['baseline_p99_us'] or 0) / 1000, 1)} | {fmt((t['storm_p99_us'] or 0) / 1000, 1)} |")
+    out.append("\n### Listen streams (2026-07-28) beside GET streams (2025)\n")
+    out.append("| scenario | sessions | listen per CPU-s | GET per CPU-s | listen p99 (ms) | GET p99 (ms) |")
+    out.append("|---|---:|---:|---:|---:|---:|")
+    for l in s["listen"]:
+        out.append(f"| {l['scenario']} | {fmt(l['sessions'])} | {fmt(l['listen_per_cpu_s'])} | {fmt(l['get_per_cpu_s'])} "
+                   f"| {fmt(l['listen_p99_ms'], 2)} | {fmt(l['get_p99_ms'], 2)} |")
     out.append("\n### Authentication (per server CPU-second, against the same run without it)\n")
     out.append("| scenario | mode | runs | per server CPU-s | per wall-s | cost |")
     out.append("|---|---|---:|---:|---:|---:|")
