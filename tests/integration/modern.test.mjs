@@ -17,12 +17,14 @@ import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/
 import { ResourceUpdatedNotificationSchema } from '@modelcontextprotocol/sdk/types.js';
 
 import { spawnSync } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
 
-import { MCPSUBCTL, startServer, getStatus } from './lib/server.mjs';
+import { MCPSUBCTL, makeTempDir, startServer, getStatus } from './lib/server.mjs';
 import { RawConnection, buildRequest, parseSse, request } from './lib/raw.mjs';
 import { sqlite } from './lib/sqlite.mjs';
 import { product, rest } from './lib/subs.mjs';
-import { sleep, waitFor } from './lib/wait.mjs';
+import { sleep, waitFor, withTimeout } from './lib/wait.mjs';
 
 const V = '2026-07-28';
 let srv;
@@ -250,7 +252,7 @@ test('envelope and header errors: -32020 for a missing or disagreeing header, -3
   assert.equal(batch.status, 400);
 });
 
-test('a raw listen stream: the acknowledgement first with its position, no id: lines, keepalive-free updates; notifications/cancelled ends it', async () => {
+test('a raw listen stream: the acknowledgement first with its position, no id: lines, updates with the subscription id; notifications/cancelled ends it', async () => {
   const uri = `${srv.base}/Product/C-300`;
   const l = await rawListen(srv.port, { resourceSubscriptions: [uri, 'not a uri'] }, { id: 'raw-1' });
   assert.match(l.head, /^HTTP\/1\.1 200/);
@@ -318,4 +320,86 @@ test('a drain ends listen streams with their result: closed resolves "graceful"'
   await s.stop();
   assert.equal(await closed, 'graceful');
   await client.close().catch(() => {});
+});
+
+test('keepalive comments on a listen stream; the acknowledgement comes first even while commits pour in', async () => {
+  const s = await startServer({ args: ['--sse-keepalive', '1'] });
+  try {
+    const l = await rawListen(s.port, { resourceSubscriptions: [`${s.base}/StockEvent`] }, { id: 'k' });
+    await waitFor(() => parseSse(l.text()).comments.includes('keepalive'), { timeoutMs: 3000, message: 'a keepalive comment' });
+    l.conn.close();
+    // A writer commits as fast as it can while listen streams open: each starts with its acknowledgement.
+    let stop = false;
+    let n = 0;
+    const writer = (async () => {
+      while (!stop) await rest(s.port, 'PUT', `/StockEvent/${7000 + (n++ % 50)}`, { sku: 'A-100', delta: n });
+    })();
+    for (let i = 0; i < 10; i++) {
+      const li = await rawListen(s.port, { resourceSubscriptions: [`${s.base}/StockEvent`] }, { id: i });
+      await sleep(30);
+      const evs = li.events();
+      assert.equal(evs[0].json.method, 'notifications/subscriptions/acknowledged', `stream ${i}`);
+      const pos = Number(evs[0].json.params._meta['io.mcpsub/position']);
+      for (const e of evs.slice(1)) assert.ok(Number(e.json.params._meta['io.mcpsub/position']) > pos, 'only changes after the acknowledgement');
+      li.conn.close();
+    }
+    stop = true;
+    await writer;
+  } finally {
+    await s.stop();
+  }
+});
+
+test('with authentication: a listen stream sees only its row scope, and ends when its key is revoked', async () => {
+  const dir = makeTempDir('mcpsub-modern-auth-');
+  const keysFile = path.join(dir, 'keys.json');
+  const add = (name, role) => {
+    const r = spawnSync(MCPSUBCTL, ['--auth-keys', keysFile, 'key', 'add', name, '--role', role], { encoding: 'utf8' });
+    assert.equal(r.status, 0, r.stderr);
+    return r.stdout.trim();
+  };
+  const acme = add('acme-agent', 'tenant-user');
+  const bolt = add('bolt-agent', 'tenant-user');
+  const ops = add('ops', 'writer');
+  const policy = path.join(dir, 'policy.json');
+  fs.writeFileSync(policy, JSON.stringify({
+    roles: { 'tenant-user': { tables: { Widget: { rights: ['read', 'subscribe'], scope: { column: 'tenant', bind: 'claim:tenant' } } } } },
+    keys: { 'acme-agent': { tenant: 'acme' }, 'bolt-agent': { tenant: 'bolt' } },
+  }));
+  const schema = path.join(dir, 'schema.sql');
+  fs.writeFileSync(schema, `CREATE TABLE Widget (id TEXT PRIMARY KEY, tenant TEXT NOT NULL, v INTEGER NOT NULL DEFAULT 0);
+    INSERT INTO Widget VALUES ('a0', 'acme', 1), ('b0', 'bolt', 1);`);
+  const s = await startServer({ schema, args: ['--auth-keys', keysFile, '--policy', policy, '--workers', '2'] });
+  const open = async (key) => {
+    const client = new ClientV2({ name: 'v2-auth', version: '1.0.0' }, { versionNegotiation: { mode: 'auto' } });
+    const got = [];
+    client.fallbackNotificationHandler = async (n) => got.push(n);
+    await client.connect(new TransportV2(new URL(s.url), { requestInit: { headers: { Authorization: `Bearer ${key}` } } }));
+    const sub = await client.listen({ resourceSubscriptions: [`${s.base}/Widget`] });
+    return { client, got, sub };
+  };
+  try {
+    const a = await open(acme);
+    const b = await open(bolt);
+    const w = (id, tenant, v) => request(s.port, { method: 'PUT', path: `/Widget/${id}`, headers: { Authorization: `Bearer ${ops}`, 'Content-Type': 'application/json' }, body: JSON.stringify({ tenant, v }) });
+    assert.equal((await w('a1', 'acme', 2)).status, 201);
+    assert.equal((await w('b1', 'bolt', 2)).status, 201);
+    sqlite(s.dbPath, "UPDATE Widget SET v = 9 WHERE id = 'a0'");
+    await waitFor(() => updates(a.got).length === 2 && updates(b.got).length === 1, { timeoutMs: 5000, message: 'each its own' });
+    await sleep(200);
+    assert.deepEqual(updates(a.got).map(([u]) => u).sort(), [`${s.base}/Widget/a0`, `${s.base}/Widget/a1`]);
+    assert.deepEqual(updates(b.got).map(([u]) => u), [`${s.base}/Widget/b1`]);
+    // Revoke acme's key: its stream ends within a second or so; bolt's stays.
+    const r = spawnSync(MCPSUBCTL, ['--auth-keys', keysFile, 'key', 'revoke', 'acme-agent'], { encoding: 'utf8' });
+    assert.equal(r.status, 0, r.stderr);
+    assert.equal(await withTimeout(a.sub.closed, 3000, 'the revoked stream to end'), 'remote');
+    assert.equal((await w('b2', 'bolt', 3)).status, 201);
+    await waitFor(() => updates(b.got).length === 2, { timeoutMs: 5000, message: 'bolt still listening' });
+    await b.sub.close();
+    await a.client.close().catch(() => {});
+    await b.client.close();
+  } finally {
+    await s.stop();
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
 });
