@@ -97,6 +97,13 @@ static int64_t listen_streams_of(const worker_t *w, const char *principal) {
   return n;
 }
 
+size_t listen_subscriptions_of(const worker_t *w, const char *principal) {
+  size_t n = 0;
+  for (const listen_stream *l = w->listens; l != NULL; l = l->next)
+    if (strcmp(l->principal, principal) == 0) n += l->n_subs;
+  return n;
+}
+
 cJSON *listen_open(mcp_call *call) {
   worker_t *w = call->w;
   const config_t *cfg = w->cfg;
@@ -224,7 +231,12 @@ cJSON *listen_open(mcp_call *call) {
   listen_write_event(l, b.data, b.len, "}}}\n\n");
   buf_finish(&b);
   /* Nothing before the acknowledgement; then what the client missed, then live updates. */
-  if (after_seq >= 0) subs_listen_recover(w, l, after_seq);
+  if (after_seq >= 0) {
+    /* The recovery is bounded (SUBS_RECOVER_MAX updates): let it all through, as a resumption. */
+    http_stream_exempt(l->conn, true);
+    subs_listen_recover(w, l, after_seq);
+    http_stream_exempt(l->conn, false);
+  }
   subs_update_active(w);
   call->pending = true; /* answered: the stream is the answer */
   return NULL;

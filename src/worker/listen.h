@@ -74,6 +74,8 @@ void listen_deliver(listen_stream *l, const char *head, size_t head_len);
  * {...,"params":{"uri":U,"subscribedUri":S,"_meta":{...,"...subscriptionId": */
 void listen_format_head(buf_t *b, const char *uri, const char *subscribed, int64_t seq);
 
+/* Subscriptions of principal's listen streams on this worker (for --limit-subscriptions). */
+size_t listen_subscriptions_of(const worker_t *w, const char *principal);
 /* notifications/<what>/list_changed to every listen stream that asked for it (LISTEN_*). */
 void listen_lists_changed(worker_t *w, unsigned what);
 /* A keepalive comment on every listen stream. */

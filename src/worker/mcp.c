@@ -416,9 +416,17 @@ static session_t *mcp_require_session(worker_t *w, http_conn_t *c, const http_re
   return s;
 }
 
-/* Is msg a resources/subscribe for a URI the session does not hold yet (a new subscription)? */
-static bool mcp_adds_subscription(const session_t *s, const cJSON *msg) {
+/*
+ * The subscriptions msg would add: 1 for a resources/subscribe of a URI the
+ * session does not hold yet, the URIs of a subscriptions/listen, else 0.
+ */
+static int64_t mcp_adds_subscription(const session_t *s, const cJSON *msg) {
   const cJSON *m = cJSON_GetObjectItemCaseSensitive(msg, "method");
+  if (cJSON_IsString(m) && strcmp(m->valuestring, "subscriptions/listen") == 0)
+    return cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(msg, "params"),
+                                         "notifications"),
+        "resourceSubscriptions"));
   if (!cJSON_IsString(m) || strcmp(m->valuestring, "resources/subscribe") != 0) return false;
   const cJSON *uri =
       cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(msg, "params"), "uri");
@@ -449,6 +457,7 @@ static const char *mcp_over_limits(worker_t *w, const auth_principal *p, const s
   int64_t live_since = store_now_ms() - (int64_t)cfg->idle_timeout_ms;
   if (store_principal_usage(w->store, p->id, live_since, &sessions, &subscriptions) != 0)
     return NULL; /* the database is unavailable: the request itself will say so */
+  subscriptions += (int64_t)listen_subscriptions_of(w, p->id); /* this worker's listen streams */
   if (check_sessions && sessions >= cfg->limit_sessions) return "sessions per principal";
   if (check_subs && subscriptions + adds > cfg->limit_subscriptions)
     return "subscriptions per principal";
@@ -712,6 +721,11 @@ static void mcp_post_modern(worker_t *w, http_conn_t *c, http_request_t *req,
     unsigned need = mcp_required_right(root);
     if ((p->rights & need) != need) {
       auth_respond_forbidden(w, c, need & ~p->rights);
+      return;
+    }
+    const char *over = mcp_over_limits(w, p, NULL, root, false);
+    if (over != NULL) {
+      limits_respond(w, c, over, 60);
       return;
     }
   }

@@ -172,6 +172,8 @@ test('key rotation: the first token signed with a new key works without a restar
     const t = (key, header = {}) => sign(key, claimsFor(ISSUER, `${s.base}/mcp`, 'rotated', { scope: 'mcpsub:read' }), header);
     assert.equal((await request(s.port, { path: '/Product', headers: bearer(t(keys.es)) })).status, 200);
     const fresh = makeKey('ES256', 'es-2');
+    // The master's check and each worker's start fetched once; a worker may still be starting.
+    await waitFor(() => served.fetches >= 3, { message: 'the start-up fetches' });
     served.set([keys.rs, fresh]); // es-1 withdrawn, es-2 added
     const before = served.fetches;
     // Whichever worker meets the new kid fetches once and serves the request that waited for it.

@@ -299,14 +299,23 @@ test('recovery extension: a new listen from a position gets one update per URI c
   l2.conn.close();
 });
 
-test('bounds: too many URIs in one listen is -32602; the filter must be an object', async () => {
-  const s = await startServer({ args: ['--max-subscriptions', '3'] });
+test('bounds: too many URIs in one listen is -32602; the filter must be an object; --limit-subscriptions counts listen streams (429)', async () => {
+  const s = await startServer({ args: ['--max-subscriptions', '3', '--limit-subscriptions', '4', '--workers', '0'] });
   try {
     const uris = ['A-100', 'B-200', 'C-300', 'D-400'].map((k) => `${s.base}/Product/${k}`);
     const res = await post(s.port, modern('subscriptions/listen', { notifications: { resourceSubscriptions: uris } }));
     assert.equal(res.json().error.code, -32602, res.text);
     const bad = await post(s.port, modern('subscriptions/listen', {}));
     assert.equal(bad.json().error.code, -32602, bad.text);
+    const first = await rawListen(s.port, { resourceSubscriptions: uris.slice(0, 2) }, { id: 'a' });
+    const over = await post(s.port, modern('subscriptions/listen', { notifications: { resourceSubscriptions: uris.slice(1, 4) } }, 'b'));
+    assert.equal(over.status, 429, over.text);
+    assert.ok(Number(over.headers['retry-after']) >= 1);
+    first.conn.close();
+    await waitFor(async () => (await getStatus(s.port)).listens === 0, { message: 'the first stream gone' });
+    const l = await rawListen(s.port, { resourceSubscriptions: uris.slice(1, 4) }, { id: 'c' });
+    assert.equal(l.events()[0].json.params.notifications.resourceSubscriptions.length, 3);
+    l.conn.close();
   } finally {
     await s.stop();
   }
