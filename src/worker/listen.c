@@ -264,17 +264,25 @@ void listen_keepalive(worker_t *w) {
     listen_write(l, ": keepalive\n\n", 13);
 }
 
-void listen_end_all(worker_t *w) {
-  /* The listen request's result: {"jsonrpc":"2.0","id":ID,"result":{..."_meta":{"...":ID}}} */
+/*
+ * Ends the stream with the listen request's result
+ * {"jsonrpc":"2.0","id":ID,"result":{..."_meta":{"...subscriptionId":ID}}}: the
+ * server ended it on purpose (a drain, a credential that no longer works).
+ */
+static void listen_end(listen_stream *l) {
   static const char head[] = "data: {\"jsonrpc\":\"2.0\",\"id\":";
   static const char result[] =
       ",\"result\":{\"resultType\":\"complete\",\"_meta\":{\"" META_SUBSCRIPTION_ID "\":";
+  listen_write(l, head, sizeof(head) - 1);
+  listen_write(l, l->id_json, l->id_len);
+  listen_write_event(l, result, sizeof(result) - 1, "}}}\n\n");
+  listen_close(l);
+}
+
+void listen_end_all(worker_t *w) {
   for (listen_stream *l = w->listens, *next; l != NULL; l = next) {
     next = l->next;
-    listen_write(l, head, sizeof(head) - 1);
-    listen_write(l, l->id_json, l->id_len);
-    listen_write_event(l, result, sizeof(result) - 1, "}}}\n\n");
-    listen_close(l);
+    listen_end(l);
   }
 }
 
@@ -295,7 +303,7 @@ void listen_check_credentials(worker_t *w, int64_t now_ms) {
     memcpy(p.credential, l->credential, sizeof(p.credential));
     if (!auth_still_valid(&w->auth, &p, now_ms)) {
       log_info("listen stream ended: its credential no longer works", "principal", l->principal);
-      listen_close(l);
+      listen_end(l);
     }
   }
 }

@@ -15,9 +15,10 @@
  *     that passes a position it saw as _meta["io.mcpsub/after"] on a new
  *     listen gets one update per URI changed since then, before live ones
  *     (the documented recovery extension);
- *   - the stream ends when the client closes it, cancels the request
- *     (notifications/cancelled on this worker), its credential stops
- *     working, or the server drains: then with the listen request's result.
+ *   - the stream ends when the client closes it or cancels the request
+ *     (notifications/cancelled, on any worker: listen_cancel), and when
+ *     the server ends it — its credential stops working, or a drain —
+ *     with the listen request's result.
  *
  * Per update, a listen stream costs three writes into its output buffer
  * (the event's head, shared by every listen stream of the topic and
