@@ -199,9 +199,9 @@ cJSON *listen_open(mcp_call *call) {
     free(key);
   }
   if (l->lists & LISTEN_RESOURCES_LIST) cJSON_AddTrueToObject(honoured, "resourcesListChanged");
-  if (l->lists & LISTEN_TOOLS_LIST) cJSON_AddTrueToObject(honoured, "toolsListChanged");
-  /* Prompts never change here: not announced, so not honoured. */
-  l->lists &= ~LISTEN_PROMPTS_LIST;
+  /* The tools and prompts never change here (a tool names its table as an argument): not
+   * announced, so not honoured. */
+  l->lists &= LISTEN_RESOURCES_LIST;
 
   /* The stream: the POST's answer from here on. */
   static const http_header head[] = {
@@ -250,8 +250,6 @@ void listen_lists_changed(worker_t *w, unsigned what) {
       {LISTEN_RESOURCES_LIST,
        "data: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/resources/"
        "list_changed\",\"params\":{\"_meta\":{\"" META_SUBSCRIPTION_ID "\":"},
-      {LISTEN_TOOLS_LIST, "data: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/tools/"
-                          "list_changed\",\"params\":{\"_meta\":{\"" META_SUBSCRIPTION_ID "\":"},
   };
   for (listen_stream *l = w->listens; l != NULL; l = l->next)
     for (size_t i = 0; i < ARRAY_LEN(kinds); i++)

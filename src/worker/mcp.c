@@ -25,6 +25,7 @@
 #include "common/session_id.h"
 #include "worker/listen.h"
 #include "worker/subscriptions.h"
+#include "worker/wait.h"
 
 #include <llhttp.h>
 
@@ -63,7 +64,8 @@ static cJSON *mcp_capabilities(void) {
   cJSON *res = cJSON_AddObjectToObject(caps, "resources");
   cJSON_AddTrueToObject(res, "subscribe");
   cJSON_AddTrueToObject(res, "listChanged");
-  cJSON_AddTrueToObject(cJSON_AddObjectToObject(caps, "tools"), "listChanged");
+  /* The tool set is fixed (a tool takes its table as an argument): its list never changes. */
+  cJSON_AddFalseToObject(cJSON_AddObjectToObject(caps, "tools"), "listChanged");
   cJSON_AddFalseToObject(cJSON_AddObjectToObject(caps, "prompts"), "listChanged");
   cJSON_AddObjectToObject(caps, "completions");
   cJSON_AddObjectToObject(caps, "logging");
@@ -501,9 +503,8 @@ static unsigned mcp_required_right(const cJSON *msg) {
 
 static void mcp_notification(worker_t *w, const auth_principal *p, session_t *s, const cJSON *msg) {
   /* notifications/initialized needs no action; notifications/cancelled ends
-   * the caller's listen stream of that id (a pending write completes in
-   * milliseconds or at its deadline, and a waiting wait_and_read ends when
-   * its client drops the request). */
+   * the caller's listen stream or waiting wait_and_read of that id (a
+   * pending write completes in milliseconds or at its deadline). */
   const cJSON *method = cJSON_GetObjectItemCaseSensitive(msg, "method");
   if (s != NULL) session_log(s, SESSION_LOG_DEBUG, "mcpsub", method->valuestring);
   if (strcmp(method->valuestring, "notifications/cancelled") != 0) return;
@@ -512,8 +513,9 @@ static void mcp_notification(worker_t *w, const auth_principal *p, session_t *s,
   if (!cJSON_IsString(rid) && !cJSON_IsNumber(rid)) return;
   char *text = cJSON_PrintUnformatted(rid);
   if (text == NULL) abort(); /* cJSON out of memory: mem.h's policy */
-  if (!listen_cancel(w, p->id, text) && w->on_unknown_cancel != NULL)
-    w->on_unknown_cancel(w, p->id, text);
+  bool found = listen_cancel(w, p->id, text) || wait_cancel(w, p->id, s != NULL ? s->id : "", text);
+  /* A session's requests all come here; a stateless one may be on another worker. */
+  if (!found && s == NULL && w->on_unknown_cancel != NULL) w->on_unknown_cancel(w, p->id, text);
   cJSON_free(text);
 }
 

@@ -247,8 +247,8 @@ void session_replay_undelivered(session_t *s) {
   session_replay_from(s, s->ring_count - s->undelivered);
 }
 
-int session_send(session_t *s, const char *json, size_t len) {
-  if (s->stream == NULL) return -ENOTCONN;
+int session_send(session_t *s, const char *json, size_t len, bool keep) {
+  if (s->stream == NULL && !keep) return -ENOTCONN;
   frame_t *f = frame_create(s->registry->position(s->registry->position_data), 's', s->next_frame++,
                             json, len);
   session_deliver(s, f);
@@ -266,7 +266,7 @@ void session_log(session_t *s, enum session_log_level level, const char *logger,
   char *text = cJSON_PrintUnformatted(msg);
   cJSON_Delete(msg);
   if (text == NULL) return;
-  if (session_send(s, text, strlen(text)) != 0) {
+  if (session_send(s, text, strlen(text), false) != 0) {
     /* No stream: log messages are only worth sending live. */
   }
   cJSON_free(text);

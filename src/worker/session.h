@@ -124,10 +124,11 @@ void session_replay_undelivered(session_t *s);
 
 /*
  * Sends one JSON-RPC message (text, len) as a frame of the session's own
- * (ring and stream). Returns 0, or -ENOTCONN (no stream: the message is
- * dropped, it is only worth sending live).
+ * (ring and stream). Without a stream it waits in the ring for the next
+ * one when keep is set; else it is dropped (-ENOTCONN: only worth sending
+ * live). Returns 0 otherwise.
  */
-int session_send(session_t *s, const char *json, size_t len);
+int session_send(session_t *s, const char *json, size_t len, bool keep);
 /*
  * Sends notifications/message {level, logger, data} when level is at or
  * above the session's level and a stream is open. data is plain text.

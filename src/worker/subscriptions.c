@@ -306,19 +306,21 @@ static void subs_on_batch_end(void *data) {
   wait_flush(data);
 }
 
-static void subs_on_schema_change(void *data) {
-  worker_t *w = data;
+/* The resource list changed: every session hears of it, streaming or not. */
+static void subs_tell_session(session_t *s, void *data) {
   static const char msg[] =
       "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/resources/list_changed\"}";
-  log_info("exported tables changed");
-  for (session_t *s = w->sessions.streams, *next; s != NULL; s = next) {
-    next = s->stream_next;
-    if (session_send(s, msg, sizeof(msg) - 1) != 0) {
-      /* Only streaming sessions are on this list. */
-    }
+  /* Kept in the ring without a stream: the next stream delivers it. */
+  if (session_send(s, msg, sizeof(msg) - 1, true) != 0) {
+    /* kept: cannot fail */
   }
-  /* The tools' schemas name the tables too. */
-  listen_lists_changed(w, LISTEN_RESOURCES_LIST | LISTEN_TOOLS_LIST);
+}
+
+static void subs_on_schema_change(void *data) {
+  worker_t *w = data;
+  log_info("exported tables changed");
+  session_registry_foreach(&w->sessions, subs_tell_session, NULL);
+  listen_lists_changed(w, LISTEN_RESOURCES_LIST);
 }
 
 static void subs_check_schema(void *data);

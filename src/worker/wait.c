@@ -38,7 +38,9 @@ struct waiter {
   bool ready;
   http_conn_t *conn;
   cJSON *id;
-  bool modern; /* a 2026-07-28 request */
+  bool modern;                            /* a 2026-07-28 request */
+  char principal[AUTH_PRINCIPAL_MAX + 1]; /* who asked, and in which session ("": none) */
+  char session[SESSION_ID_LEN + 1];
   bool include_state;
   uv_timer_t timer;
   size_t n;
@@ -172,6 +174,22 @@ static void waiter_on_close(http_conn_t *c, void *data) {
   waiter_destroy(wt);
 }
 
+bool wait_cancel(worker_t *w, const char *principal, const char *session, const char *id_json) {
+  for (waiter_t *wt = w->waiters; wt != NULL; wt = wt->next) {
+    if (strcmp(wt->principal, principal) != 0 || strcmp(wt->session, session) != 0) continue;
+    char *text = cJSON_PrintUnformatted(wt->id);
+    bool same = text != NULL && strcmp(text, id_json) == 0;
+    cJSON_free(text);
+    if (!same) continue;
+    http_conn_t *c = wt->conn;
+    waiter_destroy(wt);
+    /* Cancelled: no JSON-RPC answer; the HTTP exchange still needs an end. */
+    http_respond(c, 204, NULL, 0, NULL, 0);
+    return true;
+  }
+  return false;
+}
+
 void wait_on_match(worker_t *w, sub_t *sub) {
   waiter_t *wt = (waiter_t *)sub->owner;
   for (size_t i = 0; i < wt->n; i++) {
@@ -287,6 +305,8 @@ cJSON *wait_tool(mcp_call *call, const cJSON *args) {
   wt->conn = call->conn;
   wt->id = cJSON_Duplicate(call->id, true);
   wt->modern = call->modern;
+  snprintf(wt->principal, sizeof(wt->principal), "%s", call->principal->id);
+  snprintf(wt->session, sizeof(wt->session), "%s", call->session != NULL ? call->session->id : "");
   wt->include_state = include_state;
   for (size_t i = 0; i < wt->n; i++)
     wt->items[i].sub = sub_index_add(&w->subs, wt->items[i].key, wt->items[i].uri,

@@ -18,6 +18,12 @@ cJSON *wait_tool(mcp_call *call, const cJSON *args);
 /* The tool's input schema (JSON text). */
 extern const char wait_input_schema[];
 
+/*
+ * notifications/cancelled for request id_json (JSON text) of principal in
+ * session ("": a 2026-07-28 request): ends that waiting call at once,
+ * without a JSON-RPC answer (HTTP 204), and frees it. true when found.
+ */
+bool wait_cancel(worker_t *w, const char *principal, const char *session, const char *id_json);
 /* A subscription owned by a waiter matched a change. */
 void wait_on_match(worker_t *w, sub_t *sub);
 /* After a tailer batch: answers the waiters that saw a change. */

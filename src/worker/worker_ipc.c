@@ -15,6 +15,7 @@
 #include "common/log.h"
 #include "worker/subscriptions.h"
 #include "worker/worker.h"
+#include "worker/wait.h"
 #include "worker/worker_ctl.h"
 
 typedef struct worker_ipc {
@@ -178,7 +179,10 @@ static void worker_ipc_on_msg(ipc_channel_t *ch, ipc_msg *msg, void *data) {
     memcpy(text, msg->payload, msg->len);
     text[msg->len] = '\0';
     size_t plen = strnlen(msg->payload, msg->len);
-    if (!w->closing && plen + 1 < msg->len) listen_cancel(w, text, text + plen + 1);
+    if (!w->closing && plen + 1 < msg->len && !listen_cancel(w, text, text + plen + 1) &&
+        !wait_cancel(w, text, "", text + plen + 1)) {
+      /* not here either: already ended, or never was */
+    }
     free(text);
     break;
   }

@@ -231,7 +231,7 @@ test('initialize: serverInfo, capabilities, Mcp-Session-Id', async () => {
   assert.match(r.serverInfo.version, /^\d+\.\d+\.\d+/);
   assert.equal(r.capabilities.resources.subscribe, true);
   assert.equal(r.capabilities.resources.listChanged, true);
-  assert.equal(r.capabilities.tools.listChanged, true);
+  assert.equal(r.capabilities.tools.listChanged, false); // the tool set never changes
   for (const k of ['prompts', 'completions', 'logging']) {
     assert.equal(typeof r.capabilities[k], 'object', `capabilities.${k} in ${JSON.stringify(r.capabilities)}`);
   }

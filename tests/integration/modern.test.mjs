@@ -186,33 +186,27 @@ test('one change, seen by a 1.x client on a 2025 session and a v2 client on a li
   old.setNotificationHandler(ResourceUpdatedNotificationSchema, (n) => v1got.push(n.params.uri));
   await old.connect(new StreamableHTTPClientTransport(new URL(srv.url)));
   await old.subscribeResource({ uri });
-  const sessionSlot = () => perWorker(srv).findIndex(([sessions]) => sessions > 0);
-  // Listen until the stream lands on the other worker (the master picks the less loaded one).
-  let v2;
-  let sub;
-  for (let attempt = 0; attempt < 20 && !sub; attempt++) {
+  const sessionSlot = perWorker(srv).findIndex(([sessions]) => sessions > 0);
+  // Listen streams until one lives on the other worker (the master picks the less loaded one);
+  // every one of them must see the change, so the one over there does.
+  const v2 = [];
+  for (let i = 0; i < 16 && !perWorker(srv).some(([, l], slot) => slot !== sessionSlot && l > 0); i++) {
     const c = await connectV2(srv);
-    const s = await c.client.listen({ resourceSubscriptions: [uri] });
-    await waitFor(() => perWorker(srv).some(([, l]) => l > 0), { message: 'the listen stream counted' });
-    const listenSlot = perWorker(srv).findIndex(([, l]) => l > 0);
-    if (listenSlot !== sessionSlot()) {
-      v2 = c;
-      sub = s;
-    } else {
-      await s.close();
-      await c.client.close();
-      await waitFor(() => perWorker(srv).every(([, l]) => l === 0), { message: 'the listen stream gone' });
-    }
+    c.sub = await c.client.listen({ resourceSubscriptions: [uri] });
+    v2.push(c);
+    await waitFor(() => perWorker(srv).reduce((n, [, l]) => n + l, 0) === v2.length, { message: 'the listen streams counted' });
   }
-  assert.ok(sub, 'a listen stream on the other worker');
   try {
+    assert.ok(perWorker(srv).some(([, l], slot) => slot !== sessionSlot && l > 0), 'a listen stream on the other worker');
     await rest(srv.port, 'PATCH', '/Product/B-200', { price_cents: 321 });
-    await waitFor(() => v1got.length === 1 && updates(v2.got).length === 1, { timeoutMs: 5000, message: 'both notified' });
+    await waitFor(() => v1got.length === 1 && v2.every((c) => updates(c.got).length === 1), { timeoutMs: 5000, message: 'all notified' });
     assert.deepEqual(v1got, [uri]);
-    assert.deepEqual(updates(v2.got), [[uri, uri]]);
-    await sub.close();
+    for (const c of v2) assert.deepEqual(updates(c.got), [[uri, uri]]);
   } finally {
-    await v2.client.close();
+    for (const c of v2) {
+      await c.sub.close();
+      await c.client.close();
+    }
     await old.close();
   }
 });
@@ -277,6 +271,27 @@ test('a raw listen stream: the acknowledgement first with its position, no id: l
   await rest(srv.port, 'PATCH', '/Product/C-300', { price_cents: 78 });
   await sleep(200);
   assert.equal(l.events().length, n);
+});
+
+test('a stateless wait_and_read ends at once on notifications/cancelled, whichever worker gets the cancel', async () => {
+  const uri = `${srv.base}/Product/A-100`;
+  for (let i = 0; i < 3; i++) {
+    const msg = modern('tools/call', { name: 'wait_and_read', arguments: { resources: [{ uri, sinceVersion: 'x' }], timeoutMs: 1 } }, `w${i}`);
+    // sinceVersion 'x' differs from any version: answered at once. A real wait needs the current one.
+    const now = (await post(srv.port, msg, { 'Mcp-Name': 'wait_and_read' })).json().result;
+    const v = JSON.parse(now.content[0].text).resources[0].version;
+    const wait = modern('tools/call', { name: 'wait_and_read', arguments: { resources: [{ uri, sinceVersion: v }], timeoutMs: 20000 } }, `wait-${i}`);
+    const conn = await RawConnection.open(srv.port);
+    conn.write(buildRequest(srv.port, { method: 'POST', path: '/mcp', headers: { ...HEADERS, 'MCP-Protocol-Version': V, 'Mcp-Method': 'tools/call', 'Mcp-Name': 'wait_and_read' }, body: JSON.stringify(wait) }));
+    await waitFor(async () => (await getStatus(srv.port)).waiters === 1, { message: 'the wait pending' });
+    const cancel = { jsonrpc: '2.0', method: 'notifications/cancelled', params: { requestId: `wait-${i}` } };
+    const res = await request(srv.port, { method: 'POST', path: '/mcp', headers: { ...HEADERS, 'MCP-Protocol-Version': V }, body: JSON.stringify(cancel) });
+    assert.equal(res.status, 202);
+    const answer = await conn.readResponse({ timeoutMs: 3000 });
+    assert.equal(answer.status, 204);
+    conn.close();
+    await waitFor(async () => (await getStatus(srv.port)).waiters === 0, { message: 'no waiter left' });
+  }
 });
 
 test('recovery extension: a new listen from a position gets one update per URI changed since, then live ones', async () => {

@@ -507,3 +507,21 @@ test('teardown: /status back to zero and a clean exit', async () => {
   await waitStatus(srv.port, { sessions: 0, streams: 0, subscriptions: 0, waiters: 0 });
   await srv.stop();
 });
+
+test('list_changed waits in the replay ring for a session whose stream opens after the change', async () => {
+  const server = await startServer();
+  const s = await McpSession.open(server.port);
+  try {
+    sqlite(server.dbPath, 'CREATE TABLE Sprocket (id INTEGER PRIMARY KEY, v TEXT)');
+    await s.result('ping', {}); // the schema change is noticed at the next request
+    const st = await openPrimed(server, s);
+    await st.waitUntil((x) => x.messages(LIST_CHANGED).length === 1, { timeoutMs: 2500, what: 'the kept list_changed' });
+    sqlite(server.dbPath, 'DROP TABLE Sprocket');
+    await s.result('ping', {});
+    await st.waitUntil((x) => x.messages(LIST_CHANGED).length === 2, { timeoutMs: 2500, what: 'the live list_changed' });
+    assert.equal(st.messages('notifications/tools/list_changed').length, 0, 'the tool list never changes');
+    st.close();
+  } finally {
+    await server.stop();
+  }
+});

@@ -10,7 +10,7 @@ import assert from 'node:assert/strict';
 
 import { startServer, getStatus } from './lib/server.mjs';
 import { McpSession } from './lib/mcp.mjs';
-import { RawConnection, buildRequest, MCP_ACCEPT } from './lib/raw.mjs';
+import { RawConnection, buildRequest, MCP_ACCEPT, request } from './lib/raw.mjs';
 import { sqlite } from './lib/sqlite.mjs';
 import { sleep } from './lib/wait.mjs';
 import { EventStream } from './lib/sse.mjs';
@@ -338,6 +338,45 @@ test('a client that disconnects while waiting leaves no waiter and no subscripti
   await rest(srv.port, 'PATCH', '/Product/A-100', { price_cents: 4999 });
   assert.equal((await pending).data.timedOut, false);
 });
+
+test('notifications/cancelled ends a waiting wait_and_read at once: no answer (HTTP 204), no waiter left; another session cannot cancel it', async () => {
+  const uri = uriOf('/Product/A-100');
+  const v = await version(uri);
+  const body = JSON.stringify({
+    jsonrpc: '2.0',
+    id: 'w-1',
+    method: 'tools/call',
+    params: { name: 'wait_and_read', arguments: { resources: [{ uri, sinceVersion: v }], timeoutMs: 20000 } },
+  });
+  const headers = { Accept: MCP_ACCEPT, 'Content-Type': 'application/json', 'Mcp-Session-Id': s.id, 'MCP-Protocol-Version': s.protocolVersion };
+  const conn = await RawConnection.open(srv.port);
+  conn.write(buildRequest(srv.port, { method: 'POST', path: '/mcp', headers, body }));
+  await waitStatus(srv.port, { waiters: 1, subscriptions: 1 });
+  const cancel = { jsonrpc: '2.0', method: 'notifications/cancelled', params: { requestId: 'w-1', reason: 'test' } };
+  // Another session naming the same request id cancels nothing.
+  const other = await McpSession.open(srv.port);
+  assert.equal((await mcpPostRaw(other, cancel)).status, 202);
+  await sleep(200);
+  assert.equal((await getStatus(srv.port)).waiters, 1, 'another session cannot cancel it');
+  await other.delete();
+  const t0 = Date.now();
+  assert.equal((await mcpPostRaw(s, cancel)).status, 202);
+  const res = await conn.readResponse({ timeoutMs: 2000 });
+  assert.equal(res.status, 204, 'the cancelled call is not answered');
+  assert.ok(Date.now() - t0 < 1000);
+  await waitStatus(srv.port, { waiters: 0, subscriptions: 0 });
+  conn.close();
+});
+
+/* POSTs one message on a session with the raw client; returns the response. */
+function mcpPostRaw(session, msg) {
+  return request(srv.port, {
+    method: 'POST',
+    path: '/mcp',
+    headers: { Accept: MCP_ACCEPT, 'Content-Type': 'application/json', 'Mcp-Session-Id': session.id, 'MCP-Protocol-Version': session.protocolVersion },
+    body: JSON.stringify(msg),
+  });
+}
 
 test('a wait pending at shutdown is answered (timedOut) and the server exits cleanly', async () => {
   const uri = uriOf('/Product/A-100');
