@@ -43,6 +43,10 @@ void listen_format_head(buf_t *b, const char *uri, const char *subscribed, int64
              (long long)seq);
 }
 
+void listen_deliver_tail(listen_stream *l, const char *head, size_t head_len) {
+  listen_write_event(l, head, head_len, "}}}\n\n");
+}
+
 void listen_deliver(listen_stream *l, const char *head, size_t head_len) {
   listen_write_event(l, head, head_len, "}}}\n\n");
   l->w->sessions.frames_sent++;

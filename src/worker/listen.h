@@ -71,6 +71,8 @@ cJSON *listen_open(mcp_call *call);
  * with the stream's own id and the tail.
  */
 void listen_deliver(listen_stream *l, const char *head, size_t head_len);
+/* Writes head, the stream's subscription id, and "}}}" ending the event (any notification). */
+void listen_deliver_tail(listen_stream *l, const char *head, size_t head_len);
 /* Formats that head: data:
  * {...,"params":{"uri":U,"subscribedUri":S,"_meta":{...,"...subscriptionId": */
 void listen_format_head(buf_t *b, const char *uri, const char *subscribed, int64_t seq);

@@ -306,6 +306,130 @@ static void subs_on_batch_end(void *data) {
   wait_flush(data);
 }
 
+/* The session's subscription to exactly this URI text, and the link to it. */
+static sub_t **session_sub_slot(session_t *s, const char *uri) {
+  sub_t **p = &s->subs;
+  while (*p != NULL && strcmp((*p)->topic->uri, uri) != 0) p = &(*p)->owner_next;
+  return p;
+}
+
+static void session_unsubscribe(worker_t *w, session_t *s, sub_t **slot) {
+  sub_t *sub = *slot;
+  *slot = sub->owner_next;
+  s->n_subs--;
+  sub_index_remove(&w->subs, sub);
+}
+
+static void session_subscribe(worker_t *w, session_t *s, const char *key, const char *uri,
+                              const uri_t *u, int64_t since) {
+  sub_t *sub = sub_index_add(&w->subs, key, uri, u, &s->owner, since);
+  sub->owner_next = s->subs;
+  s->subs = sub;
+  s->n_subs++;
+}
+
+/*
+ * Writes the session's subscribed URIs to its row, for restore elsewhere;
+ * then(rc, data) runs once it is written when then is not NULL.
+ */
+static void session_persist_subs_then(worker_t *w, session_t *s, void (*then)(int rc, void *data),
+                                      void *data) {
+  cJSON *list = cJSON_CreateArray();
+  for (sub_t *sub = s->subs; sub != NULL; sub = sub->owner_next)
+    cJSON_AddItemToArray(list, cJSON_CreateString(sub->topic->uri));
+  char *text = cJSON_PrintUnformatted(list);
+  cJSON_Delete(list);
+  if (text == NULL) abort(); /* cJSON ran out of memory: the policy of mem.h */
+  writer_session_set_subscriptions_then(w->writer, s->id, text, then, data);
+  cJSON_free(text);
+}
+
+static void session_persist_subs(worker_t *w, session_t *s) {
+  session_persist_subs_then(w, s, NULL, NULL);
+}
+
+/*
+ * Why a subscribed URI no longer resolves after a schema change, or NULL
+ * when it still does.
+ */
+static const char *subs_gone_reason(worker_t *w, const sub_topic *t) {
+  uri_t u;
+  if (subs_resolve(w, t->uri, &u) == 0) {
+    uri_finish(&u);
+    return NULL;
+  }
+  const store_table *table = store_find_table(w->store, t->parsed.table);
+  if (table == NULL) return "its table no longer exists";
+  for (size_t i = 0; i < t->parsed.n_filters; i++)
+    if (store_column_index(table, t->parsed.filters[i].column) < 0)
+      return "a column it filters on no longer exists";
+  return "it is no longer subscribable";
+}
+
+/*
+ * The last update of a subscription that ends: names the subscribed URI
+ * itself (read it: it is gone) and says why in _meta. meta_tail closes
+ * params (a listen stream adds its subscription id before it).
+ */
+static void format_ended(buf_t *b, const char *uri, const char *reason) {
+  buf_append_str(b, "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/resources/updated\","
+                    "\"params\":{\"uri\":");
+  buf_append_json_string(b, uri, strlen(uri));
+  buf_append_str(b, ",\"subscribedUri\":");
+  buf_append_json_string(b, uri, strlen(uri));
+  buf_append_str(b, ",\"_meta\":{\"" SUBS_META_ENDED "\":");
+  buf_append_json_string(b, reason, strlen(reason));
+}
+
+/* Ends a session's subscriptions that no longer resolve, each with one last update. */
+static void subs_end_gone_session(session_t *s, void *data) {
+  worker_t *w = data;
+  bool any = false;
+  for (sub_t **slot = &s->subs; *slot != NULL;) {
+    const char *why = subs_gone_reason(w, (*slot)->topic);
+    if (why == NULL) {
+      slot = &(*slot)->owner_next;
+      continue;
+    }
+    buf_t b;
+    buf_init(&b);
+    format_ended(&b, (*slot)->topic->uri, why);
+    buf_append_str(&b, "}}}");
+    /* Kept in the ring without a stream: the next stream delivers it. */
+    if (session_send(s, b.data, b.len, true) != 0) {
+      /* kept: cannot fail */
+    }
+    buf_finish(&b);
+    session_unsubscribe(w, s, slot);
+    any = true;
+  }
+  if (any) session_persist_subs(w, s); /* a table created again does not bring them back */
+}
+
+/* The same for listen streams: the update, then the subscription is gone from the stream. */
+static void subs_end_gone_listens(worker_t *w) {
+  for (listen_stream *l = w->listens; l != NULL; l = l->next) {
+    for (sub_t **slot = &l->subs; *slot != NULL;) {
+      const char *why = subs_gone_reason(w, (*slot)->topic);
+      if (why == NULL) {
+        slot = &(*slot)->owner_next;
+        continue;
+      }
+      buf_t b;
+      buf_init(&b);
+      buf_append_str(&b, "data: ");
+      format_ended(&b, (*slot)->topic->uri, why);
+      buf_append_str(&b, ",\"io.modelcontextprotocol/subscriptionId\":");
+      listen_deliver_tail(l, b.data, b.len);
+      buf_finish(&b);
+      sub_t *sub = *slot;
+      *slot = sub->owner_next;
+      l->n_subs--;
+      sub_index_remove(&w->subs, sub);
+    }
+  }
+}
+
 /* The resource list changed: every session hears of it, streaming or not. */
 static void subs_tell_session(session_t *s, void *data) {
   static const char msg[] =
@@ -319,6 +443,10 @@ static void subs_tell_session(session_t *s, void *data) {
 static void subs_on_schema_change(void *data) {
   worker_t *w = data;
   log_info("exported tables changed");
+  /* Subscriptions to what is gone end visibly, before the list says it changed. */
+  session_registry_foreach(&w->sessions, subs_end_gone_session, w);
+  subs_end_gone_listens(w);
+  subs_update_active(w);
   session_registry_foreach(&w->sessions, subs_tell_session, NULL);
   listen_lists_changed(w, LISTEN_RESOURCES_LIST);
 }
@@ -442,48 +570,6 @@ int subs_resolve_for(worker_t *w, const auth_principal *p, const char *text, uns
   }
   *key = auth_scope_topic_key(&scope, text);
   return 0;
-}
-
-/* The session's subscription to exactly this URI text, and the link to it. */
-static sub_t **session_sub_slot(session_t *s, const char *uri) {
-  sub_t **p = &s->subs;
-  while (*p != NULL && strcmp((*p)->topic->uri, uri) != 0) p = &(*p)->owner_next;
-  return p;
-}
-
-static void session_unsubscribe(worker_t *w, session_t *s, sub_t **slot) {
-  sub_t *sub = *slot;
-  *slot = sub->owner_next;
-  s->n_subs--;
-  sub_index_remove(&w->subs, sub);
-}
-
-static void session_subscribe(worker_t *w, session_t *s, const char *key, const char *uri,
-                              const uri_t *u, int64_t since) {
-  sub_t *sub = sub_index_add(&w->subs, key, uri, u, &s->owner, since);
-  sub->owner_next = s->subs;
-  s->subs = sub;
-  s->n_subs++;
-}
-
-/*
- * Writes the session's subscribed URIs to its row, for restore elsewhere;
- * then(rc, data) runs once it is written when then is not NULL.
- */
-static void session_persist_subs_then(worker_t *w, session_t *s, void (*then)(int rc, void *data),
-                                      void *data) {
-  cJSON *list = cJSON_CreateArray();
-  for (sub_t *sub = s->subs; sub != NULL; sub = sub->owner_next)
-    cJSON_AddItemToArray(list, cJSON_CreateString(sub->topic->uri));
-  char *text = cJSON_PrintUnformatted(list);
-  cJSON_Delete(list);
-  if (text == NULL) abort(); /* cJSON ran out of memory: the policy of mem.h */
-  writer_session_set_subscriptions_then(w->writer, s->id, text, then, data);
-  cJSON_free(text);
-}
-
-static void session_persist_subs(worker_t *w, session_t *s) {
-  session_persist_subs_then(w, s, NULL, NULL);
 }
 
 bool subs_session_has(session_t *s, const char *uri) {

@@ -18,6 +18,12 @@
 
 /* Largest number of distinct URIs a resumption replays from the audit log. */
 #define SUBS_RECOVER_MAX 1000
+/*
+ * The _meta key of the last update of a subscription that ended because its
+ * URI stopped resolving (a dropped table or column); its value says why.
+ */
+#define SUBS_META_ENDED "io.mcpsub/subscriptionEnded"
+
 /* Longest record key a subscribed URI may name (bytes, decoded), as the tools' keys. */
 #define SUBS_KEY_MAX 511
 

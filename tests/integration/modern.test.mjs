@@ -427,3 +427,26 @@ test('with authentication: a listen stream sees only its row scope, and ends whe
     fs.rmSync(dir, { recursive: true, force: true });
   }
 });
+
+test('a dropped table ends the listen subscriptions on it with one last update; the others go on', async () => {
+  const s = await startServer({});
+  try {
+    sqlite(s.dbPath, 'CREATE TABLE Gear (id INTEGER PRIMARY KEY, v TEXT)');
+    await request(s.port, { path: '/healthz' });
+    await post(s.port, modern('ping')); // the schema change is noticed at the next request
+    const l = await rawListen(s.port, { resourceSubscriptions: [`${s.base}/Gear`, `${s.base}/Product/A-100`], resourcesListChanged: true }, { id: 'g' });
+    assert.equal(l.events()[0].json.params.notifications.resourceSubscriptions.length, 2);
+    sqlite(s.dbPath, 'DROP TABLE Gear');
+    await post(s.port, modern('ping'));
+    await waitFor(() => l.events().length >= 3, { timeoutMs: 3000, message: 'the ending and the list change' });
+    const [, ended, listChanged] = l.events().map((e) => e.json);
+    assert.deepEqual([ended.params.uri, ended.params._meta['io.mcpsub/subscriptionEnded'], ended.params._meta['io.modelcontextprotocol/subscriptionId']], [`${s.base}/Gear`, 'its table no longer exists', 'g']);
+    assert.equal(listChanged.method, 'notifications/resources/list_changed');
+    await rest(s.port, 'PATCH', '/Product/A-100', { price_cents: 5 });
+    await waitFor(() => l.events().length === 4, { timeoutMs: 3000, message: 'the other subscription still live' });
+    assert.equal(l.events()[3].json.params.uri, `${s.base}/Product/A-100`);
+    l.conn.close();
+  } finally {
+    await s.stop();
+  }
+});

@@ -525,3 +525,43 @@ test('list_changed waits in the replay ring for a session whose stream opens aft
     await server.stop();
   }
 });
+
+test('a dropped table ends its subscriptions visibly: one last update with the reason, gone from the row; recreated, it stays quiet until subscribed again', async () => {
+  const server = await startServer();
+  const B = server.base;
+  const s = await McpSession.open(server.port);
+  try {
+    sqlite(server.dbPath, 'CREATE TABLE Cog (id INTEGER PRIMARY KEY, v TEXT); INSERT INTO Cog VALUES (1, \'a\')');
+    await s.result('ping', {});
+    await subscribe(s, `${B}/Cog`);
+    await subscribe(s, `${B}/Cog/1`);
+    await subscribe(s, `${B}/Product/A-100`);
+    const st = await openPrimed(server, s);
+    sqlite(server.dbPath, 'DROP TABLE Cog');
+    await s.result('ping', {});
+    const ended = await st.waitUntil((x) => {
+      const e = x.events.filter((ev) => ev.json?.params?._meta?.['io.mcpsub/subscriptionEnded']);
+      return e.length === 2 ? e : undefined;
+    }, { timeoutMs: 2500, what: 'two ended subscriptions' });
+    assert.deepEqual(ended.map((e) => e.json.params.subscribedUri).sort(), [`${B}/Cog`, `${B}/Cog/1`]);
+    for (const e of ended) {
+      assert.equal(e.json.params.uri, e.json.params.subscribedUri);
+      assert.equal(e.json.params._meta['io.mcpsub/subscriptionEnded'], 'its table no longer exists');
+    }
+    await st.waitUntil((x) => x.messages(LIST_CHANGED).length >= 1, { timeoutMs: 2500, what: 'list_changed' });
+    await waitFor(() => JSON.parse(sessionRow(server.dbPath, s.id).subscriptions).length === 1, { message: 'the row lists the live one only' });
+    // Created again: the old subscriptions do not come back.
+    sqlite(server.dbPath, 'CREATE TABLE Cog (id INTEGER PRIMARY KEY, v TEXT)');
+    await s.result('ping', {});
+    sqlite(server.dbPath, "INSERT INTO Cog VALUES (1, 'b')");
+    await sleep(400);
+    assert.equal(st.updates().filter((e) => e.json.params.subscribedUri.startsWith(`${B}/Cog`) && !e.json.params._meta).length, 0);
+    // Subscribing again works.
+    await subscribe(s, `${B}/Cog/1`);
+    sqlite(server.dbPath, "UPDATE Cog SET v = 'c' WHERE id = 1");
+    await st.waitUpdates(1, `${B}/Cog/1`, { timeoutMs: 2500 });
+    st.close();
+  } finally {
+    await server.stop();
+  }
+});
