@@ -1194,6 +1194,75 @@ char *store_row_key(const store_table *t, const cJSON *row) {
   return store_json_key_text(v);
 }
 
+bool store_column_numeric(const store_table *t, int col) {
+  /* SQLite's affinity rules (datatype3.html §3.1), in their order. */
+  const char *d = t->cols[col].decl_type;
+  if (strcasestr(d, "INT") != NULL) return true;
+  if (strcasestr(d, "CHAR") != NULL || strcasestr(d, "CLOB") != NULL ||
+      strcasestr(d, "TEXT") != NULL)
+    return false;
+  if (strcasestr(d, "BLOB") != NULL || d[0] == '\0') return false;
+  return true; /* REAL, FLOA, DOUB, or anything else: NUMERIC */
+}
+
+/* Appends one filter's condition on its column; *param numbers the placeholders. */
+static void store_sql_filter(sqlite3_str *q, const store_table *t, const store_filter *f,
+                             int *param) {
+  static const char *const cmp[] = {
+      [STORE_NE] = "<>", [STORE_GT] = ">", [STORE_GE] = ">=", [STORE_LT] = "<", [STORE_LE] = "<=",
+  };
+  const char *col = t->cols[f->col].name;
+  switch (f->op) {
+  case STORE_EQ:
+    store_sql_ident(q, col);
+    if (cJSON_IsNull(f->value))
+      sqlite3_str_appendall(q, " IS NULL");
+    else
+      sqlite3_str_appendf(q, " = ?%d", ++*param);
+    break;
+  case STORE_SW:
+  case STORE_CT:
+    sqlite3_str_appendall(q, "(typeof(");
+    store_sql_ident(q, col);
+    sqlite3_str_appendall(q, ") = 'text' AND ");
+    ++*param;
+    if (f->op == STORE_SW) {
+      sqlite3_str_appendall(q, "substr(");
+      store_sql_ident(q, col);
+      sqlite3_str_appendf(q, ", 1, length(?%d)) = ?%d)", *param, *param);
+    } else {
+      sqlite3_str_appendall(q, "instr(");
+      store_sql_ident(q, col);
+      sqlite3_str_appendf(q, ", ?%d) > 0)", *param);
+    }
+    break;
+  case STORE_IN: {
+    store_sql_ident(q, col);
+    sqlite3_str_appendall(q, " IN (");
+    for (int i = 0; i < cJSON_GetArraySize(f->value); i++)
+      sqlite3_str_appendf(q, "%s?%d", i > 0 ? ", " : "", ++*param);
+    sqlite3_str_appendall(q, ")");
+    break;
+  }
+  default:
+    store_sql_ident(q, col);
+    sqlite3_str_appendf(q, " %s ?%d", cmp[f->op], ++*param);
+    break;
+  }
+}
+
+/* Binds one filter's values from *param on (the numbering of store_sql_filter). */
+static int store_bind_filter(sqlite3_stmt *st, const store_filter *f, int *param) {
+  if (f->op == STORE_EQ && cJSON_IsNull(f->value)) return SQLITE_OK;
+  if (f->op != STORE_IN) return store_bind_json(st, ++*param, f->value);
+  const cJSON *v;
+  cJSON_ArrayForEach(v, f->value) {
+    int rc = store_bind_json(st, ++*param, v);
+    if (rc != SQLITE_OK) return rc;
+  }
+  return SQLITE_OK;
+}
+
 int store_query(store_t *s, const store_table *t, const store_filter *filters, size_t n_filters,
                 int limit, const char *after_key, cJSON **rows, char **next_key) {
   sqlite3_stmt *st = NULL;
@@ -1210,18 +1279,24 @@ int store_query(store_t *s, const store_table *t, const store_filter *filters, s
   if (after_key != NULL && !store_key_valid(t, after_key)) return -EINVAL;
   for (size_t i = 0; i < n_filters; i++) {
     assert(filters[i].col >= 0 && filters[i].col < t->n_cols);
-    if (!store_json_storable(filters[i].value)) return -EINVAL;
+    if (filters[i].op == STORE_IN) {
+      const cJSON *v;
+      if (!cJSON_IsArray(filters[i].value) || cJSON_GetArraySize(filters[i].value) == 0)
+        return -EINVAL;
+      cJSON_ArrayForEach(v, filters[i].value) {
+        if (!store_json_storable(v) || cJSON_IsNull(v)) return -EINVAL;
+      }
+    } else if (!store_json_storable(filters[i].value) ||
+               (filters[i].op != STORE_EQ && cJSON_IsNull(filters[i].value))) {
+      return -EINVAL;
+    }
   }
 
   q = store_sql_new(s);
   store_sql_select(q, t);
   for (size_t i = 0; i < n_filters; i++) {
     sqlite3_str_appendall(q, i == 0 ? " WHERE " : " AND ");
-    store_sql_ident(q, t->cols[filters[i].col].name);
-    if (cJSON_IsNull(filters[i].value))
-      sqlite3_str_appendall(q, " IS NULL");
-    else
-      sqlite3_str_appendf(q, " = ?%d", ++param);
+    store_sql_filter(q, t, &filters[i], &param);
   }
   if (after_key != NULL) {
     sqlite3_str_appendall(q, n_filters == 0 ? " WHERE " : " AND ");
@@ -1237,8 +1312,7 @@ int store_query(store_t *s, const store_table *t, const store_filter *filters, s
   if (ret < 0) goto done;
   param = 0;
   for (size_t i = 0; i < n_filters; i++) {
-    if (cJSON_IsNull(filters[i].value)) continue;
-    rc = store_bind_json(st, ++param, filters[i].value);
+    rc = store_bind_filter(st, &filters[i], &param);
     if (rc != SQLITE_OK) {
       ret = store_error(s, rc, NULL, 0);
       goto done;

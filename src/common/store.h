@@ -92,10 +92,31 @@ int store_column_index(const store_table *t, const char *name);
 
 /* Reads ------------------------------------------------------------------ */
 
+/* How a filter compares a column with its value (uri.h's operators, in that order). */
+typedef enum store_op {
+  STORE_EQ = 0, /* = value (IS NULL for null) */
+  STORE_NE,     /* <> value: a NULL column never matches */
+  STORE_GT,
+  STORE_GE,
+  STORE_LT,
+  STORE_LE,
+  STORE_SW, /* a text value starting with value */
+  STORE_CT, /* a text value containing value */
+  STORE_IN, /* equal to one of value's items (an array) */
+} store_op;
+
 typedef struct store_filter {
   int col;            /* column index in the table */
-  const cJSON *value; /* string, number, bool or null (IS NULL) */
+  const cJSON *value; /* string, number, bool or null (IS NULL); STORE_IN: an array of them */
+  store_op op;
 } store_filter;
+
+/*
+ * Does column col have numeric affinity (INTEGER, REAL or NUMERIC, by
+ * SQLite's rules on its declared type)? Its values then compare as numbers
+ * with a filter value that reads as one.
+ */
+bool store_column_numeric(const store_table *t, int col);
 
 /*
  * One record by key. *row gets a new JSON object of every column (the caller

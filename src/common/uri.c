@@ -105,6 +105,79 @@ static int uri_parse_limit(const char *v, long *out) {
   return 0;
 }
 
+static __thread const char *uri_last_error = "";
+
+const char *uri_error(void) {
+  return uri_last_error;
+}
+
+/* Records why parsing failed; returns -EINVAL. */
+static int uri_fail(const char *why) {
+  uri_last_error = why;
+  return -EINVAL;
+}
+
+static const char *const uri_op_names[] = {
+    [URI_EQ] = "",   [URI_NE] = "ne", [URI_GT] = "gt", [URI_GE] = "ge", [URI_LT] = "lt",
+    [URI_LE] = "le", [URI_SW] = "sw", [URI_CT] = "ct", [URI_IN] = "",
+};
+
+const char *uri_op_name(uri_op op) {
+  return uri_op_names[op];
+}
+
+void uri_filter_free(uri_filter *f) {
+  free(f->column);
+  free(f->value);
+  for (size_t i = 0; i < f->n_alts; i++) free(f->alts[i]);
+  free(f->alts);
+  memset(f, 0, sizeof(*f));
+}
+
+/*
+ * Reads a filter's value text (undecoded, len bytes) into f: an operator
+ * prefix, alternatives, or a plain value; each value decoded.
+ */
+static int uri_parse_filter_value(const char *v, size_t len, uri_filter *f) {
+  f->op = URI_EQ;
+  for (uri_op op = URI_NE; op <= URI_CT; op++) {
+    if (len >= 3 && memcmp(v, uri_op_names[op], 2) == 0 && v[2] == '=') {
+      f->op = op;
+      v += 3;
+      len -= 3;
+      break;
+    }
+  }
+  if (memchr(v, '=', len) != NULL)
+    return uri_fail("a filter has an unknown operator (use gt, ge, lt, le, ne, sw, ct; a literal "
+                    "'=' is %3D)");
+  if (memchr(v, '*', len) != NULL)
+    return uri_fail("a filter has a bare '*': there are no wildcards (use sw= or ct=; a literal "
+                    "'*' is %2A)");
+  const char *bar = memchr(v, '|', len);
+  if (bar != NULL && f->op != URI_EQ) return uri_fail("alternatives (v1|v2) go with equality only");
+  if ((f->op == URI_SW || f->op == URI_CT) && len == 0) return uri_fail("sw= and ct= need a value");
+  if (bar == NULL) {
+    f->value = uri_decode_component(v, len);
+    return f->value != NULL ? 0 : uri_fail("a filter value has a bad %-escape");
+  }
+  f->op = URI_IN;
+  f->alts = mem_calloc(URI_MAX_ALTS, sizeof(char *));
+  for (const char *p = v, *end = v + len;;) {
+    const char *next = memchr(p, '|', (size_t)(end - p));
+    size_t n = next != NULL ? (size_t)(next - p) : (size_t)(end - p);
+    if (n == 0) return uri_fail("a filter has an empty alternative");
+    if (f->n_alts == URI_MAX_ALTS) return uri_fail("a filter has more than 32 alternatives");
+    char *one = uri_decode_component(p, n);
+    if (one == NULL) return uri_fail("a filter value has a bad %-escape");
+    f->alts[f->n_alts++] = one;
+    if (next == NULL) break;
+    p = next + 1;
+  }
+  f->value = mem_strdup(f->alts[0]);
+  return 0;
+}
+
 static int uri_filter_cmp(const void *a, const void *b) {
   const uri_filter *fa = a, *fb = b;
   return strcmp(fa->column, fb->column);
@@ -116,28 +189,49 @@ static int uri_filter_cmp(const void *a, const void *b) {
  */
 static int uri_parse_param(const char *p, size_t len, uri_t *out) {
   const char *eq = memchr(p, '=', len);
-  if (eq == NULL || eq == p) return -EINVAL;
+  if (eq == NULL || eq == p) return uri_fail("a query parameter without a name or a value");
   char *name = uri_decode_component(p, (size_t)(eq - p));
-  char *value = uri_decode_component(eq + 1, len - (size_t)(eq - p) - 1);
+  char *value = NULL;
   int rc = -EINVAL;
-  if (name == NULL || value == NULL) goto out;
+  if (name == NULL) {
+    rc = uri_fail("a query parameter name has a bad %-escape");
+    goto out;
+  }
+  if (strcmp(name, "_limit") != 0 && strcmp(name, "_cursor") != 0) {
+    /* A filter: its value has a grammar of its own, read before decoding. */
+    for (size_t i = 0; i < out->n_filters; i++) {
+      if (strcmp(out->filters[i].column, name) == 0) {
+        rc = uri_fail("a filter column is repeated");
+        goto out;
+      }
+    }
+    if (out->n_filters == URI_MAX_FILTERS) {
+      rc = uri_fail("more than 16 filters");
+      goto out;
+    }
+    uri_filter f = {0};
+    rc = uri_parse_filter_value(eq + 1, len - (size_t)(eq - p) - 1, &f);
+    if (rc != 0) {
+      uri_filter_free(&f);
+      goto out;
+    }
+    f.column = name;
+    name = NULL;
+    out->filters[out->n_filters++] = f;
+    goto out;
+  }
+  value = uri_decode_component(eq + 1, len - (size_t)(eq - p) - 1);
+  rc = uri_fail("_limit must be a positive integer given once, _cursor given once");
+  if (value == NULL) goto out;
   if (strcmp(name, "_limit") == 0) {
     if (out->limit != 0 || uri_parse_limit(value, &out->limit) < 0) goto out;
-  } else if (strcmp(name, "_cursor") == 0) {
+  } else {
     if (out->cursor) goto out;
     out->cursor = value;
     value = NULL;
-  } else {
-    for (size_t i = 0; i < out->n_filters; i++) {
-      if (strcmp(out->filters[i].column, name) == 0) goto out;
-    }
-    if (out->n_filters == URI_MAX_FILTERS) goto out;
-    out->filters[out->n_filters].column = name;
-    out->filters[out->n_filters].value = value;
-    out->n_filters++;
-    name = value = NULL;
   }
   rc = 0;
+  uri_last_error = "";
 out:
   free(name);
   free(value);
@@ -202,6 +296,7 @@ static int uri_parse_meta(const char *text, uri_t *out) {
  */
 int uri_parse(const char *base, const char *text, uri_t *out) {
   memset(out, 0, sizeof(*out));
+  uri_last_error = "";
   if (text == NULL || strnlen(text, URI_MAX_LEN + 1) > URI_MAX_LEN) return -EINVAL;
   for (const char *p = text; *p; p++) {
     if ((unsigned char)*p < 0x20 || *p == 0x7f) return -EINVAL;
@@ -224,10 +319,7 @@ void uri_finish(uri_t *u) {
   free(u->table);
   free(u->key);
   free(u->cursor);
-  for (size_t i = 0; i < u->n_filters; i++) {
-    free(u->filters[i].column);
-    free(u->filters[i].value);
-  }
+  for (size_t i = 0; i < u->n_filters; i++) uri_filter_free(&u->filters[i]);
   memset(u, 0, sizeof(*u));
 }
 
@@ -263,6 +355,26 @@ static void uri_append_param(buf_t *b, bool *first, const char *name, const char
   uri_encode_component(b, value, strlen(value));
 }
 
+/* Appends "?" or "&" then a filter: column=[op=]value, or column=v1|v2, each part encoded. */
+static void uri_append_filter(buf_t *b, bool *first, const uri_filter *f) {
+  buf_append(b, *first ? "?" : "&", 1);
+  *first = false;
+  uri_encode_component(b, f->column, strlen(f->column));
+  buf_append(b, "=", 1);
+  if (f->op == URI_IN) {
+    for (size_t i = 0; i < f->n_alts; i++) {
+      if (i > 0) buf_append(b, "|", 1);
+      uri_encode_component(b, f->alts[i], strlen(f->alts[i]));
+    }
+    return;
+  }
+  if (f->op != URI_EQ) {
+    buf_append_str(b, uri_op_names[f->op]);
+    buf_append(b, "=", 1);
+  }
+  uri_encode_component(b, f->value, strlen(f->value));
+}
+
 /*
  * Canonical text of u. Filters are written sorted by column whatever their
  * order in u (a caller may fill a uri_t by hand); _limit only when > 0,
@@ -290,7 +402,7 @@ char *uri_format(const char *base, const uri_t *u) {
     memcpy(sorted, u->filters, n * sizeof(sorted[0]));
     qsort(sorted, n, sizeof(sorted[0]), uri_filter_cmp);
     bool first = true;
-    for (size_t i = 0; i < n; i++) uri_append_param(&b, &first, sorted[i].column, sorted[i].value);
+    for (size_t i = 0; i < n; i++) uri_append_filter(&b, &first, &sorted[i]);
     if (u->limit > 0) {
       char num[24];
       snprintf(num, sizeof(num), "%ld", u->limit);
@@ -312,6 +424,11 @@ uri_t uri_copy(const uri_t *u) {
   for (size_t i = 0; i < u->n_filters; i++) {
     c.filters[i].column = mem_strdup(u->filters[i].column);
     c.filters[i].value = mem_strdup(u->filters[i].value);
+    if (u->filters[i].alts != NULL) {
+      c.filters[i].alts = mem_calloc(URI_MAX_ALTS, sizeof(char *));
+      for (size_t j = 0; j < u->filters[i].n_alts; j++)
+        c.filters[i].alts[j] = mem_strdup(u->filters[i].alts[j]);
+    }
   }
   return c;
 }

@@ -4,7 +4,14 @@
  *
  *   {base}/{Table}                 collection
  *   {base}/{Table}/{key}           record; key percent-encoded
- *   {base}/{Table}?col=v&col2=v2   filtered collection (equality on each)
+ *   {base}/{Table}?col=v&col2=v2   filtered collection (every filter holds)
+ *
+ * A filter is col=v (equals), col=v1|v2 (any of), or col=OP=v with OP one
+ * of gt, ge, lt, le (ordered), ne (not equal), sw (text starting with),
+ * ct (text containing). The grammar is read before percent-decoding: a
+ * value holding a literal '=', '|' or '*' percent-encodes it (%3D, %7C,
+ * %2A); a bare '=' after the first, a bare '*', or an empty alternative is
+ * malformed (uri_error says why).
  *   mcpsub://about                 metadata
  *   mcpsub://schema/{Table}        metadata
  *
@@ -23,6 +30,7 @@
 
 #define URI_MAX_LEN     4096
 #define URI_MAX_FILTERS 16
+#define URI_MAX_ALTS    32 /* values of one col=v1|v2|... */
 
 typedef enum uri_kind {
   URI_COLLECTION,
@@ -32,9 +40,25 @@ typedef enum uri_kind {
   URI_SCHEMA,
 } uri_kind;
 
+typedef enum uri_op {
+  URI_EQ = 0,
+  URI_NE,
+  URI_GT,
+  URI_GE,
+  URI_LT,
+  URI_LE,
+  URI_SW,
+  URI_CT,
+  URI_IN
+} uri_op;
+
 typedef struct uri_filter {
   char *column; /* decoded */
-  char *value;  /* decoded */
+  char *value;  /* decoded; URI_IN: the first value */
+  uri_op op;
+  char **alts; /* URI_IN: every value (n_alts >= 2), each decoded; else NULL */
+  size_t n_alts;
+  bool numeric; /* set by whoever knows the column: its values compare as numbers */
 } uri_filter;
 
 typedef struct uri {
@@ -55,6 +79,12 @@ typedef struct uri {
  * base, another scheme, an unknown mcpsub:// path).
  */
 int uri_parse(const char *base, const char *text, uri_t *out) MCPSUB_NODISCARD;
+/* Why the last uri_parse of this thread returned -EINVAL (a static string), or "". */
+const char *uri_error(void);
+/* The text of op ("gt", ...; "" for URI_EQ and URI_IN). */
+const char *uri_op_name(uri_op op);
+/* Frees a filter's strings. */
+void uri_filter_free(uri_filter *f);
 void uri_finish(uri_t *u);
 /* A deep copy of u without its paging (_limit, _cursor); release with uri_finish. */
 uri_t uri_copy(const uri_t *u);

@@ -67,8 +67,8 @@ int auth_scope_apply(const auth_scope *scope, uri_t *u) {
   size_t at = 0; /* filters stay sorted by column */
   while (at < u->n_filters && strcmp(u->filters[at].column, scope->column) <= 0) at++;
   memmove(&u->filters[at + 1], &u->filters[at], (u->n_filters - at) * sizeof(uri_filter));
-  u->filters[at].column = mem_strdup(scope->column);
-  u->filters[at].value = mem_strdup(scope->value);
+  u->filters[at] = (uri_filter){.column = mem_strdup(scope->column),
+                                .value = mem_strdup(scope->value)}; /* equality */
   u->n_filters++;
   if (u->kind == URI_COLLECTION) u->kind = URI_FILTERED;
   return 0;

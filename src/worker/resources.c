@@ -226,6 +226,24 @@ long resources_page_limit(const worker_t *w, const uri_t *u) {
   return limit > READ_MAX_LIMIT ? READ_MAX_LIMIT : limit;
 }
 
+/*
+ * The value a filter binds: its alternatives for one-of; a number for an
+ * ordered comparison on a numeric column when the value reads as one (so
+ * that SQL compares as sub_index.c does); else the text.
+ */
+static cJSON *resources_filter_value(const uri_filter *f, bool numeric) {
+  if (f->op == URI_IN) {
+    cJSON *list = cJSON_CreateArray();
+    for (size_t i = 0; i < f->n_alts; i++)
+      cJSON_AddItemToArray(list, cJSON_CreateString(f->alts[i]));
+    return list;
+  }
+  double d;
+  bool ordered = f->op == URI_GT || f->op == URI_GE || f->op == URI_LT || f->op == URI_LE;
+  if (ordered && numeric && sub_text_number(f->value, &d)) return cJSON_CreateNumber(d);
+  return cJSON_CreateString(f->value);
+}
+
 int resources_query(worker_t *w, const store_table *t, const uri_t *u, long limit,
                     const char *cursor, cJSON **rows, char **next, const char **bad_column) {
   store_filter filters[URI_MAX_FILTERS];
@@ -238,9 +256,9 @@ int resources_query(worker_t *w, const store_table *t, const uri_t *u, long limi
       rc = -ENOENT;
       break;
     }
-    cJSON *v = cJSON_CreateString(u->filters[i].value);
+    cJSON *v = resources_filter_value(&u->filters[i], store_column_numeric(t, col));
     cJSON_AddItemToArray(values, v);
-    filters[i] = (store_filter){col, v};
+    filters[i] = (store_filter){col, v, (store_op)u->filters[i].op};
   }
   if (rc == 0) rc = store_query(w->store, t, filters, u->n_filters, (int)limit, cursor, rows, next);
   cJSON_Delete(values);
@@ -298,7 +316,8 @@ cJSON *resources_read(mcp_call *call) {
   if (rc == -ENOENT)
     return mcp_call_fail(call, MCP_RESOURCE_NOT_FOUND, "Resource not found: %s", text);
   if (rc != 0)
-    return mcp_call_fail(call, JSONRPC_INVALID_PARAMS, "malformed resource URI: %s", text);
+    return mcp_call_fail(call, JSONRPC_INVALID_PARAMS, "malformed resource URI: %.400s%s%s%s", text,
+                         uri_error()[0] ? " (" : "", uri_error(), uri_error()[0] ? ")" : "");
 
   cJSON *result = NULL;
   const store_table *t = u.table != NULL ? store_find_table(call->w->store, u.table) : NULL;

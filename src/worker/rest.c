@@ -247,7 +247,9 @@ void rest_handle(worker_t *w, http_conn_t *c, http_request_t *req, const auth_pr
     char *table = uri_decode_component(req->path + 1, seg);
     bool known = table != NULL && store_find_table(w->store, table) != NULL;
     free(table);
-    worker_respond_error(c, known ? 400 : 404, known ? "malformed path" : "not found");
+    char why[300];
+    snprintf(why, sizeof(why), "malformed path%s%s", uri_error()[0] ? ": " : "", uri_error());
+    worker_respond_error(c, known ? 400 : 404, known ? why : "not found");
     return;
   }
   const store_table *t = store_find_table(w->store, u.table);

@@ -7,6 +7,7 @@
  */
 #include "worker/sub_index.h"
 
+#include <ctype.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -204,11 +205,65 @@ static bool value_matches(const cJSON *v, const char *text) {
   return false;
 }
 
+bool sub_text_number(const char *s, double *d) {
+  char *end;
+  if (*s == '\0' || isspace((unsigned char)*s)) return false;
+  *d = strtod(s, &end);
+  return *end == '\0' && isfinite(*d);
+}
+
+/*
+ * An ordered comparison of a row's value with a filter's, as SQLite makes
+ * it when resources_query binds the filter value (a number when the column
+ * is numeric and the text reads as one): numbers by value, numbers before
+ * text, text by bytes. 2 for a NULL (it compares with nothing).
+ */
+static int ordered_compare(const cJSON *v, const char *text, bool numeric) {
+  double p;
+  bool p_number = numeric && sub_text_number(text, &p);
+  if (cJSON_IsNumber(v) || cJSON_IsBool(v)) {
+    if (!p_number) return -1;
+    double x = cJSON_IsBool(v) ? (cJSON_IsTrue(v) ? 1 : 0) : v->valuedouble;
+    return x < p ? -1 : x > p ? 1 : 0;
+  }
+  if (cJSON_IsString(v)) {
+    if (p_number) return 1;
+    int c = strcmp(v->valuestring, text);
+    return c < 0 ? -1 : c > 0 ? 1 : 0;
+  }
+  return 2;
+}
+
+static bool filter_matches(const uri_filter *f, const cJSON *v) {
+  if (v == NULL || cJSON_IsNull(v)) return false; /* NULL matches no operator (as in SQL) */
+  switch (f->op) {
+  case URI_EQ: return value_matches(v, f->value);
+  case URI_NE: return !value_matches(v, f->value);
+  case URI_IN:
+    for (size_t i = 0; i < f->n_alts; i++)
+      if (value_matches(v, f->alts[i])) return true;
+    return false;
+  case URI_SW: return cJSON_IsString(v) && strncmp(v->valuestring, f->value, strlen(f->value)) == 0;
+  case URI_CT: return cJSON_IsString(v) && strstr(v->valuestring, f->value) != NULL;
+  case URI_GT: return ordered_compare(v, f->value, f->numeric) == 1;
+  case URI_GE: {
+    int c = ordered_compare(v, f->value, f->numeric);
+    return c == 1 || c == 0;
+  }
+  case URI_LT: return ordered_compare(v, f->value, f->numeric) == -1;
+  case URI_LE: {
+    int c = ordered_compare(v, f->value, f->numeric);
+    return c == -1 || c == 0;
+  }
+  }
+  return false;
+}
+
 bool sub_filters_match(const uri_t *parsed, const cJSON *row) {
   if (!cJSON_IsObject(row)) return false;
   for (size_t i = 0; i < parsed->n_filters; i++) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(row, parsed->filters[i].column);
-    if (v == NULL || !value_matches(v, parsed->filters[i].value)) return false;
+    if (!filter_matches(&parsed->filters[i], v)) return false;
   }
   return true;
 }

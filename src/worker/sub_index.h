@@ -123,7 +123,14 @@ bool sub_topic_matches(const sub_topic *t, const sub_change *change);
 /* The topic with this key, or NULL. */
 sub_topic *sub_index_find(const sub_index *idx, const char *key);
 
-/* True when the filtered topic's filters all hold on row (a JSON object). */
+/* Does text read entirely as a finite number (*d)? */
+bool sub_text_number(const char *s, double *d);
+/*
+ * True when every filter of parsed holds on row (a JSON object): equality
+ * and one-of as before (a number equals text that reads as it), ordered
+ * operators as SQLite compares (filter.numeric: the column is numeric), sw
+ * and ct on text only; a NULL or missing value matches no filter.
+ */
 bool sub_filters_match(const uri_t *parsed, const cJSON *row);
 
 #endif

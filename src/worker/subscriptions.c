@@ -535,8 +535,12 @@ int subs_resolve(worker_t *w, const char *text, uri_t *u) {
   if (u->kind == URI_COLLECTION || u->kind == URI_RECORD || u->kind == URI_FILTERED)
     t = store_find_table(w->store, u->table);
   bool ok = t != NULL;
-  for (size_t i = 0; ok && i < u->n_filters; i++)
-    ok = store_column_index(t, u->filters[i].column) >= 0;
+  for (size_t i = 0; ok && i < u->n_filters; i++) {
+    int col = store_column_index(t, u->filters[i].column);
+    ok = col >= 0;
+    /* Ordered operators compare as the column's affinity says (sub_filters_match). */
+    if (ok) u->filters[i].numeric = store_column_numeric(t, col);
+  }
   /* A record key is checked against its table: bounded, and canonical for an integer key. */
   if (ok && u->kind == URI_RECORD && strlen(u->key) > SUBS_KEY_MAX) ok = false;
   if (ok && u->kind == URI_RECORD && t->key_integer) {

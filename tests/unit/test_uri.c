@@ -102,12 +102,15 @@ static void test_filtered_and_paging(void) {
   CHECK_STR_EQ(u.filters[2].value, "Ann");
   uri_finish(&u);
 
-  /* '+' is not a space; '=' inside an encoded value is kept */
-  CHECK_INT_EQ(uri_parse(BASE, BASE "/T?q=a+b%3Dc&x=1=2", &u), 0);
+  /* '+' is not a space; '=' inside an encoded value is kept; a bare one is an operator */
+  CHECK_INT_EQ(uri_parse(BASE, BASE "/T?q=a+b%3Dc&x=1%3D2", &u), 0);
   CHECK_STR_EQ(u.filters[0].column, "q");
   CHECK_STR_EQ(u.filters[0].value, "a+b=c");
+  CHECK_INT_EQ(u.filters[0].op, URI_EQ);
   CHECK_STR_EQ(u.filters[1].value, "1=2");
   uri_finish(&u);
+  CHECK_INT_EQ(uri_parse(BASE, BASE "/T?x=1=2", &u), -EINVAL);
+  CHECK(strstr(uri_error(), "unknown operator") != NULL);
 
   /* _limit and _cursor page a collection and are not filters */
   CHECK_INT_EQ(uri_parse(BASE, BASE "/Dog?_limit=10&_cursor=abc%3D", &u), 0);
@@ -300,6 +303,75 @@ static void test_canonical(void) {
   free(s);
 }
 
+static void expect_bad_filter(const char *query, const char *why) {
+  char text[512];
+  snprintf(text, sizeof(text), BASE "/T?%s", query);
+  uri_t u;
+  int rc = uri_parse(BASE, text, &u);
+  if (rc != -EINVAL || strstr(uri_error(), why) == NULL)
+    fprintf(stderr, "%s: %d \"%s\", wanted -EINVAL with \"%s\"\n", query, rc, uri_error(), why);
+  CHECK(rc == -EINVAL && strstr(uri_error(), why) != NULL);
+}
+
+static void test_operators(void) {
+  static const struct {
+    const char *query;
+    uri_op op;
+    const char *value;
+  } ok[] = {
+      {"n=gt=5", URI_GT, "5"},   {"n=ge=-1.5", URI_GE, "-1.5"}, {"n=lt=10", URI_LT, "10"},
+      {"n=le=x", URI_LE, "x"},   {"n=ne=", URI_NE, ""},         {"s=sw=ab%20c", URI_SW, "ab c"},
+      {"s=ct=%7C", URI_CT, "|"}, {"s=gt%3D5", URI_EQ, "gt=5"},  {"s=%2A", URI_EQ, "*"},
+      {"s=gx=1", URI_EQ, NULL}, /* not an operator: then the '=' is bare (below) */
+  };
+  for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+    if (ok[i].value == NULL) continue;
+    char text[256];
+    snprintf(text, sizeof(text), BASE "/T?%s", ok[i].query);
+    uri_t u;
+    CHECK_INT_EQ(uri_parse(BASE, text, &u), 0);
+    CHECK_INT_EQ(u.kind, URI_FILTERED);
+    CHECK_INT_EQ(u.filters[0].op, ok[i].op);
+    CHECK_STR_EQ(u.filters[0].value, ok[i].value);
+    /* The canonical form reads back the same. */
+    char *again = uri_format(BASE, &u);
+    uri_t v;
+    CHECK_INT_EQ(uri_parse(BASE, again, &v), 0);
+    CHECK_INT_EQ(v.filters[0].op, ok[i].op);
+    CHECK_STR_EQ(v.filters[0].value, ok[i].value);
+    uri_finish(&v);
+    free(again);
+    uri_finish(&u);
+  }
+  /* Alternatives, each decoded; the canonical form keeps their order. */
+  uri_t u;
+  CHECK_INT_EQ(uri_parse(BASE, BASE "/T?c=red|gr%C3%A9en|a%7Cb", &u), 0);
+  CHECK_INT_EQ(u.filters[0].op, URI_IN);
+  CHECK_INT_EQ(u.filters[0].n_alts, 3);
+  CHECK_STR_EQ(u.filters[0].alts[1], "gr\xc3\xa9"
+                                     "en");
+  CHECK_STR_EQ(u.filters[0].alts[2], "a|b");
+  CHECK_STR_EQ(u.filters[0].value, "red");
+  uri_t c = uri_copy(&u);
+  char *text = uri_format(BASE, &c);
+  CHECK_STR_EQ(text, BASE "/T?c=red|gr%C3%A9en|a%7Cb");
+  free(text);
+  uri_finish(&c);
+  uri_finish(&u);
+  expect_bad_filter("s=gx=1", "unknown operator");
+  expect_bad_filter("s=re*", "wildcards");
+  expect_bad_filter("s=a||b", "empty alternative");
+  expect_bad_filter("s=a|", "empty alternative");
+  expect_bad_filter("n=gt=1|2", "equality only");
+  expect_bad_filter("s=sw=", "need a value");
+  expect_bad_filter("s=gt=%ZZ", "%-escape");
+  expect_bad_filter("s=a&s=b", "repeated");
+  char many[512] = "s=0";
+  for (int i = 1; i <= 32; i++)
+    snprintf(many + strlen(many), sizeof(many) - strlen(many), "|%d", i);
+  expect_bad_filter(many, "more than 32 alternatives");
+}
+
 int main(void) {
   RUN(test_collection);
   RUN(test_record);
@@ -309,5 +381,6 @@ int main(void) {
   RUN(test_foreign);
   RUN(test_codec);
   RUN(test_canonical);
+  RUN(test_operators);
   return 0;
 }

@@ -1,0 +1,154 @@
+// Filter operators in resource URIs, black-box: col=gt=, ge, lt, le, ne,
+// sw, ct and col=v1|v2, on integer, real, text and untyped columns with
+// NULLs. The same URI must select the same rows everywhere: a REST list
+// and resources/read (SQL) and a subscription's notifications (evaluated
+// in C on each change) agree, row for row, for every operator; parse
+// errors are refused with the reason.
+
+import test, { after, before } from 'node:test';
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import path from 'node:path';
+
+import { makeTempDir, startServer } from './lib/server.mjs';
+import { McpSession } from './lib/mcp.mjs';
+import { request } from './lib/raw.mjs';
+import { sqlite } from './lib/sqlite.mjs';
+import { EventStream } from './lib/sse.mjs';
+import { waitFor } from './lib/wait.mjs';
+
+let srv;
+let dir;
+
+const ROWS = [
+  [1, 'apple', 3, 1.5, 'red'],
+  [2, 'apricot', 10, 2.25, 'orange'],
+  [3, 'banana', 7, null, 'yellow'],
+  [4, 'Blueberry', null, 9.99, 'blue'],
+  [5, 'cherry', 12, 0.5, 'red'],
+  [6, null, 5, 5, 'a|b'],
+];
+
+before(async () => {
+  dir = makeTempDir('mcpsub-filters-');
+  const schema = path.join(dir, 'schema.sql');
+  const values = ROWS.map((r) => `(${r.map((v) => (v === null ? 'NULL' : typeof v === 'string' ? `'${v}'` : v)).join(', ')}, 'n')`).join(', ');
+  fs.writeFileSync(schema, `CREATE TABLE Item (id INTEGER PRIMARY KEY, name TEXT, qty INTEGER, price REAL, tag TEXT, note);
+    INSERT INTO Item VALUES ${values};`);
+  srv = await startServer({ schema });
+});
+
+after(async () => {
+  await srv?.stop();
+  fs.rmSync(dir, { recursive: true, force: true });
+});
+
+/* Ids selected by a query string, through the REST list. */
+async function restIds(query) {
+  const res = await request(srv.port, { path: `/Item?${query}` });
+  assert.equal(res.status, 200, `${query}: ${res.text}`);
+  return res.json().map((r) => r.id).sort((a, b) => a - b);
+}
+
+const CASES = [
+  ['qty=gt=5', [2, 3, 5]],
+  ['qty=ge=10', [2, 5]],
+  ['qty=lt=7', [1, 6]],
+  ['qty=le=3', [1]],
+  ['qty=ne=10', [1, 3, 5, 6]], // NULL matches no operator
+  ['price=gt=1.5', [2, 4, 6]],
+  ['price=lt=1e1', [1, 2, 4, 5, 6]],
+  ['name=gt=b', [3, 5]], // text compares by bytes: 'B' < 'a' < 'b'
+  ['name=lt=B', []],
+  ['name=sw=ap', [1, 2]],
+  ['name=ct=err', [4, 5]],
+  ['name=sw=B', [4]], // case-sensitive
+  ['tag=red|blue', [1, 4, 5]],
+  ['tag=a%7Cb', [6]], // a literal '|'
+  ['qty=3|12', [1, 5]],
+  ['qty=gt=4&tag=red', [5]],
+  ['qty=gt=x', []], // a number column against text: numbers sort before text
+  ['qty=lt=x', [1, 2, 3, 5, 6]],
+];
+
+test('each operator selects the rows it says, through REST and resources/read', async () => {
+  const s = await McpSession.open(srv.port);
+  try {
+    for (const [query, want] of CASES) {
+      assert.deepEqual(await restIds(query), want, query);
+      const read = await s.readJson(`${srv.base}/Item?${query}`);
+      assert.deepEqual(read.value.map((r) => r.id).sort((a, b) => a - b), want, `read ${query}`);
+    }
+  } finally {
+    await s.delete();
+  }
+});
+
+test('a subscription with an operator is notified of exactly the rows the same URI reads', async () => {
+  const s = await McpSession.open(srv.port);
+  try {
+    const uris = CASES.map(([q]) => `${srv.base}/Item?${q}`);
+    for (const uri of uris) assert.deepEqual(await s.result('resources/subscribe', { uri }), {});
+    const st = await EventStream.open(srv.port, s.id);
+    await st.waitPrimed();
+    // Touch every row without changing what the filters look at: each filter's subscription
+    // must hear of exactly the rows it selects.
+    sqlite(srv.dbPath, "UPDATE Item SET note = note || '.'");
+    const expected = CASES.reduce((n, [, ids]) => n + ids.length, 0);
+    await waitFor(() => st.updates().length >= expected, { timeoutMs: 5000, message: `${expected} updates` });
+    for (let i = 0; i < CASES.length; i++) {
+      const got = st.updates(uris[i]).map((e) => Number(e.json.params.uri.split('/').pop())).sort((a, b) => a - b);
+      assert.deepEqual(got, CASES[i][1], CASES[i][0]);
+    }
+    st.close();
+  } finally {
+    await s.delete();
+  }
+});
+
+test('a row moving across an ordered filter notifies once on the way in and once on the way out', async () => {
+  const s = await McpSession.open(srv.port);
+  try {
+    const uri = `${srv.base}/Item?qty=ge=100`;
+    await s.result('resources/subscribe', { uri });
+    const st = await EventStream.open(srv.port, s.id);
+    await st.waitPrimed();
+    sqlite(srv.dbPath, 'UPDATE Item SET qty = 150 WHERE id = 1');
+    sqlite(srv.dbPath, 'UPDATE Item SET qty = 160 WHERE id = 1');
+    sqlite(srv.dbPath, 'UPDATE Item SET qty = 3 WHERE id = 1');
+    sqlite(srv.dbPath, 'UPDATE Item SET qty = 4 WHERE id = 2'); // never in: no notification
+    await waitFor(() => st.updates(uri).length >= 3, { timeoutMs: 5000, message: 'three updates' });
+    await new Promise((r) => setTimeout(r, 300));
+    assert.deepEqual(st.updates(uri).map((e) => e.json.params.uri), [`${srv.base}/Item/1`, `${srv.base}/Item/1`, `${srv.base}/Item/1`]);
+    sqlite(srv.dbPath, 'UPDATE Item SET qty = 10 WHERE id = 2');
+    st.close();
+  } finally {
+    await s.delete();
+  }
+});
+
+test('filters that cannot be parsed are refused with the reason: REST 400, resources/read and subscribe -32602', async () => {
+  const s = await McpSession.open(srv.port);
+  try {
+    const bad = [
+      ['name=re*', 'wildcards'],
+      ['qty=gx=1', 'unknown operator'],
+      ['tag=a||b', 'empty alternative'],
+      ['qty=gt=1|2', 'equality only'],
+      ['name=sw=', 'need a value'],
+    ];
+    for (const [query, why] of bad) {
+      const res = await request(srv.port, { path: `/Item?${query}` });
+      assert.equal(res.status, 400, query);
+      assert.match(res.json().error, new RegExp(why), query);
+      const rd = await s.error('resources/read', { uri: `${srv.base}/Item?${query}` });
+      assert.equal(rd.code, -32602);
+      assert.match(rd.message, new RegExp(why), query);
+      const sub = await s.error('resources/subscribe', { uri: `${srv.base}/Item?${query}` });
+      assert.equal(sub.code, -32602);
+      assert.match(sub.message, new RegExp(why), query);
+    }
+  } finally {
+    await s.delete();
+  }
+});
