@@ -2,7 +2,7 @@
  * libFuzzer target: resource URIs and their filters (common/uri.h), parsed
  * against a base and server-relative, formatted back and parsed again: a
  * URI we format (within URI_MAX_LEN) must parse to the same table, key and
- * filters.
+ * filters (operators and alternatives included).
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -23,10 +23,14 @@ static void check_round_trip(const char *base, const uri_t *u) {
   if (v.kind != u->kind || strcmp(v.table, u->table) != 0) abort();
   if (u->kind == URI_RECORD && strcmp(v.key, u->key) != 0) abort();
   if (v.n_filters != u->n_filters) abort();
-  for (size_t i = 0; i < v.n_filters; i++)
+  for (size_t i = 0; i < v.n_filters; i++) {
     if (strcmp(v.filters[i].column, u->filters[i].column) != 0 ||
-        strcmp(v.filters[i].value, u->filters[i].value) != 0)
+        strcmp(v.filters[i].value, u->filters[i].value) != 0 ||
+        v.filters[i].op != u->filters[i].op || v.filters[i].n_alts != u->filters[i].n_alts)
       abort();
+    for (size_t j = 0; j < v.filters[i].n_alts; j++)
+      if (strcmp(v.filters[i].alts[j], u->filters[i].alts[j]) != 0) abort();
+  }
   uri_t copy = uri_copy(&v);
   uri_finish(&copy);
   uri_finish(&v);
