@@ -208,13 +208,8 @@ cJSON *listen_open(mcp_call *call) {
   l->lists &= LISTEN_RESOURCES_LIST;
 
   /* The stream: the POST's answer from here on. */
-  static const http_header head[] = {
-      {"Content-Type", "text/event-stream"},
-      {"Cache-Control", "no-cache, no-transform"},
-      {"X-Accel-Buffering", "no"},
-  };
   l->conn = call->conn;
-  http_stream_begin(l->conn, 200, head, ARRAY_LEN(head));
+  worker_sse_begin(l->conn);
   l->next = w->listens;
   if (w->listens != NULL) w->listens->prev = l;
   w->listens = l;

@@ -536,12 +536,26 @@ static void mcp_modern_result(worker_t *w, cJSON *result, bool cacheable, bool d
   }
 }
 
+/* The answer of a call: result (consumed), or the error when NULL. */
+static cJSON *mcp_answer_message(const cJSON *id, cJSON *result, int code, const char *message,
+                                 bool modern) {
+  if (result != NULL && modern) cJSON_AddStringToObject(result, "resultType", "complete");
+  return result != NULL ? jsonrpc_result(id, result) : jsonrpc_error(id, code, message);
+}
+
 void mcp_answer(http_conn_t *c, const cJSON *id, cJSON *result, int code, const char *message,
                 bool modern) {
-  if (result != NULL && modern) cJSON_AddStringToObject(result, "resultType", "complete");
-  cJSON *msg = result != NULL ? jsonrpc_result(id, result) : jsonrpc_error(id, code, message);
+  cJSON *msg = mcp_answer_message(id, result, code, message, modern);
   worker_respond_json(c, 200, msg, NULL, 0);
   cJSON_Delete(msg);
+}
+
+void mcp_answer_event(http_conn_t *c, const cJSON *id, cJSON *result, int code,
+                      const char *message, bool modern) {
+  cJSON *msg = mcp_answer_message(id, result, code, message, modern);
+  worker_sse_send(c, msg);
+  cJSON_Delete(msg);
+  http_stream_end(c);
 }
 
 /*

@@ -50,6 +50,9 @@ cJSON *mcp_call_fail(mcp_call *call, int code, const char *fmt, ...)
  */
 void mcp_answer(http_conn_t *c, const cJSON *id, cJSON *result, int code, const char *message,
                 bool modern);
+/* The same as the last event of an SSE answer (after progress notifications), then its end. */
+void mcp_answer_event(http_conn_t *c, const cJSON *id, cJSON *result, int code,
+                      const char *message, bool modern);
 
 /* Serves a request for /mcp made by principal p. */
 void mcp_handle_http(worker_t *w, http_conn_t *c, http_request_t *req, const auth_principal *p);

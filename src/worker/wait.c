@@ -39,6 +39,8 @@ struct waiter {
   http_conn_t *conn;
   cJSON *id;
   bool modern;                            /* a 2026-07-28 request */
+  cJSON *progress_token; /* _meta.progressToken: the answer is an SSE stream; else NULL */
+  double progress;       /* the last progress sent (it only grows) */
   char principal[AUTH_PRINCIPAL_MAX + 1]; /* who asked, and in which session ("": none) */
   char session[SESSION_ID_LEN + 1];
   bool include_state;
@@ -121,7 +123,30 @@ static void waiter_on_timer_closed(uv_handle_t *h) {
   waiter_t *wt = h->data;
   free_items(wt->items, wt->n);
   cJSON_Delete(wt->id);
+  cJSON_Delete(wt->progress_token);
   free(wt);
+}
+
+/* notifications/progress on a streamed wait: progress (growing), the total, a message. */
+static void waiter_progress(waiter_t *wt, double progress, const char *message) {
+  if (wt->progress_token == NULL || wt->conn == NULL) return;
+  wt->progress = progress;
+  cJSON *params = cJSON_CreateObject();
+  cJSON_AddItemToObject(params, "progressToken", cJSON_Duplicate(wt->progress_token, true));
+  cJSON_AddNumberToObject(params, "progress", progress);
+  cJSON_AddNumberToObject(params, "total", (double)wt->n);
+  cJSON_AddStringToObject(params, "message", message);
+  cJSON *msg = jsonrpc_notification("notifications/progress", params);
+  worker_sse_send(wt->conn, msg);
+  cJSON_Delete(msg);
+}
+
+void wait_heartbeat(worker_t *w) {
+  for (waiter_t *wt = w->waiters; wt != NULL; wt = wt->next) {
+    /* Below 1 while nothing changed: a heartbeat, not a resource. */
+    double next = wt->progress + (1 - wt->progress) / 2;
+    waiter_progress(wt, next, "waiting for a change");
+  }
 }
 
 /* Leaves the index and the worker's lists; frees once the timer closed. */
@@ -155,11 +180,21 @@ static void waiter_complete(waiter_t *wt, bool timed_out) {
       cJSON_AddItemToArray(
           rows, result_row(w, wt->items[i].uri, &wt->items[i].parsed, wt->include_state));
   }
+  size_t changed = (size_t)cJSON_GetArraySize(rows);
+  if (changed > 0) {
+    char text[64];
+    snprintf(text, sizeof(text), "%zu of %zu resources changed", changed, wt->n);
+    waiter_progress(wt, (double)changed, text);
+  }
   http_conn_t *c = wt->conn;
   cJSON *id = cJSON_Duplicate(wt->id, true);
   bool modern = wt->modern;
+  bool streamed = wt->progress_token != NULL;
   waiter_destroy(wt);
-  mcp_answer(c, id, wait_result(rows, timed_out), 0, NULL, modern);
+  if (streamed)
+    mcp_answer_event(c, id, wait_result(rows, timed_out), 0, NULL, modern);
+  else
+    mcp_answer(c, id, wait_result(rows, timed_out), 0, NULL, modern);
   cJSON_Delete(id);
 }
 
@@ -182,9 +217,13 @@ bool wait_cancel(worker_t *w, const char *principal, const char *session, const 
     cJSON_free(text);
     if (!same) continue;
     http_conn_t *c = wt->conn;
+    bool streamed = wt->progress_token != NULL;
     waiter_destroy(wt);
     /* Cancelled: no JSON-RPC answer; the HTTP exchange still needs an end. */
-    http_respond(c, 204, NULL, 0, NULL, 0);
+    if (streamed)
+      http_stream_end(c);
+    else
+      http_respond(c, 204, NULL, 0, NULL, 0);
     return true;
   }
   return false;
@@ -320,6 +359,14 @@ cJSON *wait_tool(mcp_call *call, const cJSON *args) {
   wt->timer.data = wt;
   uv_timer_start(&wt->timer, waiter_on_timeout, timeout_ms, 0);
   http_conn_set_close_cb(call->conn, waiter_on_close, wt);
+  /* With a progress token the answer is an SSE stream: progress while it waits, then the result. */
+  const cJSON *token = cJSON_GetObjectItemCaseSensitive(
+      cJSON_GetObjectItemCaseSensitive(call->params, "_meta"), "progressToken");
+  if (cJSON_IsString(token) || cJSON_IsNumber(token)) {
+    wt->progress_token = cJSON_Duplicate(token, true);
+    worker_sse_begin(call->conn);
+    waiter_progress(wt, 0, "waiting for a change");
+  }
   subs_update_active(w);
   call->pending = true;
   return NULL;

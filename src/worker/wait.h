@@ -28,6 +28,8 @@ bool wait_cancel(worker_t *w, const char *principal, const char *session, const 
 void wait_on_match(worker_t *w, sub_t *sub);
 /* After a tailer batch: answers the waiters that saw a change. */
 void wait_flush(worker_t *w);
+/* A progress heartbeat on every waiting call that asked for progress (the keepalive tick). */
+void wait_heartbeat(worker_t *w);
 /* Answers every pending waiter now (shutdown). */
 void wait_finish_all(worker_t *w);
 

@@ -48,6 +48,30 @@ void worker_respond_error_with(http_conn_t *c, int status, const char *message,
   cJSON_Delete(body);
 }
 
+void worker_sse_begin(http_conn_t *c) {
+  static const http_header head[] = {
+      {"Content-Type", "text/event-stream"},
+      {"Cache-Control", "no-cache, no-transform"},
+      {"X-Accel-Buffering", "no"},
+  };
+  http_stream_begin(c, 200, head, ARRAY_LEN(head));
+}
+
+void worker_sse_send(http_conn_t *c, const cJSON *json) {
+  char *text = cJSON_PrintUnformatted(json);
+  if (text == NULL) abort(); /* cJSON out of memory: mem.h's policy */
+  buf_t b;
+  buf_init(&b);
+  buf_append_str(&b, "data: ");
+  buf_append_str(&b, text);
+  buf_append_str(&b, "\n\n");
+  if (http_stream_write(c, b.data, b.len) != 0) {
+    /* cut or closing: its close callback runs */
+  }
+  buf_finish(&b);
+  cJSON_free(text);
+}
+
 void worker_respond_error(http_conn_t *c, int status, const char *message) {
   worker_respond_error_with(c, status, message, NULL, 0);
 }
@@ -362,6 +386,7 @@ static void worker_keepalive(uv_timer_t *t) {
   worker_t *w = t->data;
   session_registry_keepalive(&w->sessions);
   listen_keepalive(w);
+  wait_heartbeat(w);
 }
 
 /*

@@ -12,7 +12,9 @@ import { startServer, getStatus } from './lib/server.mjs';
 import { McpSession } from './lib/mcp.mjs';
 import { RawConnection, buildRequest, MCP_ACCEPT, request } from './lib/raw.mjs';
 import { sqlite } from './lib/sqlite.mjs';
-import { sleep } from './lib/wait.mjs';
+import { sleep, waitFor } from './lib/wait.mjs';
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { EventStream } from './lib/sse.mjs';
 import { product, rest, waitStatus } from './lib/subs.mjs';
 
@@ -377,6 +379,37 @@ function mcpPostRaw(session, msg) {
     body: JSON.stringify(msg),
   });
 }
+
+test('with a progress token the answer streams: progress while waiting (the official SDK), then the result', async () => {
+  const server = await startServer({ args: ['--sse-keepalive', '1'] });
+  const client = new Client({ name: 'progress', version: '1.0.0' }, { capabilities: {} });
+  await client.connect(new StreamableHTTPClientTransport(new URL(server.url)));
+  try {
+    const uri = `${server.base}/Product/B-200`;
+    const read = await client.readResource({ uri });
+    const v = read.contents[0]._meta?.version ?? read._meta?.version;
+    const got = [];
+    const call = client.callTool({ name: 'wait_and_read', arguments: { resources: [{ uri, sinceVersion: v }], timeoutMs: 10000 } }, undefined, {
+      onprogress: (p) => got.push(p),
+      timeout: 15000,
+    });
+    await waitFor(() => got.length >= 2, { timeoutMs: 4000, message: 'the first progress and a heartbeat' });
+    assert.equal(got[0].progress, 0);
+    assert.ok(got[1].progress > got[0].progress && got[1].progress < 1, JSON.stringify(got));
+    assert.equal(got[1].total, 1);
+    await rest(server.port, 'PATCH', '/Product/B-200', { price_cents: 1234 });
+    const result = await call;
+    const data = JSON.parse(result.content[0].text);
+    assert.equal(data.timedOut, false);
+    assert.equal(data.resources.length, 1);
+    const last = got.at(-1);
+    assert.deepEqual([last.progress, last.total, last.message], [1, 1, '1 of 1 resources changed']);
+    for (let i = 1; i < got.length; i++) assert.ok(got[i].progress > got[i - 1].progress, 'progress only grows');
+  } finally {
+    await client.close();
+    await server.stop();
+  }
+});
 
 test('a wait pending at shutdown is answered (timedOut) and the server exits cleanly', async () => {
   const uri = uriOf('/Product/A-100');
