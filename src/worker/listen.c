@@ -179,9 +179,9 @@ cJSON *listen_open(mcp_call *call) {
   snprintf(l->principal, sizeof(l->principal), "%s", call->principal->id);
   memcpy(l->credential, call->principal->credential, sizeof(l->credential));
   l->credential_expires_ms = call->principal->expires_ms;
+  /* Only the resource list ever changes here (a tool takes its table as an argument): tools
+   * and prompts list changes are not announced, so not honoured. */
   if (flag_set(filter, "resourcesListChanged")) l->lists |= LISTEN_RESOURCES_LIST;
-  if (flag_set(filter, "toolsListChanged")) l->lists |= LISTEN_TOOLS_LIST;
-  if (flag_set(filter, "promptsListChanged")) l->lists |= LISTEN_PROMPTS_LIST;
 
   /* The filter as honoured: subscribable URIs (each once) and the lists mcpsub announces. */
   cJSON *honoured = cJSON_CreateObject();
@@ -203,9 +203,6 @@ cJSON *listen_open(mcp_call *call) {
     free(key);
   }
   if (l->lists & LISTEN_RESOURCES_LIST) cJSON_AddTrueToObject(honoured, "resourcesListChanged");
-  /* The tools and prompts never change here (a tool names its table as an argument): not
-   * announced, so not honoured. */
-  l->lists &= LISTEN_RESOURCES_LIST;
 
   /* The stream: the POST's answer from here on. */
   l->conn = call->conn;
@@ -225,8 +222,9 @@ cJSON *listen_open(mcp_call *call) {
   buf_append_str(&b, text);
   cJSON_free(text);
   cJSON_Delete(honoured);
+  /* What the stream delivers from here: after since, and never what the client already had. */
   buf_printf(&b, ",\"_meta\":{\"" META_POSITION "\":\"%lld\",\"" META_SUBSCRIPTION_ID "\":",
-             (long long)since);
+             (long long)(after_seq > since ? after_seq : since));
   listen_write_event(l, b.data, b.len, "}}}\n\n");
   buf_finish(&b);
   /* Nothing before the acknowledgement; then what the client missed, then live updates. */

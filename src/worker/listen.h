@@ -42,9 +42,7 @@ typedef struct mcp_call mcp_call;
 #define LISTEN_ID_MAX 256 /* bytes of the listen request's id, as JSON */
 
 enum {
-  LISTEN_RESOURCES_LIST = 1u << 0,
-  LISTEN_TOOLS_LIST = 1u << 1,
-  LISTEN_PROMPTS_LIST = 1u << 2,
+  LISTEN_RESOURCES_LIST = 1u << 0, /* the only list that changes (listen_lists_changed) */
 };
 
 typedef struct listen_stream {
