@@ -7,7 +7,7 @@
  *
  * Reads are answered from the loop as the handler returns (SQLite reads are
  * local and short and never wait for a lock). A handler that writes (a
- * write tool; initialize's, DELETE's and unsubscribe's session rows) or
+ * write tool; initialize's, DELETE's, subscribe's and unsubscribe's session rows) or
  * waits (wait_and_read) marks its call pending and answers it later, from
  * the writer's completion or the tailer.
  */
@@ -194,6 +194,26 @@ static const char *mcp_uri_param(mcp_call *call, uri_t *u, unsigned right, char 
   return uri->valuestring;
 }
 
+/*
+ * A subscribe or unsubscribe answered once the session's row says so: a
+ * restore elsewhere agrees with the answer, and the per-principal count
+ * (mcp_over_limits) sees it.
+ */
+typedef struct row_wait {
+  http_conn_t *c;
+  cJSON *id;
+} row_wait;
+
+static void mcp_row_stored(int rc, void *data) {
+  row_wait *uw = data;
+  if (rc != 0) {
+    /* The live session holds it either way; its row catches up with the next change. */
+  }
+  mcp_answer(uw->c, uw->id, cJSON_CreateObject(), 0, NULL, false);
+  cJSON_Delete(uw->id);
+  free(uw);
+}
+
 static cJSON *mcp_subscribe(mcp_call *call) {
   worker_t *w = call->w;
   session_t *s = call->session;
@@ -211,29 +231,19 @@ static cJSON *mcp_subscribe(mcp_call *call) {
                   w->cfg->max_subscriptions);
   } else if (store_audit_max_seq(w->store, &since) != 0) {
     mcp_call_fail(call, JSONRPC_INTERNAL_ERROR, "database unavailable");
-  } else {
-    subs_session_add(w, s, key, uri, &u, since);
+  } else if (call->conn == NULL) { /* in a batch: nothing can wait */
+    subs_session_add(w, s, key, uri, &u, since, NULL, NULL);
     result = cJSON_CreateObject();
+  } else {
+    row_wait *rw = mem_alloc(sizeof(*rw));
+    rw->c = call->conn;
+    rw->id = cJSON_Duplicate(call->id, true);
+    subs_session_add(w, s, key, uri, &u, since, mcp_row_stored, rw);
+    call->pending = true;
   }
   uri_finish(&u);
   free(key);
   return result;
-}
-
-/* An unsubscribe answered once the row no longer lists the URI. */
-typedef struct unsubscribe_wait {
-  http_conn_t *c;
-  cJSON *id;
-} unsubscribe_wait;
-
-static void mcp_unsubscribe_stored(int rc, void *data) {
-  unsubscribe_wait *uw = data;
-  if (rc != 0) {
-    /* The live session is unsubscribed either way; its row catches up with the next change. */
-  }
-  mcp_answer(uw->c, uw->id, cJSON_CreateObject(), 0, NULL, false);
-  cJSON_Delete(uw->id);
-  free(uw);
 }
 
 static cJSON *mcp_unsubscribe(mcp_call *call) {
@@ -248,12 +258,12 @@ static cJSON *mcp_unsubscribe(mcp_call *call) {
     return cJSON_CreateObject();
   }
   /* Answered once the row says so too: a restore elsewhere will not bring it back. */
-  unsubscribe_wait *uw = mem_alloc(sizeof(*uw));
-  uw->c = call->conn;
-  uw->id = cJSON_Duplicate(call->id, true);
-  if (!subs_session_remove(call->w, call->session, uri, mcp_unsubscribe_stored, uw)) {
-    cJSON_Delete(uw->id);
-    free(uw);
+  row_wait *rw = mem_alloc(sizeof(*rw));
+  rw->c = call->conn;
+  rw->id = cJSON_Duplicate(call->id, true);
+  if (!subs_session_remove(call->w, call->session, uri, mcp_row_stored, rw)) {
+    cJSON_Delete(rw->id);
+    free(rw);
     return cJSON_CreateObject();
   }
   call->pending = true;
@@ -550,8 +560,8 @@ void mcp_answer(http_conn_t *c, const cJSON *id, cJSON *result, int code, const 
   cJSON_Delete(msg);
 }
 
-void mcp_answer_event(http_conn_t *c, const cJSON *id, cJSON *result, int code,
-                      const char *message, bool modern) {
+void mcp_answer_event(http_conn_t *c, const cJSON *id, cJSON *result, int code, const char *message,
+                      bool modern) {
   cJSON *msg = mcp_answer_message(id, result, code, message, modern);
   worker_sse_send(c, msg);
   cJSON_Delete(msg);

@@ -581,11 +581,11 @@ bool subs_session_has(session_t *s, const char *uri) {
 }
 
 void subs_session_add(worker_t *w, session_t *s, const char *key, const char *uri, const uri_t *u,
-                      int64_t since) {
+                      int64_t since, void (*then)(int rc, void *data), void *data) {
   sub_t **slot = session_sub_slot(s, uri);
   if (*slot != NULL) session_unsubscribe(w, s, slot); /* re-subscribing replaces */
   session_subscribe(w, s, key, uri, u, since);
-  session_persist_subs(w, s);
+  session_persist_subs_then(w, s, then, data);
   subs_update_active(w);
 }
 

@@ -36,10 +36,11 @@ bool subs_session_has(session_t *s, const char *uri);
 /*
  * Subscribes s to uri (parsed u, topic key as subs_resolve_for made it)
  * for the changes after audit position since, replacing a subscription to
- * the same text, and writes the session's list to its row.
+ * the same text, and writes the session's list to its row; then(rc, data)
+ * runs once it is written (then may be NULL).
  */
 void subs_session_add(worker_t *w, session_t *s, const char *key, const char *uri, const uri_t *u,
-                      int64_t since);
+                      int64_t since, void (*then)(int rc, void *data), void *data);
 /*
  * Ends s's subscription to uri (false when it has none). What its stream
  * already queued is flushed; nothing more is sent for it. then(rc, data)
