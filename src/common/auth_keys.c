@@ -10,7 +10,6 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <stdarg.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <stdio.h>
@@ -19,6 +18,7 @@
 #include <unistd.h>
 
 #include "common/buf.h"
+#include "common/errmsg.h"
 #include "common/session_id.h"
 
 bool auth_key_name_valid(const char *s, size_t max) {
@@ -60,15 +60,6 @@ static int hex_decode(const char *hex, uint8_t *out, size_t n) {
   return 0;
 }
 
-__attribute__((format(printf, 4, 5))) static int fail(char *err, size_t errlen, int rc,
-                                                      const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  if (err != NULL) vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-  return rc;
-}
-
 auth_key *auth_keyring_find(const auth_keyring *r, const char *name) {
   for (size_t i = 0; i < r->n; i++)
     if (strcmp(r->keys[i].name, name) == 0) return &r->keys[i];
@@ -106,16 +97,16 @@ void auth_keyring_finish(auth_keyring *r) {
 int auth_keyring_parse(const char *text, size_t len, auth_keyring *out, char *err, size_t errlen) {
   out->keys = NULL;
   out->n = 0;
-  if (len > AUTH_KEYFILE_MAX) return fail(err, errlen, -EINVAL, "key file is too large");
+  if (len > AUTH_KEYFILE_MAX) return errmsg(err, errlen, -EINVAL, "key file is too large");
   cJSON *root = cJSON_ParseWithLength(text, len);
   const cJSON *keys = cJSON_GetObjectItemCaseSensitive(root, "keys");
   int rc = 0;
   if (!cJSON_IsArray(keys)) {
-    rc = fail(err, errlen, -EINVAL, "key file: expected {\"keys\": [...]}");
+    rc = errmsg(err, errlen, -EINVAL, "key file: expected {\"keys\": [...]}");
     goto done;
   }
   if (cJSON_GetArraySize(keys) > AUTH_KEYRING_MAX) {
-    rc = fail(err, errlen, -EINVAL, "key file: more than %d keys", AUTH_KEYRING_MAX);
+    rc = errmsg(err, errlen, -EINVAL, "key file: more than %d keys", AUTH_KEYRING_MAX);
     goto done;
   }
   const cJSON *k;
@@ -126,19 +117,20 @@ int auth_keyring_parse(const char *text, size_t len, auth_keyring *out, char *er
     const cJSON *created = cJSON_GetObjectItemCaseSensitive(k, "created");
     uint8_t h[32];
     if (!cJSON_IsString(name) || !auth_key_name_valid(name->valuestring, AUTH_KEY_NAME_MAX)) {
-      rc = fail(err, errlen, -EINVAL, "key file: a key without a valid name");
+      rc = errmsg(err, errlen, -EINVAL, "key file: a key without a valid name");
       goto done;
     }
     if (!cJSON_IsString(role) || !auth_key_name_valid(role->valuestring, AUTH_KEY_ROLE_MAX)) {
-      rc = fail(err, errlen, -EINVAL, "key file: key %.64s has no valid role", name->valuestring);
+      rc = errmsg(err, errlen, -EINVAL, "key file: key %.64s has no valid role", name->valuestring);
       goto done;
     }
     if (!cJSON_IsString(hash) || hex_decode(hash->valuestring, h, sizeof(h)) != 0) {
-      rc = fail(err, errlen, -EINVAL, "key file: key %.64s has no valid sha256", name->valuestring);
+      rc = errmsg(err, errlen, -EINVAL, "key file: key %.64s has no valid sha256",
+                  name->valuestring);
       goto done;
     }
     if (auth_keyring_find(out, name->valuestring) != NULL) {
-      rc = fail(err, errlen, -EINVAL, "key file: duplicate key name %.64s", name->valuestring);
+      rc = errmsg(err, errlen, -EINVAL, "key file: duplicate key name %.64s", name->valuestring);
       goto done;
     }
     auth_keyring_add(out, name->valuestring, role->valuestring, h,
@@ -184,9 +176,9 @@ int auth_keyring_load(const char *path, auth_keyring *out, char *err, size_t err
   buf_init(&b);
   int rc = buf_append_file(&b, path, AUTH_KEYFILE_MAX);
   if (rc == -EFBIG)
-    rc = fail(err, errlen, -EINVAL, "%s: key file is too large", path);
+    rc = errmsg(err, errlen, -EINVAL, "%s: key file is too large", path);
   else if (rc != 0)
-    fail(err, errlen, rc, "%s: %s", path, strerror(-rc));
+    errmsg(err, errlen, rc, "%s: %s", path, strerror(-rc));
   else
     rc = auth_keyring_parse(b.data != NULL ? b.data : "", b.len, out, err, errlen);
   buf_finish(&b);

@@ -11,13 +11,13 @@
 #include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <uv.h>
 
 #include "common/buf.h"
+#include "common/errmsg.h"
 
 #define CONFIG_DEFAULT_HOST         "127.0.0.1"
 #define CONFIG_DEFAULT_PORT         9926
@@ -44,19 +44,6 @@ typedef struct config_flag {
   const char *help;    /* one line */
   config_setter set;   /* NULL for --help and --version */
 } config_flag;
-
-/* Formats an error into err (if given) and returns -EINVAL. */
-static int config_fail(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int config_fail(char *err, size_t errlen, const char *fmt, ...) {
-  if (err && errlen) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-  }
-  return -EINVAL;
-}
 
 /*
  * Parses a decimal unsigned integer in [min, max]; with size_suffix, a
@@ -88,11 +75,11 @@ static int config_parse_uint(const char *flag, const char *value, uint64_t min, 
   *out = n;
   return 0;
 bad:
-  return config_fail(err, errlen, "%s: expected a non-negative integer%s, got \"%s\"", flag,
-                     size_suffix ? " (optionally with k or m suffix)" : "", value);
+  return errmsg(err, errlen, -EINVAL, "%s: expected a non-negative integer%s, got \"%s\"", flag,
+                size_suffix ? " (optionally with k or m suffix)" : "", value);
 range:
-  return config_fail(err, errlen, "%s: %s is out of range (%" PRIu64 "..%" PRIu64 ")", flag, value,
-                     min, max);
+  return errmsg(err, errlen, -EINVAL, "%s: %s is out of range (%" PRIu64 "..%" PRIu64 ")", flag,
+                value, min, max);
 }
 
 /* Splits "HOST:PORT", "[V6]:PORT" or "PORT" into cfg's listen fields. */
@@ -103,7 +90,7 @@ static int config_set_listen(config_t *cfg, const char *flag, const char *value,
   if (value[0] == '[') {
     const char *close = strchr(value, ']');
     if (close == NULL || close[1] != ':')
-      return config_fail(err, errlen, "%s: expected [IPV6]:PORT, got \"%s\"", flag, value);
+      return errmsg(err, errlen, -EINVAL, "%s: expected [IPV6]:PORT, got \"%s\"", flag, value);
     host = value + 1;
     host_len = (size_t)(close - host);
     port = close + 2;
@@ -111,21 +98,21 @@ static int config_set_listen(config_t *cfg, const char *flag, const char *value,
     const char *colon = strrchr(value, ':');
     if (colon) {
       if (memchr(value, ':', (size_t)(colon - value)))
-        return config_fail(err, errlen, "%s: write an IPv6 address in brackets, as [::1]:9926",
-                           flag);
+        return errmsg(err, errlen, -EINVAL, "%s: write an IPv6 address in brackets, as [::1]:9926",
+                      flag);
       host = value;
       host_len = (size_t)(colon - value);
       port = colon + 1;
     }
   }
-  if (host_len == 0) return config_fail(err, errlen, "%s: empty host in \"%s\"", flag, value);
+  if (host_len == 0) return errmsg(err, errlen, -EINVAL, "%s: empty host in \"%s\"", flag, value);
   if (host_len >= sizeof(cfg->listen_host))
-    return config_fail(err, errlen, "%s: host is too long", flag);
+    return errmsg(err, errlen, -EINVAL, "%s: host is too long", flag);
   uint64_t n = 0;
   if (config_parse_uint(flag, port, 0, 65535, false, &n, NULL, 0) < 0)
-    return config_fail(err, errlen,
-                       "%s: expected HOST:PORT, [IPV6]:PORT or PORT (0..65535), got \"%s\"", flag,
-                       value);
+    return errmsg(err, errlen, -EINVAL,
+                  "%s: expected HOST:PORT, [IPV6]:PORT or PORT (0..65535), got \"%s\"", flag,
+                  value);
   memcpy(cfg->listen_host, host, host_len);
   cfg->listen_host[host_len] = '\0';
   cfg->listen_port = (int)n;
@@ -135,7 +122,7 @@ static int config_set_listen(config_t *cfg, const char *flag, const char *value,
 static int config_set_db(config_t *cfg, const char *flag, const char *value, char *err,
                          size_t errlen) {
   if (value[0] == '\0')
-    return config_fail(err, errlen, "%s: the database path must not be empty", flag);
+    return errmsg(err, errlen, -EINVAL, "%s: the database path must not be empty", flag);
   cfg->db_path = value;
   return 0;
 }
@@ -155,17 +142,18 @@ static int config_set_public_url(config_t *cfg, const char *flag, const char *va
                   : strncmp(value, "https://", 8) == 0 ? 8
                                                        : 0;
   if (scheme == 0)
-    return config_fail(err, errlen, "%s: must start with http:// or https://, got \"%s\"", flag,
-                       value);
-  if (len <= scheme) return config_fail(err, errlen, "%s: no host in \"%s\"", flag, value);
+    return errmsg(err, errlen, -EINVAL, "%s: must start with http:// or https://, got \"%s\"", flag,
+                  value);
+  if (len <= scheme) return errmsg(err, errlen, -EINVAL, "%s: no host in \"%s\"", flag, value);
   for (size_t i = 0; i < len; i++) {
     unsigned char c = (unsigned char)value[i];
     if (c <= 0x20 || c == 0x7f || c == '?' || c == '#')
-      return config_fail(err, errlen, "%s: must not contain spaces, control characters, '?' or '#'",
-                         flag);
+      return errmsg(err, errlen, -EINVAL,
+                    "%s: must not contain spaces, control characters, '?' or '#'", flag);
   }
   if (len >= sizeof(cfg->public_url))
-    return config_fail(err, errlen, "%s: longer than %zu bytes", flag, sizeof(cfg->public_url) - 1);
+    return errmsg(err, errlen, -EINVAL, "%s: longer than %zu bytes", flag,
+                  sizeof(cfg->public_url) - 1);
   memcpy(cfg->public_url, value, len);
   cfg->public_url[len] = '\0';
   return 0;
@@ -174,8 +162,8 @@ static int config_set_public_url(config_t *cfg, const char *flag, const char *va
 static int config_set_log_level(config_t *cfg, const char *flag, const char *value, char *err,
                                 size_t errlen) {
   if (log_level_parse(value, &cfg->log_level) < 0)
-    return config_fail(err, errlen, "%s: expected debug, info, warn or error, got \"%s\"", flag,
-                       value);
+    return errmsg(err, errlen, -EINVAL, "%s: expected debug, info, warn or error, got \"%s\"", flag,
+                  value);
   return 0;
 }
 
@@ -201,7 +189,7 @@ static int config_set_origins(config_t *cfg, const char *flag, const char *value
     if (e > s) {
       if (n == CONFIG_MAX_ORIGINS) {
         buf_finish(&all);
-        return config_fail(err, errlen, "%s: at most %d origins", flag, CONFIG_MAX_ORIGINS);
+        return errmsg(err, errlen, -EINVAL, "%s: at most %d origins", flag, CONFIG_MAX_ORIGINS);
       }
       buf_append(&all, s, (size_t)(e - s));
       buf_append(&all, "", 1);
@@ -336,7 +324,7 @@ static int config_set_drain_timeout(config_t *cfg, const char *flag, const char 
 
 static int config_set_control_socket(config_t *cfg, const char *flag, const char *value, char *err,
                                      size_t errlen) {
-  if (value[0] == '\0') return config_fail(err, errlen, "%s: empty path", flag);
+  if (value[0] == '\0') return errmsg(err, errlen, -EINVAL, "%s: empty path", flag);
   cfg->control_socket = value;
   return 0;
 }
@@ -383,7 +371,7 @@ static int config_set_write_timeout(config_t *cfg, const char *flag, const char 
 
 static int config_set_path(const char **field, const char *flag, const char *value, char *err,
                            size_t errlen) {
-  if (value[0] == '\0') return config_fail(err, errlen, "%s: empty value", flag);
+  if (value[0] == '\0') return errmsg(err, errlen, -EINVAL, "%s: empty value", flag);
   *field = value;
   return 0;
 }
@@ -406,7 +394,7 @@ static int config_set_auth_issuer(config_t *cfg, const char *flag, const char *v
 static int config_set_auth_audience(config_t *cfg, const char *flag, const char *value, char *err,
                                     size_t errlen) {
   if (value[0] == '\0' || strlen(value) >= sizeof(cfg->auth_audience))
-    return config_fail(err, errlen, "%s: empty or too long", flag);
+    return errmsg(err, errlen, -EINVAL, "%s: empty or too long", flag);
   snprintf(cfg->auth_audience, sizeof(cfg->auth_audience), "%s", value);
   return 0;
 }
@@ -643,11 +631,11 @@ int config_parse(config_t *cfg, int argc, char **argv, FILE *out, char *err, siz
     const config_flag *f = strncmp(arg, "--", 2) == 0 ? config_find_flag(arg, name_len) : NULL;
     if (f == NULL) {
       if (strncmp(arg, "-", 1) != 0)
-        return config_fail(err, errlen, "unexpected argument \"%s\" (try --help)", arg);
-      return config_fail(err, errlen, "unknown flag %.*s (try --help)", (int)name_len, arg);
+        return errmsg(err, errlen, -EINVAL, "unexpected argument \"%s\" (try --help)", arg);
+      return errmsg(err, errlen, -EINVAL, "unknown flag %.*s (try --help)", (int)name_len, arg);
     }
     if (f->metavar == NULL) {
-      if (eq) return config_fail(err, errlen, "%s takes no value", f->name);
+      if (eq) return errmsg(err, errlen, -EINVAL, "%s takes no value", f->name);
       if (f->set != NULL) { /* a switch */
         int rc = f->set(cfg, f->name, NULL, err, errlen);
         if (rc < 0) return rc;
@@ -664,7 +652,7 @@ int config_parse(config_t *cfg, int argc, char **argv, FILE *out, char *err, siz
       value = eq + 1;
     } else {
       if (i + 1 >= argc || strncmp(argv[i + 1], "--", 2) == 0)
-        return config_fail(err, errlen, "%s: missing value %s", f->name, f->metavar);
+        return errmsg(err, errlen, -EINVAL, "%s: missing value %s", f->name, f->metavar);
       value = argv[++i];
     }
     int rc = f->set(cfg, f->name, value, err, errlen);
@@ -686,16 +674,16 @@ int config_parse(config_t *cfg, int argc, char **argv, FILE *out, char *err, siz
   if (cfg->auth_audience[0] == '\0')
     snprintf(cfg->auth_audience, sizeof(cfg->auth_audience), "%s/mcp", cfg->public_url);
   if (cfg->auth_jwks != NULL && cfg->auth_issuer == NULL)
-    return config_fail(err, errlen,
-                       "--auth-jwks needs --auth-issuer: the iss every access token must carry "
-                       "(the authorization server's issuer identifier)");
+    return errmsg(err, errlen, -EINVAL,
+                  "--auth-jwks needs --auth-issuer: the iss every access token must carry "
+                  "(the authorization server's issuer identifier)");
   if (!config_auth_enabled(cfg) && !cfg->allow_anonymous &&
       !config_host_is_loopback(cfg->listen_host))
-    return config_fail(err, errlen,
-                       "--listen %s is not a loopback address and no authentication is "
-                       "configured: add --auth-keys FILE (mcpsubctl key add) or --auth-jwks "
-                       "FILE|URL, or --allow-anonymous to serve it to anyone",
-                       cfg->listen_host);
+    return errmsg(err, errlen, -EINVAL,
+                  "--listen %s is not a loopback address and no authentication is "
+                  "configured: add --auth-keys FILE (mcpsubctl key add) or --auth-jwks "
+                  "FILE|URL, or --allow-anonymous to serve it to anyone",
+                  cfg->listen_host);
   if (cfg->workers < 0) {
     unsigned n = uv_available_parallelism();
     cfg->workers = n < 1 ? 1 : n > CONFIG_MAX_WORKERS ? CONFIG_MAX_WORKERS : (int)n;

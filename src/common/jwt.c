@@ -12,9 +12,10 @@
 #include <openssl/ec.h>
 #include <openssl/evp.h>
 #include <openssl/param_build.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+
+#include "common/errmsg.h"
 
 typedef enum jwk_kind { JWK_RSA, JWK_P256, JWK_ED25519 } jwk_kind;
 
@@ -209,24 +210,15 @@ static bool jwk_read(const cJSON *key, jwk *k) {
   return true;
 }
 
-__attribute__((format(printf, 3, 4))) static int jwks_fail(char *err, size_t errlen,
-                                                           const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  if (err != NULL) vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-  return -EINVAL;
-}
-
 int jwks_parse(const char *text, size_t len, jwks_t **out, char *err, size_t errlen) {
   *out = NULL;
   if (len > JWKS_TEXT_MAX)
-    return jwks_fail(err, errlen, "key set larger than %d bytes", JWKS_TEXT_MAX);
+    return errmsg(err, errlen, -EINVAL, "key set larger than %d bytes", JWKS_TEXT_MAX);
   cJSON *doc = cJSON_ParseWithLength(text, len);
   const cJSON *keys = cJSON_GetObjectItemCaseSensitive(doc, "keys");
   if (!cJSON_IsArray(keys)) {
     cJSON_Delete(doc);
-    return jwks_fail(err, errlen, "not a JSON Web Key Set (an object with a \"keys\" array)");
+    return errmsg(err, errlen, -EINVAL, "not a JSON Web Key Set (an object with a \"keys\" array)");
   }
   jwks_t *ks = mem_calloc(1, sizeof(*ks));
   const cJSON *key;
@@ -237,9 +229,9 @@ int jwks_parse(const char *text, size_t len, jwks_t **out, char *err, size_t err
   cJSON_Delete(doc);
   if (ks->n == 0) {
     jwks_free(ks);
-    return jwks_fail(err, errlen,
-                     "the key set holds no usable signing key (RSA of 2048 bits or more, EC "
-                     "P-256, Ed25519)");
+    return errmsg(err, errlen, -EINVAL,
+                  "the key set holds no usable signing key (RSA of 2048 bits or more, EC "
+                  "P-256, Ed25519)");
   }
   *out = ks;
   return 0;

@@ -6,11 +6,11 @@
 #include "common/policy.h"
 
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "common/buf.h"
+#include "common/errmsg.h"
 
 struct policy {
   policy_role *roles;
@@ -27,15 +27,6 @@ static const struct {
     {"writer", POLICY_READ | POLICY_SUBSCRIBE | POLICY_WRITE},
     {"admin", POLICY_READ | POLICY_SUBSCRIBE | POLICY_WRITE | POLICY_ADMIN},
 };
-
-__attribute__((format(printf, 3, 4))) static int policy_fail(char *err, size_t errlen,
-                                                             const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  if (err != NULL) vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-  return -EINVAL;
-}
 
 static policy_role *policy_add_role(policy_t *p, const char *name) {
   p->roles = mem_realloc(p->roles, (p->n_roles + 1) * sizeof(policy_role));
@@ -88,7 +79,7 @@ static int policy_parse_rights(const cJSON *list, unsigned *rights, char *err, s
                                const char *where) {
   *rights = 0;
   if (!cJSON_IsArray(list))
-    return policy_fail(err, errlen, "%s: \"rights\" must be an array", where);
+    return errmsg(err, errlen, -EINVAL, "%s: \"rights\" must be an array", where);
   const cJSON *item;
   cJSON_ArrayForEach(item, list) {
     const char *v = cJSON_IsString(item) ? item->valuestring : "";
@@ -99,8 +90,8 @@ static int policy_parse_rights(const cJSON *list, unsigned *rights, char *err, s
     else if (strcmp(v, "write") == 0)
       *rights |= POLICY_WRITE;
     else
-      return policy_fail(err, errlen, "%s: unknown right \"%.32s\" (read, subscribe, write)", where,
-                         v);
+      return errmsg(err, errlen, -EINVAL, "%s: unknown right \"%.32s\" (read, subscribe, write)",
+                    where, v);
   }
   return 0;
 }
@@ -108,8 +99,8 @@ static int policy_parse_rights(const cJSON *list, unsigned *rights, char *err, s
 static int policy_parse_grant(policy_role *r, const cJSON *g, char *err, size_t errlen) {
   char where[160];
   snprintf(where, sizeof(where), "role %s, table %s", r->name, g->string);
-  if (!cJSON_IsObject(g)) return policy_fail(err, errlen, "%s: expected an object", where);
-  if (!policy_name_ok(g->string)) return policy_fail(err, errlen, "%s: bad table name", where);
+  if (!cJSON_IsObject(g)) return errmsg(err, errlen, -EINVAL, "%s: expected an object", where);
+  if (!policy_name_ok(g->string)) return errmsg(err, errlen, -EINVAL, "%s: bad table name", where);
   unsigned rights;
   int rc = policy_parse_rights(cJSON_GetObjectItemCaseSensitive(g, "rights"), &rights, err, errlen,
                                where);
@@ -120,11 +111,12 @@ static int policy_parse_grant(policy_role *r, const cJSON *g, char *err, size_t 
   const cJSON *col = cJSON_GetObjectItemCaseSensitive(scope, "column");
   const cJSON *bind = cJSON_GetObjectItemCaseSensitive(scope, "bind");
   if (!cJSON_IsString(col) || !policy_name_ok(col->valuestring))
-    return policy_fail(err, errlen, "%s: scope needs a \"column\"", where);
+    return errmsg(err, errlen, -EINVAL, "%s: scope needs a \"column\"", where);
   if (!cJSON_IsString(bind) ||
       !(strcmp(bind->valuestring, "name") == 0 ||
         (strncmp(bind->valuestring, "claim:", 6) == 0 && policy_name_ok(bind->valuestring + 6))))
-    return policy_fail(err, errlen, "%s: scope \"bind\" must be \"name\" or \"claim:NAME\"", where);
+    return errmsg(err, errlen, -EINVAL, "%s: scope \"bind\" must be \"name\" or \"claim:NAME\"",
+                  where);
   grant->scope_column = mem_strdup(col->valuestring);
   grant->scope_bind = mem_strdup(bind->valuestring);
   return 0;
@@ -132,18 +124,19 @@ static int policy_parse_grant(policy_role *r, const cJSON *g, char *err, size_t 
 
 static int policy_parse_roles(policy_t *p, const cJSON *roles, char *err, size_t errlen) {
   if (roles == NULL) return 0;
-  if (!cJSON_IsObject(roles)) return policy_fail(err, errlen, "\"roles\" must be an object");
+  if (!cJSON_IsObject(roles)) return errmsg(err, errlen, -EINVAL, "\"roles\" must be an object");
   const cJSON *role;
   cJSON_ArrayForEach(role, roles) {
-    if (!policy_name_ok(role->string)) return policy_fail(err, errlen, "a role with a bad name");
+    if (!policy_name_ok(role->string))
+      return errmsg(err, errlen, -EINVAL, "a role with a bad name");
     if (policy_role_find(p, role->string) != NULL)
-      return policy_fail(err, errlen, "role %s is defined twice or is built in", role->string);
-    if (p->n_roles >= POLICY_MAX_ROLES) return policy_fail(err, errlen, "too many roles");
+      return errmsg(err, errlen, -EINVAL, "role %s is defined twice or is built in", role->string);
+    if (p->n_roles >= POLICY_MAX_ROLES) return errmsg(err, errlen, -EINVAL, "too many roles");
     const cJSON *tables = cJSON_GetObjectItemCaseSensitive(role, "tables");
     if (!cJSON_IsObject(tables))
-      return policy_fail(err, errlen, "role %s: \"tables\" must be an object", role->string);
+      return errmsg(err, errlen, -EINVAL, "role %s: \"tables\" must be an object", role->string);
     if (cJSON_GetArraySize(tables) > POLICY_MAX_GRANTS)
-      return policy_fail(err, errlen, "role %s: too many tables", role->string);
+      return errmsg(err, errlen, -EINVAL, "role %s: too many tables", role->string);
     policy_role *r = policy_add_role(p, role->string);
     const cJSON *g;
     cJSON_ArrayForEach(g, tables) {
@@ -156,11 +149,11 @@ static int policy_parse_roles(policy_t *p, const cJSON *roles, char *err, size_t
 
 int policy_parse(const char *text, size_t len, policy_t **out, char *err, size_t errlen) {
   *out = NULL;
-  if (len > POLICY_FILE_MAX) return policy_fail(err, errlen, "policy file is too large");
+  if (len > POLICY_FILE_MAX) return errmsg(err, errlen, -EINVAL, "policy file is too large");
   cJSON *root = cJSON_ParseWithLength(text, len);
   if (!cJSON_IsObject(root)) {
     cJSON_Delete(root);
-    return policy_fail(err, errlen, "policy file: expected a JSON object");
+    return errmsg(err, errlen, -EINVAL, "policy file: expected a JSON object");
   }
   policy_t *p = policy_builtin();
   int rc = policy_parse_roles(p, cJSON_GetObjectItemCaseSensitive(root, "roles"), err, errlen);
@@ -169,18 +162,18 @@ int policy_parse(const char *text, size_t len, policy_t **out, char *err, size_t
   p->scopes = scopes;
   p->keys = keys;
   if (rc == 0 && scopes != NULL && !cJSON_IsObject(scopes))
-    rc = policy_fail(err, errlen, "\"scopes\" must be an object");
+    rc = errmsg(err, errlen, -EINVAL, "\"scopes\" must be an object");
   for (const cJSON *m = rc == 0 && scopes != NULL ? scopes->child : NULL; m != NULL; m = m->next) {
     if (!cJSON_IsString(m) || policy_role_find(p, m->valuestring) == NULL) {
-      rc = policy_fail(err, errlen, "scope %.64s maps to no known role", m->string);
+      rc = errmsg(err, errlen, -EINVAL, "scope %.64s maps to no known role", m->string);
       break;
     }
   }
   if (rc == 0 && keys != NULL && !cJSON_IsObject(keys))
-    rc = policy_fail(err, errlen, "\"keys\" must be an object");
+    rc = errmsg(err, errlen, -EINVAL, "\"keys\" must be an object");
   for (const cJSON *k = rc == 0 && keys != NULL ? keys->child : NULL; k != NULL; k = k->next) {
     if (!cJSON_IsObject(k)) {
-      rc = policy_fail(err, errlen, "keys.%.64s must be an object of attributes", k->string);
+      rc = errmsg(err, errlen, -EINVAL, "keys.%.64s must be an object of attributes", k->string);
       break;
     }
   }
@@ -199,7 +192,7 @@ int policy_load(const char *path, policy_t **out, char *err, size_t errlen) {
   buf_init(&b);
   int rc = buf_append_file(&b, path, POLICY_FILE_MAX);
   if (rc == -EFBIG)
-    rc = policy_fail(err, errlen, "%s: too large", path);
+    rc = errmsg(err, errlen, -EINVAL, "%s: too large", path);
   else if (rc != 0)
     snprintf(err, errlen, "%s: %s", path, strerror(-rc));
   else
