@@ -596,6 +596,15 @@ void http_stream_begin(http_conn_t *c, int status, const http_header *headers, s
   conn_settle(c);
 }
 
+void http_stream_begin_sse(http_conn_t *c) {
+  static const http_header head[] = {
+      {"Content-Type", "text/event-stream"},
+      {"Cache-Control", "no-cache, no-transform"},
+      {"X-Accel-Buffering", "no"},
+  };
+  http_stream_begin(c, 200, head, sizeof(head) / sizeof(head[0]));
+}
+
 int http_stream_write(http_conn_t *c, const char *data, size_t len) {
   if (c == NULL) return -EINVAL;
   if (c->closing) return -EPIPE;

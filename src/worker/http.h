@@ -124,6 +124,9 @@ void http_respond(http_conn_t *c, int status, const http_header *headers, size_t
  * here: copy what is still needed from it before.
  */
 void http_stream_begin(http_conn_t *c, int status, const http_header *headers, size_t n_headers);
+/* http_stream_begin for Server-Sent Events: 200, text/event-stream, no caching or proxy buffering.
+ */
+void http_stream_begin_sse(http_conn_t *c);
 /*
  * Queues bytes on a stream (copied). Returns 0, or -ENOBUFS when the queue
  * would pass max_stream_queue: the stream is then closed (its close callback

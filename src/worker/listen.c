@@ -206,7 +206,7 @@ cJSON *listen_open(mcp_call *call) {
 
   /* The stream: the POST's answer from here on. */
   l->conn = call->conn;
-  worker_sse_begin(l->conn);
+  http_stream_begin_sse(l->conn);
   l->next = w->listens;
   if (w->listens != NULL) w->listens->prev = l;
   w->listens = l;

@@ -146,12 +146,7 @@ void session_stream_close(session_t *s) {
 
 void session_stream_open(session_t *s, http_conn_t *c) {
   session_stream_close(s); /* a new GET supersedes the old stream */
-  static const http_header head[] = {
-      {"Content-Type", "text/event-stream"},
-      {"Cache-Control", "no-cache, no-transform"},
-      {"X-Accel-Buffering", "no"},
-  };
-  http_stream_begin(c, 200, head, ARRAY_LEN(head));
+  http_stream_begin_sse(c);
   s->stream = c;
   session_registry_t *reg = s->registry;
   s->stream_next = reg->streams;

@@ -38,7 +38,7 @@ struct waiter {
   bool ready;
   http_conn_t *conn;
   cJSON *id;
-  bool modern;                            /* a 2026-07-28 request */
+  bool modern;           /* a 2026-07-28 request */
   cJSON *progress_token; /* _meta.progressToken: the answer is an SSE stream; else NULL */
   double progress;       /* the last progress sent (it only grows) */
   char principal[AUTH_PRINCIPAL_MAX + 1]; /* who asked, and in which session ("": none) */
@@ -364,7 +364,7 @@ cJSON *wait_tool(mcp_call *call, const cJSON *args) {
       cJSON_GetObjectItemCaseSensitive(call->params, "_meta"), "progressToken");
   if (cJSON_IsString(token) || cJSON_IsNumber(token)) {
     wt->progress_token = cJSON_Duplicate(token, true);
-    worker_sse_begin(call->conn);
+    http_stream_begin_sse(call->conn);
     waiter_progress(wt, 0, "waiting for a change");
   }
   subs_update_active(w);

@@ -48,15 +48,6 @@ void worker_respond_error_with(http_conn_t *c, int status, const char *message,
   cJSON_Delete(body);
 }
 
-void worker_sse_begin(http_conn_t *c) {
-  static const http_header head[] = {
-      {"Content-Type", "text/event-stream"},
-      {"Cache-Control", "no-cache, no-transform"},
-      {"X-Accel-Buffering", "no"},
-  };
-  http_stream_begin(c, 200, head, ARRAY_LEN(head));
-}
-
 void worker_sse_send(http_conn_t *c, const cJSON *json) {
   char *text = cJSON_PrintUnformatted(json);
   if (text == NULL) abort(); /* cJSON out of memory: mem.h's policy */

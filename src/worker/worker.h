@@ -120,9 +120,7 @@ void worker_respond_json(http_conn_t *c, int status, const cJSON *json, const ht
                          size_t n_extra);
 /* Sends {"error": message} with status. */
 void worker_respond_error(http_conn_t *c, int status, const char *message);
-/* Starts an SSE response (200, text/event-stream, no caching or proxy buffering) on c. */
-void worker_sse_begin(http_conn_t *c);
-/* Writes one SSE event "data: <json>\n\n" on a stream begun with worker_sse_begin. */
+/* Writes one SSE event "data: <json>\n\n" on a stream begun with http_stream_begin_sse. */
 void worker_sse_send(http_conn_t *c, const cJSON *json);
 /* The same with extra headers (Retry-After, WWW-Authenticate, Allow). */
 void worker_respond_error_with(http_conn_t *c, int status, const char *message,
