@@ -16,7 +16,6 @@
 #include "worker/worker.h"
 
 #define META_SUBSCRIPTION_ID "io.modelcontextprotocol/subscriptionId"
-#define META_POSITION        "io.mcpsub/position"
 #define META_AFTER           "io.mcpsub/after"
 
 static void listen_write(listen_stream *l, const char *data, size_t len) {
@@ -33,18 +32,8 @@ static void listen_write_event(listen_stream *l, const char *head, size_t head_l
   listen_write(l, tail, strlen(tail));
 }
 
-void listen_format_head(buf_t *b, const char *uri, const char *subscribed, int64_t seq) {
-  buf_append_str(b, "data: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/resources/updated\","
-                    "\"params\":{\"uri\":");
-  buf_append_json_string(b, uri, strlen(uri));
-  buf_append_str(b, ",\"subscribedUri\":");
-  buf_append_json_string(b, subscribed, strlen(subscribed));
-  buf_printf(b, ",\"_meta\":{\"" META_POSITION "\":\"%lld\",\"" META_SUBSCRIPTION_ID "\":",
-             (long long)seq);
-}
-
-void listen_deliver_tail(listen_stream *l, const char *head, size_t head_len) {
-  listen_write_event(l, head, head_len, "}}}\n\n");
+void listen_append_id_key(buf_t *b) {
+  buf_append_str(b, ",\"" META_SUBSCRIPTION_ID "\":");
 }
 
 void listen_deliver(listen_stream *l, const char *head, size_t head_len) {
@@ -223,7 +212,7 @@ cJSON *listen_open(mcp_call *call) {
   cJSON_free(text);
   cJSON_Delete(honoured);
   /* What the stream delivers from here: after since, and never what the client already had. */
-  buf_printf(&b, ",\"_meta\":{\"" META_POSITION "\":\"%lld\",\"" META_SUBSCRIPTION_ID "\":",
+  buf_printf(&b, ",\"_meta\":{\"" LISTEN_META_POSITION "\":\"%lld\",\"" META_SUBSCRIPTION_ID "\":",
              (long long)(after_seq > since ? after_seq : since));
   listen_write_event(l, b.data, b.len, "}}}\n\n");
   buf_finish(&b);

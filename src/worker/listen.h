@@ -40,6 +40,8 @@ typedef struct worker worker_t;
 typedef struct mcp_call mcp_call;
 
 #define LISTEN_ID_MAX 256 /* bytes of the listen request's id, as JSON */
+/* The _meta key of a listen stream's audit position (the acknowledgement's, each update's). */
+#define LISTEN_META_POSITION "io.mcpsub/position"
 
 enum {
   LISTEN_RESOURCES_LIST = 1u << 0, /* the only list that changes (listen_lists_changed) */
@@ -64,16 +66,16 @@ typedef struct listen_stream {
 cJSON *listen_open(mcp_call *call);
 
 /*
- * One resource update for every listen subscriber of topic t: head is the
- * event up to the subscription id (formatted once per change), written
- * with the stream's own id and the tail.
+ * Appends, inside params._meta of a notification being formatted, the
+ * member name of the subscription id: what ends the head listen_deliver
+ * takes ("data: {...,"params":{...,"_meta":{...,"...subscriptionId":").
+ */
+void listen_append_id_key(buf_t *b);
+/*
+ * Writes one notification on the stream: head (formatted once for every
+ * listen stream it goes to), the stream's own id, and the end of the event.
  */
 void listen_deliver(listen_stream *l, const char *head, size_t head_len);
-/* Writes head, the stream's subscription id, and "}}}" ending the event (any notification). */
-void listen_deliver_tail(listen_stream *l, const char *head, size_t head_len);
-/* Formats that head: data:
- * {...,"params":{"uri":U,"subscribedUri":S,"_meta":{...,"...subscriptionId": */
-void listen_format_head(buf_t *b, const char *uri, const char *subscribed, int64_t seq);
 
 /* Subscriptions of principal's listen streams on this worker (for --limit-subscriptions). */
 size_t listen_subscriptions_of(const worker_t *w, const char *principal);

@@ -215,16 +215,32 @@ static void coalesce_finish(worker_t *w) {
 
 /* Frames -------------------------------------------------------------------- */
 
-/* {"jsonrpc":"2.0","method":"notifications/resources/updated","params":{"uri":U,"subscribedUri":S}}
+/*
+ * {"jsonrpc":"2.0","method":"notifications/resources/updated","params":{"uri":U,"subscribedUri":S
+ * — params left open: every update, to a session or a listen stream, live, recovered or the
+ * last of a subscription, starts so.
  */
-static void format_updated(buf_t *b, const char *uri, const char *subscribed) {
+static void format_updated_open(buf_t *b, const char *uri, const char *subscribed) {
   buf_append_str(
       b,
       "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/resources/updated\",\"params\":{\"uri\":");
   buf_append_json_string(b, uri, strlen(uri));
   buf_append_str(b, ",\"subscribedUri\":");
   buf_append_json_string(b, subscribed, strlen(subscribed));
+}
+
+/* An update as a session sends it (a frame's JSON). */
+static void format_updated(buf_t *b, const char *uri, const char *subscribed) {
+  format_updated_open(b, uri, subscribed);
   buf_append_str(b, "}}");
+}
+
+/* An update's head for listen streams (listen_deliver): its change's audit position in _meta. */
+static void format_listen_updated(buf_t *b, const char *uri, const char *subscribed, int64_t seq) {
+  buf_append_str(b, "data: ");
+  format_updated_open(b, uri, subscribed);
+  buf_printf(b, ",\"_meta\":{\"" LISTEN_META_POSITION "\":\"%lld\"", (long long)seq);
+  listen_append_id_key(b);
 }
 
 /*
@@ -253,7 +269,7 @@ static void subs_send_topic(worker_t *w, sub_topic *t, const char *record_uri, i
       break;
     case SUB_OWNER_LISTEN:
       if (head.len == 0) {
-        listen_format_head(&head, record_uri, t->uri, seq);
+        format_listen_updated(&head, record_uri, t->uri, seq);
         w->notifications++;
       }
       listen_deliver((listen_stream *)sub->owner, head.data, head.len);
@@ -313,11 +329,16 @@ static sub_t **session_sub_slot(session_t *s, const char *uri) {
   return p;
 }
 
-static void session_unsubscribe(worker_t *w, session_t *s, sub_t **slot) {
+/* Removes the subscription *slot links to from its owner's list (of *n) and from the index. */
+static void owner_unsubscribe(worker_t *w, sub_t **slot, size_t *n) {
   sub_t *sub = *slot;
   *slot = sub->owner_next;
-  s->n_subs--;
+  (*n)--;
   sub_index_remove(&w->subs, sub);
+}
+
+static void session_unsubscribe(worker_t *w, session_t *s, sub_t **slot) {
+  owner_unsubscribe(w, slot, &s->n_subs);
 }
 
 static void session_subscribe(worker_t *w, session_t *s, const char *key, const char *uri,
@@ -368,66 +389,66 @@ static const char *subs_gone_reason(worker_t *w, const sub_topic *t) {
 
 /*
  * The last update of a subscription that ends: names the subscribed URI
- * itself (read it: it is gone) and says why in _meta. meta_tail closes
- * params (a listen stream adds its subscription id before it).
+ * itself (read it: it is gone), and says why in _meta, left open.
  */
-static void format_ended(buf_t *b, const char *uri, const char *reason) {
-  buf_append_str(b, "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/resources/updated\","
-                    "\"params\":{\"uri\":");
-  buf_append_json_string(b, uri, strlen(uri));
-  buf_append_str(b, ",\"subscribedUri\":");
-  buf_append_json_string(b, uri, strlen(uri));
+static void format_ended_open(buf_t *b, const char *uri, const char *reason) {
+  format_updated_open(b, uri, uri);
   buf_append_str(b, ",\"_meta\":{\"" SUBS_META_ENDED "\":");
   buf_append_json_string(b, reason, strlen(reason));
 }
 
-/* Ends a session's subscriptions that no longer resolve, each with one last update. */
-static void subs_end_gone_session(session_t *s, void *data) {
-  worker_t *w = data;
-  bool any = false;
-  for (sub_t **slot = &s->subs; *slot != NULL;) {
+static void end_to_session(void *owner, const char *uri, const char *reason) {
+  buf_t b;
+  buf_init(&b);
+  format_ended_open(&b, uri, reason);
+  buf_append_str(&b, "}}}");
+  /* Kept in the ring without a stream: the next stream delivers it. */
+  if (session_send(owner, b.data, b.len, true) != 0) {
+    /* kept: cannot fail */
+  }
+  buf_finish(&b);
+}
+
+static void end_to_listen(void *owner, const char *uri, const char *reason) {
+  buf_t b;
+  buf_init(&b);
+  buf_append_str(&b, "data: ");
+  format_ended_open(&b, uri, reason);
+  listen_append_id_key(&b);
+  listen_deliver(owner, b.data, b.len);
+  buf_finish(&b);
+}
+
+/*
+ * Ends the subscriptions of one owner's list (*head, *n of them) that no
+ * longer resolve, each with one last update through end. Returns how many.
+ */
+static size_t subs_end_gone(worker_t *w, sub_t **head, size_t *n,
+                            void (*end)(void *owner, const char *uri, const char *reason),
+                            void *owner) {
+  size_t ended = 0;
+  for (sub_t **slot = head; *slot != NULL;) {
     const char *why = subs_gone_reason(w, (*slot)->topic);
     if (why == NULL) {
       slot = &(*slot)->owner_next;
       continue;
     }
-    buf_t b;
-    buf_init(&b);
-    format_ended(&b, (*slot)->topic->uri, why);
-    buf_append_str(&b, "}}}");
-    /* Kept in the ring without a stream: the next stream delivers it. */
-    if (session_send(s, b.data, b.len, true) != 0) {
-      /* kept: cannot fail */
-    }
-    buf_finish(&b);
-    session_unsubscribe(w, s, slot);
-    any = true;
+    end(owner, (*slot)->topic->uri, why);
+    owner_unsubscribe(w, slot, n);
+    ended++;
   }
-  if (any) session_persist_subs(w, s); /* a table created again does not bring them back */
+  return ended;
 }
 
-/* The same for listen streams: the update, then the subscription is gone from the stream. */
+static void subs_end_gone_session(session_t *s, void *data) {
+  worker_t *w = data;
+  /* Persisted: a table created again does not bring them back. */
+  if (subs_end_gone(w, &s->subs, &s->n_subs, end_to_session, s) > 0) session_persist_subs(w, s);
+}
+
 static void subs_end_gone_listens(worker_t *w) {
-  for (listen_stream *l = w->listens; l != NULL; l = l->next) {
-    for (sub_t **slot = &l->subs; *slot != NULL;) {
-      const char *why = subs_gone_reason(w, (*slot)->topic);
-      if (why == NULL) {
-        slot = &(*slot)->owner_next;
-        continue;
-      }
-      buf_t b;
-      buf_init(&b);
-      buf_append_str(&b, "data: ");
-      format_ended(&b, (*slot)->topic->uri, why);
-      buf_append_str(&b, ",\"io.modelcontextprotocol/subscriptionId\":");
-      listen_deliver_tail(l, b.data, b.len);
-      buf_finish(&b);
-      sub_t *sub = *slot;
-      *slot = sub->owner_next;
-      l->n_subs--;
-      sub_index_remove(&w->subs, sub);
-    }
-  }
+  for (listen_stream *l = w->listens; l != NULL; l = l->next)
+    subs_end_gone(w, &l->subs, &l->n_subs, end_to_listen, l);
 }
 
 /* The resource list changed: every session hears of it, streaming or not. */
@@ -735,7 +756,7 @@ static void recover_to_listen(worker_t *w, void *owner, int64_t seq, char tag, u
                               const char *uri, const char *subscribed) {
   buf_t head;
   buf_init(&head);
-  listen_format_head(&head, uri, subscribed, seq);
+  format_listen_updated(&head, uri, subscribed, seq);
   listen_deliver(owner, head.data, head.len);
   buf_finish(&head);
   w->sessions.frames_replayed++;
