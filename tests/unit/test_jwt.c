@@ -53,31 +53,30 @@ static key make_key(const char *alg, const char *kid, size_t rsa_bits) {
   return k;
 }
 
+/* Appends ,"name":"..." with the key's parameter param in base64url (width bytes, 0: its own). */
+static void bn_member(buf_t *b, const EVP_PKEY *pkey, const char *param, const char *name,
+                      int width) {
+  BIGNUM *v = NULL;
+  CHECK(EVP_PKEY_get_bn_param(pkey, param, &v) == 1);
+  buf_printf(b, ",\"%s\":\"", name);
+  b64url_bn(b, v, width);
+  buf_append_str(b, "\"");
+  BN_free(v);
+}
+
 /* Appends k's public JWK. */
 static void jwk_of(buf_t *b, const key *k) {
   buf_printf(b, "{\"kid\":\"%s\",\"use\":\"sig\",", k->kid);
   if (strcmp(k->alg, "RS256") == 0) {
-    BIGNUM *n = NULL, *e = NULL;
-    CHECK(EVP_PKEY_get_bn_param(k->pkey, OSSL_PKEY_PARAM_RSA_N, &n) == 1);
-    CHECK(EVP_PKEY_get_bn_param(k->pkey, OSSL_PKEY_PARAM_RSA_E, &e) == 1);
-    buf_append_str(b, "\"kty\":\"RSA\",\"n\":\"");
-    b64url_bn(b, n, 0);
-    buf_append_str(b, "\",\"e\":\"");
-    b64url_bn(b, e, 0);
-    buf_append_str(b, "\"}");
-    BN_free(n);
-    BN_free(e);
+    buf_append_str(b, "\"kty\":\"RSA\"");
+    bn_member(b, k->pkey, OSSL_PKEY_PARAM_RSA_N, "n", 0);
+    bn_member(b, k->pkey, OSSL_PKEY_PARAM_RSA_E, "e", 0);
+    buf_append_str(b, "}");
   } else if (strcmp(k->alg, "ES256") == 0) {
-    BIGNUM *x = NULL, *y = NULL;
-    CHECK(EVP_PKEY_get_bn_param(k->pkey, OSSL_PKEY_PARAM_EC_PUB_X, &x) == 1);
-    CHECK(EVP_PKEY_get_bn_param(k->pkey, OSSL_PKEY_PARAM_EC_PUB_Y, &y) == 1);
-    buf_append_str(b, "\"kty\":\"EC\",\"crv\":\"P-256\",\"x\":\"");
-    b64url_bn(b, x, 32);
-    buf_append_str(b, "\",\"y\":\"");
-    b64url_bn(b, y, 32);
-    buf_append_str(b, "\"}");
-    BN_free(x);
-    BN_free(y);
+    buf_append_str(b, "\"kty\":\"EC\",\"crv\":\"P-256\"");
+    bn_member(b, k->pkey, OSSL_PKEY_PARAM_EC_PUB_X, "x", 32);
+    bn_member(b, k->pkey, OSSL_PKEY_PARAM_EC_PUB_Y, "y", 32);
+    buf_append_str(b, "}");
   } else {
     unsigned char raw[32];
     size_t n = sizeof(raw);
