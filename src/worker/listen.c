@@ -44,11 +44,8 @@ void listen_deliver(listen_stream *l, const char *head, size_t head_len) {
 /* Unsubscribes everything and unlinks the stream; its connection is closing or closed. */
 static void listen_free(listen_stream *l) {
   worker_t *w = l->w;
-  while (l->subs != NULL) {
-    sub_t *sub = l->subs;
-    l->subs = sub->owner_next;
-    sub_index_remove(&w->subs, sub);
-  }
+  subs_owner_drop(w, &l->subs, &l->n_subs);
+  hold_clear(w, &l->held);
   if (l->prev != NULL)
     l->prev->next = l->next;
   else
@@ -120,6 +117,10 @@ cJSON *listen_open(mcp_call *call) {
       return mcp_call_fail(call, JSONRPC_INVALID_PARAMS,
                            "notifications.resourceSubscriptions must hold strings");
   }
+  debounce_t debounce;
+  char why[160];
+  if (debounce_parse(debounce_in(call->params), &debounce, why, sizeof(why)) != 0)
+    return mcp_call_fail(call, JSONRPC_INVALID_PARAMS, "%s", why);
   char *id_text = cJSON_PrintUnformatted(call->id);
   if (id_text == NULL) abort(); /* cJSON out of memory: mem.h's policy */
   size_t id_len = strlen(id_text);
@@ -182,11 +183,8 @@ cJSON *listen_open(mcp_call *call) {
         subs_resolve_for(w, call->principal, item->valuestring, AUTH_SUBSCRIBE, &u, &key) != 0)
       continue;
     /* Recovering: the audit log covers what came after the client's position, up to since. */
-    sub_t *sub = sub_index_add(&w->subs, key, item->valuestring, &u, &l->owner,
-                               after_seq >= 0 ? (int64_t)after_seq : since);
-    sub->owner_next = l->subs;
-    l->subs = sub;
-    l->n_subs++;
+    (void)subs_owner_add(w, &l->owner, &l->subs, &l->n_subs, key, item->valuestring, &u,
+                         after_seq >= 0 ? (int64_t)after_seq : since, &debounce);
     cJSON_AddItemToArray(kept, cJSON_CreateString(item->valuestring));
     uri_finish(&u);
     free(key);

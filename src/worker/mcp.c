@@ -223,7 +223,11 @@ static cJSON *mcp_subscribe(mcp_call *call) {
   if (uri == NULL) return NULL;
   cJSON *result = NULL;
   int64_t since = 0; /* omitCurrent: changes committed up to now are not notified */
-  if (w->cfg->strict_subscribe && s->stream == NULL) {
+  debounce_t d;
+  char why[160];
+  if (debounce_parse(debounce_in(call->params), &d, why, sizeof(why)) != 0) {
+    mcp_call_fail(call, JSONRPC_INVALID_PARAMS, "%s", why);
+  } else if (w->cfg->strict_subscribe && s->stream == NULL) {
     mcp_call_fail(call, JSONRPC_INVALID_PARAMS,
                   "open the GET SSE stream before subscribing to resources");
   } else if (!subs_session_has(s, uri) && s->n_subs >= w->cfg->max_subscriptions) {
@@ -232,13 +236,13 @@ static cJSON *mcp_subscribe(mcp_call *call) {
   } else if (store_audit_max_seq(w->store, &since) != 0) {
     mcp_call_fail(call, JSONRPC_INTERNAL_ERROR, "database unavailable");
   } else if (call->conn == NULL) { /* in a batch: nothing can wait */
-    subs_session_add(w, s, key, uri, &u, since, NULL, NULL);
+    subs_session_add(w, s, key, uri, &u, since, &d, NULL, NULL);
     result = cJSON_CreateObject();
   } else {
     row_wait *rw = mem_alloc(sizeof(*rw));
     rw->c = call->conn;
     rw->id = cJSON_Duplicate(call->id, true);
-    subs_session_add(w, s, key, uri, &u, since, mcp_row_stored, rw);
+    subs_session_add(w, s, key, uri, &u, since, &d, mcp_row_stored, rw);
     call->pending = true;
   }
   uri_finish(&u);

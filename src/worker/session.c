@@ -36,7 +36,8 @@ const char *session_log_level_name(enum session_log_level level) {
 }
 
 void session_registry_init(session_registry_t *reg, unsigned sse_retry_ms,
-                           int64_t (*position)(void *data), void *position_data) {
+                           int64_t (*position)(const session_t *s, void *data),
+                           void *position_data) {
   memset(reg, 0, sizeof(*reg));
   strmap_init(&reg->by_id);
   reg->sse_retry_ms = sse_retry_ms;
@@ -175,8 +176,8 @@ static bool session_write(session_t *s, const frame_t *f) {
 void session_stream_prime(session_t *s) {
   if (s->stream == NULL) return;
   /* Kept in the ring too: a reconnect naming it is then replayed exactly. */
-  frame_t *f =
-      frame_create(s->registry->position(s->registry->position_data), 's', s->next_frame++, "", 0);
+  frame_t *f = frame_create(s->registry->position(s, s->registry->position_data), 's',
+                            s->next_frame++, "", 0);
   session_deliver(s, f);
   frame_unref(f);
 }
@@ -244,8 +245,8 @@ void session_replay_undelivered(session_t *s) {
 
 int session_send(session_t *s, const char *json, size_t len, bool keep) {
   if (s->stream == NULL && !keep) return -ENOTCONN;
-  frame_t *f = frame_create(s->registry->position(s->registry->position_data), 's', s->next_frame++,
-                            json, len);
+  frame_t *f = frame_create(s->registry->position(s, s->registry->position_data), 's',
+                            s->next_frame++, json, len);
   session_deliver(s, f);
   frame_unref(f);
   return 0;

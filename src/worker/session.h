@@ -60,6 +60,7 @@ typedef struct session {
   frame_t **ring; /* ring_cap slots: grows on demand up to SESSION_RING_SIZE */
   unsigned ring_cap, ring_start, ring_count;
   unsigned undelivered; /* newest ring frames no stream has taken yet */
+  hold_queue held;      /* updates debounce holds back (debounce.h) */
   bool lost;            /* undelivered frames fell off the ring... */
   frame_pos lost_from;  /* ...from this one on (the oldest of them) */
   session_registry_t *registry;
@@ -72,8 +73,8 @@ struct session_registry {
   session_t *streams; /* sessions with an open stream */
   size_t n_streams;
   unsigned sse_retry_ms;
-  /* The feed's audit position, for the ids of a session's own frames. */
-  int64_t (*position)(void *data);
+  /* The session's delivered position, for the ids of its own frames. */
+  int64_t (*position)(const session_t *s, void *data);
   void *position_data;
   uint64_t frames_sent;     /* frames written to streams */
   uint64_t frames_dropped;  /* frames no stream took before they left the ring */
@@ -81,7 +82,8 @@ struct session_registry {
 };
 
 void session_registry_init(session_registry_t *reg, unsigned sse_retry_ms,
-                           int64_t (*position)(void *data), void *position_data);
+                           int64_t (*position)(const session_t *s, void *data),
+                           void *position_data);
 /* Ends every stream and frees every session (their subscriptions must be gone). */
 void session_registry_finish(session_registry_t *reg);
 

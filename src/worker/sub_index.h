@@ -23,6 +23,7 @@
 
 #include "common/strmap.h"
 #include "common/uri.h"
+#include "worker/debounce.h"
 
 typedef struct sub_topic sub_topic;
 typedef struct sub sub_t;
@@ -47,6 +48,7 @@ struct sub_topic {
   sub_t *subs;    /* subscribers (doubly linked through topic_prev/next) */
   size_t n_session_subs; /* of which owned by sessions */
   size_t n_subs;
+  debounce_t debounce;    /* its subscribers' own debounce (part of key), or none */
   sub_topic *next, *prev; /* in its table's collection or filtered list, or its record bucket */
 };
 

@@ -20,6 +20,7 @@
 
 #include "common/log.h"
 #include "common/mem.h"
+#include "worker/debounce.h"
 #include "worker/listen.h"
 #include "worker/wait.h"
 
@@ -194,6 +195,11 @@ void subs_flush_held(worker_t *w) {
   }
 }
 
+void subs_flush_all_held(worker_t *w) {
+  subs_flush_held(w);
+  hold_flush_all(w);
+}
+
 int64_t subs_delivered_position(worker_t *w) {
   if (w->coalesce_held_head != NULL) return w->coalesce_held_head->seq - 1;
   return tailer_position(&w->tailer);
@@ -243,18 +249,51 @@ static void format_listen_updated(buf_t *b, const char *uri, const char *subscri
   listen_append_id_key(b);
 }
 
+/* The hold queue of a subscription's owner (debounce.h); NULL for a waiter. */
+static hold_queue *owner_queue(sub_owner *o) {
+  switch (o->kind) {
+  case SUB_OWNER_SESSION: return &((session_t *)o)->held;
+  case SUB_OWNER_LISTEN: return &((listen_stream *)o)->held;
+  case SUB_OWNER_WAITER: break;
+  }
+  return NULL;
+}
+
+void subs_deliver_held(worker_t *w, sub_t *sub, const char *record_uri, int64_t seq) {
+  buf_t b;
+  buf_init(&b);
+  if (sub->owner->kind == SUB_OWNER_SESSION) {
+    format_updated(&b, record_uri, sub->topic->uri);
+    frame_t *f = frame_create(seq, 't', sub->topic->order, b.data, b.len);
+    session_deliver((session_t *)sub->owner, f);
+    frame_unref(f);
+  } else {
+    format_listen_updated(&b, record_uri, sub->topic->uri, seq);
+    listen_deliver((listen_stream *)sub->owner, b.data, b.len);
+  }
+  buf_finish(&b);
+  w->notifications++;
+}
+
 /*
  * Formats the topic's update for this change once per kind of owner — a
  * frame for sessions, an event head for listen streams — and hands it to
- * every subscriber.
+ * every subscriber; to its owner's hold queue instead when the topic is
+ * debounced or the queue already holds something (commit order).
  */
 static void subs_send_topic(worker_t *w, sub_topic *t, const char *record_uri, int64_t seq) {
   frame_t *f = NULL;
   buf_t head;
   buf_init(&head);
+  bool debounced = t->debounce.quiet_ms > 0;
   for (sub_t *sub = t->subs, *next; sub != NULL; sub = next) {
     next = sub->topic_next;              /* a waiter may leave the topic when it completes */
     if (sub->since_seq >= seq) continue; /* omitCurrent: subscribed after this change */
+    hold_queue *q = owner_queue(sub->owner);
+    if (q != NULL && (debounced || q->head != NULL)) {
+      hold_add(w, q, sub, record_uri, seq);
+      continue;
+    }
     switch (sub->owner->kind) {
     case SUB_OWNER_SESSION:
       if (f == NULL) {
@@ -312,7 +351,10 @@ static void subs_on_change(const store_audit_row *row, void *data) {
   char *record_uri = uri_format_record(w->cfg->public_url, row->table, row->key);
   for (size_t i = 0; i < w->n_matched; i++) {
     sub_topic *t = w->matched[i];
-    if (w->cfg->coalesce_ms > 0 && coalesce_hold(w, t, record_uri, row->seq)) continue;
+    /* A subscription's own debounce replaces the server-wide coalescing. */
+    if (w->cfg->coalesce_ms > 0 && t->debounce.quiet_ms == 0 &&
+        coalesce_hold(w, t, record_uri, row->seq))
+      continue;
     subs_send_topic(w, t, record_uri, row->seq);
   }
   free(record_uri);
@@ -329,12 +371,37 @@ static sub_t **session_sub_slot(session_t *s, const char *uri) {
   return p;
 }
 
-/* Removes the subscription *slot links to from its owner's list (of *n) and from the index. */
+/*
+ * Removes the subscription *slot links to from its owner's list (of *n),
+ * its held updates, and from the index.
+ */
 static void owner_unsubscribe(worker_t *w, sub_t **slot, size_t *n) {
   sub_t *sub = *slot;
   *slot = sub->owner_next;
   (*n)--;
+  hold_queue *q = owner_queue(sub->owner);
+  if (q != NULL && q->head != NULL) hold_drop_sub(w, q, sub);
   sub_index_remove(&w->subs, sub);
+}
+
+sub_t *subs_owner_add(worker_t *w, sub_owner *o, sub_t **head, size_t *n, const char *key,
+                      const char *uri, const uri_t *u, int64_t since, const debounce_t *d) {
+  buf_t k;
+  buf_init(&k);
+  buf_append_str(&k, key);
+  /* Subscribers with their own debounce share a topic only with the same debounce. */
+  if (d != NULL && d->quiet_ms > 0) buf_printf(&k, "\n~debounce %u %u", d->quiet_ms, d->max_ms);
+  sub_t *sub = sub_index_add(&w->subs, k.data, uri, u, o, since);
+  buf_finish(&k);
+  if (d != NULL) sub->topic->debounce = *d;
+  sub->owner_next = *head;
+  *head = sub;
+  (*n)++;
+  return sub;
+}
+
+void subs_owner_drop(worker_t *w, sub_t **head, size_t *n) {
+  while (*head != NULL) owner_unsubscribe(w, head, n);
 }
 
 static void session_unsubscribe(worker_t *w, session_t *s, sub_t **slot) {
@@ -342,11 +409,8 @@ static void session_unsubscribe(worker_t *w, session_t *s, sub_t **slot) {
 }
 
 static void session_subscribe(worker_t *w, session_t *s, const char *key, const char *uri,
-                              const uri_t *u, int64_t since) {
-  sub_t *sub = sub_index_add(&w->subs, key, uri, u, &s->owner, since);
-  sub->owner_next = s->subs;
-  s->subs = sub;
-  s->n_subs++;
+                              const uri_t *u, int64_t since, const debounce_t *d) {
+  subs_owner_add(w, &s->owner, &s->subs, &s->n_subs, key, uri, u, since, d);
 }
 
 /*
@@ -356,8 +420,17 @@ static void session_subscribe(worker_t *w, session_t *s, const char *key, const 
 static void session_persist_subs_then(worker_t *w, session_t *s, void (*then)(int rc, void *data),
                                       void *data) {
   cJSON *list = cJSON_CreateArray();
-  for (sub_t *sub = s->subs; sub != NULL; sub = sub->owner_next)
-    cJSON_AddItemToArray(list, cJSON_CreateString(sub->topic->uri));
+  for (sub_t *sub = s->subs; sub != NULL; sub = sub->owner_next) {
+    const debounce_t *d = &sub->topic->debounce;
+    if (d->quiet_ms == 0) {
+      cJSON_AddItemToArray(list, cJSON_CreateString(sub->topic->uri));
+      continue;
+    }
+    cJSON *item = cJSON_CreateObject(); /* {"uri": U, "debounce": {...}} */
+    cJSON_AddStringToObject(item, "uri", sub->topic->uri);
+    cJSON_AddItemToObject(item, "debounce", debounce_json(d));
+    cJSON_AddItemToArray(list, item);
+  }
   char *text = cJSON_PrintUnformatted(list);
   cJSON_Delete(list);
   if (text == NULL) abort(); /* cJSON ran out of memory: the policy of mem.h */
@@ -481,8 +554,11 @@ static const tailer_ops subs_tailer_ops = {
     .check_schema = subs_check_schema,
 };
 
-static int64_t subs_position_cb(void *data) {
-  return subs_delivered_position(data);
+/* A session's delivered position: below its own oldest held update too. */
+static int64_t subs_position_cb(const session_t *s, void *data) {
+  int64_t pos = subs_delivered_position(data);
+  int64_t held = hold_oldest(&s->held);
+  return held <= pos ? held - 1 : pos;
 }
 
 int64_t subs_position(worker_t *w) {
@@ -495,6 +571,7 @@ void subs_init(worker_t *w) {
   tailer_init(&w->tailer, w->loop, w->store, w->cfg->db_path, &subs_tailer_ops, w);
   uv_timer_init(w->loop, &w->coalesce_timer);
   w->coalesce_timer.data = w;
+  hold_init(w);
   w->sessions.position = subs_position_cb;
   w->sessions.position_data = w;
 }
@@ -503,6 +580,7 @@ void subs_close(worker_t *w) {
   wait_finish_all(w);
   tailer_close(&w->tailer);
   uv_close((uv_handle_t *)&w->coalesce_timer, NULL);
+  hold_close(w);
 }
 
 void subs_finish(worker_t *w) {
@@ -602,10 +680,11 @@ bool subs_session_has(session_t *s, const char *uri) {
 }
 
 void subs_session_add(worker_t *w, session_t *s, const char *key, const char *uri, const uri_t *u,
-                      int64_t since, void (*then)(int rc, void *data), void *data) {
+                      int64_t since, const debounce_t *d, void (*then)(int rc, void *data),
+                      void *data) {
   sub_t **slot = session_sub_slot(s, uri);
   if (*slot != NULL) session_unsubscribe(w, s, slot); /* re-subscribing replaces */
-  session_subscribe(w, s, key, uri, u, since);
+  session_subscribe(w, s, key, uri, u, since, d);
   session_persist_subs_then(w, s, then, data);
   subs_update_active(w);
 }
@@ -623,7 +702,8 @@ bool subs_session_remove(worker_t *w, session_t *s, const char *uri,
 }
 
 void subs_session_drop(worker_t *w, session_t *s) {
-  while (s->subs != NULL) session_unsubscribe(w, s, &s->subs);
+  subs_owner_drop(w, &s->subs, &s->n_subs);
+  hold_clear(w, &s->held);
   subs_update_active(w);
 }
 
@@ -635,14 +715,21 @@ void subs_session_restore(worker_t *w, session_t *s, const auth_principal *p,
   cJSON_ArrayForEach(item, list) {
     uri_t u;
     char *key;
-    if (!cJSON_IsString(item) || s->n_subs >= w->cfg->max_subscriptions ||
-        subs_resolve_for(w, p, item->valuestring, AUTH_SUBSCRIBE, &u, &key) != 0) {
+    /* A URI, or {"uri": U, "debounce": {...}} for a subscription with its own debounce. */
+    const cJSON *text = cJSON_IsObject(item) ? cJSON_GetObjectItemCaseSensitive(item, "uri") : item;
+    debounce_t d;
+    char why[160];
+    const cJSON *debounce =
+        cJSON_IsObject(item) ? cJSON_GetObjectItemCaseSensitive(item, "debounce") : NULL;
+    if (debounce_parse(debounce, &d, why, sizeof(why)) != 0 || !cJSON_IsString(text) ||
+        s->n_subs >= w->cfg->max_subscriptions ||
+        subs_resolve_for(w, p, text->valuestring, AUTH_SUBSCRIBE, &u, &key) != 0) {
       dropped++; /* no longer subscribable (a dropped table or column, a grant taken away) */
       continue;
     }
-    if (*session_sub_slot(s, item->valuestring) == NULL) {
+    if (*session_sub_slot(s, text->valuestring) == NULL) {
       /* Since 0: what it missed is decided by the stream's Last-Event-ID. */
-      session_subscribe(w, s, key, item->valuestring, &u, 0);
+      session_subscribe(w, s, key, text->valuestring, &u, 0, &d);
     }
     uri_finish(&u);
     free(key);
@@ -841,6 +928,7 @@ static void subs_recover(worker_t *w, const recover_sink *sink, frame_pos after,
 }
 
 static void subs_session_recover(worker_t *w, session_t *s, frame_pos after, bool inclusive) {
+  hold_clear(w, &s->held); /* what it holds is in the log: recovered below, at once */
   recover_sink sink = {s->subs, s->n_subs, recover_to_session, s, s->id};
   subs_recover(w, &sink, after, inclusive);
 }

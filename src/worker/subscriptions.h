@@ -12,6 +12,7 @@
 #ifndef MCPSUB_SUBSCRIPTIONS_H
 #define MCPSUB_SUBSCRIPTIONS_H
 
+#include "worker/debounce.h"
 #include "worker/listen.h"
 #include "worker/session.h"
 #include "worker/worker.h"
@@ -35,12 +36,24 @@ void subs_finish(worker_t *w);
 bool subs_session_has(session_t *s, const char *uri);
 /*
  * Subscribes s to uri (parsed u, topic key as subs_resolve_for made it)
- * for the changes after audit position since, replacing a subscription to
- * the same text, and writes the session's list to its row; then(rc, data)
- * runs once it is written (then may be NULL).
+ * for the changes after audit position since, with debounce d (NULL:
+ * none), replacing a subscription to the same text, and writes the
+ * session's list to its row; then(rc, data) runs once it is written (then
+ * may be NULL).
  */
 void subs_session_add(worker_t *w, session_t *s, const char *key, const char *uri, const uri_t *u,
-                      int64_t since, void (*then)(int rc, void *data), void *data);
+                      int64_t since, const debounce_t *d, void (*then)(int rc, void *data),
+                      void *data);
+/*
+ * Adds owner o's subscription (as subs_session_add: key, uri, u, since, d)
+ * to the index and to o's list *head (of *n). Returns it.
+ */
+sub_t *subs_owner_add(worker_t *w, sub_owner *o, sub_t **head, size_t *n, const char *key,
+                      const char *uri, const uri_t *u, int64_t since, const debounce_t *d);
+/* Removes every subscription of an owner's list *head (of *n), with its held updates. */
+void subs_owner_drop(worker_t *w, sub_t **head, size_t *n);
+/* Sends one held update of sub (debounce.c): record_uri changed at seq. */
+void subs_deliver_held(worker_t *w, sub_t *sub, const char *record_uri, int64_t seq);
 /*
  * Ends s's subscription to uri (false when it has none). What its stream
  * already queued is flushed; nothing more is sent for it. then(rc, data)
@@ -105,7 +118,9 @@ int64_t subs_position(worker_t *w);
  * name, and where a resumption from the audit log stops.
  */
 int64_t subs_delivered_position(worker_t *w);
-/* Sends every update coalescing holds back, now and in order (drain, resumption). */
+/* Sends every update coalescing holds back, now and in order (resumption). */
 void subs_flush_held(worker_t *w);
+/* ...and every update debounce holds back too (a drain). */
+void subs_flush_all_held(worker_t *w);
 
 #endif

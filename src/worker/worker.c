@@ -515,7 +515,7 @@ void worker_drain(worker_t *w, uint64_t timeout_ms, void (*done)(worker_t *w)) {
   w->drain_done = done;
   w->drain_deadline = uv_now(w->loop) + timeout_ms;
   http_server_drain(w->http);
-  subs_flush_held(w); /* coalesced updates go out before the streams end */
+  subs_flush_all_held(w); /* held updates go out before the streams end */
   char retry[32];
   int n = snprintf(retry, sizeof(retry), "retry: %u\n\n", w->cfg->sse_retry_ms);
   while (w->sessions.streams != NULL) {

@@ -48,6 +48,11 @@ typedef struct worker {
   coalesce_entry *coalesce_held_head, *coalesce_held_tail;
   coalesce_entry *coalesce_open_head, *coalesce_open_tail;
   uv_timer_t coalesce_timer;
+  /* Per-subscription debounce (debounce.h): queues that hold something, entries by key. */
+  hold_queue *hold_queues;
+  strmap holds; /* "<sub> <record uri>" -> hold_entry of a debounced subscription */
+  uv_timer_t hold_timer;
+  int64_t hold_due;    /* loop ms the timer is armed for */
   sub_topic **matched; /* the topics one change matched (reused; grows) */
   size_t n_matched, matched_cap;
   uint64_t notifications;      /* resource-update frames formatted */

@@ -11,7 +11,7 @@
 #include "worker/frame.h"
 #include "worker/session.h"
 
-static int64_t position(void *data) {
+static int64_t position(const session_t *s, void *data) {
   return 42;
 }
 

@@ -22,11 +22,11 @@ import path from 'node:path';
 
 import { MCPSUBCTL, makeTempDir, startServer, getStatus } from './lib/server.mjs';
 import { RawConnection, buildRequest, parseSse, request } from './lib/raw.mjs';
+import { HEADERS, V, modern, post, rawListen } from './lib/modern.mjs';
 import { sqlite } from './lib/sqlite.mjs';
 import { product, rest } from './lib/subs.mjs';
 import { sleep, waitFor, withTimeout } from './lib/wait.mjs';
 
-const V = '2026-07-28';
 let srv;
 
 before(async () => {
@@ -47,48 +47,6 @@ async function connectV2(server, mode = 'auto') {
 }
 
 const updates = (got) => got.filter((n) => n.method === 'notifications/resources/updated').map((n) => [n.params.uri, n.params.subscribedUri]);
-
-/* The body of a 2026-07-28 request: the envelope in params._meta. */
-function modern(method, params = {}, id = 1) {
-  return {
-    jsonrpc: '2.0',
-    id,
-    method,
-    params: {
-      ...params,
-      _meta: {
-        'io.modelcontextprotocol/protocolVersion': V,
-        'io.modelcontextprotocol/clientCapabilities': {},
-        'io.modelcontextprotocol/clientInfo': { name: 'raw', version: '1' },
-      },
-    },
-  };
-}
-
-const HEADERS = { Accept: 'application/json, text/event-stream', 'Content-Type': 'application/json' };
-
-/* POSTs msg with the standard headers (overridable; null drops one). */
-function post(port, msg, headers = {}) {
-  const h = { ...HEADERS, 'MCP-Protocol-Version': V, 'Mcp-Method': msg.method, ...headers };
-  for (const [k, v] of Object.entries(h)) if (v === null) delete h[k];
-  return request(port, { method: 'POST', path: '/mcp', headers: h, body: JSON.stringify(msg) });
-}
-
-/* Opens a raw listen stream; returns the connection and a reader of its events. */
-async function rawListen(port, filter, { id = 'l1', meta = {} } = {}) {
-  const msg = modern('subscriptions/listen', { notifications: filter }, id);
-  Object.assign(msg.params._meta, meta);
-  const conn = await RawConnection.open(port);
-  conn.write(buildRequest(port, { method: 'POST', path: '/mcp', headers: { ...HEADERS, 'MCP-Protocol-Version': V, 'Mcp-Method': 'subscriptions/listen' }, body: JSON.stringify(msg) }));
-  const raw = () => conn.all.toString('utf8');
-  const text = () => {
-    const at = raw().indexOf('\r\n\r\n');
-    return at < 0 ? '' : raw().slice(at + 4);
-  };
-  const events = () => parseSse(text()).events.filter((e) => e.data !== undefined).map((e) => ({ ...e, json: JSON.parse(e.data) }));
-  await waitFor(() => events().length >= 1, { timeoutMs: 5000, message: 'the acknowledgement' });
-  return { conn, text, events, head: raw().slice(0, raw().indexOf('\r\n\r\n')) };
-}
 
 test('auto mode negotiates 2026-07-28; discover names every revision; lists and reads carry resultType, ttlMs and cacheScope', async () => {
   const { client } = await connectV2(srv);

@@ -1,0 +1,211 @@
+// Per-subscription debounce, black-box: _meta["io.mcpsub/debounce"] on
+// resources/subscribe and subscriptions/listen. A burst of changes to a
+// record gives one update once it has been quiet for quietMs, and a record
+// that never goes quiet is announced at least every maxMs. Updates of
+// other subscriptions on the same stream never overtake a held one
+// (commit order), the held update goes out on a drain, a worker's death
+// loses nothing (Last-Event-ID recovers it, exactly once), and the
+// debounce survives the session's restore on the restarted worker.
+
+import test from 'node:test';
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+
+import { startServer } from './lib/server.mjs';
+import { McpSession } from './lib/mcp.mjs';
+import { sessionRow } from './lib/sqlite.mjs';
+import { EventStream, idSeq } from './lib/sse.mjs';
+import { rest } from './lib/subs.mjs';
+import { rawListen } from './lib/modern.mjs';
+import { sleep, waitFor } from './lib/wait.mjs';
+
+const META = 'io.mcpsub/debounce';
+const seqOf = (res) => Number(JSON.parse(res.headers.etag));
+
+async function subscribe(s, uri, debounce) {
+  const params = debounce ? { uri, _meta: { [META]: debounce } } : { uri };
+  assert.deepEqual(await s.result('resources/subscribe', params), {});
+}
+
+async function openPrimed(server, s, lastEventId) {
+  const st = await EventStream.open(server.port, s.id, { lastEventId });
+  await st.waitPrimed();
+  return st;
+}
+
+function childrenOf(pid) {
+  return fs.readFileSync(`/proc/${pid}/task/${pid}/children`, 'utf8').trim().split(/\s+/).filter(Boolean).map(Number);
+}
+
+test('a burst of changes gives one update, after the record has been quiet for quietMs', async () => {
+  const server = await startServer();
+  try {
+    const s = await McpSession.open(server.port);
+    const record = `${server.base}/Product/A-100`;
+    await subscribe(s, record, { quietMs: 400 });
+    const st = await openPrimed(server, s);
+    let last;
+    for (let i = 1; i <= 5; i++) {
+      last = await rest(server.port, 'PATCH', '/Product/A-100', { price_cents: 1000 + i });
+      await sleep(50);
+    }
+    await sleep(150); // 150 ms after the last change: still quiet for less than 400 ms
+    assert.equal(st.updates().length, 0, st.describe());
+    await st.waitUpdates(1);
+    await sleep(300);
+    assert.deepEqual(st.updates().map((e) => [idSeq(e.id), e.json.params.uri]), [[seqOf(last), record]], st.describe());
+    st.close();
+    await s.delete();
+  } finally {
+    await server.stop();
+  }
+});
+
+test('a record that never goes quiet is still announced every maxMs', async () => {
+  const server = await startServer();
+  try {
+    const s = await McpSession.open(server.port);
+    await subscribe(s, `${server.base}/Product/A-100`, { quietMs: 300, maxMs: 600 });
+    const st = await openPrimed(server, s);
+    const started = Date.now();
+    let writes = 0;
+    while (Date.now() - started < 2000) {
+      await rest(server.port, 'PATCH', '/Product/A-100', { price_cents: 2000 + writes++ });
+      await sleep(60);
+    }
+    const during = st.updates().length;
+    assert.ok(during >= 2, `updates while changes kept coming every 60 ms for 2 s: ${during}\n${st.describe()}`);
+    assert.ok(during < writes / 3, `debounced: ${during} updates for ${writes} changes`);
+    st.close();
+    await s.delete();
+  } finally {
+    await server.stop();
+  }
+});
+
+test('an update of another subscription waits behind a held one: the stream stays in commit order', async () => {
+  const server = await startServer();
+  try {
+    const B = server.base;
+    const s = await McpSession.open(server.port);
+    await subscribe(s, `${B}/Product/A-100`, { quietMs: 500, maxMs: 500 });
+    await subscribe(s, `${B}/Product/B-200`);
+    const st = await openPrimed(server, s);
+    const r1 = await rest(server.port, 'PATCH', '/Product/A-100', { price_cents: 1 });
+    const r2 = await rest(server.port, 'PATCH', '/Product/B-200', { price_cents: 2 });
+    await sleep(250);
+    assert.equal(st.updates().length, 0, `nothing overtakes the held change\n${st.describe()}`);
+    await st.waitUpdates(2);
+    assert.deepEqual(
+      st.updates().map((e) => [idSeq(e.id), e.json.params.uri]),
+      [
+        [seqOf(r1), `${B}/Product/A-100`],
+        [seqOf(r2), `${B}/Product/B-200`],
+      ],
+      st.describe(),
+    );
+    st.close();
+    await s.delete();
+  } finally {
+    await server.stop();
+  }
+});
+
+test('a held update is sent when the server drains (SIGTERM), before the stream ends', async () => {
+  const server = await startServer();
+  let stopped = false;
+  try {
+    const s = await McpSession.open(server.port);
+    await subscribe(s, `${server.base}/Product/C-300`, { quietMs: 20000, maxMs: 60000 });
+    const st = await openPrimed(server, s);
+    const res = await rest(server.port, 'PATCH', '/Product/C-300', { price_cents: 7 });
+    await sleep(200);
+    assert.equal(st.updates().length, 0);
+    await server.stop({ keepDir: false });
+    stopped = true;
+    await st.waitClosed();
+    assert.deepEqual(st.updates().map((e) => idSeq(e.id)), [seqOf(res)], st.describe());
+  } finally {
+    if (!stopped) await server.stop();
+  }
+});
+
+test('a held update survives its worker dying: recovered once, in order, and the restored subscription still debounces', async () => {
+  const server = await startServer({ args: ['--workers', '1'] });
+  try {
+    const B = server.base;
+    const s = await McpSession.open(server.port);
+    const held = `${B}/Product/C-300`;
+    const other = `${B}/Product/D-400`;
+    await subscribe(s, held, { quietMs: 20000, maxMs: 60000 });
+    await subscribe(s, other);
+    const row = JSON.parse(sessionRow(server.dbPath, s.id).subscriptions);
+    assert.deepEqual(row.find((x) => typeof x === 'object'), { uri: held, debounce: { quietMs: 20000, maxMs: 60000 } });
+    const st = await openPrimed(server, s);
+    const r1 = await rest(server.port, 'PATCH', '/Product/D-400', { price_cents: 1 });
+    await st.waitUpdates(1);
+    const r2 = await rest(server.port, 'PATCH', '/Product/C-300', { price_cents: 2 }); // held
+    const r3 = await rest(server.port, 'PATCH', '/Product/D-400', { price_cents: 3 }); // waits behind it
+    await sleep(200);
+    assert.deepEqual(st.updates().map((e) => idSeq(e.id)), [seqOf(r1)], st.describe());
+    const lastId = st.lastId;
+    const [worker] = childrenOf(server.child.pid);
+    process.kill(worker, 'SIGKILL');
+    await st.waitClosed();
+    const resumed = await waitFor(
+      async () => {
+        try {
+          return await openPrimed(server, s, lastId);
+        } catch {
+          return undefined;
+        }
+      },
+      { timeoutMs: 10000, message: 'the restarted worker to take the stream' },
+    );
+    await sleep(100);
+    assert.deepEqual(
+      resumed.updates().map((e) => [idSeq(e.id), e.json.params.uri]),
+      [
+        [seqOf(r2), held],
+        [seqOf(r3), other],
+      ],
+      resumed.describe(),
+    );
+    // Restored from the row with its debounce: a new change is held again.
+    await rest(server.port, 'PATCH', '/Product/C-300', { price_cents: 4 });
+    await sleep(300);
+    assert.equal(resumed.updates().length, 2, resumed.describe());
+    resumed.close();
+    await s.delete();
+  } finally {
+    await server.stop();
+  }
+});
+
+test('subscriptions/listen: the debounce applies to each URI of the stream; a bad debounce is -32602', async () => {
+  const server = await startServer();
+  try {
+    const uri = `${server.base}/Product/A-100`;
+    const l = await rawListen(server.port, { resourceSubscriptions: [uri] }, { id: 'd1', meta: { [META]: { quietMs: 300 } } });
+    const ups = () => l.events().filter((e) => e.json.method === 'notifications/resources/updated');
+    let last;
+    for (let i = 0; i < 4; i++) {
+      last = await rest(server.port, 'PATCH', '/Product/A-100', { price_cents: 3000 + i });
+      await sleep(40);
+    }
+    await waitFor(() => ups().length >= 1, { timeoutMs: 5000, message: 'the debounced update' });
+    await sleep(400);
+    assert.deepEqual(ups().map((e) => e.json.params._meta['io.mcpsub/position']), [String(seqOf(last))], l.text());
+    l.conn.close();
+
+    for (const bad of [{ quietMs: 0 }, { quietMs: 'x' }, { quietMs: 100, maxMs: 50 }, { quietMs: 70000 }, 5]) {
+      const s = await McpSession.open(server.port);
+      const err = await s.error('resources/subscribe', { uri, _meta: { [META]: bad } });
+      assert.equal(err.code, -32602, JSON.stringify(bad));
+      assert.match(err.message, /io\.mcpsub\/debounce/);
+      await s.delete();
+    }
+  } finally {
+    await server.stop();
+  }
+});
