@@ -361,6 +361,36 @@ static int config_set_max_per_address(config_t *cfg, const char *flag, const cha
   return rc;
 }
 
+static int config_set_confirm(config_t *cfg, const char *flag, const char *value, char *err,
+                              size_t errlen) {
+  static const char *const names[] = {
+      [CONFIRM_NEVER] = "never", [CONFIRM_ELICIT] = "elicit", [CONFIRM_REFUSE] = "refuse"};
+  for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+    if (strcmp(value, names[i]) == 0) {
+      cfg->confirm_destructive = (int)i;
+      return 0;
+    }
+  }
+  return errmsg(err, errlen, -EINVAL, "%s: expected never, elicit or refuse, got \"%s\"", flag,
+                value);
+}
+
+static int config_set_confirm_rows(config_t *cfg, const char *flag, const char *value, char *err,
+                                   size_t errlen) {
+  uint64_t n = 0;
+  int rc = config_parse_uint(flag, value, 0, 1000000000, false, &n, err, errlen);
+  if (rc == 0) cfg->confirm_rows = (int64_t)n;
+  return rc;
+}
+
+static int config_set_confirm_timeout(config_t *cfg, const char *flag, const char *value, char *err,
+                                      size_t errlen) {
+  uint64_t n = 0;
+  int rc = config_parse_uint(flag, value, 1, 3600, false, &n, err, errlen);
+  if (rc == 0) cfg->confirm_timeout_ms = n * 1000;
+  return rc;
+}
+
 static int config_set_write_timeout(config_t *cfg, const char *flag, const char *value, char *err,
                                     size_t errlen) {
   uint64_t n = 0;
@@ -503,6 +533,18 @@ static const config_flag config_flags[] = {
      "at most one update per URI per subscription in this\n"
      "window; the last change is always sent",
      config_set_coalesce},
+    {"--confirm-destructive", "never|elicit|refuse", "elicit",
+     "delete_record, delete_records and large put_records\n"
+     "ask the user first (elicitation) when the client can\n"
+     "be asked; for one that cannot: elicit proceeds, refuse\n"
+     "refuses; never asks nobody",
+     config_set_confirm},
+    {"--confirm-rows", "N", "10", "put_records changing more rows than this asks first",
+     config_set_confirm_rows},
+    {"--confirm-timeout", "SECONDS", "120",
+     "how long a confirmation waits for the user's answer\n"
+     "(then nothing changes)",
+     config_set_confirm_timeout},
     {"--strict-subscribe", NULL, NULL,
      "refuse resources/subscribe before the session's GET\n"
      "stream is open (Harper's behaviour)",
@@ -592,6 +634,9 @@ void config_defaults(config_t *cfg) {
   cfg->max_stream_queue = 1024 * 1024;
   cfg->coalesce_ms = 0;
   cfg->strict_subscribe = false;
+  cfg->confirm_destructive = CONFIRM_ELICIT;
+  cfg->confirm_rows = 10;
+  cfg->confirm_timeout_ms = 120000;
   cfg->max_wait_ms = 300000;
   cfg->workers = -1; /* resolved after parsing */
   cfg->write_timeout_ms = 15000;

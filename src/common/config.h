@@ -46,6 +46,10 @@ typedef struct config {
   size_t max_stream_queue;    /* --max-stream-queue bytes, default 1 MiB */
   uint64_t coalesce_ms;       /* --coalesce-ms, 0 = off */
   bool strict_subscribe;      /* --strict-subscribe */
+  /* Destructive tools (confirm.h): who is asked, above how many rows, how long for. */
+  enum { CONFIRM_NEVER, CONFIRM_ELICIT, CONFIRM_REFUSE } confirm_destructive;
+  int64_t confirm_rows;        /* --confirm-rows: put_records touching more rows asks */
+  uint64_t confirm_timeout_ms; /* --confirm-timeout seconds: how long an answer is awaited */
   uint64_t max_wait_ms;      /* --max-wait seconds: cap of wait_and_read's timeoutMs, default 300 */
   int workers;               /* --workers: worker processes; 0 = one process; default: CPUs */
   uint64_t drain_timeout_ms; /* --drain-timeout seconds: longest graceful stop, default 10 */

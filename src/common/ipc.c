@@ -38,6 +38,7 @@ static const ipc_cmd_info ipc_cmds[IPC_CMD_END] = {
     [IPC_CTL_REP] = {"CTL_REP", false, 2, IPC_MAX_TOTAL},
     [IPC_DRAIN] = {"DRAIN", false, 0, 0},
     [IPC_CANCEL] = {"CANCEL", false, 3, 1024},
+    [IPC_ANSWER] = {"ANSWER", false, 5, 16384},
 };
 
 static const ipc_cmd_info *ipc_cmd_lookup(uint32_t cmd) {
@@ -430,4 +431,20 @@ void ipc_channel_close(ipc_channel_t *ch, void (*closed)(ipc_channel_t *ch)) {
   ch->closing = true;
   ch->closed = closed;
   uv_close((uv_handle_t *)&ch->poll, ipc_channel_on_closed);
+}
+
+char *ipc_fields(const void *payload, size_t len, const char **fields, size_t n) {
+  char *copy = mem_alloc(len + 1); /* copied whole: the fields hold NULs */
+  memcpy(copy, payload, len);
+  copy[len] = '\0';
+  size_t at = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (at > len || (i + 1 < n && memchr(copy + at, '\0', len - at) == NULL)) {
+      free(copy);
+      return NULL;
+    }
+    fields[i] = copy + at;
+    at += strlen(copy + at) + 1;
+  }
+  return copy;
 }

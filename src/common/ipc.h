@@ -48,6 +48,7 @@ enum ipc_cmd {
   IPC_CTL_REP,   /* worker -> master: its answer, a JSON object with the same "rid" */
   IPC_DRAIN,     /* master -> worker: stop gracefully (see worker_drain) */
   IPC_CANCEL,    /* worker -> master -> other workers: "principal\0request id" (listen.h) */
+  IPC_ANSWER,    /* worker -> master -> other workers: "principal\0session\0response" (confirm.h) */
   IPC_CMD_END
 };
 
@@ -176,5 +177,14 @@ size_t ipc_channel_queued(const ipc_channel_t *ch);
  * be reused (NULL: nothing to run). Idempotent.
  */
 void ipc_channel_close(ipc_channel_t *ch, void (*closed)(ipc_channel_t *ch));
+
+/*
+ * Splits a payload of n fields separated by NUL bytes (the last field runs
+ * to the payload's end) into a NUL-terminated copy, fields[i] pointing
+ * into it. Returns the copy (the caller frees it), or NULL when the
+ * payload holds fewer than n fields (CANCEL: principal, request id;
+ * ANSWER: principal, session, response).
+ */
+char *ipc_fields(const void *payload, size_t len, const char **fields, size_t n) MCPSUB_NODISCARD;
 
 #endif

@@ -1263,6 +1263,65 @@ static int store_bind_filter(sqlite3_stmt *st, const store_filter *f, int *param
   return SQLITE_OK;
 }
 
+/* Are the filters' values of the kinds their operators take? */
+static bool store_filters_valid(const store_table *t, const store_filter *filters, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    assert(filters[i].col >= 0 && filters[i].col < t->n_cols);
+    if (filters[i].op == STORE_IN) {
+      const cJSON *v;
+      if (!cJSON_IsArray(filters[i].value) || cJSON_GetArraySize(filters[i].value) == 0)
+        return false;
+      cJSON_ArrayForEach(v, filters[i].value) {
+        if (!store_json_storable(v) || cJSON_IsNull(v)) return false;
+      }
+    } else if (!store_json_storable(filters[i].value) ||
+               (filters[i].op != STORE_EQ && cJSON_IsNull(filters[i].value))) {
+      return false;
+    }
+  }
+  return true;
+}
+
+/* Appends " WHERE <filters, ANDed>" (nothing without filters); *param numbers the placeholders. */
+static void store_sql_where(sqlite3_str *q, const store_table *t, const store_filter *filters,
+                            size_t n, int *param) {
+  for (size_t i = 0; i < n; i++) {
+    sqlite3_str_appendall(q, i == 0 ? " WHERE " : " AND ");
+    store_sql_filter(q, t, &filters[i], param);
+  }
+}
+
+/* Binds the values store_sql_where placed, from *param on. */
+static int store_bind_filters(store_t *s, sqlite3_stmt *st, const store_filter *filters, size_t n,
+                              int *param) {
+  for (size_t i = 0; i < n; i++) {
+    int rc = store_bind_filter(st, &filters[i], param);
+    if (rc != SQLITE_OK) return store_error(s, rc, NULL, 0);
+  }
+  return 0;
+}
+
+int store_count_where(store_t *s, const store_table *t, const store_filter *filters, size_t n,
+                      int64_t *count) {
+  *count = 0;
+  if (!store_filters_valid(t, filters, n)) return -EINVAL;
+  int param = 0;
+  sqlite3_str *q = store_sql_new(s);
+  sqlite3_str_appendall(q, "SELECT count(*) FROM ");
+  store_sql_ident(q, t->name);
+  store_sql_where(q, t, filters, n, &param);
+  char *sql = store_sql_finish(q);
+  sqlite3_stmt *st = NULL;
+  int ret = store_stmt_get(s, sql, &st, NULL, 0);
+  sqlite3_free(sql);
+  if (ret < 0) return ret;
+  param = 0;
+  ret = store_bind_filters(s, st, filters, n, &param);
+  if (ret == 0) ret = store_step_int64(s, st, count, NULL, 0);
+  store_stmt_put(s, st);
+  return ret;
+}
+
 int store_query(store_t *s, const store_table *t, const store_filter *filters, size_t n_filters,
                 int limit, const char *after_key, cJSON **rows, char **next_key) {
   sqlite3_stmt *st = NULL;
@@ -1277,27 +1336,11 @@ int store_query(store_t *s, const store_table *t, const store_filter *filters, s
   if (limit < 1) limit = 1;
   if (limit > STORE_QUERY_MAX_LIMIT) limit = STORE_QUERY_MAX_LIMIT;
   if (after_key != NULL && !store_key_valid(t, after_key)) return -EINVAL;
-  for (size_t i = 0; i < n_filters; i++) {
-    assert(filters[i].col >= 0 && filters[i].col < t->n_cols);
-    if (filters[i].op == STORE_IN) {
-      const cJSON *v;
-      if (!cJSON_IsArray(filters[i].value) || cJSON_GetArraySize(filters[i].value) == 0)
-        return -EINVAL;
-      cJSON_ArrayForEach(v, filters[i].value) {
-        if (!store_json_storable(v) || cJSON_IsNull(v)) return -EINVAL;
-      }
-    } else if (!store_json_storable(filters[i].value) ||
-               (filters[i].op != STORE_EQ && cJSON_IsNull(filters[i].value))) {
-      return -EINVAL;
-    }
-  }
+  if (!store_filters_valid(t, filters, n_filters)) return -EINVAL;
 
   q = store_sql_new(s);
   store_sql_select(q, t);
-  for (size_t i = 0; i < n_filters; i++) {
-    sqlite3_str_appendall(q, i == 0 ? " WHERE " : " AND ");
-    store_sql_filter(q, t, &filters[i], &param);
-  }
+  store_sql_where(q, t, filters, n_filters, &param);
   if (after_key != NULL) {
     sqlite3_str_appendall(q, n_filters == 0 ? " WHERE " : " AND ");
     store_sql_key(q, t);
@@ -1311,13 +1354,8 @@ int store_query(store_t *s, const store_table *t, const store_filter *filters, s
   ret = store_stmt_get(s, sql, &st, NULL, 0);
   if (ret < 0) goto done;
   param = 0;
-  for (size_t i = 0; i < n_filters; i++) {
-    rc = store_bind_filter(st, &filters[i], &param);
-    if (rc != SQLITE_OK) {
-      ret = store_error(s, rc, NULL, 0);
-      goto done;
-    }
-  }
+  ret = store_bind_filters(s, st, filters, n_filters, &param);
+  if (ret < 0) goto done;
   if (after_key != NULL) store_bind_key(st, ++param, t, after_key);
   sqlite3_bind_int(st, ++param, limit + 1);
 
@@ -1749,6 +1787,96 @@ int store_delete_as(store_t *s, const store_table *t, const char *key, const sto
   if (ret == 0) ret = store_guard_stamp(s, guard, before, err, errlen);
   if (ret == 0) ret = store_commit(s, err, errlen);
   if (ret < 0) store_rollback(s);
+  return ret;
+}
+
+/*
+ * The UPDATE (set) or DELETE (set NULL) of every row matching filters, in
+ * the current transaction; *changed gets how many rows.
+ */
+static int store_bulk_run(store_t *s, const store_table *t, const store_filter *filters, size_t n,
+                          const store_assign *assigns, int n_assign, int64_t *changed, char *err,
+                          size_t errlen) {
+  int param = 0;
+  sqlite3_str *q = store_sql_new(s);
+  if (assigns == NULL) {
+    sqlite3_str_appendall(q, "DELETE FROM ");
+    store_sql_ident(q, t->name);
+  } else {
+    sqlite3_str_appendall(q, "UPDATE ");
+    store_sql_ident(q, t->name);
+    for (int i = 0; i < n_assign; i++) {
+      sqlite3_str_appendall(q, i == 0 ? " SET " : ", ");
+      store_sql_ident(q, t->cols[assigns[i].col].name);
+      sqlite3_str_appendf(q, " = ?%d", ++param);
+    }
+  }
+  store_sql_where(q, t, filters, n, &param);
+  char *sql = store_sql_finish(q);
+  sqlite3_stmt *st = NULL;
+  int ret = store_stmt_get(s, sql, &st, err, errlen);
+  sqlite3_free(sql);
+  if (ret < 0) return ret;
+  param = 0;
+  for (int i = 0; i < n_assign && ret == 0; i++) {
+    int rc = store_bind_json(st, ++param, assigns[i].value);
+    if (rc != SQLITE_OK) ret = store_error(s, rc, err, errlen);
+  }
+  if (ret == 0) ret = store_bind_filters(s, st, filters, n, &param);
+  if (ret == 0) ret = store_step_done(s, st, changed, err, errlen);
+  store_stmt_put(s, st);
+  return ret;
+}
+
+int store_bulk_as(store_t *s, const store_table *t, const store_filter *filters, size_t n,
+                  const cJSON *set, const store_guard *guard, int64_t *changed, char *err,
+                  size_t errlen) {
+  store_assign *assigns = NULL;
+  const cJSON *key_value = NULL;
+  int n_assign = 0, ret;
+  *changed = 0;
+  if (!store_filters_valid(t, filters, n)) {
+    store_set_err(err, errlen, "invalid filter value");
+    return -EINVAL;
+  }
+  if (set != NULL) {
+    assigns = mem_calloc((size_t)t->n_cols + 1, sizeof(*assigns));
+    ret = store_write_parse(t, NULL, set, assigns, &n_assign, &key_value, err, errlen);
+    if (ret == 0 && key_value != NULL) {
+      store_set_err(err, errlen, "a bulk write cannot change keys");
+      ret = -EINVAL;
+    }
+    if (ret == 0 && n_assign == 0) {
+      store_set_err(err, errlen, "nothing to set");
+      ret = -EINVAL;
+    }
+    /* Nobody moves rows out of their row scope (the filters keep them to it). */
+    for (int i = 0; ret == 0 && guard != NULL && guard->scope_column != NULL && i < n_assign; i++) {
+      if (strcmp(t->cols[assigns[i].col].name, guard->scope_column) != 0) continue;
+      char *text = store_json_key_text(assigns[i].value);
+      bool same = text != NULL && strcmp(text, guard->scope_value) == 0;
+      free(text);
+      if (!same) {
+        store_set_err(err, errlen, "column %s is your row scope: it cannot be changed",
+                      guard->scope_column);
+        ret = -EACCES;
+      }
+    }
+    if (ret < 0) goto done;
+  }
+  ret = store_begin(s, true, err, errlen);
+  if (ret < 0) goto done;
+  int64_t before = 0;
+  ret = store_audit_max_seq(s, &before);
+  if (ret == 0) ret = store_bulk_run(s, t, filters, n, assigns, n_assign, changed, err, errlen);
+  if (ret == 0) ret = store_guard_stamp(s, guard, before, err, errlen);
+  if (ret == 0) ret = store_commit(s, err, errlen);
+  if (ret < 0) {
+    store_rollback(s);
+    *changed = 0;
+  }
+done:
+  free(assigns);
   return ret;
 }
 

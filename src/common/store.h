@@ -149,6 +149,10 @@ int store_query(store_t *s, const store_table *t, const store_filter *filters, s
  */
 char *store_row_key(const store_table *t, const cJSON *row);
 
+/* How many rows of t match every filter (store_query's filters). -EINVAL for a bad value. */
+int store_count_where(store_t *s, const store_table *t, const store_filter *filters, size_t n,
+                      int64_t *count) MCPSUB_NODISCARD;
+
 /* Version of a collection: seq of the last audited change to any row of t (0 if none). */
 int store_table_version(store_t *s, const store_table *t, int64_t *version) MCPSUB_NODISCARD;
 /* Row count of t. */
@@ -196,6 +200,18 @@ int store_write_as(store_t *s, const store_table *t, const char *key, const cJSO
 /* store_delete with a guard, the same way. err may be NULL. */
 int store_delete_as(store_t *s, const store_table *t, const char *key, const store_guard *guard,
                     char *err, size_t errlen) MCPSUB_NODISCARD;
+
+/*
+ * One transaction over every row of t matching the filters: sets the
+ * columns of set (a JSON object; keys may not change) or, set NULL,
+ * deletes the rows. The guard's principal is recorded on the audit rows;
+ * its row scope must be among the filters (the caller adds it), and set
+ * may not move a row out of it (-EACCES). *changed gets the number of
+ * rows. -EINVAL (err says why) for a bad set or filter value.
+ */
+int store_bulk_as(store_t *s, const store_table *t, const store_filter *filters, size_t n,
+                  const cJSON *set, const store_guard *guard, int64_t *changed, char *err,
+                  size_t errlen) MCPSUB_NODISCARD;
 
 /* Audit log ---------------------------------------------------------------- */
 

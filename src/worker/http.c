@@ -646,6 +646,10 @@ void http_stream_end(http_conn_t *c) {
   conn_finish(c, true);
 }
 
+bool http_conn_streaming(const http_conn_t *c) {
+  return c != NULL && c->phase == PHASE_STREAM;
+}
+
 size_t http_conn_queued(const http_conn_t *c) {
   return c ? c->queued : 0;
 }

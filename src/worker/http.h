@@ -147,6 +147,8 @@ void http_stream_exempt(http_conn_t *c, bool exempt);
 void http_stream_flush(http_conn_t *c);
 /* Flushes what is queued, then closes the connection. */
 void http_stream_end(http_conn_t *c);
+/* Has the connection's response become a stream (http_stream_begin)? */
+bool http_conn_streaming(const http_conn_t *c);
 /* Bytes queued and not yet written by the kernel. */
 size_t http_conn_queued(const http_conn_t *c);
 

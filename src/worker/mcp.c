@@ -23,6 +23,7 @@
 #include "common/log.h"
 #include "common/mem.h"
 #include "common/session_id.h"
+#include "worker/confirm.h"
 #include "worker/listen.h"
 #include "worker/subscriptions.h"
 #include "worker/wait.h"
@@ -134,6 +135,8 @@ static cJSON *mcp_initialize(mcp_call *call) {
   mcp_init_wait *iw = mem_calloc(1, sizeof(*iw));
   call->created = session_registry_add(&w->sessions, row.id, version, now);
   session_set_principal(call->created, call->principal->id);
+  call->created->elicit_form =
+      confirm_caps_form(cJSON_GetObjectItemCaseSensitive(call->params, "capabilities"));
   memcpy(call->created->credential, call->principal->credential, sizeof(call->created->credential));
   call->created->credential_expires_ms = call->principal->expires_ms;
 
@@ -401,6 +404,9 @@ static int mcp_session_lookup(worker_t *w, const char *id, const auth_principal 
     s->persisted_seen_ms = row.last_seen;
     if (row.log_level != NULL && session_log_level_parse(row.log_level, &s->log_level) != 0)
       s->log_level = SESSION_LOG_INFO;
+    cJSON *caps = row.client_capabilities != NULL ? cJSON_Parse(row.client_capabilities) : NULL;
+    s->elicit_form = confirm_caps_form(caps);
+    cJSON_Delete(caps);
     subs_session_restore(w, s, p, row.subscriptions);
     log_info("session restored", "session", s->id);
     *out = s;
@@ -528,7 +534,9 @@ static void mcp_notification(worker_t *w, const auth_principal *p, session_t *s,
   if (!cJSON_IsString(rid) && !cJSON_IsNumber(rid)) return;
   char *text = cJSON_PrintUnformatted(rid);
   if (text == NULL) abort(); /* cJSON out of memory: mem.h's policy */
-  bool found = listen_cancel(w, p->id, text) || wait_cancel(w, p->id, s != NULL ? s->id : "", text);
+  const char *sid = s != NULL ? s->id : "";
+  bool found = listen_cancel(w, p->id, text) || wait_cancel(w, p->id, sid, text) ||
+               confirm_cancel(w, p->id, sid, text);
   /* A session's requests all come here; a stateless one may be on another worker. */
   if (!found && s == NULL && w->on_unknown_cancel != NULL) w->on_unknown_cancel(w, p->id, text);
   cJSON_free(text);
@@ -536,6 +544,7 @@ static void mcp_notification(worker_t *w, const auth_principal *p, session_t *s,
 
 /* Adds what a 2026-07-28 result carries besides the 2025 one. */
 static void mcp_modern_result(worker_t *w, cJSON *result, bool cacheable, bool discover) {
+  if (cJSON_HasObjectItem(result, "resultType")) return; /* input_required (confirm.h) */
   cJSON_AddStringToObject(result, "resultType", "complete");
   if (cacheable) {
     /* Rows change at any time: not cacheable for long; per caller once callers differ. */
@@ -550,26 +559,117 @@ static void mcp_modern_result(worker_t *w, cJSON *result, bool cacheable, bool d
   }
 }
 
+/*
+ * Sends a request's response message: the body of the answer, or its last
+ * event when the handler made the answer an SSE stream (progress sent
+ * before the result).
+ */
+static void mcp_respond_message(http_conn_t *c, int status, const cJSON *msg) {
+  if (http_conn_streaming(c)) {
+    worker_sse_send(c, msg);
+    http_stream_end(c);
+  } else {
+    worker_respond_json(c, status, msg, NULL, 0);
+  }
+}
+
 /* The answer of a call: result (consumed), or the error when NULL. */
 static cJSON *mcp_answer_message(const cJSON *id, cJSON *result, int code, const char *message,
                                  bool modern) {
-  if (result != NULL && modern) cJSON_AddStringToObject(result, "resultType", "complete");
+  if (result != NULL && modern && !cJSON_HasObjectItem(result, "resultType"))
+    cJSON_AddStringToObject(result, "resultType", "complete");
   return result != NULL ? jsonrpc_result(id, result) : jsonrpc_error(id, code, message);
 }
 
 void mcp_answer(http_conn_t *c, const cJSON *id, cJSON *result, int code, const char *message,
                 bool modern) {
   cJSON *msg = mcp_answer_message(id, result, code, message, modern);
-  worker_respond_json(c, 200, msg, NULL, 0);
+  mcp_respond_message(c, 200, msg);
   cJSON_Delete(msg);
 }
 
-void mcp_answer_event(http_conn_t *c, const cJSON *id, cJSON *result, int code, const char *message,
-                      bool modern) {
-  cJSON *msg = mcp_answer_message(id, result, code, message, modern);
-  worker_sse_send(c, msg);
+/* Replies ------------------------------------------------------------------------ */
+
+#define META_LOG_LEVEL "io.modelcontextprotocol/logLevel"
+
+void mcp_reply_init(mcp_reply *r, const mcp_call *call) {
+  memset(r, 0, sizeof(*r));
+  r->conn = call->conn;
+  r->id = cJSON_Duplicate(call->id, true);
+  r->modern = call->modern;
+  const cJSON *meta = cJSON_GetObjectItemCaseSensitive(call->params, "_meta");
+  const cJSON *token = cJSON_GetObjectItemCaseSensitive(meta, "progressToken");
+  if (cJSON_IsString(token) || cJSON_IsNumber(token))
+    r->progress_token = cJSON_Duplicate(token, true);
+  /* 2025: the session's logging/setLevel; 2026-07-28: the request's own, else none. */
+  r->log_level = -1;
+  enum session_log_level level;
+  const cJSON *wanted = cJSON_GetObjectItemCaseSensitive(meta, META_LOG_LEVEL);
+  if (call->session != NULL) {
+    r->log_level = (int)call->session->log_level;
+    snprintf(r->session, sizeof(r->session), "%s", call->session->id);
+  } else if (cJSON_IsString(wanted) && session_log_level_parse(wanted->valuestring, &level) == 0) {
+    r->log_level = (int)level;
+  }
+}
+
+void mcp_reply_finish(mcp_reply *r) {
+  cJSON_Delete(r->id);
+  cJSON_Delete(r->progress_token);
+  r->id = r->progress_token = NULL;
+  r->conn = NULL;
+}
+
+void mcp_reply_stream(mcp_reply *r) {
+  if (r->conn != NULL && !http_conn_streaming(r->conn)) http_stream_begin_sse(r->conn);
+}
+
+void mcp_reply_progress(mcp_reply *r, double progress, double total, const char *message) {
+  if (r->progress_token == NULL || r->conn == NULL) return;
+  if (progress < r->progress) progress = r->progress;
+  r->progress = progress;
+  mcp_reply_stream(r);
+  cJSON *params = cJSON_CreateObject();
+  cJSON_AddItemToObject(params, "progressToken", cJSON_Duplicate(r->progress_token, true));
+  cJSON_AddNumberToObject(params, "progress", progress);
+  if (total >= 0) cJSON_AddNumberToObject(params, "total", total);
+  if (message != NULL) cJSON_AddStringToObject(params, "message", message);
+  cJSON *msg = jsonrpc_notification("notifications/progress", params);
+  worker_sse_send(r->conn, msg);
   cJSON_Delete(msg);
-  http_stream_end(c);
+}
+
+void mcp_reply_log(worker_t *w, mcp_reply *r, int level, const char *logger, const char *data) {
+  if (r->conn != NULL && http_conn_streaming(r->conn)) {
+    if (r->log_level < 0 || level < r->log_level) return;
+    cJSON *params = cJSON_CreateObject();
+    cJSON_AddStringToObject(params, "level", session_log_level_name((enum session_log_level)level));
+    cJSON_AddStringToObject(params, "logger", logger);
+    cJSON_AddStringToObject(params, "data", data);
+    cJSON *msg = jsonrpc_notification("notifications/message", params);
+    worker_sse_send(r->conn, msg);
+    cJSON_Delete(msg);
+    return;
+  }
+  session_t *s = r->session[0] != '\0'
+                     ? session_registry_find(&w->sessions, r->session, strlen(r->session))
+                     : NULL;
+  if (s != NULL) session_log(s, (enum session_log_level)level, logger, data);
+}
+
+void mcp_end_unanswered(http_conn_t *c) {
+  if (http_conn_streaming(c))
+    http_stream_end(c);
+  else
+    http_respond(c, 204, NULL, 0, NULL, 0);
+}
+
+void mcp_reply_send(mcp_reply *r, cJSON *result, int code, const char *message) {
+  if (r->conn != NULL)
+    mcp_answer(r->conn, r->id, result, code, message, r->modern);
+  else
+    cJSON_Delete(result);
+  mcp_reply_finish(r);
 }
 
 /*
@@ -636,7 +736,10 @@ static cJSON *mcp_message(worker_t *w, const auth_principal *p, session_t *s, co
   case JSONRPC_REQUEST: return mcp_request(w, p, s, msg, created, conn, pending, modern);
   case JSONRPC_NOTIFICATION: mcp_notification(w, p, s, msg); return NULL;
   case JSONRPC_RESPONSE:
-    return NULL; /* we send no requests to clients yet: nothing awaits a reply */
+    /* An answer to an elicitation: the call waiting for it may be on another worker. */
+    if (s != NULL && !confirm_answer(w, p->id, s->id, msg) && w->on_unknown_answer != NULL)
+      w->on_unknown_answer(w, p->id, s->id, msg);
+    return NULL;
   case JSONRPC_INVALID:
   default: {
     *invalid = true;
@@ -763,7 +866,7 @@ static void mcp_post_modern(worker_t *w, http_conn_t *c, http_request_t *req,
   bool invalid = false, pending = false;
   session_t *unused = NULL;
   cJSON *reply = mcp_message(w, p, NULL, root, &unused, &invalid, c, &pending, true);
-  if (!pending) worker_respond_json(c, invalid ? 400 : 200, reply, NULL, 0);
+  if (!pending) mcp_respond_message(c, invalid ? 400 : 200, reply);
   cJSON_Delete(reply);
 }
 
@@ -894,7 +997,7 @@ static void mcp_post(worker_t *w, http_conn_t *c, http_request_t *req, const aut
   } else if (reply == NULL) {
     http_respond(c, 202, NULL, 0, NULL, 0);
   } else {
-    worker_respond_json(c, invalid ? 400 : 200, reply, NULL, 0);
+    mcp_respond_message(c, invalid ? 400 : 200, reply);
   }
   cJSON_Delete(reply);
 done:

@@ -46,13 +46,48 @@ cJSON *mcp_call_fail(mcp_call *call, int code, const char *fmt, ...)
 /*
  * Answers a pending call later: result (consumed) or, when NULL, the error
  * code/message. modern: the call was a 2026-07-28 request (its result gets
- * resultType).
+ * resultType). When the answer became an SSE stream (progress, an
+ * elicitation), the message is its last event and the stream ends.
  */
 void mcp_answer(http_conn_t *c, const cJSON *id, cJSON *result, int code, const char *message,
                 bool modern);
-/* The same as the last event of an SSE answer (after progress notifications), then its end. */
-void mcp_answer_event(http_conn_t *c, const cJSON *id, cJSON *result, int code,
-                      const char *message, bool modern);
+
+/*
+ * Where a pending call's answer goes, and what may go there before it:
+ * notifications/progress when the request carried _meta.progressToken, and
+ * the log records that belong to the request. Once the answer has become
+ * an SSE stream (progress, an elicitation), those go on it; before, a
+ * record goes to the session's GET stream (2025) or nowhere (2026-07-28).
+ */
+typedef struct mcp_reply {
+  http_conn_t *conn; /* NULL once the client went away */
+  cJSON *id;         /* the request id (owned) */
+  bool modern;
+  cJSON *progress_token; /* owned, or NULL */
+  double progress;       /* the last progress sent (it only grows) */
+  int log_level;         /* least severe record the request hears (session_log_level); -1: none */
+  char session[SESSION_ID_LEN + 1]; /* "" for none */
+} mcp_reply;
+
+/* Copies what the answer to call needs (conn may be NULL: a batch). */
+void mcp_reply_init(mcp_reply *r, const mcp_call *call);
+void mcp_reply_finish(mcp_reply *r);
+/* Turns the answer into an SSE stream (once). */
+void mcp_reply_stream(mcp_reply *r);
+/*
+ * notifications/progress (progress only grows; total < 0: unknown), on the
+ * answer's stream, begun here; nothing without a progress token.
+ */
+void mcp_reply_progress(mcp_reply *r, double progress, double total, const char *message);
+/* A log record of the request (see above); level is a session_log_level. */
+void mcp_reply_log(worker_t *w, mcp_reply *r, int level, const char *logger, const char *data);
+/*
+ * Ends the HTTP exchange of a call that gets no JSON-RPC answer (it was
+ * cancelled): the end of its SSE stream, or 204 when it had not begun one.
+ */
+void mcp_end_unanswered(http_conn_t *c);
+/* mcp_answer on the reply's connection (if it is still there), then mcp_reply_finish. */
+void mcp_reply_send(mcp_reply *r, cJSON *result, int code, const char *message);
 
 /* Serves a request for /mcp made by principal p. */
 void mcp_handle_http(worker_t *w, http_conn_t *c, http_request_t *req, const auth_principal *p);
@@ -64,6 +99,13 @@ cJSON *resources_read(mcp_call *call);
 cJSON *completion_complete(mcp_call *call);
 /* Rows per page for a collection URI: its _limit, else --page-size; at most 1000. */
 long resources_page_limit(const worker_t *w, const uri_t *u);
+/*
+ * The store filters of u's filters on table t (filters: URI_MAX_FILTERS
+ * slots), their values added to values (which owns them). -ENOENT when a
+ * filter names no column of t (*bad_column then points at its name).
+ */
+int resources_filters(const store_table *t, const uri_t *u, store_filter *filters, cJSON *values,
+                      const char **bad_column) MCPSUB_NODISCARD;
 /*
  * One page of the rows a collection or filtered-collection URI u of table t
  * names (equality on each filter), after cursor (NULL: from the start).

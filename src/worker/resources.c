@@ -244,22 +244,26 @@ static cJSON *resources_filter_value(const uri_filter *f, bool numeric) {
   return cJSON_CreateString(f->value);
 }
 
-int resources_query(worker_t *w, const store_table *t, const uri_t *u, long limit,
-                    const char *cursor, cJSON **rows, char **next, const char **bad_column) {
-  store_filter filters[URI_MAX_FILTERS];
-  cJSON *values = cJSON_CreateArray(); /* owns the filter values */
-  int rc = 0;
+int resources_filters(const store_table *t, const uri_t *u, store_filter *filters, cJSON *values,
+                      const char **bad_column) {
   for (size_t i = 0; i < u->n_filters; i++) {
     int col = store_column_index(t, u->filters[i].column);
     if (col < 0) {
       *bad_column = u->filters[i].column;
-      rc = -ENOENT;
-      break;
+      return -ENOENT;
     }
     cJSON *v = resources_filter_value(&u->filters[i], store_column_numeric(t, col));
     cJSON_AddItemToArray(values, v);
     filters[i] = (store_filter){col, v, (store_op)u->filters[i].op};
   }
+  return 0;
+}
+
+int resources_query(worker_t *w, const store_table *t, const uri_t *u, long limit,
+                    const char *cursor, cJSON **rows, char **next, const char **bad_column) {
+  store_filter filters[URI_MAX_FILTERS];
+  cJSON *values = cJSON_CreateArray(); /* owns the filter values */
+  int rc = resources_filters(t, u, filters, values, bad_column);
   if (rc == 0) rc = store_query(w->store, t, filters, u->n_filters, (int)limit, cursor, rows, next);
   cJSON_Delete(values);
   return rc;

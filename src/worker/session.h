@@ -54,6 +54,7 @@ typedef struct session {
   char *principal;               /* who created it (auth.h); only the same principal may use it */
   uint8_t credential[32];        /* hash of the API key last used on it (auth_still_valid) */
   int64_t credential_expires_ms; /* when that credential stops working, 0: not by time */
+  bool elicit_form;              /* the client declared form elicitation (confirm.h) */
   http_conn_t *stream;           /* open GET stream, or NULL */
   sub_t *subs;                   /* subscriptions, through sub_t.owner_next */
   size_t n_subs;

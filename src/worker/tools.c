@@ -1,6 +1,9 @@
 /*
  * MCP tools over the store: list_tables, get_record, query_records,
- * put_record and delete_record. Each tool is a row of a const table: its
+ * put_record, delete_record, the bulk put_records and delete_records, and
+ * wait_and_read (wait.c). The destructive ones confirm with the user first
+ * (confirm.h); query_records and the bulk tools stream progress when asked.
+ * Each tool is a row of a const table: its
  * name, description, JSON Schema of its input (as text, parsed on demand),
  * and handler. Wrong arguments (missing, wrong type) are JSON-RPC -32602;
  * everything the database refuses (unknown table or column, constraint,
@@ -16,6 +19,7 @@
 #include "common/log.h"
 #include "common/mem.h"
 #include "common/uri.h"
+#include "worker/confirm.h"
 #include "worker/mcp.h"
 #include "worker/subscriptions.h"
 #include "worker/wait.h"
@@ -113,6 +117,51 @@ static cJSON *tool_get_record(mcp_call *call, tool_args *a) {
   return tools_result_json(row);
 }
 
+/*
+ * arguments.filter — the query grammar of filtered collection URIs
+ * (col=v, col=gt=5, col=v1|v2...; "" or absent: none) — on a->table,
+ * narrowed to the caller's row scope for right: parsed into *u (release
+ * with uri_finish). NULL, or the failure (a result, or NULL after
+ * mcp_call_fail) with *failed set.
+ */
+static cJSON *tool_filter(mcp_call *call, tool_args *a, unsigned right, uri_t *u, bool *failed) {
+  const cJSON *filter = cJSON_GetObjectItemCaseSensitive(a->args, "filter");
+  *failed = true;
+  if (filter != NULL && !cJSON_IsString(filter))
+    return mcp_call_fail(call, JSONRPC_INVALID_PARAMS,
+                         "filter must be a string: col=value&col=gt=5&col=v1|v2 ...");
+  char *text = uri_format_collection(call->w->cfg->public_url, a->table->name);
+  buf_t b;
+  buf_init(&b);
+  buf_append_str(&b, text);
+  free(text);
+  if (filter != NULL && filter->valuestring[0] != '\0') buf_printf(&b, "?%s", filter->valuestring);
+  char *key = NULL;
+  int rc = subs_resolve_for(call->w, call->principal, b.data, right, u, &key);
+  buf_finish(&b);
+  free(key);
+  if (rc != 0)
+    return mcp_call_fail(call, JSONRPC_INVALID_PARAMS, "filter: %s on table %s",
+                         uri_error()[0] != '\0' ? uri_error()
+                                                : "names a column that does not exist",
+                         a->table->name);
+  if (u->limit != 0 || u->cursor != NULL) {
+    uri_finish(u);
+    return mcp_call_fail(call, JSONRPC_INVALID_PARAMS,
+                         "filter: _limit and _cursor are arguments (limit, cursor), not filters");
+  }
+  *failed = false;
+  return NULL;
+}
+
+/* The store filters of u on a->table (URI_MAX_FILTERS slots), values owned by values. */
+static size_t tool_store_filters(tool_args *a, const uri_t *u, store_filter *filters,
+                                 cJSON *values) {
+  const char *bad = NULL;
+  if (resources_filters(a->table, u, filters, values, &bad) != 0) abort(); /* resolved above */
+  return u->n_filters;
+}
+
 static cJSON *tool_query_records(mcp_call *call, tool_args *a) {
   const cJSON *where = cJSON_GetObjectItemCaseSensitive(a->args, "where");
   const cJSON *limit_item = cJSON_GetObjectItemCaseSensitive(a->args, "limit");
@@ -124,24 +173,23 @@ static cJSON *tool_query_records(mcp_call *call, tool_args *a) {
     return mcp_call_fail(call, JSONRPC_INVALID_PARAMS,
                          "query_records: where must be an object, limit a positive integer, "
                          "cursor a string");
-  store_filter filters[33];
-  size_t n = 0;
-  cJSON *scope_value = NULL;
-  if (a->scope.scoped) { /* the caller's row scope is one more filter, always */
-    int col = store_column_index(a->table, a->scope.column);
-    if (col < 0) return tool_error("unknown table: %s", a->table->name);
-    scope_value = cJSON_CreateString(a->scope.value);
-    filters[n++] = (store_filter){col, scope_value};
-  }
+  uri_t u;
+  bool failed;
+  cJSON *fail = tool_filter(call, a, AUTH_READ, &u, &failed); /* the row scope is one more filter */
+  if (failed) return fail;
+  store_filter filters[URI_MAX_FILTERS + 32];
+  cJSON *values = cJSON_CreateArray();
+  size_t n = tool_store_filters(a, &u, filters, values);
+  uri_finish(&u);
   const cJSON *f;
   cJSON_ArrayForEach(f, where) {
     if (n == ARRAY_LEN(filters)) {
-      cJSON_Delete(scope_value);
-      return tool_error("too many filters (at most 32)");
+      cJSON_Delete(values);
+      return tool_error("too many filters (at most 32 in where)");
     }
     int col = store_column_index(a->table, f->string);
     if (cJSON_IsObject(f) || cJSON_IsArray(f) || col < 0) {
-      cJSON_Delete(scope_value);
+      cJSON_Delete(values);
       if (col < 0) return tool_error("unknown column %s in table %s", f->string, a->table->name);
       return tool_error("filter on %s: value must be a string, number, boolean or null", f->string);
     }
@@ -151,28 +199,71 @@ static cJSON *tool_query_records(mcp_call *call, tool_args *a) {
   if (limit_item != NULL)
     limit =
         limit_item->valuedouble > QUERY_MAX_LIMIT ? QUERY_MAX_LIMIT : (int)limit_item->valuedouble;
+  /* With a progress token: how many rows match first, then the page, then the answer. */
+  mcp_reply reply;
+  mcp_reply_init(&reply, call);
+  int64_t total = -1;
+  if (reply.progress_token != NULL && reply.conn != NULL &&
+      store_count_where(call->w->store, a->table, filters, n, &total) == 0) {
+    char text[64];
+    snprintf(text, sizeof(text), "%lld rows match", (long long)total);
+    mcp_reply_progress(&reply, 0, (double)total, text);
+  }
   cJSON *rows = NULL;
   char *next = NULL;
   int rc = store_query(call->w->store, a->table, filters, n, limit,
                        cursor != NULL ? cursor->valuestring : NULL, &rows, &next);
-  cJSON_Delete(scope_value);
-  if (rc == -EINVAL) return tool_error("invalid cursor");
-  if (rc != 0) return tool_store_error(rc, "", a->table, "");
-  cJSON *out = cJSON_CreateObject();
-  cJSON_AddItemToObject(out, "rows", rows);
-  if (next != NULL) cJSON_AddStringToObject(out, "nextCursor", next);
+  cJSON_Delete(values);
+  cJSON *result;
+  if (rc == -EINVAL) {
+    result = tool_error("invalid cursor");
+  } else if (rc != 0) {
+    result = tool_store_error(rc, "", a->table, "");
+  } else {
+    char text[64];
+    snprintf(text, sizeof(text), "%d rows read", cJSON_GetArraySize(rows));
+    mcp_reply_progress(&reply, (double)cJSON_GetArraySize(rows), (double)total, text);
+    cJSON *out = cJSON_CreateObject();
+    cJSON_AddItemToObject(out, "rows", rows);
+    if (next != NULL) cJSON_AddStringToObject(out, "nextCursor", next);
+    result = tools_result_json(out);
+  }
   free(next);
-  return tools_result_json(out);
+  if (reply.conn == NULL || !http_conn_streaming(reply.conn)) {
+    mcp_reply_finish(&reply);
+    return result;
+  }
+  mcp_reply_send(&reply, result, 0, NULL);
+  call->pending = true;
+  return NULL;
 }
 
-/* The answer of a record write: put_record's {created, record}, or delete_record's {deleted}. */
-static cJSON *tool_write_result(worker_t *w, const writer_record *r, const char *session_id) {
+/* A tool's write on the writer: the pending call is answered from its completion. */
+typedef struct tool_write_job {
+  writer_record rec;
+  worker_t *w;
+  mcp_reply reply;
+} tool_write_job;
+
+/* The answer of a record write: put_record's {created, record}, delete_record's {deleted}. */
+static cJSON *tool_write_result(worker_t *w, const writer_record *r, mcp_reply *reply) {
   const store_table *t = store_find_table(w->store, r->table);
   if (r->job.rc != 0 || t == NULL)
     return tool_store_error(t == NULL && r->job.rc == 0 ? -EIO : r->job.rc, r->err,
                             t != NULL ? t : &(store_table){.name = r->table}, r->key);
   cJSON *out = cJSON_CreateObject();
+  char note[600];
+  if (r->where != NULL) { /* a bulk write: how many rows */
+    snprintf(note, sizeof(note), "%s %lld rows of %s", r->is_delete ? "deleted" : "updated",
+             (long long)r->changed, t->name);
+    mcp_reply_progress(reply, (double)r->changed, (double)r->changed, note);
+    mcp_reply_log(w, reply, SESSION_LOG_INFO, "mcpsub.tools", note);
+    cJSON_AddNumberToObject(out, r->is_delete ? "deleted" : "updated", (double)r->changed);
+    return tools_result_json(out);
+  }
   if (r->is_delete) {
+    snprintf(note, sizeof(note), "delete_record deleted %s/%s", t->name, r->key);
+    mcp_reply_log(w, reply, SESSION_LOG_INFO, "mcpsub.tools", note);
     cJSON_AddTrueToObject(out, "deleted");
     return tools_result_json(out);
   }
@@ -183,67 +274,94 @@ static cJSON *tool_write_result(worker_t *w, const writer_record *r, const char 
     cJSON_Delete(out);
     return tool_store_error(rc, "", t, r->key);
   }
-  session_t *s = session_id != NULL && session_id[0] != '\0'
-                     ? session_registry_find(&w->sessions, session_id, strlen(session_id))
-                     : NULL;
-  if (s != NULL) {
-    char note[600];
-    snprintf(note, sizeof(note), "put_record %s %s/%s", r->created ? "inserted" : "replaced",
-             t->name, r->key);
-    session_log(s, SESSION_LOG_INFO, "mcpsub.tools", note);
-  }
+  snprintf(note, sizeof(note), "put_record %s %s/%s", r->created ? "inserted" : "replaced", t->name,
+           r->key);
+  mcp_reply_log(w, reply, SESSION_LOG_INFO, "mcpsub.tools", note);
   cJSON_AddBoolToObject(out, "created", r->created);
   cJSON_AddItemToObject(out, "record", row);
   return tools_result_json(out);
 }
 
-/* A tool's write on the writer: the pending call is answered from its completion. */
-typedef struct tool_write_job {
-  writer_record rec;
-  worker_t *w;
-  http_conn_t *c;
-  cJSON *id;
-  bool modern;
-  char session_id[SESSION_ID_LEN + 1];
-} tool_write_job;
-
 static void tool_write_done(writer_job *j) {
   tool_write_job *tw = (tool_write_job *)j;
-  mcp_answer(tw->c, tw->id, tool_write_result(tw->w, &tw->rec, tw->session_id), 0, NULL,
-             tw->modern);
-  cJSON_Delete(tw->id);
+  if (tw->rec.job.rc == 0) subs_after_write(tw->w);
+  mcp_reply_send(&tw->reply, tool_write_result(tw->w, &tw->rec, &tw->reply), 0, NULL);
+  writer_record_free(&tw->rec);
+}
+
+/* A write that does not run (refused, cancelled): nothing is answered from it. */
+static void tool_write_discard(writer_job *j) {
+  tool_write_job *tw = (tool_write_job *)j;
+  mcp_reply_finish(&tw->reply);
   writer_record_free(&tw->rec);
 }
 
 /*
- * Writes a record for a tool: on the writer, the call answered when it is
- * done; inside a batch (nothing can wait there) at once on the loop's
- * connection, which does not wait for a lock (-EBUSY instead).
+ * Runs a tool's write (record: put or delete one record; where: a bulk
+ * write) after the confirmation it needs (message, rows; none when message
+ * is NULL): on the writer, the call answered when it is done; inside a
+ * batch (nothing can wait there) at once on the loop's connection, which
+ * does not wait for a lock (-EBUSY instead). Takes record and where.
  */
-static cJSON *tool_write(mcp_call *call, tool_args *a, cJSON *record, bool is_delete) {
+static cJSON *tool_write(mcp_call *call, tool_args *a, cJSON *record, cJSON *where, bool is_delete,
+                         const char *message, int64_t rows) {
   worker_t *w = call->w;
   store_guard g = auth_guard(call->principal, &a->write_scope);
-  if (call->conn == NULL) {
-    writer_record r = {.table = (char *)a->table->name, .key = a->key, .is_delete = is_delete};
+  tool_write_job *tw = NULL;
+  if (call->conn != NULL) {
+    tw = (tool_write_job *)writer_record_create(
+        sizeof(tool_write_job), a->table->name, where != NULL ? NULL : a->key, record,
+        STORE_WRITE_REPLACE, is_delete, &g, tool_write_done);
+    tw->rec.where = where;
+    tw->w = w;
+    mcp_reply_init(&tw->reply, call);
+  }
+  if (message != NULL) {
+    confirm_write cw = {message, rows, tw != NULL ? &tw->rec.job : NULL,
+                        tw != NULL ? &tw->reply : NULL, tool_write_discard};
+    bool go;
+    cJSON *answer = confirm_check(call, &cw, &go);
+    if (!go) {
+      if (tw == NULL) {
+        cJSON_Delete(record);
+        cJSON_Delete(where);
+      }
+      return answer;
+    }
+  }
+  if (tw != NULL) {
+    writer_submit(w->writer, &tw->rec.job, w->cfg->write_timeout_ms);
+    call->pending = true;
+    return NULL;
+  }
+  writer_record r = {.table = (char *)a->table->name,
+                     .key = where != NULL ? NULL : a->key,
+                     .is_delete = is_delete,
+                     .where = where};
+  if (where != NULL) {
+    store_filter filters[URI_MAX_FILTERS + 1];
+    size_t n = 0;
+    const cJSON *f;
+    cJSON_ArrayForEach(f, where) {
+      filters[n++] =
+          (store_filter){store_column_index(a->table, cJSON_GetArrayItem(f, 0)->valuestring),
+                         cJSON_GetArrayItem(f, 2), (store_op)cJSON_GetArrayItem(f, 1)->valueint};
+    }
+    r.job.rc = store_bulk_as(w->store, a->table, filters, n, is_delete ? NULL : record, &g,
+                             &r.changed, r.err, sizeof(r.err));
+  } else {
     r.job.rc = is_delete ? store_delete_as(w->store, a->table, a->key, &g, r.err, sizeof(r.err))
                          : store_write_as(w->store, a->table, a->key, record, STORE_WRITE_REPLACE,
                                           &g, NULL, &r.created, r.err, sizeof(r.err));
-    cJSON_Delete(record);
-    if (r.job.rc == 0) subs_after_write(w);
-    return tool_write_result(w, &r, call->session != NULL ? call->session->id : NULL);
   }
-  tool_write_job *tw =
-      (tool_write_job *)writer_record_create(sizeof(tool_write_job), a->table->name, a->key, record,
-                                             STORE_WRITE_REPLACE, is_delete, &g, tool_write_done);
-  tw->w = w;
-  tw->c = call->conn;
-  tw->id = cJSON_Duplicate(call->id, true);
-  tw->modern = call->modern;
-  if (call->session != NULL)
-    snprintf(tw->session_id, sizeof(tw->session_id), "%s", call->session->id);
-  writer_submit(w->writer, &tw->rec.job, w->cfg->write_timeout_ms);
-  call->pending = true;
-  return NULL;
+  cJSON_Delete(record);
+  if (r.job.rc == 0) subs_after_write(w);
+  mcp_reply reply;
+  mcp_reply_init(&reply, call);
+  cJSON *result = tool_write_result(w, &r, &reply);
+  mcp_reply_finish(&reply);
+  cJSON_Delete(where);
+  return result;
 }
 
 static cJSON *tool_put_record(mcp_call *call, tool_args *a) {
@@ -251,11 +369,95 @@ static cJSON *tool_put_record(mcp_call *call, tool_args *a) {
   if (!cJSON_IsObject(record))
     return mcp_call_fail(call, JSONRPC_INVALID_PARAMS,
                          "put_record requires arguments.record (an object)");
-  return tool_write(call, a, cJSON_Duplicate(record, true), false);
+  return tool_write(call, a, cJSON_Duplicate(record, true), NULL, false, NULL, 0);
 }
 
 static cJSON *tool_delete_record(mcp_call *call, tool_args *a) {
-  return tool_write(call, a, NULL, true);
+  /* A record that is not there (or not the caller's) is not worth asking about. */
+  cJSON *row = NULL;
+  int64_t version = 0;
+  int rc = store_get_record(call->w->store, a->table, a->key, &row, &version);
+  bool there = rc == 0 && auth_scope_matches(&a->write_scope, row);
+  cJSON_Delete(row);
+  if (rc == 0 && !there) rc = -ENOENT;
+  if (rc != 0) return tool_store_error(rc, "", a->table, a->key);
+  char message[700];
+  snprintf(message, sizeof(message), "Delete record %s of table %s? This cannot be undone.", a->key,
+           a->table->name);
+  return tool_write(call, a, NULL, NULL, true, message, 1);
+}
+
+/*
+ * put_records and delete_records: one transaction over the rows the
+ * filter matches (within the caller's write scope). The rows are counted
+ * first: a delete that matches any, and a put that matches more than
+ * --confirm-rows, ask the user (confirm.h); with a progress token the
+ * answer streams the count, then the rows written.
+ */
+static cJSON *tool_bulk(mcp_call *call, tool_args *a, bool is_delete) {
+  const cJSON *set = cJSON_GetObjectItemCaseSensitive(a->args, "set");
+  if (!is_delete && (!cJSON_IsObject(set) || cJSON_GetArraySize(set) == 0))
+    return mcp_call_fail(call, JSONRPC_INVALID_PARAMS,
+                         "put_records requires arguments.set (an object of column: value)");
+  if (!cJSON_IsString(cJSON_GetObjectItemCaseSensitive(a->args, "filter")))
+    return mcp_call_fail(call, JSONRPC_INVALID_PARAMS,
+                         "%s requires arguments.filter (a string; \"\" for every row)",
+                         is_delete ? "delete_records" : "put_records");
+  uri_t u;
+  bool failed;
+  cJSON *fail = tool_filter(call, a, AUTH_WRITE, &u, &failed);
+  if (failed) return fail;
+  store_filter filters[URI_MAX_FILTERS];
+  cJSON *values = cJSON_CreateArray();
+  size_t n = tool_store_filters(a, &u, filters, values);
+  uri_finish(&u);
+  int64_t rows = 0;
+  int rc = store_count_where(call->w->store, a->table, filters, n, &rows);
+  if (rc != 0) {
+    cJSON_Delete(values);
+    return tool_store_error(rc, "", a->table, "");
+  }
+  cJSON *where = cJSON_CreateArray(); /* [[column, op, value], ...] for the writer */
+  for (size_t i = 0; i < n; i++) {
+    cJSON *f = cJSON_CreateArray();
+    cJSON_AddItemToArray(f, cJSON_CreateString(a->table->cols[filters[i].col].name));
+    cJSON_AddItemToArray(f, cJSON_CreateNumber(filters[i].op));
+    cJSON_AddItemToArray(f, cJSON_Duplicate(filters[i].value, true));
+    cJSON_AddItemToArray(where, f);
+  }
+  cJSON_Delete(values);
+  const char *filter = cJSON_GetObjectItemCaseSensitive(a->args, "filter")->valuestring;
+  char message[900];
+  if (is_delete) {
+    snprintf(message, sizeof(message),
+             "Delete %lld records of table %s%s%.300s? This cannot be undone.", (long long)rows,
+             a->table->name, filter[0] ? " matching " : "", filter);
+  } else {
+    char *text = cJSON_PrintUnformatted(set);
+    snprintf(message, sizeof(message), "Set %.300s on %lld records of table %s%s%.300s?",
+             text != NULL ? text : "", (long long)rows, a->table->name,
+             filter[0] ? " matching " : "", filter);
+    cJSON_free(text);
+  }
+  bool ask = is_delete ? rows > 0 : rows > call->w->cfg->confirm_rows;
+  if (call->conn != NULL) {
+    mcp_reply reply; /* the count goes first on a streamed answer */
+    mcp_reply_init(&reply, call);
+    char text[64];
+    snprintf(text, sizeof(text), "%lld rows match", (long long)rows);
+    mcp_reply_progress(&reply, 0, (double)rows, text);
+    mcp_reply_finish(&reply);
+  }
+  return tool_write(call, a, is_delete ? NULL : cJSON_Duplicate(set, true), where, is_delete,
+                    ask ? message : NULL, rows);
+}
+
+static cJSON *tool_put_records(mcp_call *call, tool_args *a) {
+  return tool_bulk(call, a, false);
+}
+
+static cJSON *tool_delete_records(mcp_call *call, tool_args *a) {
+  return tool_bulk(call, a, true);
 }
 
 static cJSON *tool_wait_and_read(mcp_call *call, tool_args *a) {
@@ -264,6 +466,10 @@ static cJSON *tool_wait_and_read(mcp_call *call, tool_args *a) {
 
 #define TABLE_PROP                                                                                 \
   "\"table\":{\"type\":\"string\",\"description\":\"Table name (see list_tables)\"}"
+#define FILTER_PROP                                                                                \
+  "\"filter\":{\"type\":\"string\",\"description\":\"the query of a filtered collection URI: "     \
+  "col=value&col=gt=5&col=v1|v2 (operators eq, ne, gt, ge, lt, le, sw, ct); empty: every "         \
+  "record\"}"
 #define KEY_PROP                                                                                   \
   "\"key\":{\"type\":[\"string\",\"integer\"],\"description\":\"Primary key of the record\"}"
 
@@ -284,8 +490,9 @@ static const struct tool {
      "},\"required\":[\"table\",\"key\"]}",
      true, true, tool_get_record},
     {"query_records",
-     "Query records of a table with equality filters, in key order, paged with a cursor.",
-     "{\"type\":\"object\",\"properties\":{" TABLE_PROP
+     "Query records of a table, in key order, paged with a cursor: a filter in the URI query "
+     "grammar (col=v, col=gt=5, col=sw=ab, col=v1|v2 ...) and/or equality filters in where.",
+     "{\"type\":\"object\",\"properties\":{" TABLE_PROP "," FILTER_PROP
      ",\"where\":{\"type\":\"object\",\"description\":\"column: value equality filters\"},"
      "\"limit\":{\"type\":\"integer\",\"minimum\":1,\"maximum\":1000},"
      "\"cursor\":{\"type\":\"string\",\"description\":\"nextCursor of the previous page\"}},"
@@ -296,10 +503,22 @@ static const struct tool {
      ",\"record\":{\"type\":\"object\",\"description\":\"column: value\"}},"
      "\"required\":[\"table\",\"key\",\"record\"]}",
      true, true, tool_put_record, true},
-    {"delete_record", "Delete one record by table and primary key.",
+    {"delete_record", "Delete one record by table and primary key. Asks the user first.",
      "{\"type\":\"object\",\"properties\":{" TABLE_PROP "," KEY_PROP
      "},\"required\":[\"table\",\"key\"]}",
      true, true, tool_delete_record, true},
+    {"put_records",
+     "Set columns on every record of a table the filter matches, in one transaction. Asks the "
+     "user first when it changes many records.",
+     "{\"type\":\"object\",\"properties\":{" TABLE_PROP "," FILTER_PROP
+     ",\"set\":{\"type\":\"object\",\"description\":\"column: new value\"}},"
+     "\"required\":[\"table\",\"filter\",\"set\"]}",
+     true, false, tool_put_records, true},
+    {"delete_records",
+     "Delete every record of a table the filter matches, in one transaction. Asks the user first.",
+     "{\"type\":\"object\",\"properties\":{" TABLE_PROP "," FILTER_PROP
+     "},\"required\":[\"table\",\"filter\"]}",
+     true, false, tool_delete_records, true},
     {"wait_and_read",
      "Wait for any of several resources to change: returns at once those whose version differs "
      "from sinceVersion (all of them when none is given), else waits up to timeoutMs for one to "

@@ -36,11 +36,7 @@ struct waiter {
   waiter_t *prev, *next; /* the worker's pending waiters */
   waiter_t *ready_next;  /* on the worker's ready list */
   bool ready;
-  http_conn_t *conn;
-  cJSON *id;
-  bool modern;           /* a 2026-07-28 request */
-  cJSON *progress_token; /* _meta.progressToken: the answer is an SSE stream; else NULL */
-  double progress;       /* the last progress sent (it only grows) */
+  mcp_reply reply;                        /* with a progress token, the answer is an SSE stream */
   char principal[AUTH_PRINCIPAL_MAX + 1]; /* who asked, and in which session ("": none) */
   char session[SESSION_ID_LEN + 1];
   bool include_state;
@@ -122,30 +118,15 @@ static void free_items(wait_item *items, size_t n);
 static void waiter_on_timer_closed(uv_handle_t *h) {
   waiter_t *wt = h->data;
   free_items(wt->items, wt->n);
-  cJSON_Delete(wt->id);
-  cJSON_Delete(wt->progress_token);
+  mcp_reply_finish(&wt->reply);
   free(wt);
-}
-
-/* notifications/progress on a streamed wait: progress (growing), the total, a message. */
-static void waiter_progress(waiter_t *wt, double progress, const char *message) {
-  if (wt->progress_token == NULL || wt->conn == NULL) return;
-  wt->progress = progress;
-  cJSON *params = cJSON_CreateObject();
-  cJSON_AddItemToObject(params, "progressToken", cJSON_Duplicate(wt->progress_token, true));
-  cJSON_AddNumberToObject(params, "progress", progress);
-  cJSON_AddNumberToObject(params, "total", (double)wt->n);
-  cJSON_AddStringToObject(params, "message", message);
-  cJSON *msg = jsonrpc_notification("notifications/progress", params);
-  worker_sse_send(wt->conn, msg);
-  cJSON_Delete(msg);
 }
 
 void wait_heartbeat(worker_t *w) {
   for (waiter_t *wt = w->waiters; wt != NULL; wt = wt->next) {
     /* Below 1 while nothing changed: a heartbeat, not a resource. */
-    double next = wt->progress + (1 - wt->progress) / 2;
-    waiter_progress(wt, next, "waiting for a change");
+    double next = wt->reply.progress + (1 - wt->reply.progress) / 2;
+    mcp_reply_progress(&wt->reply, next, (double)wt->n, "waiting for a change");
   }
 }
 
@@ -167,7 +148,7 @@ static void waiter_destroy(waiter_t *wt) {
     while (*p != wt) p = &(*p)->ready_next;
     *p = wt->ready_next;
   }
-  if (wt->conn != NULL) http_conn_set_close_cb(wt->conn, NULL, NULL);
+  if (wt->reply.conn != NULL) http_conn_set_close_cb(wt->reply.conn, NULL, NULL);
   uv_close((uv_handle_t *)&wt->timer, waiter_on_timer_closed);
   subs_update_active(w);
 }
@@ -184,18 +165,12 @@ static void waiter_complete(waiter_t *wt, bool timed_out) {
   if (changed > 0) {
     char text[64];
     snprintf(text, sizeof(text), "%zu of %zu resources changed", changed, wt->n);
-    waiter_progress(wt, (double)changed, text);
+    mcp_reply_progress(&wt->reply, (double)changed, (double)wt->n, text);
   }
-  http_conn_t *c = wt->conn;
-  cJSON *id = cJSON_Duplicate(wt->id, true);
-  bool modern = wt->modern;
-  bool streamed = wt->progress_token != NULL;
+  mcp_reply reply = wt->reply; /* the waiter goes (freed later); the answer is still to send */
   waiter_destroy(wt);
-  if (streamed)
-    mcp_answer_event(c, id, wait_result(rows, timed_out), 0, NULL, modern);
-  else
-    mcp_answer(c, id, wait_result(rows, timed_out), 0, NULL, modern);
-  cJSON_Delete(id);
+  memset(&wt->reply, 0, sizeof(wt->reply));
+  mcp_reply_send(&reply, wait_result(rows, timed_out), 0, NULL);
 }
 
 static void waiter_on_timeout(uv_timer_t *h) {
@@ -205,25 +180,20 @@ static void waiter_on_timeout(uv_timer_t *h) {
 /* The client went away: nothing to answer. */
 static void waiter_on_close(http_conn_t *c, void *data) {
   waiter_t *wt = data;
-  wt->conn = NULL;
+  wt->reply.conn = NULL;
   waiter_destroy(wt);
 }
 
 bool wait_cancel(worker_t *w, const char *principal, const char *session, const char *id_json) {
   for (waiter_t *wt = w->waiters; wt != NULL; wt = wt->next) {
     if (strcmp(wt->principal, principal) != 0 || strcmp(wt->session, session) != 0) continue;
-    char *text = cJSON_PrintUnformatted(wt->id);
+    char *text = cJSON_PrintUnformatted(wt->reply.id);
     bool same = text != NULL && strcmp(text, id_json) == 0;
     cJSON_free(text);
     if (!same) continue;
-    http_conn_t *c = wt->conn;
-    bool streamed = wt->progress_token != NULL;
+    http_conn_t *c = wt->reply.conn;
     waiter_destroy(wt);
-    /* Cancelled: no JSON-RPC answer; the HTTP exchange still needs an end. */
-    if (streamed)
-      http_stream_end(c);
-    else
-      http_respond(c, 204, NULL, 0, NULL, 0);
+    mcp_end_unanswered(c);
     return true;
   }
   return false;
@@ -342,9 +312,7 @@ cJSON *wait_tool(mcp_call *call, const cJSON *args) {
 
   wt->owner.kind = SUB_OWNER_WAITER;
   wt->w = w;
-  wt->conn = call->conn;
-  wt->id = cJSON_Duplicate(call->id, true);
-  wt->modern = call->modern;
+  mcp_reply_init(&wt->reply, call);
   snprintf(wt->principal, sizeof(wt->principal), "%s", call->principal->id);
   snprintf(wt->session, sizeof(wt->session), "%s", call->session != NULL ? call->session->id : "");
   wt->include_state = include_state;
@@ -360,13 +328,7 @@ cJSON *wait_tool(mcp_call *call, const cJSON *args) {
   uv_timer_start(&wt->timer, waiter_on_timeout, timeout_ms, 0);
   http_conn_set_close_cb(call->conn, waiter_on_close, wt);
   /* With a progress token the answer is an SSE stream: progress while it waits, then the result. */
-  const cJSON *token = cJSON_GetObjectItemCaseSensitive(
-      cJSON_GetObjectItemCaseSensitive(call->params, "_meta"), "progressToken");
-  if (cJSON_IsString(token) || cJSON_IsNumber(token)) {
-    wt->progress_token = cJSON_Duplicate(token, true);
-    http_stream_begin_sse(call->conn);
-    waiter_progress(wt, 0, "waiting for a change");
-  }
+  mcp_reply_progress(&wt->reply, 0, (double)wt->n, "waiting for a change");
   subs_update_active(w);
   call->pending = true;
   return NULL;

@@ -15,6 +15,7 @@
 
 #include "common/log.h"
 #include "common/mem.h"
+#include "worker/confirm.h"
 #include "worker/listen.h"
 #include "worker/mcp.h"
 #include "worker/rest.h"
@@ -527,6 +528,7 @@ void worker_drain(worker_t *w, uint64_t timeout_ms, void (*done)(worker_t *w)) {
   }
   listen_end_all(w); /* each with its request's result: the client knows it ended on purpose */
   wait_finish_all(w);
+  confirm_finish_all(w); /* nothing changed: the client retries elsewhere */
   uv_timer_init(w->loop, &w->drain_timer);
   w->drain_timer.data = w;
   uv_timer_start(&w->drain_timer, worker_drain_tick, 0, 20);
@@ -542,6 +544,7 @@ void worker_shutdown(worker_t *w) {
   /* Streams end first so their close callbacks find their sessions alive. */
   while (w->sessions.streams != NULL) session_stream_close(w->sessions.streams);
   listen_close_all(w);
+  confirm_finish_all(w);
   subs_close(w);
   uv_timer_stop(&w->sweep_timer);
   uv_timer_stop(&w->keepalive_timer);

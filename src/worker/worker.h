@@ -40,6 +40,8 @@ typedef struct worker {
   tailer_t tailer;               /* the audit-log feed */
   struct listen_stream *listens; /* open subscriptions/listen streams (listen.h) */
   size_t n_listens;
+  struct confirm_pending *confirms; /* destructive calls waiting for the user (confirm.h) */
+  size_t n_confirms;
   waiter_t *waiters;       /* pending wait_and_read calls */
   waiter_t *waiters_ready; /* of which saw a change in the current tailer batch */
   size_t n_waiters;
@@ -65,6 +67,9 @@ typedef struct worker {
   void (*on_local_commit)(struct worker *w);
   /* Set likewise: a notifications/cancelled for a listen stream this worker does not hold. */
   void (*on_unknown_cancel)(struct worker *w, const char *principal, const char *id_json);
+  /* ...and an answer to an elicitation this worker did not send (confirm.h). */
+  void (*on_unknown_answer)(struct worker *w, const char *principal, const char *session,
+                            const cJSON *msg);
   void *ipc; /* the worker's end of the master pipe (multi-process mode) */
   /*
    * Under a master: hands the connection of the request in hand back to the

@@ -13,6 +13,7 @@
 
 #include "common/ipc.h"
 #include "common/log.h"
+#include "worker/confirm.h"
 #include "worker/subscriptions.h"
 #include "worker/worker.h"
 #include "worker/wait.h"
@@ -110,6 +111,25 @@ static void worker_ipc_on_cancel(worker_t *w, const char *principal, const char 
   buf_finish(&b);
 }
 
+/* An elicitation answer this worker did not ask for: the one that did may be another. */
+static void worker_ipc_on_answer(worker_t *w, const char *principal, const char *session,
+                                 const cJSON *msg) {
+  worker_ipc_t *wi = w->ipc;
+  char *text = cJSON_PrintUnformatted(msg);
+  if (text == NULL) abort(); /* cJSON out of memory: mem.h's policy */
+  buf_t b;
+  buf_init(&b);
+  buf_append(&b, principal, strlen(principal) + 1);
+  buf_append(&b, session, strlen(session) + 1);
+  buf_append_str(&b, text);
+  cJSON_free(text);
+  if (wi->ch_open && b.len <= 16384 &&
+      ipc_channel_send(&wi->ch, IPC_ANSWER, 0, b.data, b.len, -1) != 0) {
+    /* lost: the confirmation times out, changing nothing */
+  }
+  buf_finish(&b);
+}
+
 /* Re-routing ------------------------------------------------------------------------- */
 
 static bool worker_ipc_reroute(worker_t *w, http_conn_t *c) {
@@ -174,16 +194,24 @@ static void worker_ipc_on_msg(ipc_channel_t *ch, ipc_msg *msg, void *data) {
     break;
   case IPC_DRAIN: worker_ipc_drain(wi, "master"); break;
   case IPC_CANCEL: {
-    /* "principal\0id": a copy with a NUL after the id. */
-    char *text = mem_alloc(msg->len + 1); /* copied whole: mem_strndup would stop at the NUL */
-    memcpy(text, msg->payload, msg->len);
-    text[msg->len] = '\0';
-    size_t plen = strnlen(msg->payload, msg->len);
-    if (!w->closing && plen + 1 < msg->len && !listen_cancel(w, text, text + plen + 1) &&
-        !wait_cancel(w, text, "", text + plen + 1)) {
+    const char *f[2]; /* principal, request id */
+    char *copy = ipc_fields(msg->payload, msg->len, f, 2);
+    if (copy != NULL && !w->closing && !listen_cancel(w, f[0], f[1]) &&
+        !wait_cancel(w, f[0], "", f[1])) {
       /* not here either: already ended, or never was */
     }
-    free(text);
+    free(copy);
+    break;
+  }
+  case IPC_ANSWER: {
+    const char *f[3]; /* principal, session, response */
+    char *copy = ipc_fields(msg->payload, msg->len, f, 3);
+    cJSON *answer = copy != NULL && !w->closing ? cJSON_Parse(f[2]) : NULL;
+    if (answer != NULL && !confirm_answer(w, f[0], f[1], answer)) {
+      /* not here either: already ended, or never was */
+    }
+    cJSON_Delete(answer);
+    free(copy);
     break;
   }
   default:
@@ -242,6 +270,7 @@ int worker_ipc_main(const config_t *cfg) {
   w->reroute = worker_ipc_reroute;
   w->on_local_commit = worker_ipc_on_local_commit;
   w->on_unknown_cancel = worker_ipc_on_cancel;
+  w->on_unknown_answer = worker_ipc_on_answer;
 
   int rc = ipc_channel_init(&wi.ch, loop, WORKER_IPC_FD, (uint32_t)cfg->worker_slot,
                             cfg->worker_generation, worker_ipc_on_msg, worker_ipc_on_eof, &wi);

@@ -11,6 +11,8 @@
  */
 #include "worker/writer.h"
 
+#include "common/uri.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -180,6 +182,27 @@ static char *dup_or_null(const char *s) {
 
 /* Record writes ---------------------------------------------------------------- */
 
+/* A bulk write: its filters resolved on the writer's own view of the table. */
+static int writer_bulk_run(writer_record *r, store_t *s, const store_table *t,
+                           const store_guard *g) {
+  store_filter filters[URI_MAX_FILTERS + 1];
+  size_t n = 0;
+  const cJSON *f;
+  cJSON_ArrayForEach(f, r->where) {
+    const cJSON *name = cJSON_GetArrayItem(f, 0);
+    int col = cJSON_IsString(name) ? store_column_index(t, name->valuestring) : -1;
+    if (col < 0 || n == ARRAY_LEN(filters)) {
+      snprintf(r->err, sizeof(r->err), "no column %s in table %s",
+               cJSON_IsString(name) ? name->valuestring : "?", t->name);
+      return -EINVAL;
+    }
+    filters[n++] =
+        (store_filter){col, cJSON_GetArrayItem(f, 2), (store_op)cJSON_GetArrayItem(f, 1)->valueint};
+  }
+  return store_bulk_as(s, t, filters, n, r->is_delete ? NULL : r->record, g, &r->changed, r->err,
+                       sizeof(r->err));
+}
+
 static int writer_record_run(writer_job *j, store_t *s) {
   writer_record *r = (writer_record *)j;
   if (store_refresh_schema(s, NULL) != 0) {
@@ -191,6 +214,7 @@ static int writer_record_run(writer_job *j, store_t *s) {
     return -EINVAL;
   }
   store_guard g = {r->principal, r->scope_column, r->scope_value};
+  if (r->where != NULL) return writer_bulk_run(r, s, t, &g);
   if (r->is_delete) return store_delete_as(s, t, r->key, &g, r->err, sizeof(r->err));
   return store_write_as(s, t, r->key, r->record, r->mode, &g, &r->out_key, &r->created, r->err,
                         sizeof(r->err));
@@ -225,6 +249,7 @@ void writer_record_free(writer_record *r) {
   free(r->scope_column);
   free(r->scope_value);
   cJSON_Delete(r->record);
+  cJSON_Delete(r->where);
   free(r);
 }
 

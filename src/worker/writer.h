@@ -69,9 +69,11 @@ typedef struct writer_record {
   char *principal;    /* recorded on its audit rows */
   char *scope_column; /* the writer's row scope, or NULL */
   char *scope_value;
+  cJSON *where; /* a bulk write (store_bulk_as): [[column, op, value], ...] (owned); else NULL */
   /* results */
   char *out_key; /* the written row's key (new string) */
   bool created;
+  int64_t changed; /* a bulk write's rows */
   char err[256];
 } writer_record;
 

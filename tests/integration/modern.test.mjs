@@ -77,7 +77,7 @@ test('pinned mode: every tool, statelessly (wait_and_read included)', async () =
   const { client } = await connectV2(srv, { pin: V });
   try {
     const names = (await client.listTools()).tools.map((t) => t.name).sort();
-    assert.deepEqual(names, ['delete_record', 'get_record', 'list_tables', 'put_record', 'query_records', 'wait_and_read']);
+    assert.deepEqual(names, ['delete_record', 'delete_records', 'get_record', 'list_tables', 'put_record', 'put_records', 'query_records', 'wait_and_read']);
     const call = async (name, args) => {
       const r = await client.callTool({ name, arguments: args });
       assert.ok(!r.isError, `${name}: ${JSON.stringify(r)}`);

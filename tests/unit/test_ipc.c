@@ -370,7 +370,30 @@ static void test_full_chunk_bound(void) {
   close(sv[1]);
 }
 
+/* ipc_fields: NUL-separated fields, the last one to the end; too few is NULL. */
+static void test_fields(void) {
+  const char *f[3];
+  static const char answer[] = "key:a\0"
+                               "0123\0"
+                               "{\"id\":1}";
+  char *copy = ipc_fields(answer, sizeof(answer) - 1, f, 3);
+  CHECK(copy != NULL);
+  CHECK(strcmp(f[0], "key:a") == 0 && strcmp(f[1], "0123") == 0 && strcmp(f[2], "{\"id\":1}") == 0);
+  free(copy);
+  copy = ipc_fields(answer, sizeof(answer) - 1, f, 2); /* the last field keeps its NULs' rest */
+  CHECK(copy != NULL && strcmp(f[0], "key:a") == 0 && strcmp(f[1], "0123") == 0);
+  free(copy);
+  static const char two[] = "key:a\0"
+                            "7";
+  CHECK(ipc_fields(two, sizeof(two) - 1, f, 3) == NULL);
+  CHECK(ipc_fields("", 0, f, 2) == NULL);
+  copy = ipc_fields("x\0", 2, f, 2); /* an empty last field is a field */
+  CHECK(copy != NULL && strcmp(f[1], "") == 0);
+  free(copy);
+}
+
 int main(void) {
+  RUN(test_fields);
   RUN(test_full_chunk_bound);
   RUN(test_packet_with_fd);
   RUN(test_packet_rejects);

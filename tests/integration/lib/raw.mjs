@@ -400,12 +400,12 @@ export function mcpPost(port, sessionId, message, { headers = {}, protocolVersio
   return request(port, { method: 'POST', path: '/mcp', headers: { ...h, ...headers }, body, timeoutMs });
 }
 
-export function initializeMessage({ protocolVersion = LATEST_PROTOCOL, clientInfo = { name: 'mcpsub-raw-test', version: '0.0.1' }, id = newId() } = {}) {
+export function initializeMessage({ protocolVersion = LATEST_PROTOCOL, clientInfo = { name: 'mcpsub-raw-test', version: '0.0.1' }, capabilities = {}, id = newId() } = {}) {
   return {
     jsonrpc: '2.0',
     id,
     method: 'initialize',
-    params: { protocolVersion, capabilities: {}, clientInfo },
+    params: { protocolVersion, capabilities, clientInfo },
   };
 }
 
@@ -414,8 +414,8 @@ export function initializeMessage({ protocolVersion = LATEST_PROTOCOL, clientInf
  * { sessionId, response, result, protocolVersion }. Throws unless the
  * server answered 200 with a session id and a result.
  */
-export async function initializeSession(port, { protocolVersion = LATEST_PROTOCOL, clientInfo, headers = {}, sendInitialized = true } = {}) {
-  const res = await mcpPost(port, null, initializeMessage({ protocolVersion, clientInfo }), { headers });
+export async function initializeSession(port, { protocolVersion = LATEST_PROTOCOL, clientInfo, capabilities, headers = {}, sendInitialized = true } = {}) {
+  const res = await mcpPost(port, null, initializeMessage({ protocolVersion, clientInfo, capabilities }), { headers });
   if (res.status !== 200) throw new Error(`initialize answered ${res.status}: ${res.text}`);
   const sessionId = res.headers['mcp-session-id'];
   if (!sessionId) throw new Error(`initialize response has no Mcp-Session-Id: ${JSON.stringify(res.headers)}`);
