@@ -177,7 +177,7 @@ bool confirm_answer(worker_t *w, const char *principal, const char *session, con
     pending_refuse(p, "cancelled by the user: nothing changed");
   } else {
     pending_unlink(p);
-    writer_submit(w->writer, p->cw.job, w->cfg->write_timeout_ms);
+    p->cw.submit(p->cw.job);
   }
   return true;
 }

@@ -45,6 +45,7 @@ typedef struct confirm_write {
   int64_t rows;                     /* rows the write will touch (part of requestState) */
   writer_job *job;                  /* the write; NULL when the call cannot wait (a batch) */
   mcp_reply *reply;                 /* the call's answer, inside job (answered by job's done) */
+  void (*submit)(writer_job *job);  /* hands job to the writer once confirmed */
   void (*discard)(writer_job *job); /* frees job when it does not run */
 } confirm_write;
 

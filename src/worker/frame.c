@@ -11,11 +11,103 @@
 
 #include "common/mem.h"
 
-frame_t *frame_create(int64_t seq, char tag, uint64_t n, const char *json, size_t json_len) {
+/*
+ * Frames are made and freed by the thousand per change when every
+ * subscriber has its own topic (distinct filtered URIs): small ones are
+ * recycled through free lists by size class (FRAME_CLASS bytes each, up to
+ * FRAME_POOLED), so that malloc and free stay off the hot path. A worker
+ * is one thread: the lists are per process. Not under AddressSanitizer,
+ * which should see every use after free.
+ */
+#define FRAME_CLASS  64
+#define FRAME_POOLED 1024 /* largest allocation recycled */
+#define FRAME_KEEP   4096 /* frames kept per class */
+#if defined(__SANITIZE_ADDRESS__)
+#define FRAME_POOL 0
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define FRAME_POOL 0
+#endif
+#endif
+#ifndef FRAME_POOL
+#define FRAME_POOL 1
+#endif
+
+typedef struct frame_free {
+  struct frame_free *next;
+} frame_free;
+
+static struct {
+  frame_free *head;
+  size_t n;
+} frame_pool[FRAME_POOLED / FRAME_CLASS];
+
+/* The pool class of an allocation of size bytes, or -1 when it is not pooled. */
+static int frame_class(size_t size) {
+  if (!FRAME_POOL || size > FRAME_POOLED) return -1;
+  return (int)((size + FRAME_CLASS - 1) / FRAME_CLASS) - 1;
+}
+
+static frame_t *frame_alloc(size_t size) {
+  int c = frame_class(size);
+  if (c >= 0 && frame_pool[c].head != NULL) {
+    frame_free *f = frame_pool[c].head;
+    frame_pool[c].head = f->next;
+    frame_pool[c].n--;
+    return (frame_t *)f;
+  }
+  return mem_alloc(c >= 0 ? (size_t)(c + 1) * FRAME_CLASS : size);
+}
+
+static void frame_release(frame_t *f) {
+  int c = frame_class(sizeof(*f) + f->len + 1);
+  if (c < 0 || frame_pool[c].n >= FRAME_KEEP) {
+    free(f);
+    return;
+  }
+  frame_free *e = (frame_free *)f;
+  e->next = frame_pool[c].head;
+  frame_pool[c].head = e;
+  frame_pool[c].n++;
+}
+
+void frame_pool_drain(void) {
+  for (size_t c = 0; c < ARRAY_LEN(frame_pool); c++) {
+    while (frame_pool[c].head != NULL) {
+      frame_free *f = frame_pool[c].head;
+      frame_pool[c].head = f->next;
+      free(f);
+    }
+    frame_pool[c].n = 0;
+  }
+}
+
+/* Writes v in decimal at p; returns the digits written (at most 20). */
+static int put_decimal(char *p, uint64_t v) {
+  char tmp[20];
+  int n = 0;
+  do {
+    tmp[n++] = (char)('0' + v % 10);
+    v /= 10;
+  } while (v != 0);
+  for (int i = 0; i < n; i++) p[i] = tmp[n - 1 - i];
+  return n;
+}
+
+frame_t *frame_create_parts(int64_t seq, char tag, uint64_t n, const frame_part *parts,
+                            size_t n_parts) {
+  /* "<seq>-<tag><n>": by hand, as snprintf costs more than the rest of a frame. */
   char id[64];
-  int id_len = snprintf(id, sizeof(id), "%lld-%c%llu", (long long)seq, tag, (unsigned long long)n);
+  int id_len = 0;
+  if (seq < 0) id[id_len++] = '-';
+  id_len += put_decimal(id + id_len, seq < 0 ? (uint64_t)0 - (uint64_t)seq : (uint64_t)seq);
+  id[id_len++] = '-';
+  id[id_len++] = tag;
+  id_len += put_decimal(id + id_len, n);
+  size_t json_len = 0;
+  for (size_t i = 0; i < n_parts; i++) json_len += parts[i].len;
   size_t len = 4 + (size_t)id_len + 1 + 6 + json_len + 2;
-  frame_t *f = mem_alloc(sizeof(*f) + len + 1);
+  frame_t *f = frame_alloc(sizeof(*f) + len + 1);
   f->refs = 1;
   f->id_len = (uint16_t)id_len;
   f->seq = seq;
@@ -25,9 +117,18 @@ frame_t *frame_create(int64_t seq, char tag, uint64_t n, const char *json, size_
   memcpy(p + 4, id, (size_t)id_len);
   p += 4 + id_len;
   memcpy(p, "\ndata: ", 7);
-  memcpy(p + 7, json, json_len);
-  memcpy(p + 7 + json_len, "\n\n", 3); /* with the NUL */
+  p += 7;
+  for (size_t i = 0; i < n_parts; i++) {
+    memcpy(p, parts[i].data, parts[i].len);
+    p += parts[i].len;
+  }
+  memcpy(p, "\n\n", 3); /* with the NUL */
   return f;
+}
+
+frame_t *frame_create(int64_t seq, char tag, uint64_t n, const char *json, size_t json_len) {
+  frame_part part = {json, json_len};
+  return frame_create_parts(seq, tag, n, &part, 1);
 }
 
 frame_t *frame_ref(frame_t *f) {
@@ -36,7 +137,7 @@ frame_t *frame_ref(frame_t *f) {
 }
 
 void frame_unref(frame_t *f) {
-  if (f != NULL && --f->refs == 0) free(f);
+  if (f != NULL && --f->refs == 0) frame_release(f);
 }
 
 bool frame_id_is(const frame_t *f, const char *id, size_t len) {

@@ -41,9 +41,18 @@ typedef struct frame {
  * reference. json must be a single line (compact JSON has no newline).
  */
 frame_t *frame_create(int64_t seq, char tag, uint64_t n, const char *json, size_t json_len);
+/* The same with the JSON in pieces, copied in order (no intermediate buffer). */
+typedef struct frame_part {
+  const char *data;
+  size_t len;
+} frame_part;
+frame_t *frame_create_parts(int64_t seq, char tag, uint64_t n, const frame_part *parts,
+                            size_t n_parts);
 frame_t *frame_ref(frame_t *f);
-/* Drops a reference; frees at zero. NULL is a no-op. */
+/* Drops a reference; frees at zero (small frames are kept for reuse). NULL is a no-op. */
 void frame_unref(frame_t *f);
+/* Frees the frames kept for reuse (at exit). */
+void frame_pool_drain(void);
 /* Does the frame's event id equal id? */
 bool frame_id_is(const frame_t *f, const char *id, size_t len);
 

@@ -536,7 +536,7 @@ static void mcp_notification(worker_t *w, const auth_principal *p, session_t *s,
   if (text == NULL) abort(); /* cJSON out of memory: mem.h's policy */
   const char *sid = s != NULL ? s->id : "";
   bool found = listen_cancel(w, p->id, text) || wait_cancel(w, p->id, sid, text) ||
-               confirm_cancel(w, p->id, sid, text);
+               confirm_cancel(w, p->id, sid, text) || tools_cancel(w, p->id, sid, text);
   /* A session's requests all come here; a stateless one may be on another worker. */
   if (!found && s == NULL && w->on_unknown_cancel != NULL) w->on_unknown_cancel(w, p->id, text);
   cJSON_free(text);
@@ -597,6 +597,7 @@ void mcp_reply_init(mcp_reply *r, const mcp_call *call) {
   r->conn = call->conn;
   r->id = cJSON_Duplicate(call->id, true);
   r->modern = call->modern;
+  snprintf(r->principal, sizeof(r->principal), "%s", call->principal->id);
   const cJSON *meta = cJSON_GetObjectItemCaseSensitive(call->params, "_meta");
   const cJSON *token = cJSON_GetObjectItemCaseSensitive(meta, "progressToken");
   if (cJSON_IsString(token) || cJSON_IsNumber(token))

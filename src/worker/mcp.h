@@ -67,6 +67,7 @@ typedef struct mcp_reply {
   double progress;       /* the last progress sent (it only grows) */
   int log_level;         /* least severe record the request hears (session_log_level); -1: none */
   char session[SESSION_ID_LEN + 1]; /* "" for none */
+  char principal[AUTH_PRINCIPAL_MAX + 1];
 } mcp_reply;
 
 /* Copies what the answer to call needs (conn may be NULL: a batch). */
@@ -119,6 +120,13 @@ int resources_query(worker_t *w, const store_table *t, const uri_t *u, long limi
 /* tools.c */
 cJSON *tools_list(mcp_call *call);
 cJSON *tools_call(mcp_call *call);
+/*
+ * notifications/cancelled for the tool write with id (JSON text) of
+ * principal in session: its answer ends now without a result, and the
+ * write does not run unless the database is already running it. true when
+ * found.
+ */
+bool tools_cancel(worker_t *w, const char *principal, const char *session, const char *id_json);
 /* A successful tool result whose text content is value as JSON; consumes value. */
 cJSON *tools_result_json(cJSON *value);
 

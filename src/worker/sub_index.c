@@ -19,6 +19,10 @@
 typedef struct sub_table {
   sub_topic *collections;
   sub_topic *filtered;
+  /* The filtered topics in (order, uri) order, rebuilt at the first change after they changed. */
+  sub_topic **filtered_sorted;
+  size_t n_filtered, sorted_cap;
+  bool sorted_stale;
   size_t n_topics;         /* all topics on the table, records included */
   size_t n_scoped_records; /* record topics with filters (a row scope): they need rows */
 } sub_table;
@@ -42,6 +46,7 @@ static void free_topic_cb(const char *key, size_t len, void *value, void *data) 
   uri_finish(&t->parsed);
   free(t->key);
   free(t->uri);
+  free(t->uri_json);
   free(t);
 }
 
@@ -97,6 +102,11 @@ static sub_topic *topic_create(sub_index *idx, const char *key, const char *uri,
   t->order = sub_topic_order(uri);
   t->key = mem_strdup(key);
   t->uri = mem_strdup(uri);
+  buf_t json;
+  buf_init(&json);
+  buf_append_json_string(&json, uri, strlen(uri));
+  t->uri_json_len = json.len;
+  t->uri_json = buf_steal(&json);
   t->parsed = uri_copy(parsed);
   strmap_put(&idx->topics, t->key, strlen(t->key), t);
   const char *table = t->parsed.table;
@@ -117,6 +127,8 @@ static sub_topic *topic_create(sub_index *idx, const char *key, const char *uri,
     buf_finish(&k);
   } else if (t->parsed.kind == URI_FILTERED) {
     topic_link(&st->filtered, t);
+    st->n_filtered++;
+    st->sorted_stale = true;
   } else {
     topic_link(&st->collections, t);
   }
@@ -138,14 +150,22 @@ static void topic_destroy(sub_index *idx, sub_topic *t) {
     else
       strmap_remove(&idx->records, k.data, k.len);
     buf_finish(&k);
+  } else if (t->parsed.kind == URI_FILTERED) {
+    topic_unlink(&st->filtered, t);
+    st->n_filtered--;
+    st->sorted_stale = true;
   } else {
-    topic_unlink(t->parsed.kind == URI_FILTERED ? &st->filtered : &st->collections, t);
+    topic_unlink(&st->collections, t);
   }
-  if (--st->n_topics == 0) free(strmap_remove(&idx->tables, table, strlen(table)));
+  if (--st->n_topics == 0) {
+    free(st->filtered_sorted);
+    free(strmap_remove(&idx->tables, table, strlen(table)));
+  }
   strmap_remove(&idx->topics, t->key, strlen(t->key));
   uri_finish(&t->parsed);
   free(t->key);
   free(t->uri);
+  free(t->uri_json);
   free(t);
 }
 
@@ -285,19 +305,65 @@ static void match_records(const sub_index *idx, const sub_change *change, const 
   buf_finish(&k);
 }
 
+/* The record and collection topics one change matches (few: a change names one or two keys). */
+typedef struct match_set {
+  sub_topic **list;
+  size_t n, cap;
+  sub_topic *fixed[32];
+} match_set;
+
+static void match_collect(sub_topic *t, void *data) {
+  match_set *m = data;
+  if (m->n == m->cap) {
+    size_t cap = m->cap * 2;
+    sub_topic **list = mem_alloc(cap * sizeof(*list));
+    memcpy(list, m->list, m->n * sizeof(*list));
+    if (m->list != m->fixed) free(m->list);
+    m->list = list;
+    m->cap = cap;
+  }
+  m->list[m->n++] = t;
+}
+
+/* The table's filtered topics in (order, uri) order; sorted again only after they changed. */
+static sub_topic *const *filtered_sorted(sub_table *st) {
+  if (!st->sorted_stale) return st->filtered_sorted;
+  if (st->sorted_cap < st->n_filtered) {
+    free(st->filtered_sorted);
+    st->sorted_cap = st->n_filtered * 2;
+    st->filtered_sorted = mem_alloc(st->sorted_cap * sizeof(sub_topic *));
+  }
+  size_t n = 0;
+  for (sub_topic *t = st->filtered; t != NULL; t = t->next) st->filtered_sorted[n++] = t;
+  qsort(st->filtered_sorted, n, sizeof(sub_topic *), sub_topic_compare);
+  st->sorted_stale = false;
+  return st->filtered_sorted;
+}
+
 void sub_index_match(const sub_index *idx, const sub_change *change,
                      void (*fn)(sub_topic *topic, void *data), void *data) {
-  const sub_table *st = strmap_get(&idx->tables, change->table, strlen(change->table));
+  sub_table *st = strmap_get(&idx->tables, change->table, strlen(change->table));
   if (st == NULL) return;
-  match_records(idx, change, change->key, fn, data);
+  match_set m = {.n = 0, .cap = ARRAY_LEN(m.fixed)};
+  m.list = m.fixed;
+  match_records(idx, change, change->key, match_collect, &m);
   if (change->old_key != NULL && strcmp(change->old_key, change->key) != 0)
-    match_records(idx, change, change->old_key, fn, data);
-  for (sub_topic *t = st->collections; t != NULL; t = t->next) fn(t, data);
-  for (sub_topic *t = st->filtered; t != NULL; t = t->next) {
-    if (sub_filters_match(&t->parsed, change->old_row) ||
-        sub_filters_match(&t->parsed, change->new_row))
-      fn(t, data);
+    match_records(idx, change, change->old_key, match_collect, &m);
+  for (sub_topic *t = st->collections; t != NULL; t = t->next) match_collect(t, &m);
+  if (m.n > 1) qsort(m.list, m.n, sizeof(sub_topic *), sub_topic_compare);
+  /* Merged with the filtered topics that match, which are already in order. */
+  sub_topic *const *filtered = st->n_filtered > 0 ? filtered_sorted(st) : NULL;
+  size_t i = 0;
+  for (size_t j = 0; j < st->n_filtered; j++) {
+    sub_topic *t = filtered[j];
+    if (!sub_filters_match(&t->parsed, change->old_row) &&
+        !sub_filters_match(&t->parsed, change->new_row))
+      continue;
+    while (i < m.n && sub_topic_compare(&m.list[i], &t) < 0) fn(m.list[i++], data);
+    fn(t, data);
   }
+  while (i < m.n) fn(m.list[i++], data);
+  if (m.list != m.fixed) free(m.list);
 }
 
 bool sub_topic_matches(const sub_topic *t, const sub_change *change) {

@@ -44,6 +44,8 @@ struct sub_topic {
   uint64_t order; /* sub_topic_order(uri): orders and names its updates in event ids */
   char *key;      /* what the index knows it by: uri, or uri and the subscriber's row scope */
   char *uri;      /* exactly as subscribed */
+  char *uri_json; /* ...as a JSON string (quoted, escaped): formatted once, copied per update */
+  size_t uri_json_len;
   uri_t parsed;   /* kind, table, key, filters */
   sub_t *subs;    /* subscribers (doubly linked through topic_prev/next) */
   size_t n_session_subs; /* of which owned by sessions */
@@ -115,7 +117,9 @@ bool sub_index_watches(const sub_index *idx, const char *table);
 
 /*
  * Calls fn once per topic the change matches (record, collection, and
- * filtered topics whose filters match the old or the new row).
+ * filtered topics whose filters match the old or the new row), in
+ * (order, uri) order (sub_topic_compare). fn must not add or remove
+ * topics.
  */
 void sub_index_match(const sub_index *idx, const sub_change *change,
                      void (*fn)(sub_topic *topic, void *data), void *data);

@@ -54,7 +54,8 @@ struct coalesce_entry {
   int64_t window_end; /* open: loop ms when its window closes */
 };
 
-static void subs_send_topic(worker_t *w, sub_topic *t, const char *record_uri, int64_t seq);
+static void subs_send_topic(worker_t *w, sub_topic *t, const char *record_uri,
+                            const buf_t *record_json, int64_t seq);
 static void coalesce_on_timer(uv_timer_t *h);
 
 static void coalesce_link(coalesce_entry **head, coalesce_entry **tail, coalesce_entry *e) {
@@ -132,7 +133,11 @@ static void coalesce_release_head(worker_t *w, int64_t now) {
     coalesce_free(w, e);
     return;
   }
-  subs_send_topic(w, t, e->record_uri, e->seq);
+  buf_t json;
+  buf_init(&json);
+  buf_append_json_string(&json, e->record_uri, strlen(e->record_uri));
+  subs_send_topic(w, t, e->record_uri, &json, e->seq);
+  buf_finish(&json);
   coalesce_open_window(w, e, now);
 }
 
@@ -226,13 +231,28 @@ static void coalesce_finish(worker_t *w) {
  * — params left open: every update, to a session or a listen stream, live, recovered or the
  * last of a subscription, starts so.
  */
+static const char updated_head[] =
+    "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/resources/updated\",\"params\":{\"uri\":";
+static const char updated_mid[] = ",\"subscribedUri\":";
+
+static void format_updated_open_json(buf_t *b, const char *uri_json, size_t uri_len,
+                                     const char *subscribed_json, size_t subscribed_len) {
+  buf_append(b, updated_head, sizeof(updated_head) - 1);
+  buf_append(b, uri_json, uri_len);
+  buf_append(b, updated_mid, sizeof(updated_mid) - 1);
+  buf_append(b, subscribed_json, subscribed_len);
+}
+
+/* The same from the URIs' text (cold paths: the hot one has them as JSON already). */
 static void format_updated_open(buf_t *b, const char *uri, const char *subscribed) {
-  buf_append_str(
-      b,
-      "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/resources/updated\",\"params\":{\"uri\":");
-  buf_append_json_string(b, uri, strlen(uri));
-  buf_append_str(b, ",\"subscribedUri\":");
-  buf_append_json_string(b, subscribed, strlen(subscribed));
+  buf_t u, sub;
+  buf_init(&u);
+  buf_init(&sub);
+  buf_append_json_string(&u, uri, strlen(uri));
+  buf_append_json_string(&sub, subscribed, strlen(subscribed));
+  format_updated_open_json(b, u.data, u.len, sub.data, sub.len);
+  buf_finish(&u);
+  buf_finish(&sub);
 }
 
 /* An update as a session sends it (a frame's JSON). */
@@ -242,11 +262,15 @@ static void format_updated(buf_t *b, const char *uri, const char *subscribed) {
 }
 
 /* An update's head for listen streams (listen_deliver): its change's audit position in _meta. */
+static void format_listen_meta(buf_t *b, int64_t seq) {
+  buf_printf(b, ",\"_meta\":{\"" LISTEN_META_POSITION "\":\"%lld\"", (long long)seq);
+  listen_append_id_key(b);
+}
+
 static void format_listen_updated(buf_t *b, const char *uri, const char *subscribed, int64_t seq) {
   buf_append_str(b, "data: ");
   format_updated_open(b, uri, subscribed);
-  buf_printf(b, ",\"_meta\":{\"" LISTEN_META_POSITION "\":\"%lld\"", (long long)seq);
-  listen_append_id_key(b);
+  format_listen_meta(b, seq);
 }
 
 /* The hold queue of a subscription's owner (debounce.h); NULL for a waiter. */
@@ -281,10 +305,10 @@ void subs_deliver_held(worker_t *w, sub_t *sub, const char *record_uri, int64_t 
  * every subscriber; to its owner's hold queue instead when the topic is
  * debounced or the queue already holds something (commit order).
  */
-static void subs_send_topic(worker_t *w, sub_topic *t, const char *record_uri, int64_t seq) {
+static void subs_send_topic(worker_t *w, sub_topic *t, const char *record_uri,
+                            const buf_t *record_json, int64_t seq) {
   frame_t *f = NULL;
-  buf_t head;
-  buf_init(&head);
+  buf_t *head = NULL; /* a listen stream's head, formatted at the first one */
   bool debounced = t->debounce.quiet_ms > 0;
   for (sub_t *sub = t->subs, *next; sub != NULL; sub = next) {
     next = sub->topic_next;              /* a waiter may leave the topic when it completes */
@@ -296,28 +320,33 @@ static void subs_send_topic(worker_t *w, sub_topic *t, const char *record_uri, i
     }
     switch (sub->owner->kind) {
     case SUB_OWNER_SESSION:
-      if (f == NULL) {
-        buf_t b;
-        buf_init(&b);
-        format_updated(&b, record_uri, t->uri);
-        f = frame_create(seq, 't', t->order, b.data, b.len);
-        buf_finish(&b);
+      if (f == NULL) { /* the update of format_updated, put together in the frame itself */
+        frame_part parts[] = {{updated_head, sizeof(updated_head) - 1},
+                              {record_json->data, record_json->len},
+                              {updated_mid, sizeof(updated_mid) - 1},
+                              {t->uri_json, t->uri_json_len},
+                              {"}}", 2}};
+        f = frame_create_parts(seq, 't', t->order, parts, ARRAY_LEN(parts));
         w->notifications++;
       }
       session_deliver((session_t *)sub->owner, f);
       break;
     case SUB_OWNER_LISTEN:
-      if (head.len == 0) {
-        format_listen_updated(&head, record_uri, t->uri, seq);
+      if (head == NULL) {
+        head = &w->fmt_head;
+        buf_reset(head);
+        buf_append(head, "data: ", 6);
+        format_updated_open_json(head, record_json->data, record_json->len, t->uri_json,
+                                 t->uri_json_len);
+        format_listen_meta(head, seq);
         w->notifications++;
       }
-      listen_deliver((listen_stream *)sub->owner, head.data, head.len);
+      listen_deliver((listen_stream *)sub->owner, head->data, head->len);
       break;
     case SUB_OWNER_WAITER: wait_on_match(w, sub); break;
     }
   }
   frame_unref(f);
-  buf_finish(&head);
 }
 
 /* The tailer's consumer --------------------------------------------------------- */
@@ -346,16 +375,18 @@ static void subs_on_change(const store_audit_row *row, void *data) {
   sub_change change = change_of(row);
   w->n_matched = 0;
   sub_index_match(&w->subs, &change, collect_topic, w);
-  if (w->n_matched == 0) return;
-  if (w->n_matched > 1) qsort(w->matched, w->n_matched, sizeof(sub_topic *), sub_topic_compare);
+  if (w->n_matched == 0) return; /* in (order, uri) order: the index matches in that order */
   char *record_uri = uri_format_record(w->cfg->public_url, row->table, row->key);
+  buf_t *record_json = &w->fmt_uri; /* escaped once for every topic */
+  buf_reset(record_json);
+  buf_append_json_string(record_json, record_uri, strlen(record_uri));
   for (size_t i = 0; i < w->n_matched; i++) {
     sub_topic *t = w->matched[i];
     /* A subscription's own debounce replaces the server-wide coalescing. */
     if (w->cfg->coalesce_ms > 0 && t->debounce.quiet_ms == 0 &&
         coalesce_hold(w, t, record_uri, row->seq))
       continue;
-    subs_send_topic(w, t, record_uri, row->seq);
+    subs_send_topic(w, t, record_uri, record_json, row->seq);
   }
   free(record_uri);
 }
@@ -567,6 +598,8 @@ int64_t subs_position(worker_t *w) {
 
 void subs_init(worker_t *w) {
   sub_index_init(&w->subs);
+  buf_init(&w->fmt_uri);
+  buf_init(&w->fmt_head);
   strmap_init(&w->coalesce);
   tailer_init(&w->tailer, w->loop, w->store, w->cfg->db_path, &subs_tailer_ops, w);
   uv_timer_init(w->loop, &w->coalesce_timer);
@@ -585,6 +618,8 @@ void subs_close(worker_t *w) {
 
 void subs_finish(worker_t *w) {
   coalesce_finish(w);
+  buf_finish(&w->fmt_uri);
+  buf_finish(&w->fmt_head);
   free(w->matched);
   w->matched = NULL;
   tailer_finish(&w->tailer);
@@ -629,10 +664,14 @@ void subs_refresh_schema(worker_t *w) {
 /* subscribe / unsubscribe ----------------------------------------------------------- */
 
 int subs_resolve(worker_t *w, const char *text, uri_t *u) {
-  if (uri_parse(w->cfg->public_url, text, u) != 0) return -EINVAL;
+  return subs_resolve_in(w->cfg->public_url, w->store, text, u);
+}
+
+int subs_resolve_in(const char *base, store_t *st, const char *text, uri_t *u) {
+  if (uri_parse(base, text, u) != 0) return -EINVAL;
   const store_table *t = NULL;
   if (u->kind == URI_COLLECTION || u->kind == URI_RECORD || u->kind == URI_FILTERED)
-    t = store_find_table(w->store, u->table);
+    t = store_find_table(st, u->table);
   bool ok = t != NULL;
   for (size_t i = 0; ok && i < u->n_filters; i++) {
     int col = store_column_index(t, u->filters[i].column);
@@ -673,6 +712,33 @@ int subs_resolve_for(worker_t *w, const auth_principal *p, const char *text, uns
   }
   *key = auth_scope_topic_key(&scope, text);
   return 0;
+}
+
+char *subs_list_prune(const char *base, store_t *st, const char *json) {
+  cJSON *list = cJSON_Parse(json != NULL ? json : "[]");
+  if (!cJSON_IsArray(list)) {
+    cJSON_Delete(list);
+    return NULL;
+  }
+  bool changed = false;
+  for (cJSON *item = list->child, *next; item != NULL; item = next) {
+    next = item->next;
+    const cJSON *text = cJSON_IsObject(item) ? cJSON_GetObjectItemCaseSensitive(item, "uri") : item;
+    uri_t u;
+    if (cJSON_IsString(text) && subs_resolve_in(base, st, text->valuestring, &u) == 0) {
+      uri_finish(&u);
+      continue;
+    }
+    cJSON_Delete(cJSON_DetachItemViaPointer(list, item));
+    changed = true;
+  }
+  char *out = changed ? cJSON_PrintUnformatted(list) : NULL;
+  cJSON_Delete(list);
+  if (!changed) return NULL;
+  if (out == NULL) abort(); /* cJSON out of memory: mem.h's policy */
+  char *copy = mem_strdup(out);
+  cJSON_free(out);
+  return copy;
 }
 
 bool subs_session_has(session_t *s, const char *uri) {

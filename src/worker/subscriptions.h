@@ -70,6 +70,15 @@ bool subs_session_remove(worker_t *w, session_t *s, const char *uri,
  */
 int subs_resolve(worker_t *w, const char *text, uri_t *u) MCPSUB_NODISCARD;
 
+/* subs_resolve against base (the public URL) and st's schema (any thread's connection). */
+int subs_resolve_in(const char *base, store_t *st, const char *text, uri_t *u) MCPSUB_NODISCARD;
+/*
+ * A session row's subscription list (JSON) without the URIs that no longer
+ * resolve against st's schema (a dropped table or column): a new string,
+ * or NULL when nothing is to be dropped.
+ */
+char *subs_list_prune(const char *base, store_t *st, const char *json);
+
 /*
  * subs_resolve for principal p and right (AUTH_SUBSCRIBE, AUTH_READ, or 0
  * for none): also -EINVAL when p may not, as for a table that does not

@@ -243,6 +243,7 @@ typedef struct tool_write_job {
   writer_record rec;
   worker_t *w;
   mcp_reply reply;
+  struct tool_write_job *prev, *next; /* the worker's submitted tool writes (tools_cancel) */
 } tool_write_job;
 
 /* The answer of a record write: put_record's {created, record}, delete_record's {deleted}. */
@@ -284,9 +285,44 @@ static cJSON *tool_write_result(worker_t *w, const writer_record *r, mcp_reply *
 
 static void tool_write_done(writer_job *j) {
   tool_write_job *tw = (tool_write_job *)j;
-  if (tw->rec.job.rc == 0) subs_after_write(tw->w);
-  mcp_reply_send(&tw->reply, tool_write_result(tw->w, &tw->rec, &tw->reply), 0, NULL);
+  worker_t *w = tw->w;
+  if (tw->prev != NULL)
+    tw->prev->next = tw->next;
+  else
+    w->tool_writes = tw->next;
+  if (tw->next != NULL) tw->next->prev = tw->prev;
+  if (tw->reply.conn != NULL) /* else cancelled: nothing more is answered */
+    mcp_reply_send(&tw->reply, tool_write_result(w, &tw->rec, &tw->reply), 0, NULL);
+  mcp_reply_finish(&tw->reply);
   writer_record_free(&tw->rec);
+}
+
+/* Hands the write to the writer; it stays findable by tools_cancel until it is done. */
+static void tool_write_submit(writer_job *j) {
+  tool_write_job *tw = (tool_write_job *)j;
+  worker_t *w = tw->w;
+  tw->prev = NULL;
+  tw->next = w->tool_writes;
+  if (w->tool_writes != NULL) w->tool_writes->prev = tw;
+  w->tool_writes = tw;
+  writer_submit(w->writer, j, w->cfg->write_timeout_ms);
+}
+
+bool tools_cancel(worker_t *w, const char *principal, const char *session, const char *id_json) {
+  for (tool_write_job *tw = w->tool_writes; tw != NULL; tw = tw->next) {
+    mcp_reply *r = &tw->reply;
+    if (r->conn == NULL || strcmp(r->principal, principal) != 0 || strcmp(r->session, session) != 0)
+      continue;
+    char *text = cJSON_PrintUnformatted(r->id);
+    bool same = text != NULL && strcmp(text, id_json) == 0;
+    cJSON_free(text);
+    if (!same) continue;
+    atomic_store(&tw->rec.job.cancelled, true); /* not run, unless the writer has begun it */
+    mcp_end_unanswered(r->conn);
+    r->conn = NULL;
+    return true;
+  }
+  return false;
 }
 
 /* A write that does not run (refused, cancelled): nothing is answered from it. */
@@ -317,8 +353,12 @@ static cJSON *tool_write(mcp_call *call, tool_args *a, cJSON *record, cJSON *whe
     mcp_reply_init(&tw->reply, call);
   }
   if (message != NULL) {
-    confirm_write cw = {message, rows, tw != NULL ? &tw->rec.job : NULL,
-                        tw != NULL ? &tw->reply : NULL, tool_write_discard};
+    confirm_write cw = {message,
+                        rows,
+                        tw != NULL ? &tw->rec.job : NULL,
+                        tw != NULL ? &tw->reply : NULL,
+                        tool_write_submit,
+                        tool_write_discard};
     bool go;
     cJSON *answer = confirm_check(call, &cw, &go);
     if (!go) {
@@ -330,7 +370,7 @@ static cJSON *tool_write(mcp_call *call, tool_args *a, cJSON *record, cJSON *whe
     }
   }
   if (tw != NULL) {
-    writer_submit(w->writer, &tw->rec.job, w->cfg->write_timeout_ms);
+    tool_write_submit(&tw->rec.job);
     call->pending = true;
     return NULL;
   }

@@ -574,4 +574,5 @@ void worker_finish(worker_t *w) {
   w->writer = NULL;
   auth_finish(&w->auth);
   limits_finish(&w->limits);
+  frame_pool_drain(); /* every frame is back: sessions, rings and streams are gone */
 }

@@ -41,6 +41,7 @@ typedef struct worker {
   struct listen_stream *listens; /* open subscriptions/listen streams (listen.h) */
   size_t n_listens;
   struct confirm_pending *confirms; /* destructive calls waiting for the user (confirm.h) */
+  struct tool_write_job *tool_writes; /* tool writes handed to the writer (tools_cancel) */
   size_t n_confirms;
   waiter_t *waiters;       /* pending wait_and_read calls */
   waiter_t *waiters_ready; /* of which saw a change in the current tailer batch */
@@ -56,6 +57,7 @@ typedef struct worker {
   uv_timer_t hold_timer;
   int64_t hold_due;    /* loop ms the timer is armed for */
   sub_topic **matched; /* the topics one change matched (reused; grows) */
+  buf_t fmt_uri, fmt_head; /* scratch of the update formatter: a record URI, a listen head */
   size_t n_matched, matched_cap;
   uint64_t notifications;      /* resource-update frames formatted */
   uint64_t schema_checked_at;  /* loop time of the last schema check */

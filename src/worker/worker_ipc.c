@@ -197,7 +197,7 @@ static void worker_ipc_on_msg(ipc_channel_t *ch, ipc_msg *msg, void *data) {
     const char *f[2]; /* principal, request id */
     char *copy = ipc_fields(msg->payload, msg->len, f, 2);
     if (copy != NULL && !w->closing && !listen_cancel(w, f[0], f[1]) &&
-        !wait_cancel(w, f[0], "", f[1])) {
+        !wait_cancel(w, f[0], "", f[1]) && !tools_cancel(w, f[0], "", f[1])) {
       /* not here either: already ended, or never was */
     }
     free(copy);

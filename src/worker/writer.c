@@ -79,7 +79,10 @@ static void writer_thread(void *arg) {
     if (j == NULL) break; /* stopping, and nothing left */
     wr->deadline = j->deadline;
     uv_mutex_unlock(&wr->lock);
-    j->rc = wr->store != NULL ? j->run(j, wr->store) : -EIO;
+    if (atomic_load(&j->cancelled))
+      j->rc = -ECANCELED; /* the caller gave up before it ran: nothing is written */
+    else
+      j->rc = wr->store != NULL ? j->run(j, wr->store) : -EIO;
     uv_mutex_lock(&wr->lock);
     writer_push(&wr->done_head, &wr->done_tail, j);
     uv_async_send(&wr->async);
@@ -279,6 +282,49 @@ typedef struct writer_session_job {
   void *then_data;
 } writer_session_job;
 
+/* Session rows whose stored subscriptions lost URIs (writer_prune_session_rows). */
+typedef struct pruned_row {
+  char *id, *subscriptions;
+  struct pruned_row *next;
+} pruned_row;
+
+typedef struct prune_ctx {
+  const char *base; /* the public URL the URIs are resolved against */
+  store_t *s;
+  pruned_row *rows;
+} prune_ctx;
+
+static int collect_pruned(const store_session *ss, void *data) {
+  prune_ctx *ctx = data;
+  char *kept = subs_list_prune(ctx->base, ctx->s, ss->subscriptions);
+  if (kept == NULL) return 0;
+  pruned_row *r = mem_calloc(1, sizeof(*r));
+  r->id = mem_strdup(ss->id);
+  r->subscriptions = kept;
+  r->next = ctx->rows;
+  ctx->rows = r;
+  return 0;
+}
+
+/*
+ * After a schema change: every session row, live here or not, forgets the
+ * subscribed URIs that no longer resolve, so that a table created again
+ * does not bring back subscriptions that ended with the old one.
+ */
+static int writer_prune_session_rows(const char *base, store_t *s) {
+  prune_ctx ctx = {base, s, NULL};
+  int rc = store_session_foreach(s, collect_pruned, &ctx);
+  for (pruned_row *r = ctx.rows, *next; r != NULL; r = next) {
+    next = r->next;
+    if (rc == 0) rc = store_session_set_subscriptions(s, r->id, r->subscriptions);
+    if (rc == -ENOENT) rc = 0; /* ended meanwhile */
+    free(r->id);
+    free(r->subscriptions);
+    free(r);
+  }
+  return rc;
+}
+
 static int writer_session_run(writer_job *j, store_t *s) {
   writer_session_job *sj = (writer_session_job *)j;
   const char *id = sj->row.id;
@@ -291,7 +337,10 @@ static int writer_session_run(writer_job *j, store_t *s) {
     int rc = store_session_delete(s, id);
     return rc == -ENOENT ? 0 : rc; /* already gone: nothing durable to remove */
   }
-  case SCHEMA_TRIGGERS: return store_refresh_schema(s, NULL);
+  case SCHEMA_TRIGGERS: {
+    int rc = store_refresh_schema(s, NULL);
+    return rc == 0 ? writer_prune_session_rows(sj->text, s) : rc;
+  }
   case SESSION_SWEEP: {
     int rc = sj->n_slots > 0
                  ? store_session_prune_slot(s, sj->number, sj->slot, sj->n_slots, &sj->pruned)
@@ -392,7 +441,9 @@ void writer_session_delete_then(writer_t *wr, const char *id, void (*then)(int r
 }
 
 void writer_sync_triggers(writer_t *wr) {
-  writer_session_submit(wr, writer_session_job_create(SCHEMA_TRIGGERS, NULL));
+  writer_session_job *sj = writer_session_job_create(SCHEMA_TRIGGERS, NULL);
+  sj->text = mem_strdup(wr->w->cfg->public_url); /* what the stored URIs are resolved against */
+  writer_session_submit(wr, sj);
 }
 
 void writer_sweep(writer_t *wr, int64_t before_ms, unsigned slot, unsigned n_slots, bool retain,

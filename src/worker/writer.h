@@ -16,6 +16,7 @@
 #define MCPSUB_WRITER_H
 
 #include <cjson/cJSON.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <uv.h>
@@ -33,6 +34,7 @@ struct writer_job {
   int rc;
   bool app_write;    /* commits application rows: the feed is woken after it */
   uint64_t deadline; /* uv_hrtime() past which a lock is not waited for */
+  atomic_bool cancelled; /* set on the loop: a job not started yet is not run (-ECANCELED) */
   writer_job *next;
 };
 

@@ -24,6 +24,7 @@ import { sqliteRows } from './lib/sqlite.mjs';
 import { EventStream } from './lib/sse.mjs';
 import { rest, product } from './lib/subs.mjs';
 import { V, modern, post } from './lib/modern.mjs';
+import { holdLock } from './lib/lock.mjs';
 import { sleep, waitFor } from './lib/wait.mjs';
 
 let srv;
@@ -213,6 +214,34 @@ test('notifications/cancelled, the client going away and no answer in time chang
     assert.equal(res.result.isError, true);
     assert.match(res.result.content[0].text, /no answer from the user in time/);
     assert.equal(exists(server, 'A-100'), true);
+    await s.delete();
+  } finally {
+    await server.stop();
+  }
+});
+
+test('notifications/cancelled for a write still waiting for the database: no answer, and it never runs', async () => {
+  const server = await startServer({ args: ['--workers', '0', '--write-timeout', '20000'] });
+  try {
+    const s = await McpSession.open(server.port);
+    const lock = holdLock(server.dbPath, 1500, "INSERT INTO StockEvent (id, sku, delta) VALUES (900, 'A-100', 1);");
+    await lock.locked;
+    // The first write waits for the lock inside the database; the second waits behind it.
+    const first = s.tool('put_record', { table: 'Product', key: 'Q-1', record: product('Q-1') });
+    await sleep(100);
+    const call = await streamedCall(server, s.id, 'delete_records', { table: 'Product', filter: 'sku=B-200' });
+    await sleep(100);
+    const cancel = await mcpPost(server.port, s.id, { jsonrpc: '2.0', method: 'notifications/cancelled', params: { requestId: call.id } });
+    assert.equal(cancel.status, 202);
+    await waitFor(() => call.raw().length > 0, { message: 'the end of the call' });
+    assert.match(call.raw(), /^HTTP\/1\.1 204/, 'ended at once, without a result');
+    await sleep(100);
+    assert.equal(call.events().length, 0, call.raw());
+    await lock.done;
+    assert.equal((await first).isError, false, 'the write ahead of it went through');
+    assert.equal(exists(server, 'Q-1'), true);
+    await sleep(200);
+    assert.equal(exists(server, 'B-200'), true, 'the cancelled write did not run');
     await s.delete();
   } finally {
     await server.stop();

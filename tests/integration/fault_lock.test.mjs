@@ -8,9 +8,9 @@
 
 import test, { after } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 
 import { startServer } from './lib/server.mjs';
+import { holdLock } from './lib/lock.mjs';
 import { McpSession } from './lib/mcp.mjs';
 import { initializeMessage, mcpPost, request } from './lib/raw.mjs';
 import { sqliteRows } from './lib/sqlite.mjs';
@@ -22,25 +22,6 @@ const servers = [];
 after(async () => {
   for (const s of servers) await s.kill();
 });
-
-/*
- * Runs the sqlite3 CLI holding the write lock for holdMs: BEGIN IMMEDIATE,
- * an insert, a pause, COMMIT. Resolves { locked, done } once the lock is
- * held (locked) and when the process has committed and exited (done).
- */
-function holdLock(db, holdMs, sql) {
-  const child = spawn('sqlite3', ['-batch', '-bail', db], { stdio: ['pipe', 'pipe', 'pipe'] });
-  let out = '';
-  child.stdout.on('data', (d) => (out += d));
-  child.stderr.on('data', (d) => (out += d));
-  const done = new Promise((resolve, reject) => {
-    child.on('exit', (code) => (code === 0 ? resolve() : reject(new Error(`sqlite3 exited ${code}: ${out}`))));
-  });
-  child.stdin.write(`BEGIN IMMEDIATE;\n${sql}\nSELECT 'locked';\n.shell sleep ${holdMs / 1000}\nCOMMIT;\n`);
-  child.stdin.end();
-  const locked = waitFor(() => out.includes('locked'), { timeoutMs: 5000, message: 'the lock to be held' });
-  return { locked, done };
-}
 
 async function timed(fn) {
   const t0 = Date.now();

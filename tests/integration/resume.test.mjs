@@ -565,3 +565,33 @@ test('a dropped table ends its subscriptions visibly: one last update with the r
     await server.stop();
   }
 });
+
+test('a table dropped while its subscriber is not live on any worker: the row forgets it, and a table created again does not bring it back', async () => {
+  let server = await startServer();
+  const B = server.base;
+  const s = await McpSession.open(server.port);
+  try {
+    sqlite(server.dbPath, 'CREATE TABLE Cam (id INTEGER PRIMARY KEY, v TEXT)');
+    await s.result('ping', {});
+    await subscribe(s, `${B}/Cam`);
+    await subscribe(s, `${B}/Product/A-100`);
+    // A new process: the session lives only in its row now.
+    server = await restartServer(server);
+    sqlite(server.dbPath, 'DROP TABLE Cam');
+    const other = await McpSession.open(server.port); // a request notices the schema change
+    await waitFor(() => JSON.parse(sessionRow(server.dbPath, s.id).subscriptions).length === 1, {
+      message: 'the row to forget the dropped table',
+    });
+    sqlite(server.dbPath, 'CREATE TABLE Cam (id INTEGER PRIMARY KEY, v TEXT)');
+    await other.result('ping', {});
+    const st = await openPrimed(server, s); // restored from its row
+    sqlite(server.dbPath, "INSERT INTO Cam VALUES (1, 'a'); UPDATE Product SET price_cents = 5 WHERE sku = 'A-100'");
+    await st.waitUpdates(1, `${B}/Product/A-100`, { timeoutMs: 2500 });
+    await sleep(300);
+    assert.deepEqual(st.updates().map((e) => e.json.params.subscribedUri), [`${B}/Product/A-100`], st.describe());
+    st.close();
+    await other.delete();
+  } finally {
+    await server.stop();
+  }
+});

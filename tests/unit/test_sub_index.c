@@ -68,8 +68,9 @@ static matches match(const sub_index *idx, const char *table, const char *key, c
   sub_change c = {100, table, key, old_key, old_row, new_row};
   matches m = {0};
   sub_index_match(idx, &c, collect, &m);
-  /* Every matched topic passes sub_topic_matches with the same change. */
+  /* Every matched topic passes sub_topic_matches with the same change; in (order, uri) order. */
   for (int i = 0; i < m.n; i++) CHECK(sub_topic_matches(m.topics[i], &c));
+  for (int i = 1; i < m.n; i++) CHECK(sub_topic_compare(&m.topics[i - 1], &m.topics[i]) <= 0);
   cJSON_Delete(old_row);
   cJSON_Delete(new_row);
   return m;
@@ -493,7 +494,41 @@ static void test_scoped_topics(void) {
   sub_index_finish(&idx);
 }
 
+/*
+ * Record, collection and filtered topics of one change come in (order,
+ * uri) order, also after filtered topics come and go (their sorted view is
+ * rebuilt), and a topic whose filter does not match is left out.
+ */
+static void test_match_order(void) {
+  sub_index idx;
+  sub_index_init(&idx);
+  sub_t *subs[24];
+  int n = 0;
+  char uri[128];
+  for (int i = 0; i < 20; i++) {
+    snprintf(uri, sizeof(uri), BASE "/Product?name=ne=z%d", i);
+    subs[n++] = add(&idx, uri, &session_a);
+  }
+  subs[n++] = add(&idx, BASE "/Product?name=ne=Anvil", &session_a); /* never matches */
+  subs[n++] = add(&idx, BASE "/Product", &session_a);
+  subs[n++] = add(&idx, BASE "/Product/A-100", &session_a);
+  const char *r = "{\"sku\":\"A-100\",\"name\":\"Anvil\"}";
+  matches m = match(&idx, "Product", "A-100", NULL, r, r);
+  CHECK_INT_EQ(m.n, 22);
+  CHECK_INT_EQ(count_topic(&m, subs[20]->topic), 0);
+  sub_index_remove(&idx, subs[3]);
+  sub_index_remove(&idx, subs[11]);
+  subs[3] = add(&idx, BASE "/Product?name=ne=late", &session_a);
+  m = match(&idx, "Product", "A-100", NULL, r, r);
+  CHECK_INT_EQ(m.n, 21);
+  CHECK_INT_EQ(count_topic(&m, subs[3]->topic), 1);
+  for (int i = 0; i < n; i++)
+    if (i != 11) sub_index_remove(&idx, subs[i]);
+  sub_index_finish(&idx);
+}
+
 int main(void) {
+  RUN(test_match_order);
   RUN(test_add_remove);
   RUN(test_topic_sharing);
   RUN(test_record_bucket);

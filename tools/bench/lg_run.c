@@ -195,7 +195,10 @@ static int lg_parse_update(lg_t *lg, const lg_sse_event *ev, lg_update *u) {
   if (uri == NULL || sub == NULL) return -1;
   memset(u, 0, sizeof(*u));
   size_t clen = strlen(lg->coll_uri);
-  u->sub = slen == clen && memcmp(sub, lg->coll_uri, clen) == 0 ? 0 : 1;
+  /* The collection, or (--filtered) one of its filtered URIs. */
+  bool coll = slen >= clen && memcmp(sub, lg->coll_uri, clen) == 0 &&
+              (slen == clen || (lg->o.filtered && sub[clen] == '?'));
+  u->sub = coll ? 0 : 1;
   /* A collection subscription told to re-read itself (resumption could not be exact). */
   u->reread = u->sub == 0 && ulen == slen && memcmp(uri, sub, ulen) == 0;
   if (u->reread) return 1;
@@ -311,10 +314,12 @@ static void slot_step(lg_slot *sl) {
     r = lg_post(lg, sl->conn, s->id,
                 "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}");
   } else if (sl->step < 2 + subs) {
+    char filter[32] = "";
+    if (sl->step == 2 && lg->o.filtered) snprintf(filter, sizeof(filter), "?v=ne=y%u", s->index);
     snprintf(body, sizeof(body),
              "{\"jsonrpc\":\"2.0\",\"id\":%u,\"method\":\"resources/"
-             "subscribe\",\"params\":{\"uri\":\"%s\"}}",
-             sl->step, sl->step == 2 ? lg->coll_uri : lg->rec_uri);
+             "subscribe\",\"params\":{\"uri\":\"%s%s\"}}",
+             sl->step, sl->step == 2 ? lg->coll_uri : lg->rec_uri, filter);
     r = lg_post(lg, sl->conn, s->id, body);
   } else if (lg->sc->streams) {
     s->stream = lg_conn_create(lg->cl, true, s->index, &lg_stream_ops, s);

@@ -34,7 +34,8 @@ typedef struct lg_opts {
   const char *table;
   const char *bearer; /* --bearer TOKEN: sent as Authorization on every request */
   uint32_t sessions;
-  uint32_t subs; /* 1: the collection; 2: and the record <letter>0 */
+  uint32_t subs;     /* 1: the collection; 2: and the record <letter>0 */
+  uint32_t filtered; /* 1: session i subscribes to <collection>?v=ne=y<i> (matching every row) */
   uint64_t events;
   uint64_t window;
   uint32_t writers;

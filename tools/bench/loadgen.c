@@ -103,6 +103,9 @@ static const lg_flag lg_flags[] = {
     {"--sessions", FLAG_U64, OPT(sessions), "sessions (each: initialize, subscribe, a GET stream)"},
     {"--subs", FLAG_U64, OPT(subs),
      "subscriptions per session: 1 (collection) or 2 (and a record)"},
+    {"--filtered", FLAG_U64, OPT(filtered),
+     "1: each session's collection subscription is a distinct filtered URI\n"
+     "(<collection>?v=ne=y<i>, matching every row)"},
     {"--events", FLAG_U64, OPT(events), "commits"},
     {"--window", FLAG_U64, OPT(window), "commits allowed ahead of the slowest subscriber"},
     {"--writers", FLAG_U64, OPT(writers), "REST writer connections"},
@@ -183,7 +186,8 @@ static int lg_parse(int argc, char **argv, lg_opts *o) {
     case FLAG_INT: *(int *)p = (int)strtol(v, &end, 10); break;
     case FLAG_U64: {
       unsigned long long x = strtoull(v, &end, 10);
-      if (f->offset == OPT(sessions) || f->offset == OPT(subs) || f->offset == OPT(writers) ||
+      if (f->offset == OPT(sessions) || f->offset == OPT(subs) || f->offset == OPT(filtered) ||
+          f->offset == OPT(writers) ||
           f->offset == OPT(connections) || f->offset == OPT(drop_percent) ||
           f->offset == OPT(settle_ms) || f->offset == OPT(workers))
         *(uint32_t *)p = (uint32_t)(x > UINT32_MAX ? UINT32_MAX : x);
@@ -216,6 +220,8 @@ static int lg_parse(int argc, char **argv, lg_opts *o) {
     why = "--sessions is at most 200000";
   else if (o->subs < 1 || o->subs > 2)
     why = "--subs is 1 or 2";
+  else if (o->filtered > 1 || (o->filtered && (o->listen || o->ceiling)))
+    why = "--filtered is 0 or 1, with --target server";
   else if (o->events == 0 || o->events > LG_MAX_EVENTS)
     why = "--events is 1 to 2000000";
   else if (o->window == 0)

@@ -25,6 +25,7 @@ GOALS = {
     "idle_bytes": 2048,            # server memory per idle session
     "reads_per_worker": 50_000,
     "auth_cost": {"fanout": 0.10, "read": 0.20},  # throughput lost to authentication, at most
+    "filtered_vs_collection": 0.95,  # distinct filtered subscriptions / collection ones, per CPU-s
 }
 
 
@@ -63,7 +64,7 @@ def ratio(a, b):
 
 def summarize(runs):
     s = {"fanout": [], "latency": [], "idle": [], "read": [], "write": [], "storm": [], "listen": [], "auth": [],
-         "goals": []}
+         "filters": [], "goals": []}
     ok = [r for r in runs if r.get("ok")]
     # Fan-out: each mcpsub run is followed by the ceiling at the same size and
     # batching; repeated runs are summarized by their medians.
@@ -157,8 +158,20 @@ def summarize(runs):
             s["auth"].append({"scenario": scenario, "mode": mode, "runs": len(rs), "per_server_cpu_s": cpu,
                               "per_wall_s": median(rs, "per_wall_s"),
                               "cost": round(1 - cpu / off, 3) if cpu and off and mode != "off" else None})
+    # Filtered subscriptions against collection ones (medians of interleaved runs).
+    kinds = {k: [r for r in ok if r.get("scenario") == "fanout" and r.get("label") == f"filters-{k}"]
+             for k in ("collection", "filtered")}
+    if kinds["collection"] and kinds["filtered"]:
+        col, fil = (median(kinds[k], "per_server_cpu_s") for k in ("collection", "filtered"))
+        s["filters"].append({"sessions": kinds["filtered"][0]["sessions"], "runs": len(kinds["filtered"]),
+                             "collection_per_cpu_s": col, "filtered_per_cpu_s": fil,
+                             "filtered_vs_collection": ratio(fil, col)})
     # Goals.
     g = s["goals"]
+    for f in s["filters"]:
+        r = f["filtered_vs_collection"]
+        g.append(goal(f"fan-out per CPU-s, {f['sessions']} distinct filtered URIs / collection subscriptions",
+                      f">= {GOALS['filtered_vs_collection']}", r, r is not None and r >= GOALS["filtered_vs_collection"]))
     for a in s["auth"]:
         if a["cost"] is not None:
             lim = GOALS["auth_cost"][a["scenario"]]
@@ -257,6 +270,12 @@ def tables(s):
     for a in s["auth"]:
         cost = f"{a['cost']:.1%}" if a["cost"] is not None else "–"
         out.append(f"| {a['scenario']} | {a['mode']} | {a['runs']} | {fmt(a['per_server_cpu_s'])} | {fmt(a['per_wall_s'])} | {cost} |")
+    out.append("\n### Filtered subscriptions (each session a distinct filtered URI matching every row)\n")
+    out.append("| sessions | runs | collection per CPU-s | filtered per CPU-s | filtered / collection |")
+    out.append("|---:|---:|---:|---:|---:|")
+    for f in s["filters"]:
+        out.append(f"| {fmt(f['sessions'])} | {f['runs']} | {fmt(f['collection_per_cpu_s'])} | "
+                   f"{fmt(f['filtered_per_cpu_s'])} | {fmt(f['filtered_vs_collection'], 2)} |")
     out.append("\n### Goals\n")
     out.append("| goal | target | measured | met |")
     out.append("|---|---|---:|---|")
