@@ -391,6 +391,12 @@ static int config_set_confirm_timeout(config_t *cfg, const char *flag, const cha
   return rc;
 }
 
+/* --config is read by main() (config_expand_argv) before the flags: nothing is left to do. */
+static int config_set_config(config_t *cfg, const char *flag, const char *value, char *err,
+                             size_t errlen) {
+  return 0;
+}
+
 static int config_set_write_timeout(config_t *cfg, const char *flag, const char *value, char *err,
                                     size_t errlen) {
   uint64_t n = 0;
@@ -605,9 +611,104 @@ static const config_flag config_flags[] = {
      config_set_allow_anonymous},
     {"--worker-slot", "N", NULL, NULL, config_set_worker_slot},
     {"--worker-generation", "G", NULL, NULL, config_set_worker_generation},
+    {"--config", "FILE", NULL,
+     "read flags from FILE first (one per line: the flag's name without\n"
+     "--, then its value; # comments); flags given here override it",
+     config_set_config},
     {"--help", NULL, NULL, "print this help and exit (also -h)", NULL},
     {"--version", NULL, NULL, "print the version and exit (also -V)", NULL},
 };
+
+/* Config files ----------------------------------------------------------------- */
+
+static const config_flag *config_find_flag(const char *arg, size_t name_len);
+
+/* Flags a file may not set: what only makes sense on a command line, or only to a master. */
+static bool config_file_settable(const config_flag *f) {
+  return f->set != NULL && f->help != NULL && f->set != config_set_config;
+}
+
+/* Appends one "--name[=value]" to *out (of *n); grows it. */
+static void config_file_push(config_file *out, unsigned line, const char *name, size_t name_len,
+                             const char *value, size_t value_len) {
+  if (out->n == out->cap) {
+    out->cap = out->cap ? out->cap * 2 : 16;
+    out->args = mem_realloc(out->args, out->cap * sizeof(char *));
+    out->lines = mem_realloc(out->lines, out->cap * sizeof(unsigned));
+  }
+  buf_t b;
+  buf_init(&b);
+  buf_append(&b, name, name_len);
+  if (value != NULL) {
+    buf_append(&b, "=", 1);
+    buf_append(&b, value, value_len);
+  }
+  out->lines[out->n] = line;
+  out->args[out->n++] = buf_steal(&b);
+}
+
+int config_file_parse(const char *text, size_t len, config_file *out, char *err, size_t errlen) {
+  memset(out, 0, sizeof(*out));
+  unsigned line = 0;
+  size_t at = 0;
+  while (at < len) {
+    line++;
+    size_t end = at;
+    while (end < len && text[end] != '\n') end++;
+    const char *p = text + at, *e = text + end;
+    at = end + 1;
+    while (p < e && isspace((unsigned char)*p)) p++;
+    while (e > p && isspace((unsigned char)e[-1])) e--;
+    if (p == e || *p == '#') continue;
+    if (memchr(p, '\0', (size_t)(e - p)) != NULL) {
+      config_file_finish(out);
+      return errmsg(err, errlen, -EINVAL, "line %u: a NUL byte", line);
+    }
+    const char *name_end = p;
+    while (name_end < e && !isspace((unsigned char)*name_end) && *name_end != '=') name_end++;
+    char flag[64];
+    int flag_len = snprintf(flag, sizeof(flag), "--%.*s", (int)(name_end - p), p);
+    const config_flag *f =
+        flag_len < (int)sizeof(flag) ? config_find_flag(flag, (size_t)flag_len) : NULL;
+    if (f == NULL || !config_file_settable(f)) {
+      config_file_finish(out);
+      return errmsg(
+          err, errlen, -EINVAL, "line %u: %s %.*s", line,
+          f == NULL ? "unknown setting" : "not a setting for a file:", (int)(name_end - p), p);
+    }
+    const char *v = name_end;
+    while (v < e && (isspace((unsigned char)*v) || *v == '=')) v++;
+    if (e - v >= 2 && (*v == '"' || *v == '\'') && e[-1] == *v) { /* a quoted value */
+      v++;
+      e--;
+    }
+    if ((v < e) != (f->metavar != NULL)) {
+      config_file_finish(out);
+      return errmsg(err, errlen, -EINVAL, "line %u: %s %s", line, flag + 2,
+                    f->metavar ? "needs a value" : "takes no value");
+    }
+    config_file_push(out, line, flag, (size_t)flag_len, f->metavar ? v : NULL, (size_t)(e - v));
+  }
+  return 0;
+}
+
+void config_file_finish(config_file *f) {
+  for (size_t i = 0; i < f->n; i++) free(f->args[i]);
+  free(f->args);
+  free(f->lines);
+  memset(f, 0, sizeof(*f));
+}
+
+int config_check_arg(const char *arg, char *err, size_t errlen) {
+  config_t scratch;
+  config_defaults(&scratch);
+  const char *eq = strchr(arg, '=');
+  const config_flag *f = config_find_flag(arg, eq ? (size_t)(eq - arg) : strlen(arg));
+  int rc = f == NULL || f->set == NULL ? errmsg(err, errlen, -EINVAL, "unknown flag %s", arg)
+                                       : f->set(&scratch, f->name, eq ? eq + 1 : NULL, err, errlen);
+  config_finish(&scratch);
+  return rc;
+}
 
 /* Fills cfg with every default; allocates nothing. */
 void config_defaults(config_t *cfg) {

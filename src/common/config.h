@@ -96,4 +96,37 @@ int config_parse(config_t *cfg, int argc, char **argv, FILE *out, char *err,
 void config_usage(FILE *out);
 void config_finish(config_t *cfg);
 
+/*
+ * A configuration file as flags: each line "name value" (or "name = value",
+ * or "name" alone for a switch; a value may be quoted; # starts a comment)
+ * becomes "--name=value". args[i] came from line lines[i].
+ */
+typedef struct config_file {
+  char **args;
+  unsigned *lines;
+  size_t n, cap;
+} config_file;
+/*
+ * Parses text (len bytes) into out: -EINVAL with "line N: ..." in err for
+ * an unknown name, a value missing or given where none belongs, or a flag
+ * a file may not set (--config, --help, --version). Values are checked by
+ * config_parse (or one by one, config_check_arg). Release with
+ * config_file_finish.
+ */
+int config_file_parse(const char *text, size_t len, config_file *out, char *err,
+                      size_t errlen) MCPSUB_NODISCARD;
+void config_file_finish(config_file *f);
+/* config_file.c: reads path (at most 1 MiB) and parses it into out; err names the file. */
+int config_file_read(const char *path, config_file *out, char *err, size_t errlen) MCPSUB_NODISCARD;
+/*
+ * When argv holds --config FILE: *out_argv becomes argv[0], FILE's flags,
+ * then argv's other flags (so that they override the file's), the strings
+ * owned by file (release it, and free *out_argv when it differs from argv,
+ * after cfg is done with them). Without --config, *out_argv is argv.
+ */
+int config_expand_argv(int argc, char **argv, int *out_argc, char ***out_argv, config_file *file,
+                       char *err, size_t errlen) MCPSUB_NODISCARD;
+/* Checks one "--name[=value]" alone (its own value's rules): 0, or -EINVAL with err. */
+int config_check_arg(const char *arg, char *err, size_t errlen) MCPSUB_NODISCARD;
+
 #endif

@@ -46,8 +46,8 @@ struct sub_topic {
   char *uri;      /* exactly as subscribed */
   char *uri_json; /* ...as a JSON string (quoted, escaped): formatted once, copied per update */
   size_t uri_json_len;
-  uri_t parsed;   /* kind, table, key, filters */
-  sub_t *subs;    /* subscribers (doubly linked through topic_prev/next) */
+  uri_t parsed;          /* kind, table, key, filters */
+  sub_t *subs;           /* subscribers (doubly linked through topic_prev/next) */
   size_t n_session_subs; /* of which owned by sessions */
   size_t n_subs;
   debounce_t debounce;    /* its subscribers' own debounce (part of key), or none */

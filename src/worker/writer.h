@@ -32,8 +32,8 @@ struct writer_job {
   int (*run)(writer_job *j, store_t *s); /* writer thread: 0 or -errno (store.h's codes) */
   void (*done)(writer_job *j);           /* loop: sees j->rc; frees j */
   int rc;
-  bool app_write;    /* commits application rows: the feed is woken after it */
-  uint64_t deadline; /* uv_hrtime() past which a lock is not waited for */
+  bool app_write;        /* commits application rows: the feed is woken after it */
+  uint64_t deadline;     /* uv_hrtime() past which a lock is not waited for */
   atomic_bool cancelled; /* set on the loop: a job not started yet is not run (-ECANCELED) */
   writer_job *next;
 };

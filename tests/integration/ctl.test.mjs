@@ -11,7 +11,8 @@ import { spawn, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 
-import { startServer, makeTempDir, MCPSUBCTL } from './lib/server.mjs';
+import { startServer, makeTempDir, MCPSUBCTL, MCPSUBD } from './lib/server.mjs';
+import { McpSession } from './lib/mcp.mjs';
 import { initialize, mcpPost, newId, openStream } from './lib/raw.mjs';
 import { q, sqlite, sqliteRows } from './lib/sqlite.mjs';
 import { waitFor } from './lib/wait.mjs';
@@ -500,5 +501,48 @@ test('usage: bad commands and options -> exit 2; --help documents every command'
   assert.equal(h.status, 0, describe(h));
   for (const w of ['status', 'workers', 'sessions [--live]', 'session show ID', 'session evict ID', 'subs [--uri U]', 'audit tail [-f] [--table T] [-n N]', 'stats', '--control PATH', 'exit status']) {
     assert.ok(h.stdout.includes(w), `--help lacks "${w}"\n${h.stdout}`);
+  }
+});
+
+test('a configuration file: mcpsubd --config reads it (the command line overrides it); config check validates it line by line', async () => {
+  const dir = makeTempDir();
+  try {
+    const good = path.join(dir, 'mcpsubd.conf');
+    fs.writeFileSync(good, ['# mcpsubd', 'max-subscriptions 2', 'confirm-destructive refuse', 'page-size = "7"', 'strict-subscribe', ''].join('\n'));
+    let r = ctl(['config', 'check', good]);
+    assert.equal(r.status, 0, describe(r));
+    assert.match(r.stdout, /ok \(4 settings\)/);
+    // The file's settings apply; a flag on the command line wins over the file's.
+    const srv = await startServer({ args: ['--config', good, '--page-size', '3'] });
+    try {
+      const s = await McpSession.open(srv.port);
+      const err = await s.error('resources/subscribe', { uri: `${srv.base}/Product` });
+      assert.match(err.message, /open the GET SSE stream/, 'strict-subscribe from the file');
+      const page = await s.read(`${srv.base}/Product`);
+      assert.equal(JSON.parse(page.contents[0].text).length, 3, '--page-size 3 overrides the file');
+      const refused = await s.tool('delete_record', { table: 'Product', key: 'A-100' });
+      assert.match(refused.text, /cannot ask/, 'confirm-destructive refuse from the file');
+      await s.delete();
+    } finally {
+      await srv.stop();
+    }
+    const bad = path.join(dir, 'bad.conf');
+    fs.writeFileSync(bad, 'workers 2\npage-size lots\nnonsense 1\n');
+    r = ctl(['config', 'check', bad]);
+    assert.equal(r.status, 2, describe(r));
+    assert.match(r.stderr, /line 3: unknown setting nonsense/, describe(r));
+    fs.writeFileSync(bad, 'workers 2\npage-size lots\n');
+    r = ctl(['config', 'check', bad]);
+    assert.equal(r.status, 2, describe(r));
+    assert.match(r.stderr, /line 2: --page-size/, describe(r));
+    fs.writeFileSync(bad, 'listen 0.0.0.0:9999\n');
+    r = ctl(['config', 'check', bad]);
+    assert.equal(r.status, 2, describe(r));
+    assert.match(r.stderr, /not a loopback address/, describe(r));
+    const started = spawnSync(MCPSUBD, ['--config', bad], { encoding: 'utf8', timeout: 10000 });
+    assert.equal(started.status, 2, started.stderr);
+    assert.match(started.stderr, /not a loopback address/);
+  } finally {
+    fs.rmSync(dir, { recursive: true, force: true });
   }
 });

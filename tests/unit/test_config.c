@@ -342,7 +342,56 @@ static void test_auth_secure_default(void) {
   for (size_t i = 0; i < ARRAY_LEN(not_loop); i++) CHECK(!config_host_is_loopback(not_loop[i]));
 }
 
+/* A configuration file: names, values (bare, after =, quoted), switches, comments, errors by line.
+ */
+static void test_config_file(void) {
+  static const char text[] = "# mcpsubd\n"
+                             "\n"
+                             "listen 127.0.0.1:9000\n"
+                             "  db = \"/var/lib/mcpsub/a b.db\"   \n"
+                             "strict-subscribe\n"
+                             "confirm-destructive refuse\n";
+  config_file f;
+  CHECK_INT_EQ(config_file_parse(text, sizeof(text) - 1, &f, err, sizeof(err)), 0);
+  CHECK_INT_EQ(f.n, 4);
+  CHECK_STR_EQ(f.args[0], "--listen=127.0.0.1:9000");
+  CHECK_STR_EQ(f.args[1], "--db=/var/lib/mcpsub/a b.db");
+  CHECK_STR_EQ(f.args[2], "--strict-subscribe");
+  CHECK_INT_EQ(f.lines[3], 6);
+  /* As mcpsubd takes them: the file's flags, then the command line's, which win. */
+  char *argv[] = {"mcpsubd", f.args[0],  f.args[1],       f.args[2],
+                  f.args[3], "--listen", "127.0.0.1:9001"};
+  config_t cfg;
+  CHECK_INT_EQ(parse(&cfg, ARGC(argv), argv), 0);
+  CHECK_INT_EQ(cfg.listen_port, 9001);
+  CHECK_STR_EQ(cfg.db_path, "/var/lib/mcpsub/a b.db");
+  CHECK(cfg.strict_subscribe);
+  CHECK_INT_EQ(cfg.confirm_destructive, CONFIRM_REFUSE);
+  config_finish(&cfg);
+  config_file_finish(&f);
+
+  static const struct {
+    const char *text, *needle;
+  } bad[] = {
+      {"workers 2\nbogus 1\n", "line 2: unknown setting bogus"},
+      {"strict-subscribe yes\n", "line 1: strict-subscribe takes no value"},
+      {"listen\n", "line 1: listen needs a value"},
+      {"config other.conf\n", "line 1: not a setting for a file: config"},
+      {"help\n", "line 1: not a setting for a file: help"},
+  };
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    CHECK_INT_EQ(config_file_parse(bad[i].text, strlen(bad[i].text), &f, err, sizeof(err)),
+                 -EINVAL);
+    if (strstr(err, bad[i].needle) == NULL) fprintf(stderr, "got \"%s\"\n", err);
+    CHECK(strstr(err, bad[i].needle) != NULL);
+  }
+  CHECK_INT_EQ(config_check_arg("--workers=x", err, sizeof(err)), -EINVAL);
+  CHECK(strstr(err, "--workers") != NULL);
+  CHECK_INT_EQ(config_check_arg("--workers=3", err, sizeof(err)), 0);
+}
+
 int main(void) {
+  RUN(test_config_file);
   RUN(test_defaults);
   RUN(test_every_flag);
   RUN(test_equals_form);

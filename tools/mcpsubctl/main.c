@@ -53,6 +53,8 @@ static const ctl_command ctl_commands[] = {
      ctl_cmd_key_revoke},
     {"key", "rotate", "NAME", "a new key for NAME (printed once); the old one stops working",
      CTL_SERVER_NEVER, ctl_cmd_key_rotate},
+    {"config", "check", "FILE", "validate an mcpsubd --config file (line by line, then whole)",
+     CTL_SERVER_NEVER, ctl_cmd_config_check},
 };
 
 void ctl_error(const char *fmt, ...) {
@@ -109,7 +111,8 @@ static void ctl_usage(FILE *out) {
         "  1  the database or the control socket failed\n"
         "  2  bad usage\n"
         "  3  mcpsubd is not running (status, and the commands that need it)\n"
-        "  4  unknown session (or key name)\n",
+        "  4  unknown session (or key name)\n"
+        "config check exits 2 when the file is not valid (each problem on stderr).\n",
         out);
 }
 
