@@ -24,7 +24,7 @@ const here = path.dirname(fileURLToPath(import.meta.url));
 export const SOURCE_ROOT = process.env.MCPSUB_SOURCE_ROOT || path.resolve(here, '..', '..', '..');
 export const MCPSUBD = process.env.MCPSUBD || path.join(SOURCE_ROOT, 'build', 'mcpsubd');
 export const MCPSUBCTL = process.env.MCPSUBCTL || path.join(SOURCE_ROOT, 'build', 'mcpsubctl');
-export const EXAMPLE_SCHEMA = path.join(SOURCE_ROOT, 'schema', 'example.sql');
+export const EXAMPLE_SCHEMA = process.env.MCPSUB_EXAMPLE_SCHEMA || path.join(SOURCE_ROOT, 'schema', 'example.sql');
 
 const STDERR_KEEP = 1 << 20; // bytes of server stderr kept for messages
 const live = new Set(); // servers not yet stopped, killed if the test process dies
