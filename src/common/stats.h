@@ -14,6 +14,50 @@
 
 #include "common/buf.h"
 
+/*
+ * A latency histogram in seconds: counts per bucket (not cumulative; the
+ * last one is +Inf), their number and sum. Upper bounds in
+ * stats_bucket_le, from 0.5 ms to 2.5 s.
+ */
+#define STATS_BUCKETS 12
+extern const double stats_bucket_le[STATS_BUCKETS];
+typedef struct stats_histogram {
+  uint64_t counts[STATS_BUCKETS + 1];
+  uint64_t count;
+  double sum;
+} stats_histogram;
+
+void stats_observe(stats_histogram *h, double seconds);
+
+/* What a request's duration is labelled with: its JSON-RPC method, or its kind. */
+typedef enum stats_method {
+  STATS_M_INITIALIZE,
+  STATS_M_PING,
+  STATS_M_SET_LEVEL,
+  STATS_M_RESOURCES_LIST,
+  STATS_M_TEMPLATES_LIST,
+  STATS_M_RESOURCES_READ,
+  STATS_M_SUBSCRIBE,
+  STATS_M_UNSUBSCRIBE,
+  STATS_M_TOOLS_LIST,
+  STATS_M_TOOLS_CALL,
+  STATS_M_COMPLETE,
+  STATS_M_PROMPTS_LIST,
+  STATS_M_PROMPTS_GET,
+  STATS_M_DISCOVER,
+  STATS_M_LISTEN,
+  STATS_M_NOTIFICATION, /* a POSTed notification or response */
+  STATS_M_BATCH,        /* a JSON-RPC batch */
+  STATS_M_STREAM,       /* GET /mcp: a session's SSE stream (time to its head) */
+  STATS_M_DELETE,       /* DELETE /mcp */
+  STATS_M_REST,
+  STATS_M_OTHER, /* health, status, metrics, errors before a method is known */
+  STATS_METHODS
+} stats_method;
+extern const char *const stats_method_names[STATS_METHODS];
+/* The label of a JSON-RPC method name (STATS_M_OTHER when it is none of ours). */
+stats_method stats_method_of(const char *name);
+
 typedef struct worker_stats {
   uint32_t slot;
   uint32_t generation; /* restarts of this slot so far */
@@ -36,6 +80,8 @@ typedef struct worker_stats {
   int64_t audit_head;           /* newest audit seq when the report was made */
   uint64_t connections_refused; /* connections closed with 503 over --max-connections */
   uint64_t requests_refused;    /* 401, 403 and 429 answers */
+  stats_histogram notify_delay; /* commit -> its updates queued on their streams, per change */
+  stats_histogram request_seconds[STATS_METHODS]; /* request -> response head, by method */
 } worker_stats;
 
 /* Master-side facts about a slot, beside the worker's own report. */
@@ -46,11 +92,11 @@ typedef struct slot_stats {
 
 /*
  * Appends Prometheus text exposition (version 0.0.4) for n workers: one
- * series per worker (label worker="<slot>") and one for the total
- * (worker="all") of every metric — the sum, except mcpsub_audit_tailer_lag
- * whose total is the largest lag. slots[i], when slots is not NULL,
- * describes the slot of workers[i]; NULL means one process: every reported
- * worker is up and none was restarted. n may be 0 (only the totals).
+ * series per worker (label worker="<slot>") of every metric (summing is
+ * the query's job), the histograms (per worker, and per method for
+ * requests), and mcpsub_build_info. slots[i], when slots is not NULL,
+ * describes the slot of workers[i]; NULL means one process: every
+ * reported worker is up and none was restarted. n may be 0.
  */
 void stats_render_prometheus(buf_t *out, const worker_stats *workers, const slot_stats *slots,
                              size_t n);

@@ -1030,7 +1030,8 @@ static void master_ctl_answer_stats(master_t *m, control_request_t *r, const cha
     worker_stats t;
     master_totals(m, st, sl, n, &t);
     cJSON *totals = stats_to_json(&t);
-    static const char *const per_worker[] = {"slot", "generation", "pid", "startedMs"};
+    static const char *const per_worker[] = {"slot", "generation", "pid", "startedMs",
+                                             "notifyDelay"};
     for (size_t i = 0; i < ARRAY_LEN(per_worker); i++)
       cJSON_DeleteItemFromObjectCaseSensitive(totals, per_worker[i]);
     cJSON_AddItemToObject(out, "totals", totals);
@@ -1116,6 +1117,11 @@ static void master_ctl_merge(master_t *m, control_request_t *r, const cJSON *req
         }
         cJSON *sum = cJSON_GetObjectItemCaseSensitive(row, "sessions");
         cJSON_SetNumberValue(sum, sum->valuedouble + count->valuedouble);
+        const cJSON *notified = cJSON_GetObjectItemCaseSensitive(item, "notified");
+        cJSON *total = cJSON_GetObjectItemCaseSensitive(row, "notified");
+        if (total == NULL) total = cJSON_AddNumberToObject(row, "notified", 0);
+        if (cJSON_IsNumber(notified))
+          cJSON_SetNumberValue(total, total->valuedouble + notified->valuedouble);
       }
     }
   }

@@ -73,6 +73,8 @@ enum conn_pause {
 
 struct http_conn {
   http_server_t *srv;
+  uint64_t dispatched_ns;         /* uv_hrtime() when the request in hand was complete */
+  int label;                      /* its label for on_answered (-1: none) */
   char address[INET6_ADDRSTRLEN]; /* the peer's address, counted in srv->per_address; "" if not */
   http_conn_t *prev, *next;       /* the server's list of connections */
   http_conn_t *pending_next;      /* the server's deferred-work lists */
@@ -535,10 +537,21 @@ static void conn_fail(http_conn_t *c, int status) {
   conn_finish(c, true);
 }
 
+/* The request in hand is answered: its duration to whoever counts them. */
+static void conn_answered(http_conn_t *c) {
+  if (c->srv->opts.on_answered != NULL)
+    c->srv->opts.on_answered(c->srv->cb_data, c->label, uv_hrtime() - c->dispatched_ns);
+}
+
+void http_conn_set_label(http_conn_t *c, int label) {
+  if (c != NULL) c->label = label;
+}
+
 void http_respond(http_conn_t *c, int status, const http_header *headers, size_t n_headers,
                   const char *body, size_t body_len) {
   if (c == NULL || c->phase != PHASE_DISPATCHED || !c->owner_holds) return;
   c->owner_holds = false;
+  conn_answered(c);
   if (c->closing) {
     conn_request_clear(c);
     c->phase = PHASE_IDLE;
@@ -580,6 +593,7 @@ void http_respond(http_conn_t *c, int status, const http_header *headers, size_t
 void http_stream_begin(http_conn_t *c, int status, const http_header *headers, size_t n_headers) {
   if (c == NULL || c->phase != PHASE_DISPATCHED || !c->owner_holds) return;
   c->phase = PHASE_STREAM;
+  conn_answered(c);
   if (c->closing) return;
   bool want_close = true; /* the stream is delimited by the connection's close */
   http_format_head(&c->out, status, headers, n_headers, &want_close);
@@ -819,6 +833,8 @@ static void conn_dispatch(http_conn_t *c) {
   buf_finish(&c->value);
   c->phase = PHASE_DISPATCHED;
   c->owner_holds = true;
+  c->dispatched_ns = uv_hrtime();
+  c->label = -1;
   c->req_flags = c->adopt_flags;
   c->adopt_flags = 0;
   conn_timer_start(c, 0);

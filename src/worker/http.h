@@ -65,6 +65,12 @@ typedef struct http_server_options {
   size_t max_stream_queue;    /* queued bytes allowed on a stream before it is cut */
   size_t max_connections;     /* open connections (0 = no bound): over it, a short 503 and close */
   size_t max_per_address;     /* open connections from one client address (0 = no bound) */
+  /*
+   * Called when a request is answered (its response's head queued, or its
+   * stream begun), with the label its handler gave it (http_conn_set_label;
+   * -1 when none) and the nanoseconds since it was complete. May be NULL.
+   */
+  void (*on_answered)(void *data, int label, uint64_t ns);
 } http_server_options;
 
 /* Creates a server on loop; cb is called once per complete request. */
@@ -147,6 +153,8 @@ void http_stream_exempt(http_conn_t *c, bool exempt);
 void http_stream_flush(http_conn_t *c);
 /* Flushes what is queued, then closes the connection. */
 void http_stream_end(http_conn_t *c);
+/* Labels the request in hand for on_answered (a method, a kind of request). */
+void http_conn_set_label(http_conn_t *c, int label);
 /* Has the connection's response become a stream (http_stream_begin)? */
 bool http_conn_streaming(const http_conn_t *c);
 /* Bytes queued and not yet written by the kernel. */

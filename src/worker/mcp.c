@@ -910,6 +910,13 @@ static void mcp_post(worker_t *w, http_conn_t *c, http_request_t *req, const aut
     return;
   }
 
+  /* The request's duration is counted under its method (or its kind). */
+  const cJSON *label = cJSON_GetObjectItemCaseSensitive(root, "method");
+  http_conn_set_label(c, cJSON_IsArray(root)               ? STATS_M_BATCH
+                         : !cJSON_IsString(label)          ? STATS_M_NOTIFICATION
+                         : cJSON_HasObjectItem(root, "id") ? stats_method_of(label->valuestring)
+                                                           : STATS_M_NOTIFICATION);
+
   /* 2026-07-28: the body's envelope says so (or the header, for a notification). */
   const char *envelope = cJSON_IsObject(root) ? mcp_envelope_version(root) : NULL;
   if (envelope != NULL || modern_header) {
@@ -1075,6 +1082,9 @@ static bool mcp_reroute(worker_t *w, http_conn_t *c, const http_request_t *req) 
 
 void mcp_handle_http(worker_t *w, http_conn_t *c, http_request_t *req, const auth_principal *p) {
   if (mcp_reroute(w, c, req)) return;
+  http_conn_set_label(c, req->method == HTTP_GET      ? STATS_M_STREAM
+                         : req->method == HTTP_DELETE ? STATS_M_DELETE
+                                                      : STATS_M_OTHER);
   switch (req->method) {
   case HTTP_POST: mcp_post(w, c, req, p); break;
   case HTTP_GET: mcp_get(w, c, req, p); break;

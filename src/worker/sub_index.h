@@ -51,6 +51,7 @@ struct sub_topic {
   size_t n_session_subs; /* of which owned by sessions */
   size_t n_subs;
   debounce_t debounce;    /* its subscribers' own debounce (part of key), or none */
+  uint64_t notified;      /* updates formatted for it (mcpsubctl subs, top) */
   sub_topic *next, *prev; /* in its table's collection or filtered list, or its record bucket */
 };
 

@@ -297,6 +297,7 @@ void subs_deliver_held(worker_t *w, sub_t *sub, const char *record_uri, int64_t 
   }
   buf_finish(&b);
   w->notifications++;
+  sub->topic->notified++;
 }
 
 /*
@@ -328,6 +329,7 @@ static void subs_send_topic(worker_t *w, sub_topic *t, const char *record_uri,
                               {"}}", 2}};
         f = frame_create_parts(seq, 't', t->order, parts, ARRAY_LEN(parts));
         w->notifications++;
+        t->notified++;
       }
       session_deliver((session_t *)sub->owner, f);
       break;
@@ -340,6 +342,7 @@ static void subs_send_topic(worker_t *w, sub_topic *t, const char *record_uri,
                                  t->uri_json_len);
         format_listen_meta(head, seq);
         w->notifications++;
+        t->notified++;
       }
       listen_deliver((listen_stream *)sub->owner, head->data, head->len);
       break;
@@ -389,6 +392,8 @@ static void subs_on_change(const store_audit_row *row, void *data) {
     subs_send_topic(w, t, record_uri, record_json, row->seq);
   }
   free(record_uri);
+  /* Commit (the trigger's clock, ms) -> its updates queued; they are written this loop turn. */
+  stats_observe(&w->notify_delay, (double)(store_now_ms() - row->committed_at) / 1000);
 }
 
 static void subs_on_batch_end(void *data) {

@@ -203,9 +203,18 @@ void worker_stats_collect(worker_t *w, worker_stats *st) {
   st->frames_sent = w->sessions.frames_sent;
   st->frames_replayed = w->sessions.frames_replayed;
   st->frames_dropped = w->sessions.frames_dropped;
+  st->notify_delay = w->notify_delay;
+  memcpy(st->request_seconds, w->request_seconds, sizeof(st->request_seconds));
   st->audit_position = w->store != NULL ? subs_position(w) : 0;
   int64_t head = 0;
   if (w->store != NULL && store_audit_max_seq(w->store, &head) == 0) st->audit_head = head;
+}
+
+/* A request was answered: its duration, by the method its handler labelled it with. */
+static void worker_on_answered(void *data, int label, uint64_t ns) {
+  worker_t *w = data;
+  stats_method m = label >= 0 && label < STATS_METHODS ? (stats_method)label : STATS_M_OTHER;
+  stats_observe(&w->request_seconds[m], (double)ns / 1e9);
 }
 
 /* GET /metrics of one process: its own counters in Prometheus text. */
@@ -262,6 +271,7 @@ static void worker_route(worker_t *w, http_conn_t *c, http_request_t *req,
   } else if (strcmp(p, "/healthz") == 0 || strcmp(p, "/readyz") == 0 || strcmp(p, "/status") == 0) {
     worker_handle_status(w, c, req, p + 1);
   } else {
+    http_conn_set_label(c, STATS_M_REST);
     rest_handle(w, c, req, principal);
   }
 }
@@ -454,6 +464,7 @@ int worker_init(worker_t *w, uv_loop_t *loop, const config_t *cfg, unsigned slot
                              : (cfg->max_connections + (cfg->workers > 0 ? cfg->workers : 1) - 1) /
                                    (cfg->workers > 0 ? cfg->workers : 1),
       .max_per_address = cfg->max_connections_per_address,
+      .on_answered = worker_on_answered,
   };
   w->http = http_server_create(loop, &opts, worker_on_request, w);
   subs_init(w);

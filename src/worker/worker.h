@@ -40,7 +40,7 @@ typedef struct worker {
   tailer_t tailer;               /* the audit-log feed */
   struct listen_stream *listens; /* open subscriptions/listen streams (listen.h) */
   size_t n_listens;
-  struct confirm_pending *confirms; /* destructive calls waiting for the user (confirm.h) */
+  struct confirm_pending *confirms;   /* destructive calls waiting for the user (confirm.h) */
   struct tool_write_job *tool_writes; /* tool writes handed to the writer (tools_cancel) */
   size_t n_confirms;
   waiter_t *waiters;       /* pending wait_and_read calls */
@@ -55,8 +55,8 @@ typedef struct worker {
   hold_queue *hold_queues;
   strmap holds; /* "<sub> <record uri>" -> hold_entry of a debounced subscription */
   uv_timer_t hold_timer;
-  int64_t hold_due;    /* loop ms the timer is armed for */
-  sub_topic **matched; /* the topics one change matched (reused; grows) */
+  int64_t hold_due;        /* loop ms the timer is armed for */
+  sub_topic **matched;     /* the topics one change matched (reused; grows) */
   buf_t fmt_uri, fmt_head; /* scratch of the update formatter: a record URI, a listen head */
   size_t n_matched, matched_cap;
   uint64_t notifications;      /* resource-update frames formatted */
@@ -94,7 +94,9 @@ typedef struct worker {
   uv_signal_t sighup;         /* reload the key file */
   unsigned slot;              /* worker number, encoded in session ids */
   int64_t last_audit_prune_ms;
-  uint64_t requests; /* requests served */
+  uint64_t requests;                              /* requests served */
+  stats_histogram notify_delay;                   /* commit -> updates queued (subscriptions.c) */
+  stats_histogram request_seconds[STATS_METHODS]; /* by method (worker_on_answered) */
   bool closing;
 } worker_t;
 

@@ -125,6 +125,7 @@ static void ctl_add_topic(const char *key, size_t len, void *value, void *data) 
   cJSON *o = cJSON_CreateObject();
   cJSON_AddStringToObject(o, "uri", t->uri);
   cJSON_AddNumberToObject(o, "sessions", (double)t->n_session_subs);
+  cJSON_AddNumberToObject(o, "notified", (double)t->notified);
   cJSON_AddItemToArray(ctx->list, o);
 }
 

@@ -25,9 +25,9 @@ async function openServed(port) {
 
 async function refusedTotal(port) {
   const text = (await request(port, { path: '/metrics' })).text;
-  const m = text.match(/^mcpsub_connections_refused_total\{worker="all"\} (\d+)$/m);
-  assert.ok(m, text);
-  return Number(m[1]);
+  const all = [...text.matchAll(/^mcpsub_connections_refused_total\{worker="\d+"\} (\d+)$/gm)];
+  assert.ok(all.length > 0, text);
+  return all.reduce((sum, m) => sum + Number(m[1]), 0); // summed over the workers
 }
 
 for (const [mode, limit] of [[['--workers', '0'], 4], [['--workers', '2'], 4]]) {

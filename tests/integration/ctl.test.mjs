@@ -289,7 +289,8 @@ test('running: stats gives every worker report and slot facts; the table ends wi
   assert.equal(s.ok, true);
   assert.equal(s.slots.length, s.workers.length, JSON.stringify(s));
   const keys = ['slot', 'generation', 'pid', 'startedMs', 'sessions', 'streams', 'listens', 'subscriptions', 'waiters', 'connections',
-    'queuedBytes', 'requests', 'notifications', 'framesSent', 'framesReplayed', 'framesDropped', 'auditPosition', 'auditHead'];
+    'queuedBytes', 'requests', 'notifications', 'framesSent', 'framesReplayed', 'framesDropped', 'auditPosition', 'auditHead',
+    'notifyDelay'];
   for (const w of s.workers) assert.deepEqual(Object.keys(w).sort(), [...keys].sort(), JSON.stringify(w));
   for (const slot of s.slots) assert.ok(slot.alive === true || slot.alive === 1, JSON.stringify(slot));
   const r = runCtl(['stats']);
@@ -359,7 +360,8 @@ test('running: subs aggregates the live subscriptions; --uri picks one', async (
   const byUri = Object.fromEntries(j.subscriptions.map((x) => [x.uri, x.sessions]));
   assert.deepEqual(byUri, { [state.products]: 2, [state.anvil]: 1 });
   const one = runJson(['subs', '--uri', state.anvil]);
-  assert.deepEqual(one.subscriptions.filter((x) => x.sessions > 0), [{ uri: state.anvil, sessions: 1 }]);
+  assert.deepEqual(one.subscriptions.filter((x) => x.sessions > 0).map((x) => [x.uri, x.sessions]), [[state.anvil, 1]]);
+  assert.ok(j.subscriptions.every((x) => Number.isInteger(x.notified)), 'updates sent per URI');
   const r = runCtl(['subs']);
   assert.equal(r.status, 0, describe(r));
   assert.match(lines(r.stdout)[0], /^SESSIONS\s+URI$/);

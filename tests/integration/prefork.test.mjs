@@ -265,7 +265,9 @@ test('control socket: JSON lines for status, workers, stats, sessions, session, 
   assert.match(metrics, /Content-Type: text\/plain; version=0\.0\.4/i);
   assert.match(metrics, /worker="0"/);
   assert.match(metrics, /worker="1"/);
-  assert.match(metrics, /worker="all"/);
+  assert.doesNotMatch(metrics, /worker="all"/); // summing is the query's job
+  assert.match(metrics, /^mcpsub_build_info\{version="[^"]+"\} 1$/m);
+  assert.match(metrics, /^# TYPE mcpsub_notification_delay_seconds histogram$/m);
   await stop(srv);
 });
 

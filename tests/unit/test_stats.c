@@ -9,6 +9,7 @@
 
 #include "check.h"
 #include "common/buf.h"
+#include "common/config.h"
 #include "common/stats.h"
 
 static void two_workers(worker_stats w[2], slot_stats s[2]) {
@@ -74,97 +75,88 @@ static void test_prometheus_two_workers_exact(void) {
   two_workers(w, s);
   char *text = render(w, s, 2);
   static const char expected[] =
+      "# HELP mcpsub_build_info The running mcpsubd's version.\n"
+      "# TYPE mcpsub_build_info gauge\n"
+      "mcpsub_build_info{version=\"" MCPSUB_VERSION "\"} 1\n"
       "# HELP mcpsub_worker_up 1 when a worker process runs in the slot.\n"
       "# TYPE mcpsub_worker_up gauge\n"
       "mcpsub_worker_up{worker=\"0\"} 1\n"
       "mcpsub_worker_up{worker=\"1\"} 0\n"
-      "mcpsub_worker_up{worker=\"all\"} 1\n"
       "# HELP mcpsub_sessions Live MCP sessions.\n"
       "# TYPE mcpsub_sessions gauge\n"
       "mcpsub_sessions{worker=\"0\"} 3\n"
       "mcpsub_sessions{worker=\"1\"} 2\n"
-      "mcpsub_sessions{worker=\"all\"} 5\n"
       "# HELP mcpsub_streams Open SSE streams of sessions (GET).\n"
       "# TYPE mcpsub_streams gauge\n"
       "mcpsub_streams{worker=\"0\"} 2\n"
       "mcpsub_streams{worker=\"1\"} 1\n"
-      "mcpsub_streams{worker=\"all\"} 3\n"
       "# HELP mcpsub_listen_streams Open subscriptions/listen streams (2026-07-28).\n"
       "# TYPE mcpsub_listen_streams gauge\n"
       "mcpsub_listen_streams{worker=\"0\"} 4\n"
       "mcpsub_listen_streams{worker=\"1\"} 0\n"
-      "mcpsub_listen_streams{worker=\"all\"} 4\n"
       "# HELP mcpsub_subscriptions Live resource subscriptions (sessions and waiters).\n"
       "# TYPE mcpsub_subscriptions gauge\n"
       "mcpsub_subscriptions{worker=\"0\"} 7\n"
       "mcpsub_subscriptions{worker=\"1\"} 3\n"
-      "mcpsub_subscriptions{worker=\"all\"} 10\n"
       "# HELP mcpsub_waiters Pending wait_and_read calls.\n"
       "# TYPE mcpsub_waiters gauge\n"
       "mcpsub_waiters{worker=\"0\"} 1\n"
       "mcpsub_waiters{worker=\"1\"} 0\n"
-      "mcpsub_waiters{worker=\"all\"} 1\n"
       "# HELP mcpsub_connections Open HTTP connections.\n"
       "# TYPE mcpsub_connections gauge\n"
       "mcpsub_connections{worker=\"0\"} 4\n"
       "mcpsub_connections{worker=\"1\"} 2\n"
-      "mcpsub_connections{worker=\"all\"} 6\n"
       "# HELP mcpsub_stream_queue_bytes Bytes queued on SSE streams, not yet taken by the kernel.\n"
       "# TYPE mcpsub_stream_queue_bytes gauge\n"
       "mcpsub_stream_queue_bytes{worker=\"0\"} 512\n"
       "mcpsub_stream_queue_bytes{worker=\"1\"} 0\n"
-      "mcpsub_stream_queue_bytes{worker=\"all\"} 512\n"
-      "# HELP mcpsub_audit_tailer_lag Audit rows committed but not yet handed on by the tailer "
-      "(total: the largest).\n"
+      "# HELP mcpsub_audit_tailer_lag Audit rows committed but not yet handed on by the tailer.\n"
       "# TYPE mcpsub_audit_tailer_lag gauge\n"
       "mcpsub_audit_tailer_lag{worker=\"0\"} 10\n"
       "mcpsub_audit_tailer_lag{worker=\"1\"} 3\n"
-      "mcpsub_audit_tailer_lag{worker=\"all\"} 10\n"
       "# HELP mcpsub_requests_total HTTP requests served.\n"
       "# TYPE mcpsub_requests_total counter\n"
       "mcpsub_requests_total{worker=\"0\"} 100\n"
       "mcpsub_requests_total{worker=\"1\"} 50\n"
-      "mcpsub_requests_total{worker=\"all\"} 150\n"
       "# HELP mcpsub_notifications_sent_total SSE frames written to streams.\n"
       "# TYPE mcpsub_notifications_sent_total counter\n"
       "mcpsub_notifications_sent_total{worker=\"0\"} 30\n"
       "mcpsub_notifications_sent_total{worker=\"1\"} 12\n"
-      "mcpsub_notifications_sent_total{worker=\"all\"} 42\n"
       "# HELP mcpsub_notifications_formatted_total Resource-update frames formatted.\n"
       "# TYPE mcpsub_notifications_formatted_total counter\n"
       "mcpsub_notifications_formatted_total{worker=\"0\"} 20\n"
       "mcpsub_notifications_formatted_total{worker=\"1\"} 10\n"
-      "mcpsub_notifications_formatted_total{worker=\"all\"} 30\n"
       "# HELP mcpsub_notifications_replayed_total Frames sent again on resumption (replay ring or "
       "audit log).\n"
       "# TYPE mcpsub_notifications_replayed_total counter\n"
       "mcpsub_notifications_replayed_total{worker=\"0\"} 5\n"
       "mcpsub_notifications_replayed_total{worker=\"1\"} 0\n"
-      "mcpsub_notifications_replayed_total{worker=\"all\"} 5\n"
       "# HELP mcpsub_notifications_dropped_total Frames that left a replay ring before any stream "
       "took them.\n"
       "# TYPE mcpsub_notifications_dropped_total counter\n"
       "mcpsub_notifications_dropped_total{worker=\"0\"} 1\n"
       "mcpsub_notifications_dropped_total{worker=\"1\"} 0\n"
-      "mcpsub_notifications_dropped_total{worker=\"all\"} 1\n"
       "# HELP mcpsub_connections_refused_total Connections answered 503 and closed over "
       "--max-connections (total or per address).\n"
       "# TYPE mcpsub_connections_refused_total counter\n"
       "mcpsub_connections_refused_total{worker=\"0\"} 3\n"
       "mcpsub_connections_refused_total{worker=\"1\"} 0\n"
-      "mcpsub_connections_refused_total{worker=\"all\"} 3\n"
       "# HELP mcpsub_requests_refused_total Requests refused for their credentials or limits "
       "(401, 403, 429).\n"
       "# TYPE mcpsub_requests_refused_total counter\n"
       "mcpsub_requests_refused_total{worker=\"0\"} 0\n"
       "mcpsub_requests_refused_total{worker=\"1\"} 4\n"
-      "mcpsub_requests_refused_total{worker=\"all\"} 4\n"
       "# HELP mcpsub_worker_restarts_total Times the master restarted the slot's worker.\n"
       "# TYPE mcpsub_worker_restarts_total counter\n"
       "mcpsub_worker_restarts_total{worker=\"0\"} 1\n"
       "mcpsub_worker_restarts_total{worker=\"1\"} 0\n"
-      "mcpsub_worker_restarts_total{worker=\"all\"} 1\n";
-  CHECK_STR_EQ(text, expected);
+      "# HELP mcpsub_worker_start_time_seconds When the slot's worker started (Unix time).\n"
+      "# TYPE mcpsub_worker_start_time_seconds gauge\n"
+      "mcpsub_worker_start_time_seconds{worker=\"0\"} 1700000000.000\n"
+      "mcpsub_worker_start_time_seconds{worker=\"1\"} 1700000000.500\n";
+  /* The gauges and counters, then the histograms (test_prometheus_histograms). */
+  if (strncmp(text, expected, strlen(expected)) != 0) CHECK_STR_EQ(text, expected);
+  CHECK(strstr(text, "worker=\"all\"") == NULL); /* summing is the query's job */
   free(text);
 }
 
@@ -179,29 +171,61 @@ static void test_prometheus_help_type_once(void) {
     char *end = strchr(line, '\n');
     CHECK(end != NULL); /* every line, the last included, ends in \n */
     if (strncmp(line, "# TYPE ", 7) == 0) {
-      char name[96];
-      CHECK(sscanf(line + 7, "%95s", name) == 1);
+      char name[96], kind[32];
+      CHECK(sscanf(line + 7, "%95s %31s", name, kind) == 2);
       char help[128], type[128], sample[128];
       snprintf(help, sizeof(help), "# HELP %s ", name);
       snprintf(type, sizeof(type), "# TYPE %s ", name);
-      snprintf(sample, sizeof(sample), "\n%s{", name);
+      snprintf(sample, sizeof(sample), "\n%s%s{", name,
+               strcmp(kind, "histogram") == 0 ? "_count" : "");
       CHECK_INT_EQ(count_occurrences(text, help), 1);
       CHECK_INT_EQ(count_occurrences(text, type), 1);
-      CHECK_INT_EQ(count_occurrences(text, sample), 3);
+      /* one sample per worker (build_info: one; request durations: per method called) */
+      int want = strcmp(name, "mcpsub_build_info") == 0                 ? 1
+                 : strcmp(name, "mcpsub_request_duration_seconds") == 0 ? 0
+                                                                        : 2;
+      CHECK_INT_EQ(count_occurrences(text, sample), want);
       /* HELP comes right before TYPE, the samples after it */
       CHECK(strstr(text, help) < strstr(text, type));
-      CHECK(strstr(text, sample) > line);
+      CHECK(want == 0 || strstr(text, sample) > line);
       families++;
     }
     line = end + 1;
   }
-  CHECK_INT_EQ(families, 17);
-  CHECK_INT_EQ(count_occurrences(text, "# HELP "), 17);
-  CHECK_INT_EQ(count_occurrences(text, "{worker=\"all\"}"), 17);
+  CHECK_INT_EQ(families, 21);
+  CHECK_INT_EQ(count_occurrences(text, "# HELP "), 21);
   free(text);
 }
 
-/* The tailer's lag is clamped at 0 and its total is the largest, not the sum. */
+/* Histograms: cumulative buckets, +Inf, sum and count; request durations per method called. */
+static void test_prometheus_histograms(void) {
+  worker_stats w[1] = {{.slot = 3}};
+  stats_observe(&w[0].notify_delay, 0.0002); /* <= 0.0005 */
+  stats_observe(&w[0].notify_delay, 0.002);  /* <= 0.0025 */
+  stats_observe(&w[0].notify_delay, 9.0);    /* +Inf only */
+  stats_observe(&w[0].request_seconds[STATS_M_TOOLS_CALL], 0.03);
+  char *text = render(w, NULL, 1);
+  static const char delay[] =
+      "mcpsub_notification_delay_seconds_bucket{worker=\"3\",le=\"0.0005\"} 1\n"
+      "mcpsub_notification_delay_seconds_bucket{worker=\"3\",le=\"0.001\"} 1\n"
+      "mcpsub_notification_delay_seconds_bucket{worker=\"3\",le=\"0.0025\"} 2\n";
+  CHECK(strstr(text, delay) != NULL);
+  CHECK(strstr(text, "mcpsub_notification_delay_seconds_bucket{worker=\"3\",le=\"2.5\"} 2\n"));
+  CHECK(strstr(text, "mcpsub_notification_delay_seconds_bucket{worker=\"3\",le=\"+Inf\"} 3\n"));
+  CHECK(strstr(text, "mcpsub_notification_delay_seconds_sum{worker=\"3\"} 9.0022\n"));
+  CHECK(strstr(text, "mcpsub_notification_delay_seconds_count{worker=\"3\"} 3\n"));
+  CHECK(strstr(text, "mcpsub_request_duration_seconds_bucket{worker=\"3\",method=\"tools/call\","
+                     "le=\"0.05\"} 1\n"));
+  CHECK(strstr(text,
+               "mcpsub_request_duration_seconds_count{worker=\"3\",method=\"tools/call\"} 1\n"));
+  CHECK_INT_EQ(count_occurrences(text, "mcpsub_request_duration_seconds_count{"), 1);
+  CHECK_INT_EQ(stats_method_of("resources/read"), STATS_M_RESOURCES_READ);
+  CHECK_INT_EQ(stats_method_of("nope/none"), STATS_M_OTHER);
+  CHECK_INT_EQ(stats_method_of("rest"), STATS_M_OTHER); /* only JSON-RPC methods by name */
+  free(text);
+}
+
+/* The tailer's lag is clamped at 0. */
 static void test_prometheus_lag_max_and_clamp(void) {
   worker_stats w[3] = {
       {.slot = 0, .audit_position = 50, .audit_head = 40}, /* head sampled behind: 0 */
@@ -212,7 +236,6 @@ static void test_prometheus_lag_max_and_clamp(void) {
   CHECK(strstr(text, "mcpsub_audit_tailer_lag{worker=\"0\"} 0\n") != NULL);
   CHECK(strstr(text, "mcpsub_audit_tailer_lag{worker=\"1\"} 8\n") != NULL);
   CHECK(strstr(text, "mcpsub_audit_tailer_lag{worker=\"2\"} 5\n") != NULL);
-  CHECK(strstr(text, "mcpsub_audit_tailer_lag{worker=\"all\"} 8\n") != NULL);
   free(text);
 }
 
@@ -225,19 +248,16 @@ static void test_prometheus_without_slots(void) {
   char *text = render(w, NULL, 2);
   CHECK(strstr(text, "mcpsub_worker_up{worker=\"0\"} 1\n") != NULL);
   CHECK(strstr(text, "mcpsub_worker_up{worker=\"7\"} 1\n") != NULL);
-  CHECK(strstr(text, "mcpsub_worker_up{worker=\"all\"} 2\n") != NULL);
   CHECK(strstr(text, "mcpsub_worker_restarts_total{worker=\"0\"} 0\n") != NULL);
-  CHECK(strstr(text, "mcpsub_worker_restarts_total{worker=\"all\"} 0\n") != NULL);
   CHECK(strstr(text, "mcpsub_sessions{worker=\"7\"} 2\n") != NULL);
   free(text);
 }
 
-/* No worker reported yet: the families and zero totals, still valid text. */
+/* No worker reported yet: the families, no sample but build_info, still valid text. */
 static void test_prometheus_no_workers(void) {
   char *text = render(NULL, NULL, 0);
-  CHECK_INT_EQ(count_occurrences(text, "# TYPE "), 17);
-  CHECK(strstr(text, "mcpsub_sessions{worker=\"all\"} 0\n") != NULL);
-  CHECK(strstr(text, "mcpsub_worker_up{worker=\"all\"} 0\n") != NULL);
+  CHECK_INT_EQ(count_occurrences(text, "# TYPE "), 21);
+  CHECK(strstr(text, "mcpsub_build_info{") != NULL);
   CHECK(strstr(text, "{worker=\"0\"}") == NULL);
   free(text);
 }
@@ -248,7 +268,7 @@ static void test_prometheus_appends(void) {
   buf_init(&b);
   buf_append_str(&b, "# before\n");
   stats_render_prometheus(&b, NULL, NULL, 0);
-  CHECK(strncmp(b.data, "# before\n# HELP mcpsub_worker_up ", 33) == 0);
+  CHECK(strncmp(b.data, "# before\n# HELP mcpsub_build_info ", 34) == 0);
   buf_finish(&b);
 }
 
@@ -284,7 +304,12 @@ static void test_json_keys_and_values(void) {
       CHECK(0);
     }
   }
-  CHECK_INT_EQ(cJSON_GetArraySize(o), sizeof(want) / sizeof(want[0]));
+  /* ... and the commit -> notification histogram (for mcpsubctl top's p99). */
+  const cJSON *delay = cJSON_GetObjectItemCaseSensitive(o, "notifyDelay");
+  CHECK_INT_EQ(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(delay, "le")), STATS_BUCKETS);
+  CHECK_INT_EQ(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(delay, "counts")),
+               STATS_BUCKETS + 1);
+  CHECK_INT_EQ(cJSON_GetArraySize(o), sizeof(want) / sizeof(want[0]) + 1);
   char *text = cJSON_PrintUnformatted(o);
   CHECK(strstr(text, "\"startedMs\":1700000000000") != NULL); /* not in exponent form */
   cJSON_free(text);
@@ -294,6 +319,7 @@ static void test_json_keys_and_values(void) {
 int main(void) {
   RUN(test_prometheus_two_workers_exact);
   RUN(test_prometheus_help_type_once);
+  RUN(test_prometheus_histograms);
   RUN(test_prometheus_lag_max_and_clamp);
   RUN(test_prometheus_without_slots);
   RUN(test_prometheus_no_workers);
