@@ -183,6 +183,9 @@ int ctl_cmd_key_list(ctl_context *ctx, int argc, char **argv);
 int ctl_cmd_key_revoke(ctl_context *ctx, int argc, char **argv);
 int ctl_cmd_key_rotate(ctl_context *ctx, int argc, char **argv);
 
+/* top.c */
+int ctl_cmd_top(ctl_context *ctx, int argc, char **argv);
+
 /* config.c */
 int ctl_cmd_config_check(ctl_context *ctx, int argc, char **argv);
 

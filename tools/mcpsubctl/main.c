@@ -45,6 +45,8 @@ static const ctl_command ctl_commands[] = {
     {"audit", "tail", "[-f] [--table T] [-n N]", "last N audit_log rows (20), oldest first",
      CTL_SERVER_NEVER, ctl_cmd_audit_tail},
     {"stats", NULL, "", "every worker's counters, with totals", CTL_SERVER_REQUIRED, ctl_cmd_stats},
+    {"top", NULL, "[--once] [--interval MS]", "live view, refreshed every second; q quits",
+     CTL_SERVER_REQUIRED, ctl_cmd_top},
     {"key", "add", "NAME --role ROLE", "new API key: printed once on stdout, its hash stored",
      CTL_SERVER_NEVER, ctl_cmd_key_add},
     {"key", "list", "", "API keys: name, role, created (never the keys)", CTL_SERVER_NEVER,
@@ -90,6 +92,8 @@ static void ctl_usage(FILE *out) {
         "  subs --uri U          only URI U\n"
         "  audit tail -n N       rows to show first, 0 to 100000 (default 20); or --lines N\n"
         "  audit tail --table T  only the changes of table T\n"
+        "  top --once            print one frame (two samples an interval apart) and exit\n"
+        "  top --interval MS     refresh every MS milliseconds (100 to 60000; 1000)\n"
         "  audit tail -f         then print each new row as it commits (polled every\n"
         "                        200 ms) until SIGINT or SIGTERM; with --json one object\n"
         "                        per line; or --follow\n"

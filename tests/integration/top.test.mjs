@@ -1,0 +1,111 @@
+// mcpsubctl top in a real terminal: tmux runs it (80x24) against a live
+// server while subscribers are notified of a stream of REST writes;
+// capture-pane reads the screen. The frame fits 80 columns, names the
+// workers, shows notifications and commits per second that move from one
+// frame to the next, and lists the subscribed URI that is busy. q (and, in
+// a second run, Ctrl-C) ends it with the terminal as it was: the
+// alternate screen left, stty settings back. --once prints one frame for
+// scripts.
+
+import test from 'node:test';
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import path from 'node:path';
+
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+
+import { MCPSUBCTL, startServer } from './lib/server.mjs';
+import { rest } from './lib/subs.mjs';
+import { sleep, waitFor } from './lib/wait.mjs';
+
+const tmux = (...args) => spawnSync('tmux', ['-L', `mcpsub-top-${process.pid}`, ...args], { encoding: 'utf8' });
+const screen = (name) => tmux('capture-pane', '-p', '-t', name).stdout;
+const figure = (text, label) => {
+  const m = text.match(new RegExp(`${label} ([0-9.]+)(k|M)?`));
+  return m ? Number(m[1]) * (m[2] === 'k' ? 1e3 : m[2] === 'M' ? 1e6 : 1) : NaN;
+};
+
+async function underLoad(server, fn) {
+  const clients = [];
+  for (let i = 0; i < 3; i++) {
+    const c = new Client({ name: `top-${i}`, version: '1.0.0' }, { capabilities: {} });
+    c.setNotificationHandler((await import('@modelcontextprotocol/sdk/types.js')).ResourceUpdatedNotificationSchema, () => {});
+    await c.connect(new StreamableHTTPClientTransport(new URL(server.url)));
+    await c.subscribeResource({ uri: `${server.base}/Product/A-100` });
+    clients.push(c);
+  }
+  let writing = true;
+  const writer = (async () => {
+    for (let i = 0; writing; i++) {
+      await rest(server.port, 'PATCH', '/Product/A-100', { price_cents: 1000 + (i % 500) });
+      await sleep(i % 2 ? 20 : 5); // a changing rate, so that the figures move
+    }
+  })();
+  try {
+    return await fn();
+  } finally {
+    writing = false;
+    await writer;
+    for (const c of clients) await c.close();
+  }
+}
+
+function startTop(server, name) {
+  const ctl = `${MCPSUBCTL} --db ${server.dbPath} --control ${path.join(path.dirname(server.dbPath), 'mcpsubd.sock')}`;
+  // The shell records the terminal's settings before and after, and how top ended.
+  // The shell itself outlives a Ctrl-C (trap), so that it can report.
+  const script = `trap : INT; before=$(stty -g); ${ctl} top; rc=$?; after=$(stty -g); ` +
+    `[ "$before" = "$after" ] && echo "RESTORED rc=$rc" || echo "NOT RESTORED rc=$rc"; sleep 60`;
+  const r = tmux('new-session', '-d', '-s', name, '-x', '80', '-y', '24', 'sh', '-c', script);
+  assert.equal(r.status, 0, r.stderr);
+}
+
+test('top in tmux under load: 80 columns, moving figures, the busy URI; q and Ctrl-C restore the terminal', async (t) => {
+  if (spawnSync('tmux', ['-V']).status !== 0) return t.skip('tmux is not installed');
+  const server = await startServer({ args: ['--workers', '2'] });
+  try {
+    await underLoad(server, async () => {
+      startTop(server, 'a');
+      const frames = [];
+      await waitFor(() => {
+        const s = screen('a');
+        if (s.includes('notifications/s') && (frames.length === 0 || frames.at(-1) !== s)) frames.push(s);
+        return frames.length >= 3 && frames.some((f) => figure(f, 'notifications/s') > 0);
+      }, { timeoutMs: 15000, intervalMs: 300, message: 'three frames of top under load' });
+      const last = frames.at(-1);
+      for (const line of last.split('\n')) assert.ok(line.length <= 80, `wider than 80: "${line}"`);
+      assert.match(last, /^mcpsubd top\s+workers 2/m);
+      assert.match(last, /^WORKER\s+PID\s+SESSIONS\s+STREAMS\s+SUBS\s+CONNS\s+QUEUED\s+NOTES\/S$/m);
+      assert.match(last, /^0\s+\d+/m);
+      assert.match(last, /^1\s+\d+/m);
+      assert.match(last, /Product\/A-100/, 'the busy URI is listed');
+      const commits = frames.map((f) => figure(f, 'commits/s'));
+      assert.ok(commits.some((c) => c > 0), `commits/s: ${commits}`);
+      assert.ok(new Set(frames.map((f) => `${figure(f, 'notifications/s')}/${figure(f, 'commits/s')}`)).size > 1, 'the figures move');
+      tmux('send-keys', '-t', 'a', 'q');
+      await waitFor(() => /RESTORED rc=0/.test(screen('a')), { timeoutMs: 5000, message: 'top to end on q' });
+      assert.doesNotMatch(screen('a'), /NOT RESTORED/);
+      assert.doesNotMatch(screen('a'), /notifications\/s/, 'the alternate screen is gone');
+
+      startTop(server, 'b');
+      await waitFor(() => screen('b').includes('notifications/s'), { timeoutMs: 10000, message: 'top b' });
+      tmux('send-keys', '-t', 'b', 'C-c');
+      await waitFor(() => /RESTORED rc=0/.test(screen('b')), { timeoutMs: 5000, message: 'top to end on Ctrl-C' });
+      assert.doesNotMatch(screen('b'), /NOT RESTORED/);
+    });
+    const once = spawnSync(MCPSUBCTL, ['--db', server.dbPath, 'top', '--once', '--interval', '200'], { encoding: 'utf8' });
+    assert.equal(once.status, 0, once.stderr);
+    assert.match(once.stdout, /^mcpsubd top/);
+    assert.doesNotMatch(once.stdout, /\x1b/, 'no escape sequences without a terminal');
+    assert.doesNotMatch(once.stdout, /q: quit/);
+  } finally {
+    tmux('kill-server');
+    await server.stop();
+  }
+});
+
+test('top without a server: exit status 3', () => {
+  const r = spawnSync(MCPSUBCTL, ['--db', '/nonexistent/mcpsub.db', 'top', '--once'], { encoding: 'utf8' });
+  assert.equal(r.status, 3, r.stderr);
+});
