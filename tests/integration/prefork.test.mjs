@@ -11,6 +11,7 @@
 
 import test, { after } from 'node:test';
 import assert from 'node:assert/strict';
+import fs from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
 
@@ -18,7 +19,7 @@ import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { ResourceUpdatedNotificationSchema } from '@modelcontextprotocol/sdk/types.js';
 
-import { startServer, getStatus } from './lib/server.mjs';
+import { SOURCE_ROOT, startServer, getStatus } from './lib/server.mjs';
 import { RawConnection, buildRequest, initialize, mcpPost, MCP_ACCEPT } from './lib/raw.mjs';
 import { sqlite, sqliteRows } from './lib/sqlite.mjs';
 import { EventStream, idSeq } from './lib/sse.mjs';
@@ -139,7 +140,7 @@ test('100 SDK clients over 4 workers: each subscribes to its own record and gets
     assert.equal(subs.subscriptions.length, N);
     assert.ok(subs.subscriptions.every((s) => s.sessions === 1));
     const one = await ctl(srv, { cmd: 'subs', uri: `${B}/Product/${sku(3)}` });
-    assert.deepEqual(one.subscriptions, [{ uri: `${B}/Product/${sku(3)}`, sessions: 1 }]);
+    assert.deepEqual(one.subscriptions.map((x) => [x.uri, x.sessions]), [[`${B}/Product/${sku(3)}`, 1]]);
   } finally {
     await Promise.all(clients.map(async (c) => {
       await c.transport.terminateSession().catch(() => {});
@@ -504,4 +505,32 @@ test('SIGTERM under load: drains within --drain-timeout, no acknowledged write l
     s.stream2.close();
   }
   await stop(again);
+});
+
+test('the Grafana dashboard in deploy/ parses, and every metric it queries is served by /metrics', async () => {
+  const file = path.join(SOURCE_ROOT, 'deploy', 'grafana', 'mcpsub.json');
+  const dash = JSON.parse(fs.readFileSync(file, 'utf8'));
+  assert.equal(dash.title, 'mcpsub');
+  assert.ok(dash.panels.length >= 10);
+  const exprs = dash.panels.flatMap((p) => p.targets.map((t) => t.expr));
+  assert.ok(exprs.every((e) => typeof e === 'string' && e.length > 0));
+  const used = new Set(exprs.flatMap((e) => e.match(/\bmcpsub_[a-z_]+/g) ?? []));
+  const srv = await startServer({ args: ['--workers', '2'] });
+  try {
+    await fetch(`${srv.url}`, { method: 'POST', headers: { 'Content-Type': 'application/json', Accept: 'application/json, text/event-stream' }, body: '{}' });
+    const text = await (await fetch(`http://127.0.0.1:${srv.port}/metrics`)).text();
+    const families = new Map([...text.matchAll(/^# TYPE (\S+) (\S+)$/gm)].map((m) => [m[1], m[2]]));
+    for (const name of used) {
+      const base = name.replace(/_(bucket|sum|count)$/, '');
+      const family = families.has(name) ? name : base;
+      assert.ok(families.has(family), `the dashboard queries ${name}, which /metrics does not serve`);
+      if (name !== family) assert.equal(families.get(family), 'histogram', `${name}: ${family} is not a histogram`);
+      if (/_total$/.test(family)) assert.equal(families.get(family), 'counter', `${family}: _total on a ${families.get(family)}`);
+    }
+    // Conventions: counters end in _total, nothing else does; no aggregate series beside the workers'.
+    for (const [name, type] of families) assert.equal(type === 'counter', /_total$/.test(name), `${name} (${type})`);
+    assert.doesNotMatch(text, /worker="all"/);
+  } finally {
+    await srv.stop();
+  }
 });
