@@ -189,7 +189,7 @@ static const char updated_method[] = "notifications/resources/updated";
  */
 static int lg_parse_update(lg_t *lg, const lg_sse_event *ev, lg_update *u) {
   if (memmem(ev->data, ev->data_len, updated_method, sizeof(updated_method) - 1) == NULL) return 0;
-  size_t ulen, slen;
+  size_t ulen = 0, slen = 0; /* set with their pointers (gcc -O3 cannot tell) */
   const char *uri = json_str(ev->data, ev->data_len, "\"uri\":\"", &ulen);
   const char *sub = json_str(ev->data, ev->data_len, "\"subscribedUri\":\"", &slen);
   if (uri == NULL || sub == NULL) return -1;
