@@ -24,8 +24,6 @@
 struct confirm_pending {
   worker_t *w;
   char eid[64]; /* the elicitation's request id */
-  char principal[AUTH_PRINCIPAL_MAX + 1];
-  char session[SESSION_ID_LEN + 1];
   confirm_write cw;
   uv_timer_t timer;
   confirm_pending *prev, *next;
@@ -105,7 +103,7 @@ static void pending_refuse(confirm_pending *p, const char *text) {
 
 static void pending_on_timeout(uv_timer_t *h) {
   confirm_pending *p = h->data;
-  log_info("confirmation timed out", "session", p->session);
+  log_info("confirmation timed out", "session", p->cw.reply->session);
   pending_refuse(p, "no answer from the user in time: nothing changed");
 }
 
@@ -129,8 +127,6 @@ static cJSON *confirm_ask_session(mcp_call *call, const confirm_write *cw) {
   int at = snprintf(p->eid, sizeof(p->eid), CONFIRM_ID_PREFIX "%02x-", w->slot & 0xffu);
   for (size_t i = 0; i < sizeof(random); i++)
     at += snprintf(p->eid + at, sizeof(p->eid) - (size_t)at, "%02x", random[i]);
-  snprintf(p->principal, sizeof(p->principal), "%s", call->principal->id);
-  snprintf(p->session, sizeof(p->session), "%s", call->session->id);
   p->cw = *cw;
   p->cw.message = NULL; /* the caller's: sent below, not kept */
   p->next = w->confirms;
@@ -159,8 +155,8 @@ static cJSON *confirm_ask_session(mcp_call *call, const confirm_write *cw) {
 static confirm_pending *pending_find(worker_t *w, const char *principal, const char *session,
                                      const char *eid) {
   for (confirm_pending *p = w->confirms; p != NULL; p = p->next)
-    if (strcmp(p->eid, eid) == 0 && strcmp(p->principal, principal) == 0 &&
-        strcmp(p->session, session) == 0)
+    if (strcmp(p->eid, eid) == 0 && strcmp(p->cw.reply->principal, principal) == 0 &&
+        strcmp(p->cw.reply->session, session) == 0)
       return p;
   return NULL;
 }
@@ -184,11 +180,7 @@ bool confirm_answer(worker_t *w, const char *principal, const char *session, con
 
 bool confirm_cancel(worker_t *w, const char *principal, const char *session, const char *id_json) {
   for (confirm_pending *p = w->confirms; p != NULL; p = p->next) {
-    if (strcmp(p->principal, principal) != 0 || strcmp(p->session, session) != 0) continue;
-    char *text = cJSON_PrintUnformatted(p->cw.reply->id);
-    bool same = text != NULL && strcmp(text, id_json) == 0;
-    cJSON_free(text);
-    if (!same) continue;
+    if (!mcp_reply_matches(p->cw.reply, principal, session, id_json)) continue;
     http_conn_t *c = p->cw.reply->conn;
     pending_unlink(p);
     mcp_end_unanswered(c); /* cancelled: no answer, and nothing changed */

@@ -614,6 +614,17 @@ void mcp_reply_init(mcp_reply *r, const mcp_call *call) {
   }
 }
 
+bool mcp_reply_matches(const mcp_reply *r, const char *principal, const char *session,
+                       const char *id_json) {
+  if (r->conn == NULL || r->id == NULL || strcmp(r->principal, principal) != 0 ||
+      strcmp(r->session, session) != 0)
+    return false;
+  char *text = cJSON_PrintUnformatted(r->id);
+  bool same = text != NULL && strcmp(text, id_json) == 0;
+  cJSON_free(text);
+  return same;
+}
+
 void mcp_reply_finish(mcp_reply *r) {
   cJSON_Delete(r->id);
   cJSON_Delete(r->progress_token);

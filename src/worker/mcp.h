@@ -70,6 +70,13 @@ typedef struct mcp_reply {
   char principal[AUTH_PRINCIPAL_MAX + 1];
 } mcp_reply;
 
+/*
+ * Is r the answer to principal's request with id (JSON text) in session
+ * ("": none)? What notifications/cancelled names. false once the client
+ * went away or the call was cancelled already.
+ */
+bool mcp_reply_matches(const mcp_reply *r, const char *principal, const char *session,
+                       const char *id_json);
 /* Copies what the answer to call needs (conn may be NULL: a batch). */
 void mcp_reply_init(mcp_reply *r, const mcp_call *call);
 void mcp_reply_finish(mcp_reply *r);

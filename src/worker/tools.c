@@ -310,16 +310,10 @@ static void tool_write_submit(writer_job *j) {
 
 bool tools_cancel(worker_t *w, const char *principal, const char *session, const char *id_json) {
   for (tool_write_job *tw = w->tool_writes; tw != NULL; tw = tw->next) {
-    mcp_reply *r = &tw->reply;
-    if (r->conn == NULL || strcmp(r->principal, principal) != 0 || strcmp(r->session, session) != 0)
-      continue;
-    char *text = cJSON_PrintUnformatted(r->id);
-    bool same = text != NULL && strcmp(text, id_json) == 0;
-    cJSON_free(text);
-    if (!same) continue;
+    if (!mcp_reply_matches(&tw->reply, principal, session, id_json)) continue;
     atomic_store(&tw->rec.job.cancelled, true); /* not run, unless the writer has begun it */
-    mcp_end_unanswered(r->conn);
-    r->conn = NULL;
+    mcp_end_unanswered(tw->reply.conn);
+    tw->reply.conn = NULL;
     return true;
   }
   return false;

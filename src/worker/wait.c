@@ -36,9 +36,7 @@ struct waiter {
   waiter_t *prev, *next; /* the worker's pending waiters */
   waiter_t *ready_next;  /* on the worker's ready list */
   bool ready;
-  mcp_reply reply;                        /* with a progress token, the answer is an SSE stream */
-  char principal[AUTH_PRINCIPAL_MAX + 1]; /* who asked, and in which session ("": none) */
-  char session[SESSION_ID_LEN + 1];
+  mcp_reply reply; /* with a progress token, the answer is an SSE stream */
   bool include_state;
   uv_timer_t timer;
   size_t n;
@@ -186,11 +184,7 @@ static void waiter_on_close(http_conn_t *c, void *data) {
 
 bool wait_cancel(worker_t *w, const char *principal, const char *session, const char *id_json) {
   for (waiter_t *wt = w->waiters; wt != NULL; wt = wt->next) {
-    if (strcmp(wt->principal, principal) != 0 || strcmp(wt->session, session) != 0) continue;
-    char *text = cJSON_PrintUnformatted(wt->reply.id);
-    bool same = text != NULL && strcmp(text, id_json) == 0;
-    cJSON_free(text);
-    if (!same) continue;
+    if (!mcp_reply_matches(&wt->reply, principal, session, id_json)) continue;
     http_conn_t *c = wt->reply.conn;
     waiter_destroy(wt);
     mcp_end_unanswered(c);
@@ -313,8 +307,6 @@ cJSON *wait_tool(mcp_call *call, const cJSON *args) {
   wt->owner.kind = SUB_OWNER_WAITER;
   wt->w = w;
   mcp_reply_init(&wt->reply, call);
-  snprintf(wt->principal, sizeof(wt->principal), "%s", call->principal->id);
-  snprintf(wt->session, sizeof(wt->session), "%s", call->session != NULL ? call->session->id : "");
   wt->include_state = include_state;
   for (size_t i = 0; i < wt->n; i++)
     wt->items[i].sub = sub_index_add(&w->subs, wt->items[i].key, wt->items[i].uri,
