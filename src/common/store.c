@@ -1931,17 +1931,25 @@ static int store_audit_row_call(sqlite3_stmt *st, int (*fn)(const store_audit_ro
       .new_json = (const char *)sqlite3_column_text(st, 5),
       .committed_at = sqlite3_column_int64(st, 6),
   };
-  cJSON *old_row = row.old_json ? cJSON_Parse(row.old_json) : NULL;
-  cJSON *new_row = row.new_json ? cJSON_Parse(row.new_json) : NULL;
-  row.old_row = old_row;
-  row.new_row = new_row;
   if (row.table == NULL) row.table = "";
   if (row.key == NULL) row.key = "";
   if (row.op == NULL) row.op = "";
   int stop = fn(&row, data);
-  cJSON_Delete(old_row);
-  cJSON_Delete(new_row);
+  cJSON_Delete(row.old_parsed);
+  cJSON_Delete(row.new_parsed);
   return stop;
+}
+
+void store_audit_row_images(const store_audit_row *row, const cJSON **old_row,
+                            const cJSON **new_row) {
+  store_audit_row *r = (store_audit_row *)row; /* the cache is the row's own, private part */
+  if (!r->parsed) {
+    r->old_parsed = r->old_json != NULL ? cJSON_Parse(r->old_json) : NULL;
+    r->new_parsed = r->new_json != NULL ? cJSON_Parse(r->new_json) : NULL;
+    r->parsed = true;
+  }
+  *old_row = r->old_parsed;
+  *new_row = r->new_parsed;
 }
 
 int store_audit_read(store_t *s, int64_t after_seq, int limit,

@@ -231,10 +231,19 @@ typedef struct store_audit_row {
   const char *op;       /* "INSERT", "UPDATE" or "DELETE" */
   const char *old_json; /* row image before the change; NULL for INSERT */
   const char *new_json; /* row image after the change; NULL for DELETE */
-  const cJSON *old_row; /* old_json parsed (NULL when NULL or unparsable) */
-  const cJSON *new_row; /* new_json parsed (NULL when NULL or unparsable) */
   int64_t committed_at; /* Unix ms */
+  /* Private: the images parsed by store_audit_row_images, freed after the callback. */
+  cJSON *old_parsed, *new_parsed;
+  bool parsed;
 } store_audit_row;
+
+/*
+ * The row's images as JSON (each NULL when absent or not JSON), parsed on
+ * the first call during the callback: a consumer that does not need them
+ * (no filtered subscription on the table) pays nothing for them.
+ */
+void store_audit_row_images(const store_audit_row *row, const cJSON **old_row,
+                            const cJSON **new_row);
 
 /*
  * Calls fn for each audit row with seq > after_seq, in seq order, at most

@@ -363,8 +363,11 @@ static void collect_topic(sub_topic *t, void *data) {
   w->matched[w->n_matched++] = t;
 }
 
-static sub_change change_of(const store_audit_row *row) {
-  return (sub_change){row->seq, row->table, row->key, NULL, row->old_row, row->new_row};
+/* A change for the index; its row images only when some topic must test them (rows). */
+static sub_change change_of(const store_audit_row *row, bool rows) {
+  sub_change c = {row->seq, row->table, row->key, NULL, NULL, NULL};
+  if (rows) store_audit_row_images(row, &c.old_row, &c.new_row);
+  return c;
 }
 
 /*
@@ -375,7 +378,8 @@ static sub_change change_of(const store_audit_row *row) {
 static void subs_on_change(const store_audit_row *row, void *data) {
   worker_t *w = data;
   if (!sub_index_watches(&w->subs, row->table)) return;
-  sub_change change = change_of(row);
+  /* The row images are parsed only for a table with filtered (or row-scoped) topics. */
+  sub_change change = change_of(row, sub_index_needs_rows(&w->subs, row->table));
   w->n_matched = 0;
   sub_index_match(&w->subs, &change, collect_topic, w);
   if (w->n_matched == 0) return; /* in (order, uri) order: the index matches in that order */
@@ -860,7 +864,7 @@ static int recover_row(const store_audit_row *row, void *data) {
   recover_ctx *ctx = data;
   if (row->seq > ctx->upto) return 1;
   ctx->last = row->seq;
-  sub_change change = change_of(row);
+  sub_change change = change_of(row, true); /* a resumption: cold, and any topic may filter */
   char *record_uri = NULL;
   for (sub_t *sub = ctx->sink->subs; sub != NULL; sub = sub->owner_next) {
     if (sub->since_seq >= row->seq || !recover_wanted(ctx, row->seq, sub->topic->order) ||

@@ -1017,9 +1017,13 @@ static int record_audit(const store_audit_row *row, void *data) {
   snprintf(log->ops[i], sizeof(log->ops[i]), "%s", row->op);
   CHECK_STR_EQ(row->table, "Product");
   CHECK(row->committed_at > 0);
-  const cJSON *image = strcmp(row->op, "DELETE") == 0 ? row->old_row : row->new_row;
-  CHECK((row->old_row == NULL) == (row->old_json == NULL));
-  CHECK((row->new_row == NULL) == (row->new_json == NULL));
+  const cJSON *old_row, *new_row, *again_old, *again_new;
+  store_audit_row_images(row, &old_row, &new_row); /* parsed on demand, once */
+  store_audit_row_images(row, &again_old, &again_new);
+  CHECK(old_row == again_old && new_row == again_new);
+  const cJSON *image = strcmp(row->op, "DELETE") == 0 ? old_row : new_row;
+  CHECK((old_row == NULL) == (row->old_json == NULL));
+  CHECK((new_row == NULL) == (row->new_json == NULL));
   snprintf(log->names[i], sizeof(log->names[i]), "%s", json_str(image, "name"));
   return log->stop_at != 0 && log->calls >= log->stop_at;
 }
