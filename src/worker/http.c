@@ -414,9 +414,11 @@ static void conn_on_stream_write(uv_write_t *req, int status) {
 
 /*
  * Writes everything the stream queued during this loop turn, as one write.
- * While a write is in flight, new bytes wait in out and go when it
- * completes; only a closing stream writes a second buffer concurrently
- * (its FIN must follow every byte).
+ * The socket is offered the bytes at once (uv_try_write): what it takes is
+ * done with, no request, no callback; only what it leaves is queued with
+ * uv_write. While such a write is in flight, new bytes wait in out and go
+ * when it completes; only a closing stream writes a second buffer
+ * concurrently (its FIN must follow every byte).
  */
 static void conn_flush(http_conn_t *c) {
   if (c->out.len == 0 || c->handle_closing) return;
@@ -427,13 +429,29 @@ static void conn_flush(http_conn_t *c) {
     }
     return;
   }
+  uv_buf_t now = uv_buf_init(c->out.data, (unsigned int)c->out.len);
+  int took = uv_try_write((uv_stream_t *)&c->tcp, &now, 1);
+  if (took < 0 && took != UV_EAGAIN && took != UV_ENOSYS) {
+    conn_close_now(c);
+    return;
+  }
+  size_t done = took > 0 ? (size_t)took : 0;
+  if (done == c->out.len) { /* all taken: a burst's large buffer goes back, as after a write */
+    c->queued -= done;
+    if (c->out.cap > HTTP_READ_CHUNK)
+      buf_finish(&c->out);
+    else
+      buf_reset(&c->out);
+    return;
+  }
   buf_t tmp = c->inflight;
   c->inflight = c->out;
   c->out = tmp;
   buf_reset(&c->out);
   c->stream_writing = true;
   c->stream_write.data = c;
-  uv_buf_t b = uv_buf_init(c->inflight.data, (unsigned int)c->inflight.len);
+  /* What the socket took is written: the queued write starts after it (no copy). */
+  uv_buf_t b = uv_buf_init(c->inflight.data + done, (unsigned int)(c->inflight.len - done));
   if (uv_write(&c->stream_write, (uv_stream_t *)&c->tcp, &b, 1, conn_on_stream_write) < 0) {
     c->stream_writing = false;
     c->queued -= c->inflight.len;
