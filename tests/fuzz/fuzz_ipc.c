@@ -30,6 +30,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     ipc_msg msg;
     int rc = ipc_assembler_push(&a, &h, payload, -1, &msg);
     if (rc != 1 && rc != 0 && rc != -EBADMSG) abort();
+    if (rc == 1) { /* a whole message: split as CANCEL and ANSWER payloads are */
+      const char *f[3];
+      char *copy = ipc_fields(msg.payload, msg.len, f, 3);
+      if (copy != NULL && (f[0] < copy || f[2] > copy + msg.len)) abort();
+      free(copy);
+    }
   }
   ipc_assembler_finish(&a);
   return 0;
