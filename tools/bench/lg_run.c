@@ -551,16 +551,23 @@ static const lg_conn_ops reader_ops = {.on_response = reader_on_response,
 
 static void reader_send(lg_t *lg, lg_rslot *rs) {
   char body[512];
-  snprintf(
-      body, sizeof(body),
-      "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"resources/read\",\"params\":{\"uri\":\"%s/r0\"}}",
-      lg->coll_uri);
+  if (lg->subscribing) /* a record URI never subscribed before: each adds one */
+    snprintf(body, sizeof(body),
+             "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"resources/subscribe\",\"params\":{"
+             "\"uri\":\"%s/s%llu\"}}",
+             lg->coll_uri, (unsigned long long)lg->sub_next++);
+  else
+    snprintf(body, sizeof(body),
+             "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"resources/read\",\"params\":{"
+             "\"uri\":\"%s/r0\"}}",
+             lg->coll_uri);
   rs->busy = true;
   int r = lg_post(lg, rs->conn, lg->sessions[0].id, body);
   if (r != 0) lg_fail(lg, "reader: cannot send: %s", strerror(-r));
 }
 
 static bool reader_may_send(const lg_t *lg) {
+  if (lg->prefill_left > 0) return true; /* not measured yet */
   return lg_now_ns() < lg->w.stop_ns && lg->requests + lg->n_rconn <= lg->o.max_requests;
 }
 
@@ -569,12 +576,22 @@ static void reader_on_response(lg_conn *c, const lg_response *r, void *data) {
   lg_t *lg = rs->lg;
   rs->busy = false;
   if (lg->finishing) return;
-  if (r->status != 200 || strstr(r->body, "\"contents\"") == NULL ||
+  if (r->status != 200 ||
+      strstr(r->body, lg->subscribing ? "\"result\"" : "\"contents\"") == NULL ||
       strstr(r->body, "\"error\"") != NULL) {
-    lg_fail(lg, "reader: resources/read answered HTTP %d: %.300s", r->status, r->body);
+    lg_fail(lg, "reader: %s answered HTTP %d: %.300s",
+            lg->subscribing ? "resources/subscribe" : "resources/read", r->status, r->body);
     return;
   }
-  lg->requests++;
+  if (lg->prefill_left > 0) { /* the subscriptions held before measuring */
+    if (--lg->prefill_left == 0) {
+      lg_measure_start(lg);
+      lg->w.stop_ns = lg->t_start_ns + (uint64_t)(lg->o.duration_s * 1e9);
+      lg->phase = 1;
+    }
+  } else {
+    lg->requests++;
+  }
   if (reader_may_send(lg)) reader_send(lg, rs);
 }
 

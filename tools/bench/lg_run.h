@@ -36,6 +36,7 @@ typedef struct lg_opts {
   uint32_t sessions;
   uint32_t subs;     /* 1: the collection; 2: and the record <letter>0 */
   uint32_t filtered; /* 1: session i subscribes to <collection>?v=ne=y<i> (matching every row) */
+  uint64_t held;     /* subscribe: subscriptions the session holds before measuring */
   uint64_t events;
   uint64_t window;
   uint32_t writers;
@@ -167,6 +168,9 @@ struct lg {
   lg_rslot rslots[LG_MAX_CONNS];
   uint32_t n_rconn;
   uint64_t requests;
+  bool subscribing;      /* subscribe scenario: the readers subscribe instead of reading */
+  uint64_t sub_next;     /* ...to <collection>/s<sub_next>, one new record URI each */
+  uint64_t prefill_left; /* subscriptions still to make before measuring (--held) */
 
   lg_hist hist, hist2;
   uint64_t t_start_ns, t_end_ns, deadline_ns, t_setup_ns;

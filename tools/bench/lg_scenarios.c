@@ -213,6 +213,36 @@ static void read_report(lg_t *lg, FILE *j) {
             (double)lg->requests / wall / (lg->o.workers ? lg->o.workers : 1));
 }
 
+/* ---- scenario: subscribe cost --------------------------------------------------------- */
+
+/*
+ * One session, one connection: --held subscriptions to new record URIs
+ * first, then --max-requests more (or --duration), measured: subscribes
+ * per second, and the server's CPU per subscribe, at that many held.
+ */
+static void subscribe_start(lg_t *lg) {
+  lg->subscribing = true;
+  lg->prefill_left = lg->o.held;
+  lg->w.stop_ns = UINT64_MAX;
+  if (lg->prefill_left == 0) {
+    lg_measure_start(lg);
+    lg->w.stop_ns = lg->t_start_ns + (uint64_t)(lg->o.duration_s * 1e9);
+    lg->phase = 1;
+  }
+  lg_readers_start(lg, 1); /* one session's subscribes are served in order anyway */
+}
+
+static void subscribe_on_tick(lg_t *lg) {
+  if (lg->phase != 1 || !lg_readers_idle(lg)) return;
+  lg->phase = 2;
+  lg_complete(lg);
+}
+
+static void subscribe_report(lg_t *lg, FILE *j) {
+  fprintf(j, ",\"held\":%llu,\"workers\":%u", (unsigned long long)lg->o.held, lg->o.workers);
+  lg_report_rates(lg, j, lg->requests, "subscribes");
+}
+
 /* ---- scenario: write throughput ------------------------------------------------------ */
 
 static void write_start(lg_t *lg) {
@@ -480,6 +510,8 @@ static const lg_scenario lg_scenarios[] = {
     {"idle", 2, true, idle_prepare, idle_start, idle_on_update, NULL, idle_on_tick, idle_report},
     {"read", 1, false, NULL, read_start, no_update, NULL, read_on_tick, read_report},
     {"write", 0, false, NULL, write_start, no_update, NULL, write_on_tick, write_report},
+    {"subscribe", 1, false, NULL, subscribe_start, no_update, NULL, subscribe_on_tick,
+     subscribe_report},
     {"storm", 2, true, NULL, storm_start, storm_on_update, storm_on_prime, storm_on_tick,
      storm_report},
 };

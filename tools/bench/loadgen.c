@@ -106,6 +106,8 @@ static const lg_flag lg_flags[] = {
     {"--filtered", FLAG_U64, OPT(filtered),
      "1: each session's collection subscription is a distinct filtered URI\n"
      "(<collection>?v=ne=y<i>, matching every row)"},
+    {"--held", FLAG_U64, OPT(held),
+     "subscribe: subscriptions the session holds before the measured ones"},
     {"--events", FLAG_U64, OPT(events), "commits"},
     {"--window", FLAG_U64, OPT(window), "commits allowed ahead of the slowest subscriber"},
     {"--writers", FLAG_U64, OPT(writers), "REST writer connections"},
@@ -130,10 +132,11 @@ static const lg_flag lg_flags[] = {
 };
 
 static void lg_usage(FILE *f) {
-  fprintf(
-      f, "Usage: bench_loadgen SCENARIO [FLAGS]\n"
-         "Scenarios: fanout latency idle read write storm; also sqlwrite (raw SQLite insert loop)\n"
-         "and wait (until /healthz answers). Traffic goes to 127.0.0.1 only.\n");
+  fprintf(f,
+          "Usage: bench_loadgen SCENARIO [FLAGS]\n"
+          "Scenarios: fanout latency idle read write storm subscribe; also sqlwrite (raw SQLite\n"
+          "insert loop)\n"
+          "and wait (until /healthz answers). Traffic goes to 127.0.0.1 only.\n");
   for (size_t i = 0; i < LG_ARRAY_LEN(lg_flags); i++)
     fprintf(f, "  %-16s %s\n", lg_flags[i].name, lg_flags[i].help);
 }
@@ -187,9 +190,9 @@ static int lg_parse(int argc, char **argv, lg_opts *o) {
     case FLAG_U64: {
       unsigned long long x = strtoull(v, &end, 10);
       if (f->offset == OPT(sessions) || f->offset == OPT(subs) || f->offset == OPT(filtered) ||
-          f->offset == OPT(writers) ||
-          f->offset == OPT(connections) || f->offset == OPT(drop_percent) ||
-          f->offset == OPT(settle_ms) || f->offset == OPT(workers))
+          f->offset == OPT(writers) || f->offset == OPT(connections) ||
+          f->offset == OPT(drop_percent) || f->offset == OPT(settle_ms) ||
+          f->offset == OPT(workers))
         *(uint32_t *)p = (uint32_t)(x > UINT32_MAX ? UINT32_MAX : x);
       else
         *(uint64_t *)p = x;

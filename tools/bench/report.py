@@ -26,6 +26,8 @@ GOALS = {
     "reads_per_worker": 50_000,
     "auth_cost": {"fanout": 0.10, "read": 0.20},  # throughput lost to authentication, at most
     "filtered_vs_collection": 0.95,  # distinct filtered subscriptions / collection ones, per CPU-s
+    "subscribes_per_worker": 20_000,  # per second, one worker's share
+    "subscribe_flat": 0.8,  # subscribes/s at 10,000 held over at 1, at least
 }
 
 
@@ -64,7 +66,7 @@ def ratio(a, b):
 
 def summarize(runs):
     s = {"fanout": [], "latency": [], "idle": [], "read": [], "write": [], "storm": [], "listen": [], "auth": [],
-         "filters": [], "goals": []}
+         "filters": [], "subscribe": [], "goals": []}
     ok = [r for r in runs if r.get("ok")]
     # Fan-out: each mcpsub run is followed by the ceiling at the same size and
     # batching; repeated runs are summarized by their medians.
@@ -166,8 +168,21 @@ def summarize(runs):
         s["filters"].append({"sessions": kinds["filtered"][0]["sessions"], "runs": len(kinds["filtered"]),
                              "collection_per_cpu_s": col, "filtered_per_cpu_s": fil,
                              "filtered_vs_collection": ratio(fil, col)})
+    # Subscribe: the cost of one more subscription at each number held.
+    for r in sorted(by(ok, scenario="subscribe"), key=lambda r: r.get("held", 0)):
+        s["subscribe"].append({"held": r.get("held"), "per_wall_s": r.get("per_wall_s"),
+                               "per_server_cpu_s": r.get("per_server_cpu_s"),
+                               "ms_per_subscribe": round(1000 / r["per_wall_s"], 3) if r.get("per_wall_s") else None})
     # Goals.
     g = s["goals"]
+    for row in s["subscribe"]:
+        g.append(goal(f"subscribes per second, {row['held']} held", ">= 20,000", row["per_wall_s"],
+                      (row["per_wall_s"] or 0) >= GOALS["subscribes_per_worker"]))
+    if len(s["subscribe"]) >= 2:
+        first, last = s["subscribe"][0], s["subscribe"][-1]
+        flat = ratio(last["per_wall_s"], first["per_wall_s"])
+        g.append(goal(f"subscribe cost flat: {last['held']} held / {first['held']} held", ">= 0.8", flat,
+                      flat is not None and flat >= GOALS["subscribe_flat"]))
     for f in s["filters"]:
         r = f["filtered_vs_collection"]
         g.append(goal(f"fan-out per CPU-s, {f['sessions']} distinct filtered URIs / collection subscriptions",
@@ -276,6 +291,11 @@ def tables(s):
     for f in s["filters"]:
         out.append(f"| {fmt(f['sessions'])} | {f['runs']} | {fmt(f['collection_per_cpu_s'])} | "
                    f"{fmt(f['filtered_per_cpu_s'])} | {fmt(f['filtered_vs_collection'], 2)} |")
+    out.append("\n### Subscribe (one session, one connection, a new record URI each)\n")
+    out.append("| held | subscribes per s | per server CPU-s | ms per subscribe |")
+    out.append("|---:|---:|---:|---:|")
+    for r in s["subscribe"]:
+        out.append(f"| {fmt(r['held'])} | {fmt(r['per_wall_s'])} | {fmt(r['per_server_cpu_s'])} | {fmt(r['ms_per_subscribe'], 3)} |")
     out.append("\n### Goals\n")
     out.append("| goal | target | measured | met |")
     out.append("|---|---|---:|---|")
