@@ -31,9 +31,22 @@ CREATE TABLE IF NOT EXISTS mcp_session (
   client_info         TEXT,               -- JSON object from initialize
   client_capabilities TEXT,               -- JSON object from initialize
   log_level           TEXT,               -- from logging/setLevel
-  subscriptions       TEXT    NOT NULL DEFAULT '[]', -- JSON array of subscribed URIs
+  subscriptions       TEXT    NOT NULL DEFAULT '[]', -- unused since mcpsub_subscription (kept empty)
   principal           TEXT    NOT NULL DEFAULT 'anonymous' -- who created it: "key:NAME", ...
 ) WITHOUT ROWID;
+
+-- A session's subscriptions, one row each, so that a subscribe writes one
+-- row whatever the session holds. debounce: its io.mcpsub/debounce as JSON,
+-- or NULL. They go with their session (the trigger).
+CREATE TABLE IF NOT EXISTS mcpsub_subscription (
+  session  TEXT NOT NULL,
+  uri      TEXT NOT NULL,
+  debounce TEXT,
+  PRIMARY KEY (session, uri)
+) WITHOUT ROWID;
+CREATE TRIGGER IF NOT EXISTS mcpsub_subscription_gone AFTER DELETE ON mcp_session BEGIN
+  DELETE FROM mcpsub_subscription WHERE session = old.id;
+END;
 
 -- Small named values mcpsub keeps about itself, e.g. 'audit_pruned_through':
 -- the highest audit seq retention has deleted (resumption from below it

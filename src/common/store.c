@@ -764,6 +764,18 @@ static int store_migrate(store_t *s, char *err, size_t errlen) {
                     "CREATE INDEX IF NOT EXISTS mcp_session_by_principal ON mcp_session "
                     "(principal, last_seen)",
                     err, errlen);
+  /* Subscriptions stored as a JSON list on the session row move to their own rows. */
+  if (ret == 0)
+    ret = store_ddl(s,
+                    "INSERT OR IGNORE INTO mcpsub_subscription (session, uri, debounce) "
+                    "SELECT m.id, CASE j.type WHEN 'text' THEN j.value "
+                    "ELSE json_extract(j.value, '$.uri') END, "
+                    "CASE j.type WHEN 'object' THEN json_extract(j.value, '$.debounce') END "
+                    "FROM mcp_session AS m, json_each(m.subscriptions) AS j "
+                    "WHERE m.subscriptions <> '[]' AND (j.type = 'text' OR "
+                    "json_type(j.value, '$.uri') = 'text'); "
+                    "UPDATE mcp_session SET subscriptions = '[]' WHERE subscriptions <> '[]'",
+                    err, errlen);
   return ret;
 }
 
@@ -2064,9 +2076,12 @@ int store_audit_pruned_through(store_t *s, int64_t *seq) {
 
 /* Sessions ------------------------------------------------------------------------------ */
 
+/* The subscriptions as the JSON list they were stored as before: URIs, or {uri, debounce}. */
 #define STORE_SESSION_COLUMNS                                                                      \
   "id, created_at, last_seen, protocol_version, client_info, client_capabilities, log_level, "     \
-  "subscriptions, principal"
+  "(SELECT json_group_array(CASE WHEN debounce IS NULL THEN uri ELSE "                             \
+  "json_object('uri', uri, 'debounce', json(debounce)) END) FROM mcpsub_subscription "             \
+  "WHERE session = mcp_session.id), principal"
 
 static char *store_column_strdup(sqlite3_stmt *st, int idx) {
   const unsigned char *text = sqlite3_column_text(st, idx);
@@ -2114,8 +2129,9 @@ static void store_bind_text_or_null(sqlite3_stmt *st, int idx, const char *text)
 int store_session_insert(store_t *s, const store_session *ss) {
   sqlite3_stmt *st;
   int ret = store_stmt_get(s,
-                           "INSERT INTO mcp_session (" STORE_SESSION_COLUMNS
-                           ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+                           "INSERT INTO mcp_session (id, created_at, last_seen, protocol_version, "
+                           "client_info, client_capabilities, log_level, principal) "
+                           "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?9)",
                            &st, NULL, 0);
   if (ret < 0) return ret;
   sqlite3_bind_text(st, 1, ss->id, -1, SQLITE_STATIC);
@@ -2125,10 +2141,11 @@ int store_session_insert(store_t *s, const store_session *ss) {
   store_bind_text_or_null(st, 5, ss->client_info);
   store_bind_text_or_null(st, 6, ss->client_capabilities);
   store_bind_text_or_null(st, 7, ss->log_level);
-  sqlite3_bind_text(st, 8, ss->subscriptions ? ss->subscriptions : "[]", -1, SQLITE_STATIC);
   sqlite3_bind_text(st, 9, ss->principal ? ss->principal : "anonymous", -1, SQLITE_STATIC);
   ret = store_step_done(s, st, NULL, NULL, 0);
   store_stmt_put(s, st);
+  if (ret == 0 && ss->subscriptions != NULL && strcmp(ss->subscriptions, "[]") != 0)
+    ret = store_session_set_subscriptions(s, ss->id, ss->subscriptions);
   return ret;
 }
 
@@ -2185,9 +2202,67 @@ int store_session_set_log_level(store_t *s, const char *id, const char *level) {
 }
 
 /* json_array NULL stores "[]". */
+/* Runs sql (one statement) with ?1 id, ?2 a, ?3 b (may be NULL); *changes may be NULL. */
+static int store_session_sub_exec(store_t *s, const char *sql, const char *id, const char *a,
+                                  const char *b, int64_t *changes) {
+  sqlite3_stmt *st;
+  int ret = store_stmt_get(s, sql, &st, NULL, 0);
+  if (ret < 0) return ret;
+  sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
+  store_bind_text_or_null(st, 2, a);
+  store_bind_text_or_null(st, 3, b);
+  ret = store_step_done(s, st, changes, NULL, 0);
+  store_stmt_put(s, st);
+  return ret;
+}
+
+/* -ENOENT unless the session has a row. */
+static int store_session_exists(store_t *s, const char *id) {
+  sqlite3_stmt *st;
+  int64_t n = 0;
+  int ret = store_stmt_get(s, "SELECT count(*) FROM mcp_session WHERE id = ?1", &st, NULL, 0);
+  if (ret < 0) return ret;
+  sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
+  ret = store_step_int64(s, st, &n, NULL, 0);
+  store_stmt_put(s, st);
+  return ret < 0 ? ret : n == 0 ? -ENOENT : 0;
+}
+
 int store_session_set_subscriptions(store_t *s, const char *id, const char *json_array) {
-  return store_session_update(s, "UPDATE mcp_session SET subscriptions = ?2 WHERE id = ?1", id,
-                              json_array ? json_array : "[]", 0);
+  /* The whole list at once (a restore that dropped some, a schema change): cold paths. */
+  int ret = store_begin(s, true, NULL, 0);
+  if (ret < 0) return ret;
+  ret = store_session_exists(s, id);
+  if (ret == 0)
+    ret = store_session_sub_exec(s, "DELETE FROM mcpsub_subscription WHERE session = ?1", id, NULL,
+                                 NULL, NULL);
+  if (ret == 0)
+    ret = store_session_sub_exec(
+        s,
+        "INSERT OR REPLACE INTO mcpsub_subscription (session, uri, debounce) "
+        "SELECT ?1, CASE j.type WHEN 'text' THEN j.value ELSE json_extract(j.value, '$.uri') END, "
+        "CASE j.type WHEN 'object' THEN json_extract(j.value, '$.debounce') END "
+        "FROM json_each(?2) AS j WHERE j.type = 'text' OR json_type(j.value, '$.uri') = 'text'",
+        id, json_array != NULL ? json_array : "[]", NULL, NULL);
+  if (ret == 0) ret = store_commit(s, NULL, 0);
+  if (ret < 0) store_rollback(s);
+  return ret;
+}
+
+int store_session_sub_put(store_t *s, const char *id, const char *uri, const char *debounce) {
+  int64_t n = 0;
+  int ret = store_session_sub_exec(
+      s,
+      "INSERT OR REPLACE INTO mcpsub_subscription (session, uri, debounce) "
+      "SELECT ?1, ?2, ?3 WHERE EXISTS (SELECT 1 FROM mcp_session WHERE id = ?1)",
+      id, uri, debounce, &n);
+  return ret < 0 ? ret : n == 0 ? -ENOENT : 0;
+}
+
+int store_session_sub_delete(store_t *s, const char *id, const char *uri) {
+  int ret = store_session_sub_exec(
+      s, "DELETE FROM mcpsub_subscription WHERE session = ?1 AND uri = ?2", id, uri, NULL, NULL);
+  return ret < 0 ? ret : store_session_exists(s, id);
 }
 
 int store_session_delete(store_t *s, const char *id) {
@@ -2197,10 +2272,12 @@ int store_session_delete(store_t *s, const char *id) {
 int store_principal_usage(store_t *s, const char *principal, int64_t since_ms, int64_t *sessions,
                           int64_t *subscriptions) {
   sqlite3_stmt *st;
-  int ret = store_stmt_get(s,
-                           "SELECT count(*), coalesce(sum(json_array_length(subscriptions)), 0) "
-                           "FROM mcp_session WHERE principal = ?1 AND last_seen >= ?2",
-                           &st, NULL, 0);
+  int ret =
+      store_stmt_get(s,
+                     "SELECT count(*), coalesce(sum((SELECT count(*) FROM mcpsub_subscription "
+                     "WHERE session = mcp_session.id)), 0) "
+                     "FROM mcp_session WHERE principal = ?1 AND last_seen >= ?2",
+                     &st, NULL, 0);
   if (ret < 0) return ret;
   sqlite3_bind_text(st, 1, principal, -1, SQLITE_STATIC);
   sqlite3_bind_int64(st, 2, since_ms);

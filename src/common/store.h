@@ -295,8 +295,18 @@ int store_session_insert(store_t *s, const store_session *ss) MCPSUB_NODISCARD;
 int store_session_load(store_t *s, const char *id, store_session *ss) MCPSUB_NODISCARD;
 int store_session_touch(store_t *s, const char *id, int64_t last_seen) MCPSUB_NODISCARD;
 int store_session_set_log_level(store_t *s, const char *id, const char *level) MCPSUB_NODISCARD;
+/*
+ * The session's subscriptions (rows of mcpsub_subscription; a session's
+ * row lists them as before: URIs, or {uri, debounce} objects). set replaces
+ * them all with the JSON list json_array; put adds or replaces one (debounce
+ * its JSON, or NULL); delete removes one. -ENOENT when the session has no
+ * row.
+ */
 int store_session_set_subscriptions(store_t *s, const char *id,
                                     const char *json_array) MCPSUB_NODISCARD;
+int store_session_sub_put(store_t *s, const char *id, const char *uri,
+                          const char *debounce) MCPSUB_NODISCARD;
+int store_session_sub_delete(store_t *s, const char *id, const char *uri) MCPSUB_NODISCARD;
 /* -ENOENT if unknown. */
 int store_session_delete(store_t *s, const char *id) MCPSUB_NODISCARD;
 /* Deletes rows with last_seen < before_ms. *deleted may be NULL. */

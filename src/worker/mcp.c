@@ -454,9 +454,7 @@ static int64_t mcp_adds_subscription(const session_t *s, const cJSON *msg) {
   const cJSON *uri =
       cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(msg, "params"), "uri");
   if (!cJSON_IsString(uri) || s == NULL) return true;
-  for (const sub_t *sub = s->subs; sub != NULL; sub = sub->owner_next)
-    if (strcmp(sub->topic->uri, uri->valuestring) == 0) return false;
-  return true;
+  return !subs_session_has((session_t *)s, uri->valuestring);
 }
 
 /*

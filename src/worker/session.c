@@ -47,6 +47,10 @@ void session_registry_init(session_registry_t *reg, unsigned sse_retry_ms,
 
 static void session_free(session_t *s) {
   session_stream_close(s);
+  if (s->subs_by_uri != NULL) {
+    strmap_finish(s->subs_by_uri);
+    free(s->subs_by_uri);
+  }
   if (s->ring != NULL) {
     for (unsigned i = 0; i < s->ring_count; i++)
       frame_unref(s->ring[(s->ring_start + i) % s->ring_cap]);

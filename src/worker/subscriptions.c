@@ -412,6 +412,32 @@ static sub_t **session_sub_slot(session_t *s, const char *uri) {
 }
 
 /*
+ * A session that holds many subscriptions finds one by URI in a map, made
+ * when it reaches SESSION_SUBS_INDEXED and kept up to date after; fewer are
+ * searched in the list (an idle session pays no map).
+ */
+#define SESSION_SUBS_INDEXED 16
+
+static void session_index_drop(session_t *s) {
+  if (s->subs_by_uri == NULL) return;
+  strmap_finish(s->subs_by_uri);
+  free(s->subs_by_uri);
+  s->subs_by_uri = NULL;
+}
+
+static sub_t *session_sub_find(session_t *s, const char *uri) {
+  if (s->subs_by_uri == NULL && s->n_subs >= SESSION_SUBS_INDEXED) {
+    s->subs_by_uri = mem_alloc(sizeof(strmap));
+    strmap_init(s->subs_by_uri);
+    for (sub_t *sub = s->subs; sub != NULL; sub = sub->owner_next)
+      strmap_put(s->subs_by_uri, sub->topic->uri, strlen(sub->topic->uri), sub);
+  }
+  if (s->subs_by_uri != NULL) return strmap_get(s->subs_by_uri, uri, strlen(uri));
+  sub_t **slot = session_sub_slot(s, uri);
+  return *slot;
+}
+
+/*
  * Removes the subscription *slot links to from its owner's list (of *n),
  * its held updates, and from the index.
  */
@@ -445,20 +471,25 @@ void subs_owner_drop(worker_t *w, sub_t **head, size_t *n) {
 }
 
 static void session_unsubscribe(worker_t *w, session_t *s, sub_t **slot) {
+  if (s->subs_by_uri != NULL) {
+    const char *uri = (*slot)->topic->uri;
+    strmap_remove(s->subs_by_uri, uri, strlen(uri));
+  }
   owner_unsubscribe(w, slot, &s->n_subs);
 }
 
 static void session_subscribe(worker_t *w, session_t *s, const char *key, const char *uri,
                               const uri_t *u, int64_t since, const debounce_t *d) {
-  subs_owner_add(w, &s->owner, &s->subs, &s->n_subs, key, uri, u, since, d);
+  sub_t *sub = subs_owner_add(w, &s->owner, &s->subs, &s->n_subs, key, uri, u, since, d);
+  if (s->subs_by_uri != NULL) strmap_put(s->subs_by_uri, sub->topic->uri, strlen(uri), sub);
 }
 
 /*
- * Writes the session's subscribed URIs to its row, for restore elsewhere;
- * then(rc, data) runs once it is written when then is not NULL.
+ * Writes the session's whole subscription list to its row (cold paths: a
+ * restore that dropped some, a schema change that ended some; a subscribe
+ * or an unsubscribe writes its own change alone).
  */
-static void session_persist_subs_then(worker_t *w, session_t *s, void (*then)(int rc, void *data),
-                                      void *data) {
+static void session_persist_subs(worker_t *w, session_t *s) {
   cJSON *list = cJSON_CreateArray();
   for (sub_t *sub = s->subs; sub != NULL; sub = sub->owner_next) {
     const debounce_t *d = &sub->topic->debounce;
@@ -474,12 +505,8 @@ static void session_persist_subs_then(worker_t *w, session_t *s, void (*then)(in
   char *text = cJSON_PrintUnformatted(list);
   cJSON_Delete(list);
   if (text == NULL) abort(); /* cJSON ran out of memory: the policy of mem.h */
-  writer_session_set_subscriptions_then(w->writer, s->id, text, then, data);
+  writer_session_set_subscriptions(w->writer, s->id, text);
   cJSON_free(text);
-}
-
-static void session_persist_subs(worker_t *w, session_t *s) {
-  session_persist_subs_then(w, s, NULL, NULL);
 }
 
 /*
@@ -556,7 +583,10 @@ static size_t subs_end_gone(worker_t *w, sub_t **head, size_t *n,
 static void subs_end_gone_session(session_t *s, void *data) {
   worker_t *w = data;
   /* Persisted: a table created again does not bring them back. */
-  if (subs_end_gone(w, &s->subs, &s->n_subs, end_to_session, s) > 0) session_persist_subs(w, s);
+  if (subs_end_gone(w, &s->subs, &s->n_subs, end_to_session, s) > 0) {
+    session_index_drop(s); /* made again when next needed */
+    session_persist_subs(w, s);
+  }
 }
 
 static void subs_end_gone_listens(worker_t *w) {
@@ -751,32 +781,41 @@ char *subs_list_prune(const char *base, store_t *st, const char *json) {
 }
 
 bool subs_session_has(session_t *s, const char *uri) {
-  return *session_sub_slot(s, uri) != NULL;
+  return session_sub_find(s, uri) != NULL;
 }
 
 void subs_session_add(worker_t *w, session_t *s, const char *key, const char *uri, const uri_t *u,
                       int64_t since, const debounce_t *d, void (*then)(int rc, void *data),
                       void *data) {
-  sub_t **slot = session_sub_slot(s, uri);
-  if (*slot != NULL) session_unsubscribe(w, s, slot); /* re-subscribing replaces */
+  /* Re-subscribing replaces (finding its link is a list walk, but only then). */
+  if (session_sub_find(s, uri) != NULL) session_unsubscribe(w, s, session_sub_slot(s, uri));
   session_subscribe(w, s, key, uri, u, since, d);
-  session_persist_subs_then(w, s, then, data);
+  /* The change alone goes to the row: a subscribe costs the same whatever the session holds. */
+  char *debounce = NULL;
+  if (d != NULL && d->quiet_ms > 0) {
+    cJSON *j = debounce_json(d);
+    debounce = cJSON_PrintUnformatted(j);
+    cJSON_Delete(j);
+  }
+  writer_session_subscription_then(w->writer, s->id, uri, debounce, false, then, data);
+  cJSON_free(debounce);
   subs_update_active(w);
 }
 
 bool subs_session_remove(worker_t *w, session_t *s, const char *uri,
                          void (*then)(int rc, void *data), void *data) {
+  if (session_sub_find(s, uri) == NULL) return false;
   sub_t **slot = session_sub_slot(s, uri);
-  if (*slot == NULL) return false;
   session_unsubscribe(w, s, slot);
   subs_update_active(w);
   /* Updates already queued go out before the caller answers, none after. */
   if (s->stream != NULL) http_stream_flush(s->stream);
-  session_persist_subs_then(w, s, then, data);
+  writer_session_subscription_then(w->writer, s->id, uri, NULL, true, then, data);
   return true;
 }
 
 void subs_session_drop(worker_t *w, session_t *s) {
+  session_index_drop(s);
   subs_owner_drop(w, &s->subs, &s->n_subs);
   hold_clear(w, &s->held);
   subs_update_active(w);
@@ -802,7 +841,7 @@ void subs_session_restore(worker_t *w, session_t *s, const auth_principal *p,
       dropped++; /* no longer subscribable (a dropped table or column, a grant taken away) */
       continue;
     }
-    if (*session_sub_slot(s, text->valuestring) == NULL) {
+    if (session_sub_find(s, text->valuestring) == NULL) {
       /* Since 0: what it missed is decided by the stream's Last-Event-ID. */
       session_subscribe(w, s, key, text->valuestring, &u, 0, &d);
     }

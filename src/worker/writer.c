@@ -263,6 +263,8 @@ typedef enum session_op {
   SESSION_TOUCH,
   SESSION_LOG_LEVEL,
   SESSION_SUBSCRIPTIONS,
+  SESSION_SUB_PUT,
+  SESSION_SUB_DELETE,
   SESSION_DELETE,
   SESSION_SWEEP,
   SCHEMA_TRIGGERS,
@@ -272,7 +274,8 @@ typedef struct writer_session_job {
   writer_job job;
   session_op op;
   store_session row; /* INSERT: every field; others: id (and the one value) */
-  char *text;        /* log level or subscriptions */
+  char *text;        /* log level, subscriptions, or one subscribed URI */
+  char *text2;       /* SUB_PUT: its debounce (JSON), or NULL */
   int64_t number;    /* last_seen, or the sweep's before_ms */
   unsigned slot, n_slots;
   bool retain;
@@ -333,6 +336,8 @@ static int writer_session_run(writer_job *j, store_t *s) {
   case SESSION_TOUCH: return store_session_touch(s, id, sj->number);
   case SESSION_LOG_LEVEL: return store_session_set_log_level(s, id, sj->text);
   case SESSION_SUBSCRIPTIONS: return store_session_set_subscriptions(s, id, sj->text);
+  case SESSION_SUB_PUT: return store_session_sub_put(s, id, sj->text, sj->text2);
+  case SESSION_SUB_DELETE: return store_session_sub_delete(s, id, sj->text);
   case SESSION_DELETE: {
     int rc = store_session_delete(s, id);
     return rc == -ENOENT ? 0 : rc; /* already gone: nothing durable to remove */
@@ -355,8 +360,13 @@ static int writer_session_run(writer_job *j, store_t *s) {
 
 static void writer_session_done(writer_job *j) {
   writer_session_job *sj = (writer_session_job *)j;
-  static const char *const names[] = {"insert",        "touch",  "log level",
-                                      "subscriptions", "delete", "sweep"};
+  static const char *const names[] = {
+      [SESSION_INSERT] = "insert",        [SESSION_TOUCH] = "touch",
+      [SESSION_LOG_LEVEL] = "log level",  [SESSION_SUBSCRIPTIONS] = "subscriptions",
+      [SESSION_SUB_PUT] = "subscription", [SESSION_SUB_DELETE] = "unsubscription",
+      [SESSION_DELETE] = "delete",        [SESSION_SWEEP] = "sweep",
+      [SCHEMA_TRIGGERS] = "triggers",
+  };
   if (j->rc != 0) {
     log_warn("session row not written", "op", names[sj->op], "session", sj->row.id, "error",
              strerror(-j->rc));
@@ -368,6 +378,7 @@ static void writer_session_done(writer_job *j) {
   }
   if (sj->then != NULL) sj->then(j->rc, sj->then_data);
   free(sj->text);
+  free(sj->text2);
   store_session_finish(&sj->row);
   free(sj);
 }
@@ -423,6 +434,18 @@ void writer_session_set_subscriptions_then(writer_t *wr, const char *id, const c
                                            void (*then)(int rc, void *data), void *data) {
   writer_session_job *sj = writer_session_job_create(SESSION_SUBSCRIPTIONS, id);
   sj->text = mem_strdup(json);
+  sj->then = then;
+  sj->then_data = data;
+  writer_session_submit(wr, sj);
+}
+
+void writer_session_subscription_then(writer_t *wr, const char *id, const char *uri,
+                                      const char *debounce, bool remove,
+                                      void (*then)(int rc, void *data), void *data) {
+  writer_session_job *sj =
+      writer_session_job_create(remove ? SESSION_SUB_DELETE : SESSION_SUB_PUT, id);
+  sj->text = mem_strdup(uri);
+  sj->text2 = debounce != NULL ? mem_strdup(debounce) : NULL;
   sj->then = then;
   sj->then_data = data;
   writer_session_submit(wr, sj);

@@ -104,6 +104,14 @@ void writer_session_set_subscriptions(writer_t *wr, const char *id, const char *
 /* The same, then then(rc, data) on the loop once the row is written (or not). */
 void writer_session_set_subscriptions_then(writer_t *wr, const char *id, const char *json,
                                            void (*then)(int rc, void *data), void *data);
+/*
+ * One subscription of a session's row: added or replaced (debounce: its
+ * JSON, or NULL), or removed; then(rc, data) on the loop once written
+ * (then may be NULL).
+ */
+void writer_session_subscription_then(writer_t *wr, const char *id, const char *uri,
+                                      const char *debounce, bool remove,
+                                      void (*then)(int rc, void *data), void *data);
 void writer_session_delete(writer_t *wr, const char *id);
 /* The same, then then(rc, data) on the loop once the row is gone (or not). */
 void writer_session_delete_then(writer_t *wr, const char *id, void (*then)(int rc, void *data),

@@ -14,7 +14,7 @@ import path from 'node:path';
 import { startServer, makeTempDir, MCPSUBCTL, MCPSUBD } from './lib/server.mjs';
 import { McpSession } from './lib/mcp.mjs';
 import { initialize, mcpPost, newId, openStream } from './lib/raw.mjs';
-import { q, sqlite, sqliteRows } from './lib/sqlite.mjs';
+import { SUBSCRIPTIONS_OF, q, sessionRow, sqlite, sqliteRows } from './lib/sqlite.mjs';
 import { waitFor } from './lib/wait.mjs';
 
 let srv;
@@ -165,7 +165,7 @@ const workerOf = (id) => parseInt(id.slice(0, 2), 16);
 const auditRows = (where = '1') => sqliteRows(run.dbPath, `SELECT seq, tbl, key, op FROM audit_log WHERE ${where} ORDER BY seq`);
 const storedSubs = () => {
   const counts = new Map();
-  for (const row of sqliteRows(run.dbPath, 'SELECT subscriptions FROM mcp_session')) {
+  for (const row of sqliteRows(run.dbPath, `SELECT ${SUBSCRIPTIONS_OF('mcp_session.id')} AS subscriptions FROM mcp_session`)) {
     for (const uri of new Set(JSON.parse(row.subscriptions))) counts.set(uri, (counts.get(uri) || 0) + 1);
   }
   return [...counts].map(([uri, sessions]) => ({ uri, sessions })).sort((x, y) => (x.uri < y.uri ? -1 : 1));
@@ -455,7 +455,7 @@ for (const args of [['sessions', '--live'], ['workers'], ['stats'], ['session', 
 }
 
 test('stopped: session show prints the durable record, live state unknown', async () => {
-  const row = sqliteRows(run.dbPath, `SELECT * FROM mcp_session WHERE id = ${q(state.a)}`)[0];
+  const row = sessionRow(run.dbPath, state.a);
   const s = runJson(['session', 'show', state.a]);
   assert.equal(s.id, state.a);
   assert.equal(s.live, null);

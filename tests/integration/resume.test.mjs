@@ -16,7 +16,7 @@ import { sqlite, sqliteRows, sessionRow } from './lib/sqlite.mjs';
 import { RawConnection, buildRequest } from './lib/raw.mjs';
 import { sleep, waitFor } from './lib/wait.mjs';
 import { EventStream, LIST_CHANGED, idSeq, pair } from './lib/sse.mjs';
-import { auditMax, rest, restartServer, waitStatus } from './lib/subs.mjs';
+import { auditMax, rest, restartServer, startServerOn, waitStatus } from './lib/subs.mjs';
 
 let srv;
 
@@ -591,6 +591,29 @@ test('a table dropped while its subscriber is not live on any worker: the row fo
     assert.deepEqual(st.updates().map((e) => e.json.params.subscribedUri), [`${B}/Product/A-100`], st.describe());
     st.close();
     await other.delete();
+  } finally {
+    await server.stop();
+  }
+});
+
+test('a database whose session rows list their subscriptions (before mcpsub_subscription) is moved over at start, and the session restored with them', async () => {
+  let server = await startServer();
+  const B = server.base;
+  const s = await McpSession.open(server.port);
+  try {
+    await subscribe(s, `${B}/Product/A-100`);
+    await server.stop({ keepDir: true });
+    // As an older mcpsubd left it: the list on the row, no rows of its own.
+    const legacy = JSON.stringify([`${B}/Product/A-100`, { uri: `${B}/Product/B-200`, debounce: { quietMs: 50, maxMs: 500 } }]);
+    sqlite(server.dbPath, `DELETE FROM mcpsub_subscription; UPDATE mcp_session SET subscriptions = '${legacy}' WHERE id = '${s.id}'`);
+    server = await startServerOn(server.port, server.dbPath, { ownDirs: server.ownDirs });
+    assert.deepEqual(JSON.parse(sessionRow(server.dbPath, s.id).subscriptions).sort((x, y) => JSON.stringify(x).localeCompare(JSON.stringify(y))),
+      JSON.parse(legacy).sort((x, y) => JSON.stringify(x).localeCompare(JSON.stringify(y))));
+    assert.equal(sqliteRows(server.dbPath, `SELECT subscriptions FROM mcp_session WHERE id = '${s.id}'`)[0].subscriptions, '[]');
+    const st = await openPrimed(server, s); // restored from the moved rows
+    sqlite(server.dbPath, "UPDATE Product SET price_cents = 9 WHERE sku = 'A-100'");
+    await st.waitUpdates(1, `${B}/Product/A-100`, { timeoutMs: 2500 });
+    st.close();
   } finally {
     await server.stop();
   }

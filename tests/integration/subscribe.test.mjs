@@ -19,7 +19,7 @@ import assert from 'node:assert/strict';
 import { startServer, getStatus } from './lib/server.mjs';
 import { McpSession } from './lib/mcp.mjs';
 import { RawConnection, buildRequest, MCP_ACCEPT } from './lib/raw.mjs';
-import { sqlite, sessionRow } from './lib/sqlite.mjs';
+import { sqlite, sqliteRows, sessionRow } from './lib/sqlite.mjs';
 import { sleep, waitFor } from './lib/wait.mjs';
 import { EventStream, UPDATED, idSeq, pair, stamp } from './lib/sse.mjs';
 import { auditAfter, auditMax, product, rest, sqliteAsync, waitStatus } from './lib/subs.mjs';
@@ -626,7 +626,7 @@ test('before the stream opens, more than 100 frames: still every changed URI onc
   }
 });
 
-test('the subscribed URIs are kept on the session row (mcp_session.subscriptions)', async () => {
+test('the subscribed URIs are kept with the session (rows of mcpsub_subscription), one row each', async () => {
   const c = await client({ stream: false });
   try {
     const a = rec('Product', 'A-100');
@@ -634,6 +634,7 @@ test('the subscribed URIs are kept on the session row (mcp_session.subscriptions
     await subscribe(c, a);
     await subscribe(c, b);
     assert.deepEqual(JSON.parse(sessionRow(srv.dbPath, c.s.id).subscriptions).sort(), [a, b].sort());
+    assert.equal(sqliteRows(srv.dbPath, `SELECT uri FROM mcpsub_subscription WHERE session = '${c.s.id}'`).length, 2);
     await unsubscribe(c, a);
     assert.deepEqual(JSON.parse(sessionRow(srv.dbPath, c.s.id).subscriptions), [b]);
   } finally {
@@ -665,6 +666,36 @@ test('--max-subscriptions: the limit is per session, re-subscribing at the limit
     await waitStatus(limited.port, { sessions: 0, subscriptions: 0 });
   } finally {
     await limited.stop();
+  }
+});
+
+test('a session holding many subscriptions (found by URI in a map past 16): replace, unsubscribe, the limit and the row stay exact', async () => {
+  const many = await startServer({ args: ['--max-subscriptions', '40'] });
+  try {
+    const base = many.base;
+    const s = await McpSession.open(many.port);
+    const uris = Array.from({ length: 40 }, (_, i) => `${base}/Product/M-${i}`);
+    for (const uri of uris) assert.deepEqual(await s.result('resources/subscribe', { uri }), {});
+    assert.equal((await s.error('resources/subscribe', { uri: `${base}/Product/M-40` })).message, 'too many subscriptions: at most 40 per session');
+    assert.deepEqual(await s.result('resources/subscribe', { uri: uris[7] }), {}); // replaces, at the limit
+    for (const uri of uris.slice(0, 5)) assert.deepEqual(await s.result('resources/unsubscribe', { uri }), {});
+    assert.deepEqual(await s.result('resources/unsubscribe', { uri: uris[0] }), {}); // not held: {}
+    assert.deepEqual(await s.result('resources/subscribe', { uri: `${base}/Product/M-40` }), {});
+    assert.equal((await getStatus(many.port)).subscriptions, 36);
+    const row = JSON.parse(sessionRow(many.dbPath, s.id).subscriptions).sort();
+    assert.deepEqual(row, [...uris.slice(5), `${base}/Product/M-40`].sort());
+    const stream = await EventStream.open(many.port, s.id);
+    await stream.waitPrimed();
+    await rest(many.port, 'PUT', '/Product/M-7', product('M-7'));
+    await rest(many.port, 'PUT', '/Product/M-2', product('M-2')); // unsubscribed: quiet
+    await rest(many.port, 'PUT', '/Product/M-40', product('M-40'));
+    await stream.waitUpdates(2);
+    await sleep(200);
+    assert.deepEqual(stream.updates().map((e) => e.json.params.uri), [`${base}/Product/M-7`, `${base}/Product/M-40`]);
+    stream.close();
+    await s.delete();
+  } finally {
+    await many.stop();
   }
 });
 

@@ -29,6 +29,11 @@ export function q(s) {
   return `'${String(s).replace(/'/g, "''")}'`;
 }
 
+/* SQL: a session's subscriptions as the JSON list its row stands for (URIs, or {uri, debounce}). */
+export const SUBSCRIPTIONS_OF = (session) =>
+  `(SELECT json_group_array(CASE WHEN debounce IS NULL THEN uri ELSE json_object('uri', uri, 'debounce', json(debounce)) END) FROM mcpsub_subscription WHERE session = ${session})`;
+
+/* A session's row, with its subscriptions (rows of mcpsub_subscription) as one JSON list. */
 export function sessionRow(db, id) {
-  return sqliteRows(db, `SELECT * FROM mcp_session WHERE id = ${q(id)}`)[0];
+  return sqliteRows(db, `SELECT *, ${SUBSCRIPTIONS_OF('mcp_session.id')} AS subscriptions FROM mcp_session WHERE id = ${q(id)}`)[0];
 }
