@@ -60,19 +60,9 @@ bool confirm_caps_form(const cJSON *caps) {
   return cJSON_HasObjectItem(e, "form") || !cJSON_HasObjectItem(e, "url");
 }
 
-static cJSON *confirm_error_result(const char *text) {
-  cJSON *result = cJSON_CreateObject();
-  cJSON *item = cJSON_CreateObject();
-  cJSON_AddStringToObject(item, "type", "text");
-  cJSON_AddStringToObject(item, "text", text);
-  cJSON_AddItemToArray(cJSON_AddArrayToObject(result, "content"), item);
-  cJSON_AddTrueToObject(result, "isError");
-  return result;
-}
-
 static cJSON *confirm_drop(const confirm_write *cw, const char *text) {
   if (cw->job != NULL) cw->discard(cw->job);
-  return confirm_error_result(text);
+  return tools_result_text(text, true);
 }
 
 /* 2025 sessions ----------------------------------------------------------------- */
@@ -97,7 +87,7 @@ static void pending_unlink(confirm_pending *p) {
 /* Ends p with a tool error (nothing changed). */
 static void pending_refuse(confirm_pending *p, const char *text) {
   pending_unlink(p);
-  mcp_reply_send(p->cw.reply, confirm_error_result(text), 0, NULL);
+  mcp_reply_send(p->cw.reply, tools_result_text(text, true), 0, NULL);
   p->cw.discard(p->cw.job);
 }
 

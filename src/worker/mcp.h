@@ -134,6 +134,8 @@ cJSON *tools_call(mcp_call *call);
  * found.
  */
 bool tools_cancel(worker_t *w, const char *principal, const char *session, const char *id_json);
+/* A tool result with one text content (isError when is_error). */
+cJSON *tools_result_text(const char *text, bool is_error);
 /* A successful tool result whose text content is value as JSON; consumes value. */
 cJSON *tools_result_json(cJSON *value);
 

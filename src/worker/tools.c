@@ -37,7 +37,7 @@ typedef struct tool_args {
 /* A tool returns a result (text JSON or isError), or NULL after mcp_call_fail. */
 typedef cJSON *(*tool_handler)(mcp_call *call, tool_args *a);
 
-static cJSON *tool_text(const char *text, bool is_error) {
+cJSON *tools_result_text(const char *text, bool is_error) {
   cJSON *result = cJSON_CreateObject();
   cJSON *content = cJSON_AddArrayToObject(result, "content");
   cJSON *item = cJSON_CreateObject();
@@ -51,7 +51,7 @@ static cJSON *tool_text(const char *text, bool is_error) {
 cJSON *tools_result_json(cJSON *value) {
   char *text = cJSON_PrintUnformatted(value);
   cJSON_Delete(value);
-  cJSON *result = tool_text(text != NULL ? text : "null", false);
+  cJSON *result = tools_result_text(text != NULL ? text : "null", false);
   cJSON_free(text);
   return result;
 }
@@ -63,7 +63,7 @@ static cJSON *tool_error(const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(text, sizeof(text), fmt, ap);
   va_end(ap);
-  return tool_text(text, true);
+  return tools_result_text(text, true);
 }
 
 /* Maps a store failure to a tool error. */
@@ -337,12 +337,14 @@ static cJSON *tool_write(mcp_call *call, tool_args *a, cJSON *record, cJSON *whe
                          const char *message, int64_t rows) {
   worker_t *w = call->w;
   store_guard g = auth_guard(call->principal, &a->write_scope);
-  tool_write_job *tw = NULL;
-  if (call->conn != NULL) {
-    tw = (tool_write_job *)writer_record_create(
-        sizeof(tool_write_job), a->table->name, where != NULL ? NULL : a->key, record,
-        STORE_WRITE_REPLACE, is_delete, &g, tool_write_done);
-    tw->rec.where = where;
+  bool waits = call->conn != NULL;
+  writer_record *rec =
+      writer_record_create(waits ? sizeof(tool_write_job) : sizeof(writer_record), a->table->name,
+                           where != NULL ? NULL : a->key, record, STORE_WRITE_REPLACE, is_delete,
+                           &g, waits ? tool_write_done : NULL);
+  rec->where = where;
+  tool_write_job *tw = waits ? (tool_write_job *)rec : NULL;
+  if (tw != NULL) {
     tw->w = w;
     mcp_reply_init(&tw->reply, call);
   }
@@ -356,10 +358,7 @@ static cJSON *tool_write(mcp_call *call, tool_args *a, cJSON *record, cJSON *whe
     bool go;
     cJSON *answer = confirm_check(call, &cw, &go);
     if (!go) {
-      if (tw == NULL) {
-        cJSON_Delete(record);
-        cJSON_Delete(where);
-      }
+      if (tw == NULL) writer_record_free(rec); /* else confirm took it */
       return answer;
     }
   }
@@ -368,33 +367,13 @@ static cJSON *tool_write(mcp_call *call, tool_args *a, cJSON *record, cJSON *whe
     call->pending = true;
     return NULL;
   }
-  writer_record r = {.table = (char *)a->table->name,
-                     .key = where != NULL ? NULL : a->key,
-                     .is_delete = is_delete,
-                     .where = where};
-  if (where != NULL) {
-    store_filter filters[URI_MAX_FILTERS + 1];
-    size_t n = 0;
-    const cJSON *f;
-    cJSON_ArrayForEach(f, where) {
-      filters[n++] =
-          (store_filter){store_column_index(a->table, cJSON_GetArrayItem(f, 0)->valuestring),
-                         cJSON_GetArrayItem(f, 2), (store_op)cJSON_GetArrayItem(f, 1)->valueint};
-    }
-    r.job.rc = store_bulk_as(w->store, a->table, filters, n, is_delete ? NULL : record, &g,
-                             &r.changed, r.err, sizeof(r.err));
-  } else {
-    r.job.rc = is_delete ? store_delete_as(w->store, a->table, a->key, &g, r.err, sizeof(r.err))
-                         : store_write_as(w->store, a->table, a->key, record, STORE_WRITE_REPLACE,
-                                          &g, NULL, &r.created, r.err, sizeof(r.err));
-  }
-  cJSON_Delete(record);
-  if (r.job.rc == 0) subs_after_write(w);
+  rec->job.rc = writer_record_apply(rec, w->store);
+  if (rec->job.rc == 0) subs_after_write(w);
   mcp_reply reply;
   mcp_reply_init(&reply, call);
-  cJSON *result = tool_write_result(w, &r, &reply);
+  cJSON *result = tool_write_result(w, rec, &reply);
   mcp_reply_finish(&reply);
-  cJSON_Delete(where);
+  writer_record_free(rec);
   return result;
 }
 

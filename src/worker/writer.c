@@ -207,10 +207,13 @@ static int writer_bulk_run(writer_record *r, store_t *s, const store_table *t,
 }
 
 static int writer_record_run(writer_job *j, store_t *s) {
-  writer_record *r = (writer_record *)j;
   if (store_refresh_schema(s, NULL) != 0) {
     /* A failed check keeps the tables known before; the write says what it meets. */
   }
+  return writer_record_apply((writer_record *)j, s);
+}
+
+int writer_record_apply(writer_record *r, store_t *s) {
   const store_table *t = store_find_table(s, r->table);
   if (t == NULL) {
     snprintf(r->err, sizeof(r->err), "no table %s", r->table);

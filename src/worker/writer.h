@@ -89,6 +89,12 @@ writer_record *writer_record_create(size_t size, const char *table, const char *
                                     store_write_mode mode, bool is_delete, const store_guard *guard,
                                     void (*done)(writer_job *j));
 void writer_record_free(writer_record *r);
+/*
+ * Runs r's write on s now, as the writer would (without re-reading s's
+ * schema): for a write that cannot wait, on the loop's connection. Returns
+ * its rc (r->err says why).
+ */
+int writer_record_apply(writer_record *r, store_t *s) MCPSUB_NODISCARD;
 
 /*
  * Session-row and retention writes: queued, their failures logged; nothing

@@ -275,6 +275,41 @@ test('--confirm-destructive: elicit proceeds for a client that cannot be asked, 
   }
 });
 
+test('inside a JSON-RPC batch (2025-03-26) nobody can be asked: the writes run at once, or are refused with --confirm-destructive refuse', async () => {
+  const batch = (server, sid, calls) =>
+    mcpPost(server.port, sid, calls.map(([name, args]) => ({ jsonrpc: '2.0', id: newId(), method: 'tools/call', params: { name, arguments: args } })));
+  const s = await McpSession.open(srv.port, { protocolVersion: '2025-03-26', capabilities: ELICIT });
+  await addProducts(srv, 'BT', 3, { category: 'batched' });
+  let res = await batch(srv, s.id, [
+    ['put_record', { table: 'Product', key: 'BT-9', record: product('BT-9', { category: 'batched' }) }],
+    ['delete_record', { table: 'Product', key: 'BT-1' }],
+    ['put_records', { table: 'Product', filter: 'category=batched', set: { in_stock: 0 } }],
+    ['delete_records', { table: 'Product', filter: 'sku=BT-2' }],
+  ]);
+  assert.equal(res.status, 200, res.text);
+  const texts = res.json().map((m) => JSON.parse(m.result.content[0].text));
+  assert.deepEqual(texts.slice(1), [{ deleted: true }, { updated: 3 }, { deleted: 1 }]);
+  assert.equal(texts[0].created, true);
+  assert.deepEqual(skus(srv, "category = 'batched'"), ['BT-3', 'BT-9']);
+  assert.equal(sqliteRows(srv.dbPath, "SELECT count(*) AS n FROM Product WHERE category = 'batched' AND in_stock = 0")[0].n, 2);
+  await s.delete();
+
+  const refuse = await startServer({ args: ['--confirm-destructive', 'refuse'] });
+  try {
+    const r = await McpSession.open(refuse.port, { protocolVersion: '2025-03-26', capabilities: ELICIT });
+    res = await batch(refuse, r.id, [['delete_record', { table: 'Product', key: 'A-100' }], ['delete_records', { table: 'Product', filter: 'sku=B-200' }]]);
+    for (const m of res.json()) {
+      assert.equal(m.result.isError, true, JSON.stringify(m));
+      assert.match(m.result.content[0].text, /cannot ask/);
+    }
+    assert.equal(exists(refuse, 'A-100'), true);
+    assert.equal(exists(refuse, 'B-200'), true);
+    await r.delete();
+  } finally {
+    await refuse.stop();
+  }
+});
+
 test('2026-07-28: input_required with a requestState naming the call; the v2 client answers and calls again', async () => {
   await addProducts(srv, 'MR', 3);
   const call = (args, extra = {}) => {
