@@ -430,15 +430,8 @@ void writer_session_set_log_level(writer_t *wr, const char *id, const char *leve
 }
 
 void writer_session_set_subscriptions(writer_t *wr, const char *id, const char *json) {
-  writer_session_set_subscriptions_then(wr, id, json, NULL, NULL);
-}
-
-void writer_session_set_subscriptions_then(writer_t *wr, const char *id, const char *json,
-                                           void (*then)(int rc, void *data), void *data) {
   writer_session_job *sj = writer_session_job_create(SESSION_SUBSCRIPTIONS, id);
   sj->text = mem_strdup(json);
-  sj->then = then;
-  sj->then_data = data;
   writer_session_submit(wr, sj);
 }
 

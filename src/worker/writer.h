@@ -106,10 +106,8 @@ void writer_session_insert_then(writer_t *wr, const store_session *row,
                                 void (*then)(int rc, void *data), void *data);
 void writer_session_touch(writer_t *wr, const char *id, int64_t last_seen);
 void writer_session_set_log_level(writer_t *wr, const char *id, const char *level);
+/* The whole subscription list (cold paths; a subscribe writes its own change below). */
 void writer_session_set_subscriptions(writer_t *wr, const char *id, const char *json);
-/* The same, then then(rc, data) on the loop once the row is written (or not). */
-void writer_session_set_subscriptions_then(writer_t *wr, const char *id, const char *json,
-                                           void (*then)(int rc, void *data), void *data);
 /*
  * One subscription of a session's row: added or replaced (debounce: its
  * JSON, or NULL), or removed; then(rc, data) on the loop once written
