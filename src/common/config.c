@@ -18,6 +18,7 @@
 
 #include "common/buf.h"
 #include "common/errmsg.h"
+#include "common/store.h"
 
 #define CONFIG_DEFAULT_HOST         "127.0.0.1"
 #define CONFIG_DEFAULT_PORT         9926
@@ -835,15 +836,19 @@ int config_parse(config_t *cfg, int argc, char **argv, FILE *out, char *err, siz
     cfg->workers = n < 1 ? 1 : n > CONFIG_MAX_WORKERS ? CONFIG_MAX_WORKERS : (int)n;
   }
   if (cfg->control_socket == NULL) {
-    const char *slash = strrchr(cfg->db_path, '/');
-    if (slash == NULL)
-      snprintf(cfg->control_socket_default, sizeof(cfg->control_socket_default), "mcpsubd.sock");
-    else
-      snprintf(cfg->control_socket_default, sizeof(cfg->control_socket_default),
-               "%.*s/mcpsubd.sock", (int)(slash - cfg->db_path), cfg->db_path);
+    config_default_control_socket(cfg->db_path, cfg->control_socket_default,
+                                  sizeof(cfg->control_socket_default));
     cfg->control_socket = cfg->control_socket_default;
   }
   return 0;
+}
+
+void config_default_control_socket(const char *db, char *out, size_t n) {
+  const char *slash = strrchr(db, '/');
+  if (slash == NULL || strcmp(store_backend_name(db), "sqlite") != 0)
+    snprintf(out, n, "mcpsubd.sock");
+  else
+    snprintf(out, n, "%.*s/mcpsubd.sock", (int)(slash - db), db);
 }
 
 /* Prints the --help text: a synopsis and every flag with its default. */

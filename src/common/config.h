@@ -16,6 +16,7 @@
 #define CONFIG_MAX_ORIGINS 32
 /* Most worker processes; session ids carry the slot in two hex digits. */
 #define CONFIG_MAX_WORKERS     128
+#define CONFIG_PATH_MAX        4096
 #define CONFIG_DEFAULT_DRAIN_S 10
 
 #ifndef MCPSUB_VERSION
@@ -64,15 +65,15 @@ typedef struct config {
   bool allow_anonymous;      /* --allow-anonymous: serve a non-loopback address without auth */
   const char *policy_path;   /* --policy FILE: roles, grants and row scopes, or NULL */
   /* Per principal; 0 = no limit. Defaults: off without authentication, bounded with it. */
-  int64_t limit_sessions;            /* --limit-sessions */
-  int64_t limit_subscriptions;       /* --limit-subscriptions */
-  int64_t limit_streams;             /* --limit-streams */
-  double rate_limit;                 /* --rate-limit requests per second */
-  int64_t rate_burst;                /* --rate-burst requests */
-  int worker_slot;                   /* hidden --worker-slot: -1, or the slot of a spawned worker */
-  uint32_t worker_generation;        /* hidden --worker-generation: restarts of that slot so far */
-  char *origins_storage;             /* owned copy of the --allowed-origins list */
-  char control_socket_default[4096]; /* where the default --control-socket points */
+  int64_t limit_sessions;      /* --limit-sessions */
+  int64_t limit_subscriptions; /* --limit-subscriptions */
+  int64_t limit_streams;       /* --limit-streams */
+  double rate_limit;           /* --rate-limit requests per second */
+  int64_t rate_burst;          /* --rate-burst requests */
+  int worker_slot;             /* hidden --worker-slot: -1, or the slot of a spawned worker */
+  uint32_t worker_generation;  /* hidden --worker-generation: restarts of that slot so far */
+  char *origins_storage;       /* owned copy of the --allowed-origins list */
+  char control_socket_default[CONFIG_PATH_MAX]; /* where the default --control-socket points */
 } config_t;
 
 void config_defaults(config_t *cfg);
@@ -94,6 +95,11 @@ bool config_host_is_loopback(const char *host);
 int config_parse(config_t *cfg, int argc, char **argv, FILE *out, char *err,
                  size_t errlen) MCPSUB_NODISCARD;
 void config_usage(FILE *out);
+/*
+ * The control socket's default for the database target db: mcpsubd.sock
+ * beside a SQLite file, in the working directory for a PostgreSQL URI.
+ */
+void config_default_control_socket(const char *db, char *out, size_t n);
 void config_finish(config_t *cfg);
 
 /*

@@ -1,10 +1,13 @@
 /*
- * The SQLite store: one connection per worker (never shared across fork),
- * WAL mode with a busy timeout. It owns the system schema (audit_log,
- * mcp_session), the export of application tables as resources, the audit
- * triggers on those tables, and every SQL statement mcpsub runs. All SQL is
- * parameterised; table and column names only ever come from the schema
- * this module read, and are quoted as identifiers.
+ * The store: every SQL statement mcpsub runs, behind one interface with two
+ * backends (store_backend.h): SQLite (store_sqlite.c; a file path, the
+ * embedded default: WAL mode with a busy timeout) and PostgreSQL
+ * (store_pg.c; a postgres:// or postgresql:// URI, libpq). A handle is one
+ * connection (never shared across fork). The store owns the system schema
+ * (audit_log, mcp_session, mcpsub_*), the export of application tables as
+ * resources, the audit triggers on those tables, and every SQL statement.
+ * All SQL is parameterised; table and column names only ever come from the
+ * schema this module read, and are quoted as identifiers.
  *
  * Functions return 0 or a negative errno-style code:
  *   -ENOENT  no such row / session
@@ -13,7 +16,8 @@
  *   -EBUSY   the database stayed locked past the busy timeout
  *   -ENOSPC  the database or the disk is full (SQLITE_FULL)
  *   -EACCES  a guarded write outside its row scope (store_write_as)
- *   -EIO     any other SQLite failure (logged)
+ *   -EIO     any other database failure (logged)
+ *   -ENOTCONN the database server is unreachable (PostgreSQL; retried later)
  * Where a function takes `char *err, size_t errlen`, err may be NULL.
  */
 #ifndef MCPSUB_STORE_H
@@ -34,6 +38,7 @@ typedef struct store_column {
   char *decl_type; /* as declared, may be "" */
   bool notnull;
   bool generated; /* GENERATED ALWAYS AS: read like any column, never written (-EINVAL) */
+  bool numeric;   /* values compare as numbers with a filter value that reads as one */
 } store_column;
 
 typedef struct store_table {
@@ -56,6 +61,8 @@ typedef struct store_table {
  */
 int store_open(const char *path, const char *schema_path, store_t **out, char *err,
                size_t errlen) MCPSUB_NODISCARD;
+/* Which backend serves target: "sqlite" or "postgres" (by its form; nothing is opened). */
+const char *store_backend_name(const char *target);
 /* Opens read-only, for the CLI on a stopped server: no schema change, no triggers. */
 int store_open_readonly(const char *path, store_t **out, char *err, size_t errlen) MCPSUB_NODISCARD;
 void store_close(store_t *s); /* NULL is a no-op */
@@ -112,9 +119,9 @@ typedef struct store_filter {
 } store_filter;
 
 /*
- * Does column col have numeric affinity (INTEGER, REAL or NUMERIC, by
- * SQLite's rules on its declared type)? Its values then compare as numbers
- * with a filter value that reads as one.
+ * Does column col compare as a number (SQLite: INTEGER, REAL or NUMERIC
+ * affinity by its rules on the declared type; PostgreSQL: a numeric type)?
+ * Its values then compare as numbers with a filter value that reads as one.
  */
 bool store_column_numeric(const store_table *t, int col);
 
@@ -228,10 +235,11 @@ typedef struct store_audit_row {
   int64_t seq;
   const char *table;
   const char *key;
-  const char *op;       /* "INSERT", "UPDATE" or "DELETE" */
-  const char *old_json; /* row image before the change; NULL for INSERT */
-  const char *new_json; /* row image after the change; NULL for DELETE */
-  int64_t committed_at; /* Unix ms */
+  const char *op;        /* "INSERT", "UPDATE" or "DELETE" */
+  const char *old_json;  /* row image before the change; NULL for INSERT */
+  const char *new_json;  /* row image after the change; NULL for DELETE */
+  int64_t committed_at;  /* Unix ms */
+  const char *principal; /* who wrote it through mcpsubd; NULL for other writers */
   /* Private: the images parsed by store_audit_row_images, freed after the callback. */
   cJSON *old_parsed, *new_parsed;
   bool parsed;
@@ -255,8 +263,29 @@ int store_audit_read(store_t *s, int64_t after_seq, int limit,
                      int (*fn)(const store_audit_row *row, void *data), void *data,
                      int *n) MCPSUB_NODISCARD;
 
-/* PRAGMA data_version: moves whenever another connection commits to the file. */
+/*
+ * The operator's view (mcpsubctl audit tail): the newest limit rows
+ * (1..10000), oldest first; only table's rows unless table is NULL.
+ */
+int store_audit_list(store_t *s, const char *table, int limit,
+                     int (*fn)(const store_audit_row *row, void *data),
+                     void *data) MCPSUB_NODISCARD;
+
+/*
+ * Moves whenever another connection may have committed changes (SQLite:
+ * PRAGMA data_version; PostgreSQL: a NOTIFY arrived on the wake-up socket,
+ * which this call drains).
+ */
 int store_data_version(store_t *s, int64_t *version) MCPSUB_NODISCARD;
+/*
+ * A socket that becomes readable when another connection commits changes
+ * (PostgreSQL's LISTEN connection), to poll on the loop; -1 when the
+ * backend has none (SQLite: watch the file instead).
+ */
+int store_wake_fd(store_t *s);
+
+/* Rows of mcp_session and of audit_log, for the operator. */
+int store_counts(store_t *s, int64_t *sessions, int64_t *audit_rows) MCPSUB_NODISCARD;
 
 /*
  * Retention: deletes audit rows older than retain_ms or beyond the newest

@@ -18,6 +18,8 @@
 static void tailer_on_kick(uv_timer_t *h);
 static void tailer_on_poll(uv_timer_t *h);
 static void tailer_on_fs(uv_fs_event_t *h, const char *filename, int events, int status);
+static bool tailer_wake_external(tailer_t *t);
+static bool tailer_watch_wake(tailer_t *t);
 
 void tailer_init(tailer_t *t, uv_loop_t *loop, store_t *store, const char *db_path,
                  const tailer_ops *ops, void *data) {
@@ -26,6 +28,7 @@ void tailer_init(tailer_t *t, uv_loop_t *loop, store_t *store, const char *db_pa
   t->store = store;
   t->ops = ops;
   t->data = data;
+  t->wake_fd = -1;
   char *a = mem_strdup(db_path), *b = mem_strdup(db_path);
   t->db_dir = mem_strdup(dirname(a));
   t->db_name = mem_strdup(basename(b));
@@ -93,7 +96,9 @@ static void tailer_on_kick(uv_timer_t *h) {
 /* Another connection committed iff data_version moved. Returns whether it did. */
 static bool tailer_wake_external(tailer_t *t) {
   int64_t v;
-  if (store_data_version(t->store, &v) != 0 || v == t->data_version) return false;
+  int rc = store_data_version(t->store, &v);
+  if (t->wake != NULL) tailer_watch_wake(t); /* the backend may have reconnected */
+  if (rc != 0 || v == t->data_version) return false;
   t->data_version = v;
   tailer_run(t);
   return true;
@@ -120,6 +125,45 @@ static void tailer_on_fs(uv_fs_event_t *h, const char *filename, int events, int
     uv_timer_start(&t->recheck, tailer_on_recheck, TAILER_RECHECK_MS, 0);
 }
 
+static void tailer_free_poll(uv_handle_t *h) {
+  free(h);
+}
+
+static void tailer_stop_wake(tailer_t *t) {
+  if (t->wake == NULL) return;
+  uv_close((uv_handle_t *)t->wake, tailer_free_poll);
+  t->wake = NULL;
+  t->wake_fd = -1;
+}
+
+static void tailer_on_wake(uv_poll_t *h, int status, int events) {
+  tailer_t *t = h->data;
+  tailer_wake_external(t);
+}
+
+/*
+ * Polls the backend's wake-up socket, if it has one; again after the
+ * backend replaced it (a reconnection). Returns whether one is polled.
+ */
+static bool tailer_watch_wake(tailer_t *t) {
+  int fd = store_wake_fd(t->store);
+  if (fd == t->wake_fd && t->wake != NULL) return true;
+  tailer_stop_wake(t);
+  if (fd < 0) return false;
+  t->wake = mem_alloc(sizeof(*t->wake));
+  int rc = uv_poll_init_socket(t->loop, t->wake, fd);
+  if (rc == 0) rc = uv_poll_start(t->wake, UV_READABLE, tailer_on_wake);
+  if (rc != 0) {
+    log_warn("cannot poll the database's wake-up socket; polling only", "error", uv_strerror(rc));
+    free(t->wake);
+    t->wake = NULL;
+    return false;
+  }
+  t->wake->data = t;
+  t->wake_fd = fd;
+  return true;
+}
+
 void tailer_set_active(tailer_t *t, bool active) {
   if (t->closing || active == t->active) return;
   t->active = active;
@@ -129,14 +173,17 @@ void tailer_set_active(tailer_t *t, bool active) {
     uv_timer_stop(&t->recheck);
     if (t->watching) uv_fs_event_stop(&t->watch);
     t->watching = false;
+    tailer_stop_wake(t);
     return;
   }
   if (store_audit_max_seq(t->store, &t->cursor) != 0) t->cursor = 0;
   if (store_data_version(t->store, &t->data_version) != 0) t->data_version = 0;
-  int rc = uv_fs_event_start(&t->watch, tailer_on_fs, t->db_dir, 0);
-  t->watching = rc == 0;
-  if (rc != 0)
-    log_warn("cannot watch the database directory; polling only", "error", uv_strerror(rc));
+  if (!tailer_watch_wake(t)) {
+    int rc = uv_fs_event_start(&t->watch, tailer_on_fs, t->db_dir, 0);
+    t->watching = rc == 0;
+    if (rc != 0)
+      log_warn("cannot watch the database directory; polling only", "error", uv_strerror(rc));
+  }
   uv_timer_start(&t->poll, tailer_on_poll, TAILER_SAFETY_POLL_MS, TAILER_SAFETY_POLL_MS);
 }
 
@@ -150,6 +197,7 @@ int64_t tailer_position(tailer_t *t) {
 void tailer_close(tailer_t *t) {
   tailer_set_active(t, false);
   t->closing = true;
+  tailer_stop_wake(t);
   uv_close((uv_handle_t *)&t->watch, NULL);
   uv_close((uv_handle_t *)&t->poll, NULL);
   uv_close((uv_handle_t *)&t->kick, NULL);

@@ -8,6 +8,8 @@
  *   - another process's commits touch the database's -wal file; a libuv
  *     fs watcher on the database directory wakes the tailer, which
  *     confirms with PRAGMA data_version that the database really changed;
+ *     a backend with a wake-up socket (PostgreSQL's LISTEN connection,
+ *     store_wake_fd) is polled instead, and store_data_version drains it;
  *   - a slow safety poll (1 s) covers file systems without notifications.
  * Every wake-up also checks the schema, so the owner hears of tables
  * created or dropped by anyone.
@@ -58,6 +60,8 @@ typedef struct tailer {
   char *wal_name; /* basename of the -wal file */
   char *db_name;  /* basename of the database file */
   uv_fs_event_t watch;
+  uv_poll_t *wake; /* on store_wake_fd's socket, when the backend has one */
+  int wake_fd;
   uv_timer_t poll;
   uv_timer_t kick;    /* zero-delay timer: runs the tailer on the next loop turn */
   uv_timer_t recheck; /* re-reads data_version shortly after a file event */
@@ -70,7 +74,7 @@ typedef struct tailer {
   uint64_t changes; /* changes handed on since start */
 } tailer_t;
 
-/* Sets up handles (inactive). db_path is the database file. */
+/* Sets up handles (inactive). db_path is the database target (watched when a file). */
 void tailer_init(tailer_t *t, uv_loop_t *loop, store_t *store, const char *db_path,
                  const tailer_ops *ops, void *data);
 /*

@@ -3,8 +3,8 @@
  * durable state, so it is read from the database whether or not mcpsubd
  * runs: the last N rows (optionally of one table), oldest first, then with
  * -f every new row as it commits, polled every 200 ms until SIGINT or
- * SIGTERM. Rows become visible in seq order (SQLite serialises commits),
- * so "seq greater than the last one printed" never skips a row. With
+ * SIGTERM, read the way the server's tailer reads them (store_audit_read:
+ * never a row skipped, on either backend). With
  * --json, a plain tail prints one array; -f prints one object per line,
  * which a consumer can read as rows arrive.
  */
@@ -54,69 +54,63 @@ static const ctl_column ctl_audit_columns[] = {
     {"ROW", NULL, ctl_fmt_audit_image, false},
 };
 
-/* Column i of st as a JSON string, or null. */
-static cJSON *ctl_column_string(sqlite3_stmt *st, int i) {
-  const char *text = (const char *)sqlite3_column_text(st, i);
+/* text as a JSON string, or null. */
+static cJSON *ctl_string_or_null(const char *text) {
   return text != NULL ? cJSON_CreateString(text) : cJSON_CreateNull();
 }
 
-/* Column i of st (JSON text) parsed, or null. */
-static cJSON *ctl_column_json(sqlite3_stmt *st, int i) {
-  const char *text = (const char *)sqlite3_column_text(st, i);
+/* JSON text parsed, or null. */
+static cJSON *ctl_json_or_null(const char *text) {
   cJSON *v = text != NULL ? cJSON_Parse(text) : NULL;
   return v != NULL ? v : cJSON_CreateNull();
 }
 
-static cJSON *ctl_audit_row_json(sqlite3_stmt *st) {
-  cJSON *row = cJSON_CreateObject();
-  cJSON_AddNumberToObject(row, "seq", (double)sqlite3_column_int64(st, 0));
-  cJSON_AddItemToObject(row, "table", ctl_column_string(st, 1));
-  cJSON_AddItemToObject(row, "key", ctl_column_string(st, 2));
-  cJSON_AddItemToObject(row, "op", ctl_column_string(st, 3));
-  cJSON_AddNumberToObject(row, "committedAt", (double)sqlite3_column_int64(st, 6));
-  cJSON_AddItemToObject(row, "oldRow", ctl_column_json(st, 4));
-  cJSON_AddItemToObject(row, "newRow", ctl_column_json(st, 5));
-  cJSON_AddItemToObject(row, "principal", ctl_column_string(st, 7)); /* null: not through mcpsubd */
-  return row;
-}
+typedef struct ctl_audit_batch {
+  const char *table; /* only this table's rows, or NULL */
+  cJSON *rows;
+  int64_t last; /* the greatest seq read */
+} ctl_audit_batch;
 
-#define CTL_AUDIT_COLUMNS "seq, tbl, key, op, old_row, new_row, committed_at, principal"
+static int ctl_audit_collect(const store_audit_row *r, void *data) {
+  ctl_audit_batch *b = data;
+  b->last = r->seq;
+  if (b->table != NULL && strcmp(r->table, b->table) != 0) return 0;
+  cJSON *row = cJSON_CreateObject();
+  cJSON_AddNumberToObject(row, "seq", (double)r->seq);
+  cJSON_AddItemToObject(row, "table", ctl_string_or_null(r->table));
+  cJSON_AddItemToObject(row, "key", ctl_string_or_null(r->key));
+  cJSON_AddItemToObject(row, "op", ctl_string_or_null(r->op));
+  cJSON_AddNumberToObject(row, "committedAt", (double)r->committed_at);
+  cJSON_AddItemToObject(row, "oldRow", ctl_json_or_null(r->old_json));
+  cJSON_AddItemToObject(row, "newRow", ctl_json_or_null(r->new_json));
+  /* null: not written through mcpsubd */
+  cJSON_AddItemToObject(row, "principal", ctl_string_or_null(r->principal));
+  cJSON_AddItemToArray(b->rows, row);
+  return 0;
+}
 
 /*
  * Rows into a new array *out, oldest first: with after < 0 the newest
- * limit rows, otherwise the first limit rows with seq > after. table NULL
- * means every table. *last gets the greatest seq read (unchanged if none).
+ * limit rows, otherwise the rows the change feed hands out after after
+ * (as the server's tailer reads them: in commit order on every backend),
+ * at most limit read. table NULL means every table. *last gets the
+ * greatest seq read (unchanged if none).
  */
 static int ctl_audit_read(ctl_context *ctx, const char *table, int64_t after, int limit,
                           cJSON **out, int64_t *last) {
   *out = NULL;
-  sqlite3 *db = ctl_db(ctx);
-  if (db == NULL) return CTL_EXIT_ERROR;
-  const char *sql = after < 0
-                        ? "SELECT * FROM (SELECT " CTL_AUDIT_COLUMNS " FROM audit_log"
-                          " WHERE ?1 IS NULL OR tbl = ?1 ORDER BY seq DESC LIMIT ?2) ORDER BY seq"
-                        : "SELECT " CTL_AUDIT_COLUMNS " FROM audit_log"
-                          " WHERE seq > ?3 AND (?1 IS NULL OR tbl = ?1) ORDER BY seq LIMIT ?2";
-  sqlite3_stmt *st = NULL;
-  int rc = sqlite3_prepare_v2(db, sql, -1, &st, NULL);
-  if (rc == SQLITE_OK) {
-    if (table != NULL) sqlite3_bind_text(st, 1, table, -1, SQLITE_STATIC);
-    sqlite3_bind_int(st, 2, limit);
-    if (after >= 0) sqlite3_bind_int64(st, 3, after);
-  }
-  cJSON *rows = cJSON_CreateArray();
-  while (rc == SQLITE_OK && (rc = sqlite3_step(st)) == SQLITE_ROW) {
-    *last = sqlite3_column_int64(st, 0);
-    cJSON_AddItemToArray(rows, ctl_audit_row_json(st));
-    rc = SQLITE_OK;
-  }
-  sqlite3_finalize(st);
-  if (rc != SQLITE_DONE) {
-    ctl_error("cannot read audit_log from %s: %s", ctx->db_path, sqlite3_errmsg(db));
-    cJSON_Delete(rows);
+  store_t *store = ctl_store(ctx);
+  if (store == NULL) return CTL_EXIT_ERROR;
+  ctl_audit_batch b = {.table = table, .rows = cJSON_CreateArray(), .last = *last};
+  int rc = after < 0 ? store_audit_list(store, table, limit, ctl_audit_collect, &b)
+                     : store_audit_read(store, after, limit, ctl_audit_collect, &b, NULL);
+  if (rc != 0) {
+    ctl_error("cannot read audit_log from %s", ctx->db_path);
+    cJSON_Delete(b.rows);
     return CTL_EXIT_ERROR;
   }
-  *out = rows;
+  *last = b.last;
+  *out = b.rows;
   return CTL_EXIT_OK;
 }
 

@@ -12,7 +12,6 @@
 #define MCPSUBCTL_CTL_H
 
 #include <cjson/cJSON.h>
-#include <sqlite3.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -40,7 +39,6 @@ typedef struct ctl_context {
   bool json;
   bool server_required; /* a stopped server is an error (exit 3), not a fallback */
   store_t *store;       /* opened read-only on first use */
-  sqlite3 *db;          /* opened read-only on first use, for what store.h does not offer */
 } ctl_context;
 
 /* main.c ------------------------------------------------------------------ */
@@ -92,8 +90,6 @@ int ctl_not_running(const ctl_context *ctx);
 
 /* The store, opened read-only on first use; NULL after printing why. */
 store_t *ctl_store(ctl_context *ctx);
-/* A raw read-only connection, opened on first use; NULL after printing why. */
-sqlite3 *ctl_db(ctl_context *ctx);
 void ctl_close(ctl_context *ctx);
 
 /*

@@ -1,11 +1,8 @@
 /*
- * Durable state, read from the SQLite file read-only: what mcpsubctl can
- * report whether or not mcpsubd runs. Sessions go through the store
- * (src/common/store.h) like the server's own reads. Counting rows and
- * reading the audit log backwards or by table are operator queries the
- * store does not offer, so they run on a second read-only connection here;
- * they are parameterised and touch only mcpsub's own tables. Nothing here
- * ever writes, and opening never creates a missing file.
+ * Durable state, read from the database read-only (through the store,
+ * src/common/store.h, on either backend): what mcpsubctl can report whether
+ * or not mcpsubd runs. Nothing here ever writes, and opening never creates
+ * a missing SQLite file.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -22,25 +19,9 @@ store_t *ctl_store(ctl_context *ctx) {
   return ctx->store;
 }
 
-sqlite3 *ctl_db(ctl_context *ctx) {
-  if (ctx->db != NULL) return ctx->db;
-  int rc = sqlite3_open_v2(ctx->db_path, &ctx->db, SQLITE_OPEN_READONLY, NULL);
-  if (rc != SQLITE_OK) {
-    ctl_error("cannot open %s: %s", ctx->db_path,
-              ctx->db != NULL ? sqlite3_errmsg(ctx->db) : sqlite3_errstr(rc));
-    sqlite3_close(ctx->db);
-    ctx->db = NULL;
-    return NULL;
-  }
-  sqlite3_busy_timeout(ctx->db, 5000);
-  return ctx->db;
-}
-
 void ctl_close(ctl_context *ctx) {
   store_close(ctx->store);
   ctx->store = NULL;
-  sqlite3_close_v2(ctx->db);
-  ctx->db = NULL;
 }
 
 /* Parsed JSON text, or null when absent or unparsable. */
@@ -89,26 +70,18 @@ int ctl_durable_sessions(ctl_context *ctx, cJSON **out) {
 int ctl_durable_counts(ctl_context *ctx, cJSON **out) {
   *out = NULL;
   store_t *store = ctl_store(ctx);
-  sqlite3 *db = store != NULL ? ctl_db(ctx) : NULL;
-  if (db == NULL) return CTL_EXIT_ERROR;
-  int64_t max_seq = 0;
-  sqlite3_stmt *st = NULL;
-  int rc = sqlite3_prepare_v2(db,
-                              "SELECT (SELECT count(*) FROM mcp_session), "
-                              "(SELECT count(*) FROM audit_log)",
-                              -1, &st, NULL);
-  if (rc == SQLITE_OK) rc = sqlite3_step(st);
-  if (rc != SQLITE_ROW || store_audit_max_seq(store, &max_seq) != 0) {
-    ctl_error("cannot count rows in %s: %s", ctx->db_path, sqlite3_errmsg(db));
-    sqlite3_finalize(st);
+  if (store == NULL) return CTL_EXIT_ERROR;
+  int64_t max_seq = 0, sessions = 0, audit_rows = 0;
+  if (store_counts(store, &sessions, &audit_rows) != 0 ||
+      store_audit_max_seq(store, &max_seq) != 0) {
+    ctl_error("cannot count rows in %s", ctx->db_path);
     return CTL_EXIT_ERROR;
   }
   cJSON *counts = cJSON_CreateObject();
   cJSON_AddStringToObject(counts, "db", ctx->db_path);
-  cJSON_AddNumberToObject(counts, "sessions", (double)sqlite3_column_int64(st, 0));
-  cJSON_AddNumberToObject(counts, "auditRows", (double)sqlite3_column_int64(st, 1));
+  cJSON_AddNumberToObject(counts, "sessions", (double)sessions);
+  cJSON_AddNumberToObject(counts, "auditRows", (double)audit_rows);
   cJSON_AddNumberToObject(counts, "auditMaxSeq", (double)max_seq);
-  sqlite3_finalize(st);
   *out = counts;
   return CTL_EXIT_OK;
 }

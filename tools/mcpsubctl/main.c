@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "common/config.h"
 #include "common/mem.h"
 #include "ctl.h"
 
@@ -213,16 +214,6 @@ static const ctl_command *ctl_find_command(int n_words, char **words, int *used)
 }
 
 /* "<dir of db>/mcpsubd.sock", in storage the caller frees. */
-static char *ctl_default_control_path(const char *db) {
-  const char *slash = strrchr(db, '/');
-  if (slash == NULL) return mem_strdup("mcpsubd.sock");
-  size_t dir_len = (size_t)(slash - db) + 1;
-  char *path = mem_alloc(dir_len + sizeof("mcpsubd.sock"));
-  memcpy(path, db, dir_len);
-  memcpy(path + dir_len, "mcpsubd.sock", sizeof("mcpsubd.sock"));
-  return path;
-}
-
 int main(int argc, char **argv) {
   ctl_context ctx = {.db_path = "data/mcpsub.db"};
   bool help = false;
@@ -258,8 +249,11 @@ int main(int argc, char **argv) {
     fputs("Try 'mcpsubctl --help'.\n", stderr);
     goto out;
   }
-  if (ctx.control_path == NULL)
-    ctx.control_path = default_control = ctl_default_control_path(ctx.db_path);
+  if (ctx.control_path == NULL) {
+    char path[CONFIG_PATH_MAX];
+    config_default_control_socket(ctx.db_path, path, sizeof(path));
+    ctx.control_path = default_control = mem_strdup(path);
+  }
   ctx.server_required = cmd->needs_server == CTL_SERVER_REQUIRED;
   rc = cmd->run(&ctx, n_words - used, words + used);
   ctl_close(&ctx);

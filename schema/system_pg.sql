@@ -1,0 +1,2 @@
+-- mcpsub's own tables on PostgreSQL (the counterpart of system.sql): not written yet.
+SELECT 1;

@@ -1,0 +1,2139 @@
+/*
+ * The SQLite backend of the store (store_backend.h), the embedded default.
+ * Each worker (and the CLI) opens its own connection after fork; nothing
+ * here is shared between processes except the database file itself, which
+ * runs in WAL mode with a busy timeout so that workers and external writers
+ * (the sqlite3 CLI, applications) can write concurrently.
+ *
+ * Three jobs live here. (1) Schema: apply system.sql, apply the application
+ * schema once, read which tables are exported as resources and keep one set
+ * of audit triggers per exported table current, so that every committed
+ * change -- ours or an external writer's -- lands in audit_log in the same
+ * transaction. (2) Records: read, query and write rows of exported tables,
+ * converting between JSON values and SQLite values. (3) The audit log's
+ * retention and the mcp_session rows.
+ *
+ * What it must never do: splice a value into SQL text (values are always
+ * bound; only table and column names read from the schema are spliced, and
+ * always quoted), run DDL when nothing changed (every other connection
+ * would see a schema change and reload -- workers would wake each other up
+ * forever), or keep a statement alive across store_close().
+ *
+ * Prepared statements are cached by SQL text (LRU, SQLITE_PREPARE_PERSISTENT)
+ * and reset after each use; generated statements (built from table names)
+ * go through the same cache. SQL text is built with SQLite's own string
+ * builder, whose %w and %q conversions quote identifiers and literals; an
+ * out-of-memory there aborts, like mem_alloc.
+ */
+#include "common/store_backend.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <sqlite3.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "common/log.h"
+
+/* system.sql's text, generated at build time by tools/dev/embed.py. */
+extern const char store_system_sql[];
+
+#define STORE_STMT_CACHE_SIZE 64
+/*
+ * Columns per json_object() call in the audit triggers: SQLite caps a
+ * function call at 127 arguments (SQLITE_MAX_FUNCTION_ARG), so wider tables
+ * are serialised in chunks that are spliced together.
+ */
+#define STORE_JSON_CHUNK     50
+#define STORE_TRIGGER_PREFIX "mcpsub_audit_"
+
+/* Unix milliseconds, as SQL, for audit_log.committed_at. */
+#define STORE_SQL_NOW_MS "CAST(round((julianday('now') - 2440587.5) * 86400000) AS INTEGER)"
+/* Tables that are never application tables (see schema/system.sql). */
+#define STORE_SQL_NOT_SYSTEM                                                                       \
+  "name NOT LIKE 'sqlite\\_%' ESCAPE '\\' AND name NOT LIKE 'mcpsub\\_%' ESCAPE '\\' "             \
+  "AND name NOT LIKE 'audit\\_log%' ESCAPE '\\' AND name NOT LIKE 'mcp\\_session%' ESCAPE '\\'"
+
+typedef struct store_stmt_slot {
+  char *sql;
+  sqlite3_stmt *stmt;
+  uint64_t last_used;
+  bool busy; /* handed out and not yet put back */
+} store_stmt_slot;
+
+typedef struct sq {
+  struct store base; /* first: a store_t * is an sq_t * */
+  sqlite3 *db;
+  int schema_version; /* PRAGMA schema_version after our last reload */
+  store_stmt_slot cache[STORE_STMT_CACHE_SIZE];
+  int n_cache;
+  uint64_t clock;
+} sq_t;
+
+static inline sq_t *sq(store_t *s) {
+  return (sq_t *)s;
+}
+
+/* Errors --------------------------------------------------------------------- */
+
+/*
+ * Maps the SQLite result code rc of the call that just failed on sq(s)->db to
+ * our errno convention and copies the connection's message into err. Must
+ * run before any other call on the connection (a ROLLBACK would replace the
+ * message). Unexpected failures are logged.
+ */
+static int store_error(store_t *s, int rc, char *err, size_t errlen) {
+  const char *msg = sqlite3_errmsg(sq(s)->db);
+  store_set_err(err, errlen, "%s", msg);
+  switch (rc & 0xff) {
+  case SQLITE_CONSTRAINT: return -EEXIST;
+  case SQLITE_BUSY:
+  case SQLITE_LOCKED: return -EBUSY;
+  case SQLITE_MISMATCH:
+  case SQLITE_TOOBIG: return -EINVAL;
+  case SQLITE_FULL: return -ENOSPC; /* the caller says so, once per episode */
+  default: log_warn("sqlite error", "code", sqlite3_errstr(rc), "error", msg); return -EIO;
+  }
+}
+
+/* SQL text ------------------------------------------------------------------ */
+
+static sqlite3_str *store_sql_new(store_t *s) {
+  return sqlite3_str_new(sq(s)->db);
+}
+
+/* Returns the built text (release with sqlite3_free); aborts on OOM. */
+static char *store_sql_finish(sqlite3_str *q) {
+  if (sqlite3_str_errcode(q) != SQLITE_OK) {
+    fprintf(stderr, "mcpsub: out of memory building SQL\n");
+    abort();
+  }
+  char *sql = sqlite3_str_finish(q);
+  if (sql == NULL) {
+    fprintf(stderr, "mcpsub: out of memory building SQL\n");
+    abort();
+  }
+  return sql;
+}
+
+/* Appends name as a double-quoted identifier (embedded quotes doubled). */
+static void store_sql_ident(sqlite3_str *q, const char *name) {
+  sqlite3_str_appendf(q, "\"%w\"", name);
+}
+
+/* Appends the expression naming t's key: its key column, or rowid. */
+static void store_sql_key(sqlite3_str *q, const store_table *t) {
+  if (t->key_col < 0)
+    sqlite3_str_appendall(q, "rowid");
+  else
+    store_sql_ident(q, t->cols[t->key_col].name);
+}
+
+/* Statement cache ------------------------------------------------------------ */
+
+/*
+ * Hands out a prepared statement for sql in *out (put it back with
+ * store_stmt_put). When the cached statement for sql is already in use up
+ * the stack, a private one is prepared and finalized on put.
+ */
+static int store_stmt_get(store_t *s, const char *sql, sqlite3_stmt **out, char *err,
+                          size_t errlen) {
+  bool cacheable = true;
+  *out = NULL;
+  for (int i = 0; i < sq(s)->n_cache; i++) {
+    store_stmt_slot *slot = &sq(s)->cache[i];
+    if (strcmp(slot->sql, sql) != 0) continue;
+    if (!slot->busy) {
+      slot->busy = true;
+      slot->last_used = ++sq(s)->clock;
+      *out = slot->stmt;
+      return 0;
+    }
+    cacheable = false;
+    break;
+  }
+
+  sqlite3_stmt *stmt = NULL;
+  int rc = sqlite3_prepare_v3(sq(s)->db, sql, -1, cacheable ? SQLITE_PREPARE_PERSISTENT : 0, &stmt,
+                              NULL);
+  if (rc != SQLITE_OK) {
+    int ret = store_error(s, rc, err, errlen);
+    sqlite3_finalize(stmt);
+    return ret;
+  }
+  if (cacheable) {
+    store_stmt_slot *slot = NULL;
+    if (sq(s)->n_cache < STORE_STMT_CACHE_SIZE) {
+      slot = &sq(s)->cache[sq(s)->n_cache++];
+    } else {
+      for (int i = 0; i < sq(s)->n_cache; i++) {
+        store_stmt_slot *c = &sq(s)->cache[i];
+        if (!c->busy && (slot == NULL || c->last_used < slot->last_used)) slot = c;
+      }
+      if (slot != NULL) {
+        sqlite3_finalize(slot->stmt);
+        free(slot->sql);
+      }
+    }
+    if (slot != NULL) {
+      slot->sql = mem_strdup(sql);
+      slot->stmt = stmt;
+      slot->busy = true;
+      slot->last_used = ++sq(s)->clock;
+    }
+  }
+  *out = stmt;
+  return 0;
+}
+
+/* Resets a statement from store_stmt_get and makes it available again. NULL is a no-op. */
+static void store_stmt_put(store_t *s, sqlite3_stmt *stmt) {
+  if (stmt == NULL) return;
+  for (int i = 0; i < sq(s)->n_cache; i++) {
+    if (sq(s)->cache[i].stmt == stmt) {
+      sqlite3_reset(stmt);
+      sqlite3_clear_bindings(stmt);
+      sq(s)->cache[i].busy = false;
+      return;
+    }
+  }
+  sqlite3_finalize(stmt);
+}
+
+/* Finalizes every cached statement not in use (after a schema change, at close). */
+static void store_stmt_clear(store_t *s) {
+  int kept = 0;
+  for (int i = 0; i < sq(s)->n_cache; i++) {
+    store_stmt_slot *slot = &sq(s)->cache[i];
+    if (slot->busy) {
+      sq(s)->cache[kept++] = *slot;
+      continue;
+    }
+    sqlite3_finalize(slot->stmt);
+    free(slot->sql);
+  }
+  sq(s)->n_cache = kept;
+}
+
+/* Runs a statement without parameters to completion, ignoring any rows. */
+static int store_exec(store_t *s, const char *sql, char *err, size_t errlen) {
+  sqlite3_stmt *st;
+  int ret = store_stmt_get(s, sql, &st, err, errlen);
+  if (ret < 0) return ret;
+  int rc;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW)
+    ;
+  if (rc != SQLITE_DONE) ret = store_error(s, rc, err, errlen);
+  store_stmt_put(s, st);
+  return ret;
+}
+
+/* Runs a statement, already bound, that yields one integer (NULL or no row = 0). */
+static int store_step_int64(store_t *s, sqlite3_stmt *st, int64_t *out, char *err, size_t errlen) {
+  int rc = sqlite3_step(st);
+  *out = 0;
+  if (rc == SQLITE_ROW) {
+    *out = sqlite3_column_int64(st, 0);
+    return 0;
+  }
+  if (rc == SQLITE_DONE) return 0;
+  return store_error(s, rc, err, errlen);
+}
+
+/* Runs a statement, already bound, that changes rows; *changes may be NULL. */
+static int store_step_done(store_t *s, sqlite3_stmt *st, int64_t *changes, char *err,
+                           size_t errlen) {
+  int rc = sqlite3_step(st);
+  if (rc != SQLITE_DONE && rc != SQLITE_ROW) return store_error(s, rc, err, errlen);
+  if (changes != NULL) *changes = sqlite3_changes64(sq(s)->db);
+  return 0;
+}
+
+static int store_begin(store_t *s, bool write, char *err, size_t errlen) {
+  return store_exec(s, write ? "BEGIN IMMEDIATE" : "BEGIN", err, errlen);
+}
+
+static int store_commit(store_t *s, char *err, size_t errlen) {
+  return store_exec(s, "COMMIT", err, errlen);
+}
+
+/* Rolls back the open transaction, if SQLite has not already done so. */
+static void store_rollback(store_t *s) {
+  if (sqlite3_get_autocommit(sq(s)->db)) return;
+  int ret = store_exec(s, "ROLLBACK", NULL, 0);
+  (void)ret;
+}
+
+static int store_schema_version(store_t *s, int *version, char *err, size_t errlen) {
+  sqlite3_stmt *st;
+  int64_t v = 0;
+  int ret = store_stmt_get(s, "PRAGMA schema_version", &st, err, errlen);
+  if (ret < 0) return ret;
+  ret = store_step_int64(s, st, &v, err, errlen);
+  store_stmt_put(s, st);
+  *version = (int)v;
+  return ret;
+}
+
+/* Values -------------------------------------------------------------------- */
+
+/*
+ * Binds a JSON value: string -> TEXT, whole number -> INTEGER, other
+ * number -> REAL, bool -> 1/0, null -> NULL, object/array -> compact JSON
+ * TEXT. v must satisfy store_json_storable. Returns a SQLite result code.
+ */
+static int store_bind_json(sqlite3_stmt *st, int idx, const cJSON *v) {
+  if (cJSON_IsString(v)) return sqlite3_bind_text(st, idx, v->valuestring, -1, SQLITE_TRANSIENT);
+  if (cJSON_IsNumber(v)) {
+    if (store_double_is_int64(v->valuedouble))
+      return sqlite3_bind_int64(st, idx, (sqlite3_int64)v->valuedouble);
+    return sqlite3_bind_double(st, idx, v->valuedouble);
+  }
+  if (cJSON_IsBool(v)) return sqlite3_bind_int(st, idx, cJSON_IsTrue(v) ? 1 : 0);
+  if (cJSON_IsObject(v) || cJSON_IsArray(v)) {
+    char *text = cJSON_PrintUnformatted(v);
+    if (text == NULL) return SQLITE_NOMEM;
+    int rc = sqlite3_bind_text(st, idx, text, -1, SQLITE_TRANSIENT);
+    cJSON_free(text);
+    return rc;
+  }
+  return sqlite3_bind_null(st, idx);
+}
+
+/*
+ * Column idx of the current row as JSON: INTEGER -> number (a string beyond
+ * +-2^53, where a double would lose digits), REAL -> number, TEXT -> string,
+ * NULL -> null, BLOB -> uppercase hex string (as SQL hex() writes it).
+ */
+static cJSON *store_value_json(sqlite3_stmt *st, int idx) {
+  switch (sqlite3_column_type(st, idx)) {
+  case SQLITE_INTEGER: {
+    int64_t n = sqlite3_column_int64(st, idx);
+    if (n >= -(INT64_C(1) << 53) && n <= (INT64_C(1) << 53))
+      return store_json_checked(cJSON_CreateNumber((double)n));
+    char text[24];
+    snprintf(text, sizeof(text), "%" PRId64, n);
+    return store_json_checked(cJSON_CreateString(text));
+  }
+  case SQLITE_FLOAT: return store_json_checked(cJSON_CreateNumber(sqlite3_column_double(st, idx)));
+  case SQLITE_TEXT:
+    return store_json_checked(cJSON_CreateString((const char *)sqlite3_column_text(st, idx)));
+  case SQLITE_BLOB: {
+    static const char hex[] = "0123456789ABCDEF";
+    const unsigned char *data = sqlite3_column_blob(st, idx);
+    size_t len = (size_t)sqlite3_column_bytes(st, idx);
+    char *text = mem_alloc(2 * len + 1);
+    for (size_t i = 0; i < len; i++) {
+      text[2 * i] = hex[data[i] >> 4];
+      text[2 * i + 1] = hex[data[i] & 15];
+    }
+    text[2 * len] = '\0';
+    cJSON *item = store_json_checked(cJSON_CreateString(text));
+    free(text);
+    return item;
+  }
+  default: return store_json_checked(cJSON_CreateNull());
+  }
+}
+
+/* Binds key as t compares it; key must satisfy store_key_valid. */
+static int store_bind_key(sqlite3_stmt *st, int idx, const store_table *t, const char *key) {
+  int64_t v = 0;
+  if (t->key_integer && store_parse_int_key(key, &v)) return sqlite3_bind_int64(st, idx, v);
+  return sqlite3_bind_text(st, idx, key, -1, SQLITE_TRANSIENT);
+}
+
+/* Schema: exported tables ------------------------------------------------------ */
+
+/* Does a column declared decl have numeric affinity (INTEGER, REAL or NUMERIC)? */
+static bool sq_affinity_numeric(const char *d) {
+  /* SQLite's affinity rules (datatype3.html §3.1), in their order. */
+  if (strcasestr(d, "INT") != NULL) return true;
+  if (strcasestr(d, "CHAR") != NULL || strcasestr(d, "CLOB") != NULL ||
+      strcasestr(d, "TEXT") != NULL)
+    return false;
+  if (strcasestr(d, "BLOB") != NULL || d[0] == '\0') return false;
+  return true; /* REAL, FLOA, DOUB, or anything else: NUMERIC */
+}
+
+/*
+ * Reads the columns and key of the table called name into *t. *exported is
+ * false (and *t empty) for a table that cannot be addressed by one key: a
+ * WITHOUT ROWID table with a composite key, or a rowid-keyed table with a
+ * column named "rowid" (its rows' "rowid" member would be ambiguous).
+ */
+static int store_read_table(store_t *s, const char *name, bool without_rowid, store_table *t,
+                            bool *exported, char *err, size_t errlen) {
+  sqlite3_stmt *st = NULL;
+  int ret, rc, n_pk = 0, pk_col = -1, cap = 8;
+  int64_t pk_indexes = 0;
+
+  memset(t, 0, sizeof(*t));
+  *exported = false;
+  t->name = mem_strdup(name);
+  t->cols = mem_calloc((size_t)cap, sizeof(*t->cols));
+
+  /* table_xinfo, not table_info: generated columns are part of the row. */
+  ret = store_stmt_get(s,
+                       "SELECT name, type, \"notnull\", pk, hidden "
+                       "FROM pragma_table_xinfo(?1, 'main') WHERE hidden <> 1 ORDER BY cid",
+                       &st, err, errlen);
+  if (ret < 0) goto fail;
+  sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    if (t->n_cols == cap) {
+      cap *= 2;
+      t->cols = mem_realloc(t->cols, (size_t)cap * sizeof(*t->cols));
+    }
+    store_column *col = &t->cols[t->n_cols];
+    const char *decl = (const char *)sqlite3_column_text(st, 1);
+    col->name = mem_strdup((const char *)sqlite3_column_text(st, 0));
+    col->decl_type = mem_strdup(decl ? decl : "");
+    col->notnull = sqlite3_column_int(st, 2) != 0;
+    col->generated = sqlite3_column_int(st, 4) != 0;
+    col->numeric = sq_affinity_numeric(col->decl_type);
+    if (sqlite3_column_int(st, 3) > 0) {
+      n_pk++;
+      pk_col = t->n_cols;
+    }
+    t->n_cols++;
+  }
+  if (rc != SQLITE_DONE) {
+    ret = store_error(s, rc, err, errlen);
+    goto fail;
+  }
+  store_stmt_put(s, st);
+  st = NULL;
+
+  ret = store_stmt_get(s, "SELECT count(*) FROM pragma_index_list(?1, 'main') WHERE origin = 'pk'",
+                       &st, err, errlen);
+  if (ret < 0) goto fail;
+  sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
+  ret = store_step_int64(s, st, &pk_indexes, err, errlen);
+  if (ret < 0) goto fail;
+  store_stmt_put(s, st);
+  st = NULL;
+
+  if (n_pk == 1) {
+    /* Only an INTEGER PRIMARY KEY without its own index aliases the rowid. */
+    t->key_col = pk_col;
+    t->key_integer =
+        !without_rowid && pk_indexes == 0 && strcasecmp(t->cols[pk_col].decl_type, "INTEGER") == 0;
+  } else {
+    if (without_rowid) goto skip;
+    for (int c = 0; c < t->n_cols; c++)
+      if (strcasecmp(t->cols[c].name, "rowid") == 0) goto skip;
+    t->key_col = -1;
+    t->key_integer = true;
+  }
+  *exported = true;
+  return 0;
+
+skip:
+  ret = 0;
+fail:
+  store_stmt_put(s, st);
+  for (int c = 0; c < t->n_cols; c++) {
+    free(t->cols[c].name);
+    free(t->cols[c].decl_type);
+  }
+  free(t->cols);
+  free(t->name);
+  memset(t, 0, sizeof(*t));
+  return ret;
+}
+
+/* Reads every exported table, sorted by name, into a new array. */
+static int store_read_tables(store_t *s, store_table **out, int *n_out, char *err, size_t errlen) {
+  sqlite3_stmt *st = NULL;
+  store_table *tables = NULL;
+  int n = 0, cap = 0, ret, rc;
+
+  ret = store_stmt_get(s,
+                       "SELECT name, wr FROM pragma_table_list "
+                       "WHERE schema = 'main' AND type = 'table' AND " STORE_SQL_NOT_SYSTEM
+                       " ORDER BY name",
+                       &st, err, errlen);
+  if (ret < 0) goto fail;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    if (n == cap) {
+      cap = cap ? 2 * cap : 8;
+      tables = mem_realloc(tables, (size_t)cap * sizeof(*tables));
+    }
+    bool exported;
+    ret = store_read_table(s, (const char *)sqlite3_column_text(st, 0),
+                           sqlite3_column_int(st, 1) != 0, &tables[n], &exported, err, errlen);
+    if (ret < 0) goto fail;
+    if (exported) n++;
+  }
+  if (rc != SQLITE_DONE) {
+    ret = store_error(s, rc, err, errlen);
+    goto fail;
+  }
+  store_stmt_put(s, st);
+  *out = tables;
+  *n_out = n;
+  return 0;
+
+fail:
+  store_stmt_put(s, st);
+  store_tables_free(tables, n);
+  return ret;
+}
+
+/* Schema: audit triggers -------------------------------------------------------- */
+
+/* Appends `ref."col"` as a value json_object() accepts (a BLOB as its hex text). */
+static void store_sql_json_value(sqlite3_str *q, const char *ref, const char *col) {
+  sqlite3_str_appendf(q,
+                      "CASE WHEN typeof(%s.\"%w\") = 'blob' THEN hex(%s.\"%w\") "
+                      "ELSE %s.\"%w\" END",
+                      ref, col, ref, col, ref, col);
+}
+
+/*
+ * Appends an expression giving row ref (NEW or OLD) of t as a JSON object
+ * text. Beyond STORE_JSON_CHUNK columns, chunks are spliced textually: a
+ * json_object() of scalars always begins with {" and ends with a scalar
+ * then }, so trimming one brace from each side of the seam is exact.
+ */
+static void store_sql_row_json(sqlite3_str *q, const store_table *t, const char *ref) {
+  int n_chunks = (t->n_cols + STORE_JSON_CHUNK - 1) / STORE_JSON_CHUNK;
+  for (int k = 0; k < n_chunks; k++) {
+    if (k > 0) sqlite3_str_appendall(q, " || ',' || ");
+    if (n_chunks > 1)
+      sqlite3_str_appendall(q, k == 0 ? "rtrim(" : k == n_chunks - 1 ? "ltrim(" : "trim(");
+    sqlite3_str_appendall(q, "json_object(");
+    for (int c = k * STORE_JSON_CHUNK; c < t->n_cols && c < (k + 1) * STORE_JSON_CHUNK; c++) {
+      if (c > k * STORE_JSON_CHUNK) sqlite3_str_appendall(q, ", ");
+      sqlite3_str_appendf(q, "'%q', ", t->cols[c].name);
+      store_sql_json_value(q, ref, t->cols[c].name);
+    }
+    sqlite3_str_appendall(q, ")");
+    if (n_chunks > 1)
+      sqlite3_str_appendall(q, k == 0 ? ", '}')" : k == n_chunks - 1 ? ", '{')" : ", '{}')");
+  }
+}
+
+/* Appends the key of row ref as audit_log.key text. */
+static void store_sql_row_key(sqlite3_str *q, const store_table *t, const char *ref) {
+  if (t->key_col < 0)
+    sqlite3_str_appendf(q, "ifnull(CAST(%s.rowid AS TEXT), '')", ref);
+  else
+    sqlite3_str_appendf(q, "ifnull(CAST(%s.\"%w\" AS TEXT), '')", ref, t->cols[t->key_col].name);
+}
+
+/*
+ * Appends one audit insert: `INSERT INTO audit_log ... SELECT ...` for row
+ * change op, keyed by key_ref's key, with the old/new row images from the
+ * named refs (NULL for none), when cond (may be NULL) holds.
+ */
+static void store_sql_audit_insert(sqlite3_str *q, const store_table *t, const char *op,
+                                   const char *key_ref, const char *old_ref, const char *new_ref,
+                                   const char *cond) {
+  sqlite3_str_appendf(q,
+                      " INSERT INTO audit_log (tbl, key, op, old_row, new_row, committed_at)"
+                      " SELECT '%q', ",
+                      t->name);
+  store_sql_row_key(q, t, key_ref);
+  sqlite3_str_appendf(q, ", '%s', ", op);
+  if (old_ref)
+    store_sql_row_json(q, t, old_ref);
+  else
+    sqlite3_str_appendall(q, "NULL");
+  sqlite3_str_appendall(q, ", ");
+  if (new_ref)
+    store_sql_row_json(q, t, new_ref);
+  else
+    sqlite3_str_appendall(q, "NULL");
+  sqlite3_str_appendall(q, ", " STORE_SQL_NOW_MS);
+  if (cond) sqlite3_str_appendf(q, " WHERE %s", cond);
+  sqlite3_str_appendall(q, ";");
+}
+
+typedef struct store_trigger {
+  char *name; /* sqlite3_free */
+  char *sql;  /* sqlite3_free; exactly as sqlite_schema.sql will hold it */
+  bool present;
+} store_trigger;
+
+/*
+ * Builds the three audit triggers of t into out[0..2]. An UPDATE that
+ * changes the key is logged as a DELETE of the old key and an INSERT of the
+ * new one, so that each key's newest audit row says whether it still
+ * exists (retention relies on it) and both records' subscribers hear of it.
+ */
+static void store_build_triggers(store_t *s, const store_table *t, store_trigger out[3]) {
+  static const char *const events[3] = {"insert", "update", "delete"};
+  sqlite3_str *q;
+  char *moved, *same;
+
+  q = store_sql_new(s);
+  store_sql_row_key(q, t, "OLD");
+  sqlite3_str_appendall(q, " IS NOT ");
+  store_sql_row_key(q, t, "NEW");
+  sqlite3_str_appendall(q, " COLLATE BINARY");
+  moved = store_sql_finish(q);
+  q = store_sql_new(s);
+  store_sql_row_key(q, t, "OLD");
+  sqlite3_str_appendall(q, " IS ");
+  store_sql_row_key(q, t, "NEW");
+  sqlite3_str_appendall(q, " COLLATE BINARY");
+  same = store_sql_finish(q);
+
+  for (int i = 0; i < 3; i++) {
+    out[i].present = false;
+    out[i].name = sqlite3_mprintf(STORE_TRIGGER_PREFIX "%s_%s", t->name, events[i]);
+    if (out[i].name == NULL) {
+      fprintf(stderr, "mcpsub: out of memory building SQL\n");
+      abort();
+    }
+    q = store_sql_new(s);
+    sqlite3_str_appendall(q, "CREATE TRIGGER ");
+    store_sql_ident(q, out[i].name);
+    sqlite3_str_appendf(q, " AFTER %s ON ", i == 0 ? "INSERT" : i == 1 ? "UPDATE" : "DELETE");
+    store_sql_ident(q, t->name);
+    sqlite3_str_appendall(q, " FOR EACH ROW BEGIN");
+    if (i == 0) {
+      store_sql_audit_insert(q, t, "INSERT", "NEW", NULL, "NEW", NULL);
+    } else if (i == 1) {
+      store_sql_audit_insert(q, t, "DELETE", "OLD", "OLD", NULL, moved);
+      store_sql_audit_insert(q, t, "INSERT", "NEW", NULL, "NEW", moved);
+      store_sql_audit_insert(q, t, "UPDATE", "NEW", "OLD", "NEW", same);
+    } else {
+      store_sql_audit_insert(q, t, "DELETE", "OLD", "OLD", NULL, NULL);
+    }
+    sqlite3_str_appendall(q, " END");
+    out[i].sql = store_sql_finish(q);
+  }
+  sqlite3_free(moved);
+  sqlite3_free(same);
+}
+
+static int store_ddl(store_t *s, const char *sql, char *err, size_t errlen) {
+  char *msg = NULL;
+  int rc = sqlite3_exec(sq(s)->db, sql, NULL, NULL, &msg);
+  if (rc == SQLITE_OK) return 0;
+  int ret = store_error(s, rc, NULL, 0);
+  store_set_err(err, errlen, "%s", msg ? msg : sqlite3_errstr(rc));
+  sqlite3_free(msg);
+  return ret;
+}
+
+/* Does table have a column named col? */
+static bool store_has_column(store_t *s, const char *table, const char *col) {
+  char sql[160];
+  snprintf(sql, sizeof(sql), "SELECT %s FROM %s LIMIT 0", col, table);
+  sqlite3_stmt *st = NULL;
+  bool ok = sqlite3_prepare_v2(sq(s)->db, sql, -1, &st, NULL) == SQLITE_OK;
+  sqlite3_finalize(st);
+  return ok;
+}
+
+/*
+ * Brings the system tables of a database made by an older mcpsubd up to
+ * the current system.sql (CREATE TABLE IF NOT EXISTS leaves an existing
+ * table as it was): columns added since are added here, inside the
+ * opening transaction.
+ */
+static int store_migrate(store_t *s, char *err, size_t errlen) {
+  int ret = 0;
+  if (!store_has_column(s, "mcp_session", "principal"))
+    ret = store_ddl(s,
+                    "ALTER TABLE mcp_session ADD COLUMN principal TEXT NOT NULL DEFAULT "
+                    "'anonymous'",
+                    err, errlen);
+  if (ret == 0 && !store_has_column(s, "audit_log", "principal"))
+    ret = store_ddl(s, "ALTER TABLE audit_log ADD COLUMN principal TEXT", err, errlen);
+  if (ret == 0)
+    ret = store_ddl(s,
+                    "CREATE INDEX IF NOT EXISTS mcp_session_by_principal ON mcp_session "
+                    "(principal, last_seen)",
+                    err, errlen);
+  /* Subscriptions stored as a JSON list on the session row move to their own rows. */
+  if (ret == 0)
+    ret = store_ddl(s,
+                    "INSERT OR IGNORE INTO mcpsub_subscription (session, uri, debounce) "
+                    "SELECT m.id, CASE j.type WHEN 'text' THEN j.value "
+                    "ELSE json_extract(j.value, '$.uri') END, "
+                    "CASE j.type WHEN 'object' THEN json_extract(j.value, '$.debounce') END "
+                    "FROM mcp_session AS m, json_each(m.subscriptions) AS j "
+                    "WHERE m.subscriptions <> '[]' AND (j.type = 'text' OR "
+                    "json_type(j.value, '$.uri') = 'text'); "
+                    "UPDATE mcp_session SET subscriptions = '[]' WHERE subscriptions <> '[]'",
+                    err, errlen);
+  return ret;
+}
+
+/*
+ * Makes the mcpsub_audit_* triggers in the database exactly the wanted set
+ * for s->tables: drops the ones that differ or belong to no exported table,
+ * creates the missing ones. Runs no DDL at all when they already match.
+ * Must run inside a write transaction.
+ */
+static int store_sync_triggers(store_t *s, char *err, size_t errlen) {
+  int n_want = 3 * s->n_tables, n_have = 0, cap = 0, ret = 0, rc;
+  store_trigger *want = mem_calloc((size_t)n_want + 1, sizeof(*want));
+  char **drop = NULL;
+  sqlite3_stmt *st = NULL;
+
+  for (int i = 0; i < s->n_tables; i++) store_build_triggers(s, &s->tables[i], &want[3 * i]);
+
+  ret = store_stmt_get(s,
+                       "SELECT name, sql FROM sqlite_schema WHERE type = 'trigger' "
+                       "AND name LIKE '" STORE_TRIGGER_PREFIX "%' ESCAPE '\\'",
+                       &st, err, errlen);
+  if (ret < 0) goto done;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    const char *name = (const char *)sqlite3_column_text(st, 0);
+    const char *sql = (const char *)sqlite3_column_text(st, 1);
+    bool keep = false;
+    for (int i = 0; i < n_want && !keep; i++) {
+      if (!want[i].present && strcmp(want[i].name, name) == 0 && sql != NULL &&
+          strcmp(want[i].sql, sql) == 0)
+        keep = want[i].present = true;
+    }
+    if (keep) continue;
+    if (n_have == cap) {
+      cap = cap ? 2 * cap : 8;
+      drop = mem_realloc(drop, (size_t)cap * sizeof(*drop));
+    }
+    drop[n_have++] = mem_strdup(name);
+  }
+  if (rc != SQLITE_DONE) {
+    ret = store_error(s, rc, err, errlen);
+    goto done;
+  }
+  store_stmt_put(s, st);
+  st = NULL;
+
+  for (int i = 0; i < n_have && ret == 0; i++) {
+    char *sql = sqlite3_mprintf("DROP TRIGGER IF EXISTS \"%w\"", drop[i]);
+    if (sql == NULL) abort();
+    ret = store_ddl(s, sql, err, errlen);
+    sqlite3_free(sql);
+  }
+  for (int i = 0; i < n_want && ret == 0; i++)
+    if (!want[i].present) ret = store_ddl(s, want[i].sql, err, errlen);
+
+done:
+  store_stmt_put(s, st);
+  for (int i = 0; i < n_have; i++) free(drop[i]);
+  free(drop);
+  for (int i = 0; i < n_want; i++) {
+    sqlite3_free(want[i].name);
+    sqlite3_free(want[i].sql);
+  }
+  free(want);
+  return ret;
+}
+
+/*
+ * Re-reads the exported tables, brings the triggers in line (unless
+ * read-only) and records the resulting schema version. Runs inside a
+ * transaction (a write one unless read-only). *changed (may be NULL) says
+ * whether the tables differ from the ones held before.
+ */
+static int store_reload(store_t *s, bool *changed, char *err, size_t errlen) {
+  store_table *tables = NULL;
+  int n = 0;
+  int ret = store_read_tables(s, &tables, &n, err, errlen);
+  if (ret < 0) return ret;
+  bool same = store_tables_equal(s->tables, s->n_tables, tables, n);
+  store_tables_free(s->tables, s->n_tables);
+  s->tables = tables;
+  s->n_tables = n;
+  if (changed != NULL) *changed = !same;
+  store_stmt_clear(s);
+  if (!s->readonly && !s->no_triggers) {
+    ret = store_sync_triggers(s, err, errlen);
+    if (ret < 0) return ret;
+  }
+  ret = store_schema_version(s, &sq(s)->schema_version, err, errlen);
+  s->schema_generation = sq(s)->schema_version;
+  return ret;
+}
+
+/* Opening ---------------------------------------------------------------------- */
+
+/* Creates the directory that will hold path, if it is missing (one level). */
+static int store_make_parent_dir(const char *path, char *err, size_t errlen) {
+  const char *slash = strrchr(path, '/');
+  if (slash == NULL || slash == path) return 0;
+  char *dir = mem_strndup(path, (size_t)(slash - path));
+  int ret = 0;
+  if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
+    ret = -errno;
+    store_set_err(err, errlen, "cannot create directory %s: %s", dir, strerror(errno));
+  }
+  free(dir);
+  return ret;
+}
+
+/* Applies the schema file at path when the database has no application table or view. */
+static int store_apply_app_schema(store_t *s, const char *path, char *err, size_t errlen) {
+  sqlite3_stmt *st;
+  int64_t n = 0;
+  char *text = NULL;
+  int ret = store_stmt_get(s,
+                           "SELECT count(*) FROM sqlite_schema "
+                           "WHERE type IN ('table', 'view') AND " STORE_SQL_NOT_SYSTEM,
+                           &st, err, errlen);
+  if (ret < 0) return ret;
+  ret = store_step_int64(s, st, &n, err, errlen);
+  store_stmt_put(s, st);
+  if (ret < 0 || n > 0) return ret;
+  ret = store_read_file(path, &text, err, errlen);
+  if (ret < 0) return ret;
+  char msg[512];
+  /* The operator's file may use the legacy "string" quoting our own SQL refuses. */
+  sqlite3_db_config(sq(s)->db, SQLITE_DBCONFIG_DQS_DML, 1, (int *)NULL);
+  ret = store_ddl(s, text, msg, sizeof(msg));
+  sqlite3_db_config(sq(s)->db, SQLITE_DBCONFIG_DQS_DML, 0, (int *)NULL);
+  if (ret < 0) store_set_err(err, errlen, "schema %s: %s", path, msg);
+  free(text);
+  return ret;
+}
+
+static void sq_close(store_t *s);
+static int sq_audit_max_seq(store_t *s, int64_t *seq);
+static int sq_session_set_subscriptions(store_t *s, const char *id, const char *json_array);
+
+/* Opens the connection with flags and the settings every store has. */
+static int store_connect(const char *path, int flags, bool readonly, store_t **out, char *err,
+                         size_t errlen) {
+  store_t *s = mem_calloc(1, sizeof(sq_t));
+  s->ops = &store_sqlite_ops;
+  s->readonly = readonly;
+  int rc = sqlite3_open_v2(path, &sq(s)->db, flags, NULL);
+  if (rc != SQLITE_OK) {
+    store_set_err(err, errlen, "cannot open %s: %s", path,
+                  sq(s)->db ? sqlite3_errmsg(sq(s)->db) : sqlite3_errstr(rc));
+    sqlite3_close(sq(s)->db);
+    free(s);
+    *out = NULL;
+    return rc == SQLITE_NOMEM ? -ENOMEM : rc == SQLITE_BUSY ? -EBUSY : -EIO;
+  }
+  sqlite3_busy_timeout(sq(s)->db, STORE_BUSY_TIMEOUT_MS);
+  /*
+   * A quoted identifier that no longer exists (a column renamed by another
+   * connection before our next schema refresh) must be an error, never
+   * silently a string literal.
+   */
+  sqlite3_db_config(sq(s)->db, SQLITE_DBCONFIG_DQS_DML, 0, (int *)NULL);
+  *out = s;
+  return 0;
+}
+
+static void sq_set_busy_timeout(store_t *s, int ms) {
+  sqlite3_busy_timeout(sq(s)->db, ms);
+}
+
+static void sq_set_busy_handler(store_t *s, int (*fn)(void *data, int count), void *data) {
+  sqlite3_busy_handler(sq(s)->db, fn, data);
+}
+
+static int sq_open(const char *path, const char *schema_path, store_t **out, char *err,
+                   size_t errlen) {
+  store_t *s = NULL;
+  int ret;
+
+  *out = NULL;
+  ret = store_make_parent_dir(path, err, errlen);
+  if (ret < 0) return ret;
+  ret = store_connect(path, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, false,
+                      &s, err, errlen);
+  if (ret < 0) return ret;
+  if ((ret = store_exec(s, "PRAGMA journal_mode=WAL", err, errlen)) < 0 ||
+      (ret = store_exec(s, "PRAGMA synchronous=NORMAL", err, errlen)) < 0 ||
+      (ret = store_exec(s, "PRAGMA foreign_keys=ON", err, errlen)) < 0)
+    goto fail;
+  /* One write transaction: concurrent starters apply schemas and triggers once. */
+  ret = store_begin(s, true, err, errlen);
+  if (ret < 0) goto fail;
+  ret = store_ddl(s, store_system_sql, err, errlen);
+  if (ret < 0) goto fail;
+  ret = store_migrate(s, err, errlen);
+  if (ret < 0) goto fail;
+  if (schema_path != NULL && schema_path[0] != '\0') {
+    ret = store_apply_app_schema(s, schema_path, err, errlen);
+    if (ret < 0) goto fail;
+  }
+  ret = store_reload(s, NULL, err, errlen);
+  if (ret < 0) goto fail;
+  ret = store_commit(s, err, errlen);
+  if (ret < 0) goto fail;
+  *out = s;
+  return 0;
+
+fail:
+  store_rollback(s);
+  sq_close(s);
+  return ret;
+}
+
+static int sq_open_readonly(const char *path, store_t **out, char *err, size_t errlen) {
+  store_t *s = NULL;
+  int ret;
+
+  *out = NULL;
+  ret = store_connect(path, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, true, &s, err, errlen);
+  if (ret < 0) return ret;
+  ret = store_begin(s, false, err, errlen);
+  if (ret < 0) goto fail;
+  ret = store_reload(s, NULL, err, errlen);
+  if (ret < 0) goto fail;
+  ret = store_commit(s, err, errlen);
+  if (ret < 0) goto fail;
+  *out = s;
+  return 0;
+
+fail:
+  store_rollback(s);
+  sq_close(s);
+  return ret;
+}
+
+static void sq_close(store_t *s) {
+  if (s == NULL) return;
+  for (int i = 0; i < sq(s)->n_cache; i++) {
+    sqlite3_finalize(sq(s)->cache[i].stmt);
+    free(sq(s)->cache[i].sql);
+  }
+  sq(s)->n_cache = 0;
+  store_tables_free(s->tables, s->n_tables);
+  sqlite3_close_v2(sq(s)->db);
+  free(s);
+}
+
+static int sq_refresh_schema(store_t *s, bool *tables_changed) {
+  int version, ret;
+  char err[256];
+
+  if (tables_changed != NULL) *tables_changed = false;
+  ret = store_schema_version(s, &version, err, sizeof(err));
+  if (ret < 0 || version == sq(s)->schema_version) return ret;
+  ret = store_begin(s, !s->readonly && !s->no_triggers, err, sizeof(err));
+  if (ret < 0) return ret;
+  ret = store_reload(s, tables_changed, err, sizeof(err));
+  if (ret == 0) ret = store_commit(s, err, sizeof(err));
+  if (ret < 0) {
+    log_warn("schema refresh failed", "error", err);
+    store_rollback(s);
+  }
+  return ret;
+}
+
+/* Reads --------------------------------------------------------------------------- */
+
+/*
+ * Appends `SELECT CAST(key AS TEXT)[, rowid], "c1", ... FROM "t"`: column 0
+ * is the key as the audit log writes it, then the row as store_row_json
+ * reads it.
+ */
+static void store_sql_select(sqlite3_str *q, const store_table *t) {
+  sqlite3_str_appendall(q, "SELECT CAST(");
+  store_sql_key(q, t);
+  sqlite3_str_appendall(q, " AS TEXT)");
+  if (t->key_col < 0) sqlite3_str_appendall(q, ", rowid");
+  for (int c = 0; c < t->n_cols; c++) {
+    sqlite3_str_appendall(q, ", ");
+    store_sql_ident(q, t->cols[c].name);
+  }
+  sqlite3_str_appendall(q, " FROM ");
+  store_sql_ident(q, t->name);
+}
+
+/*
+ * The current row of a store_sql_select statement as a JSON object. A
+ * rowid-keyed table's rows carry their key as member "rowid" (such tables
+ * never have a column of that name; see store_read_table).
+ */
+static cJSON *store_row_json(const store_table *t, sqlite3_stmt *st) {
+  cJSON *row = store_json_checked(cJSON_CreateObject());
+  int idx = 1;
+  if (t->key_col < 0) store_json_add(row, "rowid", store_value_json(st, idx++));
+  for (int c = 0; c < t->n_cols; c++)
+    store_json_add(row, t->cols[c].name, store_value_json(st, idx++));
+  return row;
+}
+
+static int store_key_version(store_t *s, const char *tbl, const char *key, int64_t *version) {
+  sqlite3_stmt *st;
+  int ret =
+      store_stmt_get(s, "SELECT max(seq) FROM audit_log WHERE tbl = ?1 AND key = ?2", &st, NULL, 0);
+  if (ret < 0) return ret;
+  sqlite3_bind_text(st, 1, tbl, -1, SQLITE_STATIC);
+  sqlite3_bind_text(st, 2, key, -1, SQLITE_STATIC);
+  ret = store_step_int64(s, st, version, NULL, 0);
+  store_stmt_put(s, st);
+  return ret;
+}
+
+static int sq_get_record(store_t *s, const store_table *t, const char *key, cJSON **row,
+                         int64_t *version) {
+  sqlite3_stmt *st = NULL;
+  sqlite3_str *q;
+  char *sql, *key_text = NULL;
+  cJSON *result = NULL;
+  int ret, rc;
+
+  *row = NULL;
+  *version = 0;
+  if (!store_key_valid(t, key)) return -ENOENT;
+  q = store_sql_new(s);
+  store_sql_select(q, t);
+  sqlite3_str_appendall(q, " WHERE ");
+  store_sql_key(q, t);
+  sqlite3_str_appendall(q, " = ?1");
+  sql = store_sql_finish(q);
+
+  /* One read transaction, so that the version belongs to the row read. */
+  ret = store_begin(s, false, NULL, 0);
+  if (ret < 0) goto done;
+  ret = store_stmt_get(s, sql, &st, NULL, 0);
+  if (ret < 0) goto done;
+  store_bind_key(st, 1, t, key);
+  rc = sqlite3_step(st);
+  if (rc == SQLITE_DONE) {
+    ret = -ENOENT;
+    goto done;
+  }
+  if (rc != SQLITE_ROW) {
+    ret = store_error(s, rc, NULL, 0);
+    goto done;
+  }
+  result = store_row_json(t, st);
+  key_text = mem_strdup(
+      sqlite3_column_type(st, 0) == SQLITE_NULL ? "" : (const char *)sqlite3_column_text(st, 0));
+  store_stmt_put(s, st);
+  st = NULL;
+  ret = store_key_version(s, t->name, key_text, version);
+  if (ret < 0) goto done;
+  ret = store_commit(s, NULL, 0);
+  if (ret < 0) goto done;
+  *row = result;
+  result = NULL;
+
+done:
+  store_stmt_put(s, st);
+  store_rollback(s);
+  cJSON_Delete(result);
+  free(key_text);
+  sqlite3_free(sql);
+  return ret;
+}
+
+/* Appends one filter's condition on its column; *param numbers the placeholders. */
+static void store_sql_filter(sqlite3_str *q, const store_table *t, const store_filter *f,
+                             int *param) {
+  static const char *const cmp[] = {
+      [STORE_NE] = "<>", [STORE_GT] = ">", [STORE_GE] = ">=", [STORE_LT] = "<", [STORE_LE] = "<=",
+  };
+  const char *col = t->cols[f->col].name;
+  switch (f->op) {
+  case STORE_EQ:
+    store_sql_ident(q, col);
+    if (cJSON_IsNull(f->value))
+      sqlite3_str_appendall(q, " IS NULL");
+    else
+      sqlite3_str_appendf(q, " = ?%d", ++*param);
+    break;
+  case STORE_SW:
+  case STORE_CT:
+    sqlite3_str_appendall(q, "(typeof(");
+    store_sql_ident(q, col);
+    sqlite3_str_appendall(q, ") = 'text' AND ");
+    ++*param;
+    if (f->op == STORE_SW) {
+      sqlite3_str_appendall(q, "substr(");
+      store_sql_ident(q, col);
+      sqlite3_str_appendf(q, ", 1, length(?%d)) = ?%d)", *param, *param);
+    } else {
+      sqlite3_str_appendall(q, "instr(");
+      store_sql_ident(q, col);
+      sqlite3_str_appendf(q, ", ?%d) > 0)", *param);
+    }
+    break;
+  case STORE_IN: {
+    store_sql_ident(q, col);
+    sqlite3_str_appendall(q, " IN (");
+    for (int i = 0; i < cJSON_GetArraySize(f->value); i++)
+      sqlite3_str_appendf(q, "%s?%d", i > 0 ? ", " : "", ++*param);
+    sqlite3_str_appendall(q, ")");
+    break;
+  }
+  default:
+    store_sql_ident(q, col);
+    sqlite3_str_appendf(q, " %s ?%d", cmp[f->op], ++*param);
+    break;
+  }
+}
+
+/* Binds one filter's values from *param on (the numbering of store_sql_filter). */
+static int store_bind_filter(sqlite3_stmt *st, const store_filter *f, int *param) {
+  if (f->op == STORE_EQ && cJSON_IsNull(f->value)) return SQLITE_OK;
+  if (f->op != STORE_IN) return store_bind_json(st, ++*param, f->value);
+  const cJSON *v;
+  cJSON_ArrayForEach(v, f->value) {
+    int rc = store_bind_json(st, ++*param, v);
+    if (rc != SQLITE_OK) return rc;
+  }
+  return SQLITE_OK;
+}
+
+/* Appends " WHERE <filters, ANDed>" (nothing without filters); *param numbers the placeholders. */
+static void store_sql_where(sqlite3_str *q, const store_table *t, const store_filter *filters,
+                            size_t n, int *param) {
+  for (size_t i = 0; i < n; i++) {
+    sqlite3_str_appendall(q, i == 0 ? " WHERE " : " AND ");
+    store_sql_filter(q, t, &filters[i], param);
+  }
+}
+
+/* Binds the values store_sql_where placed, from *param on. */
+static int store_bind_filters(store_t *s, sqlite3_stmt *st, const store_filter *filters, size_t n,
+                              int *param) {
+  for (size_t i = 0; i < n; i++) {
+    int rc = store_bind_filter(st, &filters[i], param);
+    if (rc != SQLITE_OK) return store_error(s, rc, NULL, 0);
+  }
+  return 0;
+}
+
+static int sq_count_where(store_t *s, const store_table *t, const store_filter *filters, size_t n,
+                          int64_t *count) {
+  *count = 0;
+  if (!store_filters_valid(t, filters, n)) return -EINVAL;
+  int param = 0;
+  sqlite3_str *q = store_sql_new(s);
+  sqlite3_str_appendall(q, "SELECT count(*) FROM ");
+  store_sql_ident(q, t->name);
+  store_sql_where(q, t, filters, n, &param);
+  char *sql = store_sql_finish(q);
+  sqlite3_stmt *st = NULL;
+  int ret = store_stmt_get(s, sql, &st, NULL, 0);
+  sqlite3_free(sql);
+  if (ret < 0) return ret;
+  param = 0;
+  ret = store_bind_filters(s, st, filters, n, &param);
+  if (ret == 0) ret = store_step_int64(s, st, count, NULL, 0);
+  store_stmt_put(s, st);
+  return ret;
+}
+
+static int sq_query(store_t *s, const store_table *t, const store_filter *filters, size_t n_filters,
+                    int limit, const char *after_key, cJSON **rows, char **next_key) {
+  sqlite3_stmt *st = NULL;
+  sqlite3_str *q;
+  char *sql;
+  cJSON *result = NULL;
+  int ret, rc, param = 0, n = 0;
+  bool more = false;
+
+  *rows = NULL;
+  *next_key = NULL;
+  if (limit < 1) limit = 1;
+  if (limit > STORE_QUERY_MAX_LIMIT) limit = STORE_QUERY_MAX_LIMIT;
+  if (after_key != NULL && !store_key_valid(t, after_key)) return -EINVAL;
+  if (!store_filters_valid(t, filters, n_filters)) return -EINVAL;
+
+  q = store_sql_new(s);
+  store_sql_select(q, t);
+  store_sql_where(q, t, filters, n_filters, &param);
+  if (after_key != NULL) {
+    sqlite3_str_appendall(q, n_filters == 0 ? " WHERE " : " AND ");
+    store_sql_key(q, t);
+    sqlite3_str_appendf(q, " > ?%d", ++param);
+  }
+  sqlite3_str_appendall(q, " ORDER BY ");
+  store_sql_key(q, t);
+  sqlite3_str_appendf(q, " LIMIT ?%d", ++param);
+  sql = store_sql_finish(q);
+
+  ret = store_stmt_get(s, sql, &st, NULL, 0);
+  if (ret < 0) goto done;
+  param = 0;
+  ret = store_bind_filters(s, st, filters, n_filters, &param);
+  if (ret < 0) goto done;
+  if (after_key != NULL) store_bind_key(st, ++param, t, after_key);
+  sqlite3_bind_int(st, ++param, limit + 1);
+
+  result = store_json_checked(cJSON_CreateArray());
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    if (n == limit) {
+      more = true;
+      break;
+    }
+    cJSON_AddItemToArray(result, store_row_json(t, st));
+    n++;
+  }
+  if (rc != SQLITE_ROW && rc != SQLITE_DONE) {
+    ret = store_error(s, rc, NULL, 0);
+    goto done;
+  }
+  if (more) *next_key = store_row_key(t, cJSON_GetArrayItem(result, n - 1));
+  *rows = result;
+  result = NULL;
+
+done:
+  store_stmt_put(s, st);
+  cJSON_Delete(result);
+  sqlite3_free(sql);
+  return ret;
+}
+
+static int sq_table_version(store_t *s, const store_table *t, int64_t *version) {
+  sqlite3_stmt *st;
+  *version = 0;
+  int ret = store_stmt_get(s, "SELECT max(seq) FROM audit_log WHERE tbl = ?1", &st, NULL, 0);
+  if (ret < 0) return ret;
+  sqlite3_bind_text(st, 1, t->name, -1, SQLITE_STATIC);
+  ret = store_step_int64(s, st, version, NULL, 0);
+  store_stmt_put(s, st);
+  return ret;
+}
+
+static int sq_table_count(store_t *s, const store_table *t, int64_t *count) {
+  sqlite3_stmt *st;
+  sqlite3_str *q = store_sql_new(s);
+  sqlite3_str_appendall(q, "SELECT count(*) FROM ");
+  store_sql_ident(q, t->name);
+  char *sql = store_sql_finish(q);
+  *count = 0;
+  int ret = store_stmt_get(s, sql, &st, NULL, 0);
+  if (ret == 0) {
+    ret = store_step_int64(s, st, count, NULL, 0);
+    store_stmt_put(s, st);
+  }
+  sqlite3_free(sql);
+  return ret;
+}
+
+/* Writes ----------------------------------------------------------------------------- */
+
+static int store_row_exists(store_t *s, const store_table *t, const char *key, bool *exists,
+                            char *err, size_t errlen) {
+  sqlite3_stmt *st;
+  int64_t found = 0;
+  sqlite3_str *q = store_sql_new(s);
+  sqlite3_str_appendall(q, "SELECT 1 FROM ");
+  store_sql_ident(q, t->name);
+  sqlite3_str_appendall(q, " WHERE ");
+  store_sql_key(q, t);
+  sqlite3_str_appendall(q, " = ?1");
+  char *sql = store_sql_finish(q);
+  int ret = store_stmt_get(s, sql, &st, err, errlen);
+  if (ret == 0) {
+    store_bind_key(st, 1, t, key);
+    ret = store_step_int64(s, st, &found, err, errlen);
+    store_stmt_put(s, st);
+  }
+  *exists = found != 0;
+  sqlite3_free(sql);
+  return ret;
+}
+
+/* Binds assigns to parameters first, first + 1, ... */
+static int store_bind_assigns(store_t *s, sqlite3_stmt *st, int first, const store_assign *assigns,
+                              int n, char *err, size_t errlen) {
+  for (int i = 0; i < n; i++) {
+    int rc = store_bind_json(st, first + i, assigns[i].value);
+    if (rc != SQLITE_OK) return store_error(s, rc, err, errlen);
+  }
+  return 0;
+}
+
+/* Prepares sql, binds the key (?1, unless key_value/key are both NULL) and assigns, steps it. */
+static int store_run_write(store_t *s, const store_table *t, const char *sql, const char *key,
+                           const cJSON *key_value, const store_assign *assigns, int n, char *err,
+                           size_t errlen) {
+  sqlite3_stmt *st;
+  int first = 1, rc = SQLITE_OK;
+  int ret = store_stmt_get(s, sql, &st, err, errlen);
+  if (ret < 0) return ret;
+  if (key != NULL)
+    rc = store_bind_key(st, first++, t, key);
+  else if (key_value != NULL)
+    rc = store_bind_json(st, first++, key_value);
+  if (rc != SQLITE_OK) ret = store_error(s, rc, err, errlen);
+  if (ret == 0) ret = store_bind_assigns(s, st, first, assigns, n, err, errlen);
+  if (ret == 0) ret = store_step_done(s, st, NULL, err, errlen);
+  store_stmt_put(s, st);
+  return ret;
+}
+
+/*
+ * PUT: one upsert on the key. Every non-key column is set from the
+ * would-be-inserted row (excluded.*), so a column left out of obj takes its
+ * default, exactly as on insert.
+ */
+static int store_write_replace(store_t *s, const store_table *t, const char *key,
+                               const store_assign *assigns, int n, bool *created, char *err,
+                               size_t errlen) {
+  bool exists;
+  int ret = store_row_exists(s, t, key, &exists, err, errlen);
+  if (ret < 0) return ret;
+  sqlite3_str *q = store_sql_new(s);
+  sqlite3_str_appendall(q, "INSERT INTO ");
+  store_sql_ident(q, t->name);
+  sqlite3_str_appendall(q, " (");
+  store_sql_key(q, t);
+  for (int i = 0; i < n; i++) {
+    sqlite3_str_appendall(q, ", ");
+    store_sql_ident(q, t->cols[assigns[i].col].name);
+  }
+  sqlite3_str_appendall(q, ") VALUES (?1");
+  for (int i = 0; i < n; i++) sqlite3_str_appendf(q, ", ?%d", i + 2);
+  sqlite3_str_appendall(q, ") ON CONFLICT (");
+  store_sql_key(q, t);
+  sqlite3_str_appendall(q, ") DO ");
+  bool any = false;
+  for (int c = 0; c < t->n_cols; c++) {
+    if (c == t->key_col || t->cols[c].generated) continue;
+    sqlite3_str_appendall(q, any ? ", " : "UPDATE SET ");
+    store_sql_ident(q, t->cols[c].name);
+    sqlite3_str_appendall(q, " = excluded.");
+    store_sql_ident(q, t->cols[c].name);
+    any = true;
+  }
+  if (!any) sqlite3_str_appendall(q, "NOTHING");
+  char *sql = store_sql_finish(q);
+  ret = store_run_write(s, t, sql, key, NULL, assigns, n, err, errlen);
+  sqlite3_free(sql);
+  *created = ret == 0 && !exists;
+  return ret;
+}
+
+/* PATCH: the given columns of an existing row. */
+static int store_write_patch(store_t *s, const store_table *t, const char *key,
+                             const store_assign *assigns, int n, char *err, size_t errlen) {
+  bool exists;
+  int ret = store_row_exists(s, t, key, &exists, err, errlen);
+  if (ret < 0) return ret;
+  if (!exists) {
+    store_set_err(err, errlen, "no record %s in table %s", key, t->name);
+    return -ENOENT;
+  }
+  if (n == 0) return 0;
+  sqlite3_str *q = store_sql_new(s);
+  sqlite3_str_appendall(q, "UPDATE ");
+  store_sql_ident(q, t->name);
+  for (int i = 0; i < n; i++) {
+    sqlite3_str_appendall(q, i == 0 ? " SET " : ", ");
+    store_sql_ident(q, t->cols[assigns[i].col].name);
+    sqlite3_str_appendf(q, " = ?%d", i + 2);
+  }
+  sqlite3_str_appendall(q, " WHERE ");
+  store_sql_key(q, t);
+  sqlite3_str_appendall(q, " = ?1");
+  char *sql = store_sql_finish(q);
+  ret = store_run_write(s, t, sql, key, NULL, assigns, n, err, errlen);
+  sqlite3_free(sql);
+  return ret;
+}
+
+/* POST: a new row; the key comes from obj, or from the rowid for integer keys. */
+static int store_write_insert(store_t *s, const store_table *t, const cJSON *key_value,
+                              const store_assign *assigns, int n, char **new_key, char *err,
+                              size_t errlen) {
+  if (key_value == NULL && !t->key_integer) {
+    store_set_err(err, errlen, "missing key column %s", t->cols[t->key_col].name);
+    return -EINVAL;
+  }
+  sqlite3_str *q = store_sql_new(s);
+  sqlite3_str_appendall(q, "INSERT INTO ");
+  store_sql_ident(q, t->name);
+  if (key_value == NULL && n == 0) {
+    sqlite3_str_appendall(q, " DEFAULT VALUES");
+  } else {
+    int param = 0;
+    sqlite3_str_appendall(q, " (");
+    if (key_value != NULL) {
+      store_sql_key(q, t);
+      param++;
+    }
+    for (int i = 0; i < n; i++) {
+      if (param > 0 || i > 0) sqlite3_str_appendall(q, ", ");
+      store_sql_ident(q, t->cols[assigns[i].col].name);
+    }
+    sqlite3_str_appendall(q, ") VALUES (");
+    for (int i = 0; i < n + param; i++) sqlite3_str_appendf(q, i == 0 ? "?%d" : ", ?%d", i + 1);
+    sqlite3_str_appendall(q, ")");
+  }
+  char *sql = store_sql_finish(q);
+  int ret = store_run_write(s, t, sql, NULL, key_value, assigns, n, err, errlen);
+  sqlite3_free(sql);
+  if (ret < 0) return ret;
+  if (t->key_integer) {
+    char text[24];
+    snprintf(text, sizeof(text), "%lld", (long long)sqlite3_last_insert_rowid(sq(s)->db));
+    *new_key = mem_strdup(text);
+  } else {
+    *new_key = store_json_key_text(key_value);
+  }
+  return 0;
+}
+
+/*
+ * The guard's row scope on the row with key (NULL key: nothing to check):
+ * 0 when the row is absent or in scope, -EACCES when another's.
+ */
+static int store_guard_check(store_t *s, const store_table *t, const char *key,
+                             const store_guard *g, char *err, size_t errlen) {
+  if (g == NULL || g->scope_column == NULL || key == NULL) return 0;
+  if (store_column_index(t, g->scope_column) < 0) {
+    store_set_err(err, errlen, "the row scope's column %s is not in table %s", g->scope_column,
+                  t->name);
+    return -EACCES;
+  }
+  sqlite3_str *q = store_sql_new(s);
+  sqlite3_str_appendall(q, "SELECT CAST(");
+  store_sql_ident(q, g->scope_column);
+  sqlite3_str_appendall(q, " AS TEXT) FROM ");
+  store_sql_ident(q, t->name);
+  sqlite3_str_appendall(q, " WHERE ");
+  store_sql_key(q, t);
+  sqlite3_str_appendall(q, " = ?1");
+  char *sql = store_sql_finish(q);
+  sqlite3_stmt *st;
+  int ret = store_stmt_get(s, sql, &st, err, errlen);
+  sqlite3_free(sql);
+  if (ret < 0) return ret;
+  store_bind_key(st, 1, t, key);
+  int rc = sqlite3_step(st);
+  if (rc == SQLITE_ROW) {
+    const unsigned char *v = sqlite3_column_text(st, 0);
+    if (v == NULL || strcmp((const char *)v, g->scope_value) != 0) {
+      store_set_err(err, errlen, "record %s of %s is outside your row scope", key, t->name);
+      ret = -EACCES;
+    }
+  } else if (rc != SQLITE_DONE) {
+    ret = store_error(s, rc, err, errlen);
+  }
+  store_stmt_put(s, st);
+  return ret;
+}
+
+/* Records the guard's principal on the audit rows written since seq before. */
+static int store_guard_stamp(store_t *s, const store_guard *g, int64_t before, char *err,
+                             size_t errlen) {
+  if (g == NULL || g->principal == NULL) return 0;
+  sqlite3_stmt *st;
+  int ret =
+      store_stmt_get(s, "UPDATE audit_log SET principal = ?1 WHERE seq > ?2", &st, err, errlen);
+  if (ret < 0) return ret;
+  sqlite3_bind_text(st, 1, g->principal, -1, SQLITE_STATIC);
+  sqlite3_bind_int64(st, 2, before);
+  ret = store_step_done(s, st, NULL, err, errlen);
+  store_stmt_put(s, st);
+  return ret;
+}
+
+static int store_delete_row(store_t *s, const store_table *t, const char *key);
+
+static int sq_write_as(store_t *s, const store_table *t, const char *key, const cJSON *obj,
+                       store_write_mode mode, const store_guard *guard, char **out_key,
+                       bool *created, char *err, size_t errlen) {
+  store_assign *assigns = mem_calloc((size_t)t->n_cols + 1, sizeof(*assigns));
+  const cJSON *key_value = NULL;
+  char *new_key = NULL;
+  bool was_created = false, in_txn = false;
+  int n = 0, ret;
+
+  if (out_key != NULL) *out_key = NULL;
+  if (created != NULL) *created = false;
+  if (mode != STORE_WRITE_INSERT) {
+    if (key == NULL) {
+      store_set_err(err, errlen, "a record key is required");
+      ret = -EINVAL;
+      goto done;
+    }
+    if (!store_key_valid(t, key)) {
+      /* Integer-keyed: a PUT cannot create such a row, any other mode finds none. */
+      if (mode == STORE_WRITE_REPLACE) {
+        store_set_err(err, errlen, "key must be an integer");
+        ret = -EINVAL;
+      } else {
+        store_set_err(err, errlen, "no record %s in table %s", key, t->name);
+        ret = -ENOENT;
+      }
+      goto done;
+    }
+  } else {
+    key = NULL;
+  }
+  ret = store_write_parse(t, key, obj, assigns, &n, &key_value, err, errlen);
+  if (ret < 0) goto done;
+
+  ret = store_begin(s, true, err, errlen);
+  if (ret < 0) goto done;
+  in_txn = true;
+  int64_t before = 0;
+  ret = sq_audit_max_seq(s, &before);
+  if (ret == 0) ret = store_guard_check(s, t, key, guard, err, errlen);
+  if (ret < 0) goto done;
+  switch (mode) {
+  case STORE_WRITE_REPLACE:
+    ret = store_write_replace(s, t, key, assigns, n, &was_created, err, errlen);
+    if (ret == 0) new_key = mem_strdup(key);
+    break;
+  case STORE_WRITE_PATCH:
+    ret = store_write_patch(s, t, key, assigns, n, err, errlen);
+    if (ret == 0) new_key = mem_strdup(key);
+    break;
+  case STORE_WRITE_INSERT:
+    ret = store_write_insert(s, t, key_value, assigns, n, &new_key, err, errlen);
+    was_created = ret == 0;
+    break;
+  default: store_set_err(err, errlen, "unknown write mode"); ret = -EINVAL;
+  }
+  /* What was written must be in the scope too: nobody writes rows into another's. */
+  if (ret == 0) ret = store_guard_check(s, t, new_key, guard, err, errlen);
+  if (ret == 0) ret = store_guard_stamp(s, guard, before, err, errlen);
+  if (ret < 0) goto done;
+  ret = store_commit(s, err, errlen);
+  if (ret < 0) goto done;
+  in_txn = false;
+  if (out_key != NULL) {
+    *out_key = new_key;
+    new_key = NULL;
+  }
+  if (created != NULL) *created = was_created;
+
+done:
+  if (in_txn) store_rollback(s);
+  free(new_key);
+  free(assigns);
+  return ret;
+}
+
+static int sq_delete_as(store_t *s, const store_table *t, const char *key, const store_guard *guard,
+                        char *err, size_t errlen) {
+  if (!store_key_valid(t, key)) return -ENOENT;
+  if (guard == NULL) return store_delete_row(s, t, key);
+  int ret = store_begin(s, true, err, errlen);
+  if (ret < 0) return ret;
+  int64_t before = 0;
+  ret = sq_audit_max_seq(s, &before);
+  if (ret == 0) ret = store_guard_check(s, t, key, guard, err, errlen);
+  if (ret == 0) ret = store_delete_row(s, t, key);
+  if (ret == 0) ret = store_guard_stamp(s, guard, before, err, errlen);
+  if (ret == 0) ret = store_commit(s, err, errlen);
+  if (ret < 0) store_rollback(s);
+  return ret;
+}
+
+/*
+ * The UPDATE (set) or DELETE (set NULL) of every row matching filters, in
+ * the current transaction; *changed gets how many rows.
+ */
+static int store_bulk_run(store_t *s, const store_table *t, const store_filter *filters, size_t n,
+                          const store_assign *assigns, int n_assign, int64_t *changed, char *err,
+                          size_t errlen) {
+  int param = 0;
+  sqlite3_str *q = store_sql_new(s);
+  if (assigns == NULL) {
+    sqlite3_str_appendall(q, "DELETE FROM ");
+    store_sql_ident(q, t->name);
+  } else {
+    sqlite3_str_appendall(q, "UPDATE ");
+    store_sql_ident(q, t->name);
+    for (int i = 0; i < n_assign; i++) {
+      sqlite3_str_appendall(q, i == 0 ? " SET " : ", ");
+      store_sql_ident(q, t->cols[assigns[i].col].name);
+      sqlite3_str_appendf(q, " = ?%d", ++param);
+    }
+  }
+  store_sql_where(q, t, filters, n, &param);
+  char *sql = store_sql_finish(q);
+  sqlite3_stmt *st = NULL;
+  int ret = store_stmt_get(s, sql, &st, err, errlen);
+  sqlite3_free(sql);
+  if (ret < 0) return ret;
+  param = 0;
+  for (int i = 0; i < n_assign && ret == 0; i++) {
+    int rc = store_bind_json(st, ++param, assigns[i].value);
+    if (rc != SQLITE_OK) ret = store_error(s, rc, err, errlen);
+  }
+  if (ret == 0) ret = store_bind_filters(s, st, filters, n, &param);
+  if (ret == 0) ret = store_step_done(s, st, changed, err, errlen);
+  store_stmt_put(s, st);
+  return ret;
+}
+
+static int sq_bulk_as(store_t *s, const store_table *t, const store_filter *filters, size_t n,
+                      const cJSON *set, const store_guard *guard, int64_t *changed, char *err,
+                      size_t errlen) {
+  store_assign *assigns = NULL;
+  const cJSON *key_value = NULL;
+  int n_assign = 0, ret;
+  *changed = 0;
+  if (!store_filters_valid(t, filters, n)) {
+    store_set_err(err, errlen, "invalid filter value");
+    return -EINVAL;
+  }
+  if (set != NULL) {
+    assigns = mem_calloc((size_t)t->n_cols + 1, sizeof(*assigns));
+    ret = store_write_parse(t, NULL, set, assigns, &n_assign, &key_value, err, errlen);
+    if (ret == 0 && key_value != NULL) {
+      store_set_err(err, errlen, "a bulk write cannot change keys");
+      ret = -EINVAL;
+    }
+    if (ret == 0 && n_assign == 0) {
+      store_set_err(err, errlen, "nothing to set");
+      ret = -EINVAL;
+    }
+    /* Nobody moves rows out of their row scope (the filters keep them to it). */
+    for (int i = 0; ret == 0 && guard != NULL && guard->scope_column != NULL && i < n_assign; i++) {
+      if (strcmp(t->cols[assigns[i].col].name, guard->scope_column) != 0) continue;
+      char *text = store_json_key_text(assigns[i].value);
+      bool same = text != NULL && strcmp(text, guard->scope_value) == 0;
+      free(text);
+      if (!same) {
+        store_set_err(err, errlen, "column %s is your row scope: it cannot be changed",
+                      guard->scope_column);
+        ret = -EACCES;
+      }
+    }
+    if (ret < 0) goto done;
+  }
+  ret = store_begin(s, true, err, errlen);
+  if (ret < 0) goto done;
+  int64_t before = 0;
+  ret = sq_audit_max_seq(s, &before);
+  if (ret == 0) ret = store_bulk_run(s, t, filters, n, assigns, n_assign, changed, err, errlen);
+  if (ret == 0) ret = store_guard_stamp(s, guard, before, err, errlen);
+  if (ret == 0) ret = store_commit(s, err, errlen);
+  if (ret < 0) {
+    store_rollback(s);
+    *changed = 0;
+  }
+done:
+  free(assigns);
+  return ret;
+}
+
+/* DELETE of one row in the current transaction (or its own); -ENOENT when there was none. */
+static int store_delete_row(store_t *s, const store_table *t, const char *key) {
+  sqlite3_stmt *st;
+  int64_t changes = 0;
+
+  sqlite3_str *q = store_sql_new(s);
+  sqlite3_str_appendall(q, "DELETE FROM ");
+  store_sql_ident(q, t->name);
+  sqlite3_str_appendall(q, " WHERE ");
+  store_sql_key(q, t);
+  sqlite3_str_appendall(q, " = ?1");
+  char *sql = store_sql_finish(q);
+  int ret = store_stmt_get(s, sql, &st, NULL, 0);
+  if (ret == 0) {
+    store_bind_key(st, 1, t, key);
+    ret = store_step_done(s, st, &changes, NULL, 0);
+    store_stmt_put(s, st);
+  }
+  sqlite3_free(sql);
+  if (ret == 0 && changes == 0) ret = -ENOENT;
+  return ret;
+}
+
+/* Audit log ------------------------------------------------------------------------- */
+
+static int sq_audit_max_seq(store_t *s, int64_t *seq) {
+  /* sqlite_sequence remembers the highest seq ever used, even once pruned away. */
+  sqlite3_stmt *st;
+  int ret = store_stmt_get(s,
+                           "SELECT max(ifnull((SELECT max(seq) FROM audit_log), 0), "
+                           "ifnull((SELECT seq FROM sqlite_sequence WHERE name = 'audit_log'), 0))",
+                           &st, NULL, 0);
+  *seq = 0;
+  if (ret < 0) return ret;
+  ret = store_step_int64(s, st, seq, NULL, 0);
+  store_stmt_put(s, st);
+  return ret;
+}
+
+#define STORE_AUDIT_COLUMNS "seq, tbl, key, op, old_row, new_row, committed_at, principal"
+
+/* Hands one row of a statement selecting STORE_AUDIT_COLUMNS to fn. */
+static int store_audit_row_call(sqlite3_stmt *st, int (*fn)(const store_audit_row *row, void *data),
+                                void *data) {
+  store_audit_row row = {
+      .seq = sqlite3_column_int64(st, 0),
+      .table = (const char *)sqlite3_column_text(st, 1),
+      .key = (const char *)sqlite3_column_text(st, 2),
+      .op = (const char *)sqlite3_column_text(st, 3),
+      .old_json = (const char *)sqlite3_column_text(st, 4),
+      .new_json = (const char *)sqlite3_column_text(st, 5),
+      .committed_at = sqlite3_column_int64(st, 6),
+      .principal = (const char *)sqlite3_column_text(st, 7),
+  };
+  if (row.table == NULL) row.table = "";
+  if (row.key == NULL) row.key = "";
+  if (row.op == NULL) row.op = "";
+  int stop = fn(&row, data);
+  cJSON_Delete(row.old_parsed);
+  cJSON_Delete(row.new_parsed);
+  return stop;
+}
+
+static int sq_audit_read(store_t *s, int64_t after_seq, int limit,
+                         int (*fn)(const store_audit_row *row, void *data), void *data, int *n) {
+  sqlite3_stmt *st;
+  int rc, count = 0;
+
+  if (n != NULL) *n = 0;
+  if (limit < 1) limit = 1;
+  if (limit > STORE_QUERY_MAX_LIMIT) limit = STORE_QUERY_MAX_LIMIT;
+  int ret = store_stmt_get(s,
+                           "SELECT " STORE_AUDIT_COLUMNS " FROM audit_log "
+                           "WHERE seq > ?1 ORDER BY seq LIMIT ?2",
+                           &st, NULL, 0);
+  if (ret < 0) return ret;
+  sqlite3_bind_int64(st, 1, after_seq);
+  sqlite3_bind_int(st, 2, limit);
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    count++;
+    if (store_audit_row_call(st, fn, data) != 0) break;
+  }
+  if (rc != SQLITE_ROW && rc != SQLITE_DONE) ret = store_error(s, rc, NULL, 0);
+  store_stmt_put(s, st);
+  if (n != NULL) *n = count;
+  return ret;
+}
+
+static int sq_audit_list(store_t *s, const char *table, int limit,
+                         int (*fn)(const store_audit_row *row, void *data), void *data) {
+  sqlite3_stmt *st;
+  int rc, ret = store_stmt_get(s,
+                               "SELECT * FROM (SELECT " STORE_AUDIT_COLUMNS " FROM audit_log"
+                               " WHERE ?1 IS NULL OR tbl = ?1 ORDER BY seq DESC LIMIT ?2)"
+                               " ORDER BY seq",
+                               &st, NULL, 0);
+  if (ret < 0) return ret;
+  if (table != NULL) sqlite3_bind_text(st, 1, table, -1, SQLITE_STATIC);
+  sqlite3_bind_int(st, 2, limit);
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW)
+    if (store_audit_row_call(st, fn, data) != 0) break;
+  if (rc != SQLITE_ROW && rc != SQLITE_DONE) ret = store_error(s, rc, NULL, 0);
+  store_stmt_put(s, st);
+  return ret;
+}
+
+static int sq_counts(store_t *s, int64_t *sessions, int64_t *audit_rows) {
+  sqlite3_stmt *st;
+  int ret = store_stmt_get(
+      s, "SELECT (SELECT count(*) FROM mcp_session), (SELECT count(*) FROM audit_log)", &st, NULL,
+      0);
+  if (ret < 0) return ret;
+  int rc = sqlite3_step(st);
+  if (rc == SQLITE_ROW) {
+    *sessions = sqlite3_column_int64(st, 0);
+    *audit_rows = sqlite3_column_int64(st, 1);
+  } else {
+    ret = store_error(s, rc, NULL, 0);
+  }
+  store_stmt_put(s, st);
+  return ret;
+}
+
+static int sq_data_version(store_t *s, int64_t *version) {
+  sqlite3_stmt *st;
+  *version = 0;
+  int ret = store_stmt_get(s, "PRAGMA data_version", &st, NULL, 0);
+  if (ret < 0) return ret;
+  ret = store_step_int64(s, st, version, NULL, 0);
+  store_stmt_put(s, st);
+  return ret;
+}
+
+/*
+ * Protected from pruning, while their table exists: each key's newest row
+ * unless it is a DELETE (it is the live row's version), and each table's
+ * newest row (it is the collection's version, which must not move back).
+ */
+static int sq_audit_prune(store_t *s, int64_t retain_rows, int64_t retain_ms, int64_t now_ms,
+                          int64_t *deleted) {
+  sqlite3_stmt *st;
+  int64_t changes = 0, highest = 0;
+  int ret = 0;
+
+  if (deleted != NULL) *deleted = 0;
+  if (retain_rows <= 0 && retain_ms <= 0) return 0;
+  ret = store_begin(s, true, NULL, 0);
+  if (ret < 0) return ret;
+  ret = store_stmt_get(s,
+                       "DELETE FROM audit_log WHERE "
+                       "((?1 > 0 AND seq <= (SELECT max(seq) FROM audit_log) - ?1) "
+                       " OR (?2 > 0 AND committed_at < ?3 - ?2)) "
+                       "AND NOT (tbl IN (SELECT name FROM sqlite_schema WHERE type = 'table') AND ("
+                       " seq = (SELECT max(t.seq) FROM audit_log AS t WHERE t.tbl = audit_log.tbl)"
+                       " OR (op <> 'DELETE' AND seq = (SELECT max(k.seq) FROM audit_log AS k"
+                       "  WHERE k.tbl = audit_log.tbl AND k.key = audit_log.key)))) RETURNING seq",
+                       &st, NULL, 0);
+  if (ret < 0) goto fail;
+  sqlite3_bind_int64(st, 1, retain_rows > 0 ? retain_rows : 0);
+  sqlite3_bind_int64(st, 2, retain_ms > 0 ? retain_ms : 0);
+  sqlite3_bind_int64(st, 3, now_ms);
+  int rc;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    int64_t seq = sqlite3_column_int64(st, 0);
+    if (seq > highest) highest = seq;
+    changes++;
+  }
+  store_stmt_put(s, st);
+  if (rc != SQLITE_DONE) {
+    ret = store_error(s, rc, NULL, 0);
+    goto fail;
+  }
+  if (highest > 0) {
+    /* Remember how far the log has holes, for resumption to know what it cannot replay. */
+    ret = store_stmt_get(s,
+                         "INSERT INTO mcpsub_state(name, value) VALUES('audit_pruned_through', ?1) "
+                         "ON CONFLICT(name) DO UPDATE SET value = max(value, excluded.value)",
+                         &st, NULL, 0);
+    if (ret < 0) goto fail;
+    sqlite3_bind_int64(st, 1, highest);
+    ret = store_step_done(s, st, NULL, NULL, 0);
+    store_stmt_put(s, st);
+    if (ret < 0) goto fail;
+  }
+  ret = store_commit(s, NULL, 0);
+  if (ret < 0) goto fail;
+  if (deleted != NULL) *deleted = changes;
+  return 0;
+fail:
+  store_rollback(s);
+  return ret;
+}
+
+static int sq_audit_pruned_through(store_t *s, int64_t *seq) {
+  sqlite3_stmt *st;
+  *seq = 0;
+  int ret = store_stmt_get(s, "SELECT value FROM mcpsub_state WHERE name = 'audit_pruned_through'",
+                           &st, NULL, 0);
+  if (ret < 0) return ret;
+  int rc = sqlite3_step(st);
+  if (rc == SQLITE_ROW)
+    *seq = sqlite3_column_int64(st, 0);
+  else if (rc != SQLITE_DONE)
+    ret = store_error(s, rc, NULL, 0);
+  store_stmt_put(s, st);
+  return ret;
+}
+
+/* Sessions ------------------------------------------------------------------------------ */
+
+/* The subscriptions as the JSON list they were stored as before: URIs, or {uri, debounce}. */
+#define STORE_SESSION_COLUMNS                                                                      \
+  "id, created_at, last_seen, protocol_version, client_info, client_capabilities, log_level, "     \
+  "(SELECT json_group_array(CASE WHEN debounce IS NULL THEN uri ELSE "                             \
+  "json_object('uri', uri, 'debounce', json(debounce)) END) FROM mcpsub_subscription "             \
+  "WHERE session = mcp_session.id), principal"
+
+static char *store_column_strdup(sqlite3_stmt *st, int idx) {
+  const unsigned char *text = sqlite3_column_text(st, idx);
+  return text ? mem_strdup((const char *)text) : NULL;
+}
+
+/* Fills ss from a row of STORE_SESSION_COLUMNS. */
+static void store_session_from_row(sqlite3_stmt *st, store_session *ss) {
+  const unsigned char *text;
+  memset(ss, 0, sizeof(*ss));
+  text = sqlite3_column_text(st, 0);
+  snprintf(ss->id, sizeof(ss->id), "%s", text ? (const char *)text : "");
+  ss->created_at = sqlite3_column_int64(st, 1);
+  ss->last_seen = sqlite3_column_int64(st, 2);
+  text = sqlite3_column_text(st, 3);
+  snprintf(ss->protocol_version, sizeof(ss->protocol_version), "%s",
+           text ? (const char *)text : "");
+  ss->client_info = store_column_strdup(st, 4);
+  ss->client_capabilities = store_column_strdup(st, 5);
+  ss->log_level = store_column_strdup(st, 6);
+  ss->subscriptions = store_column_strdup(st, 7);
+  if (ss->subscriptions == NULL) ss->subscriptions = mem_strdup("[]");
+  ss->principal = store_column_strdup(st, 8);
+  if (ss->principal == NULL) ss->principal = mem_strdup("anonymous");
+}
+
+static void store_bind_text_or_null(sqlite3_stmt *st, int idx, const char *text) {
+  if (text != NULL)
+    sqlite3_bind_text(st, idx, text, -1, SQLITE_STATIC);
+  else
+    sqlite3_bind_null(st, idx);
+}
+
+static int sq_session_insert(store_t *s, const store_session *ss) {
+  sqlite3_stmt *st;
+  int ret = store_stmt_get(s,
+                           "INSERT INTO mcp_session (id, created_at, last_seen, protocol_version, "
+                           "client_info, client_capabilities, log_level, principal) "
+                           "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?9)",
+                           &st, NULL, 0);
+  if (ret < 0) return ret;
+  sqlite3_bind_text(st, 1, ss->id, -1, SQLITE_STATIC);
+  sqlite3_bind_int64(st, 2, ss->created_at);
+  sqlite3_bind_int64(st, 3, ss->last_seen);
+  sqlite3_bind_text(st, 4, ss->protocol_version, -1, SQLITE_STATIC);
+  store_bind_text_or_null(st, 5, ss->client_info);
+  store_bind_text_or_null(st, 6, ss->client_capabilities);
+  store_bind_text_or_null(st, 7, ss->log_level);
+  sqlite3_bind_text(st, 9, ss->principal ? ss->principal : "anonymous", -1, SQLITE_STATIC);
+  ret = store_step_done(s, st, NULL, NULL, 0);
+  store_stmt_put(s, st);
+  if (ret == 0 && ss->subscriptions != NULL && strcmp(ss->subscriptions, "[]") != 0)
+    ret = sq_session_set_subscriptions(s, ss->id, ss->subscriptions);
+  return ret;
+}
+
+static int sq_session_load(store_t *s, const char *id, store_session *ss) {
+  sqlite3_stmt *st;
+  memset(ss, 0, sizeof(*ss));
+  int ret = store_stmt_get(s, "SELECT " STORE_SESSION_COLUMNS " FROM mcp_session WHERE id = ?1",
+                           &st, NULL, 0);
+  if (ret < 0) return ret;
+  sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
+  int rc = sqlite3_step(st);
+  if (rc == SQLITE_ROW)
+    store_session_from_row(st, ss);
+  else if (rc == SQLITE_DONE)
+    ret = -ENOENT;
+  else
+    ret = store_error(s, rc, NULL, 0);
+  store_stmt_put(s, st);
+  return ret;
+}
+
+/* Runs an UPDATE/DELETE of one session: ?1 = id, ?2 = text or int64 value; -ENOENT when no row. */
+static int store_session_update(store_t *s, const char *sql, const char *id, const char *text,
+                                int64_t number) {
+  sqlite3_stmt *st;
+  int64_t changes = 0;
+  int ret = store_stmt_get(s, sql, &st, NULL, 0);
+  if (ret < 0) return ret;
+  sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
+  if (sqlite3_bind_parameter_count(st) >= 2) {
+    if (text != NULL)
+      sqlite3_bind_text(st, 2, text, -1, SQLITE_STATIC);
+    else
+      sqlite3_bind_int64(st, 2, number);
+  }
+  ret = store_step_done(s, st, &changes, NULL, 0);
+  store_stmt_put(s, st);
+  if (ret == 0 && changes == 0) ret = -ENOENT;
+  return ret;
+}
+
+static int sq_session_touch(store_t *s, const char *id, int64_t last_seen) {
+  return store_session_update(s, "UPDATE mcp_session SET last_seen = ?2 WHERE id = ?1", id, NULL,
+                              last_seen);
+}
+
+/* level NULL clears it. */
+static int sq_session_set_log_level(store_t *s, const char *id, const char *level) {
+  if (level == NULL)
+    return store_session_update(s, "UPDATE mcp_session SET log_level = NULL WHERE id = ?1", id,
+                                NULL, 0);
+  return store_session_update(s, "UPDATE mcp_session SET log_level = ?2 WHERE id = ?1", id, level,
+                              0);
+}
+
+/* json_array NULL stores "[]". */
+/* Runs sql (one statement) with ?1 id, ?2 a, ?3 b (may be NULL); *changes may be NULL. */
+static int store_session_sub_exec(store_t *s, const char *sql, const char *id, const char *a,
+                                  const char *b, int64_t *changes) {
+  sqlite3_stmt *st;
+  int ret = store_stmt_get(s, sql, &st, NULL, 0);
+  if (ret < 0) return ret;
+  sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
+  store_bind_text_or_null(st, 2, a);
+  store_bind_text_or_null(st, 3, b);
+  ret = store_step_done(s, st, changes, NULL, 0);
+  store_stmt_put(s, st);
+  return ret;
+}
+
+/* -ENOENT unless the session has a row. */
+static int store_session_exists(store_t *s, const char *id) {
+  sqlite3_stmt *st;
+  int64_t n = 0;
+  int ret = store_stmt_get(s, "SELECT count(*) FROM mcp_session WHERE id = ?1", &st, NULL, 0);
+  if (ret < 0) return ret;
+  sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
+  ret = store_step_int64(s, st, &n, NULL, 0);
+  store_stmt_put(s, st);
+  return ret < 0 ? ret : n == 0 ? -ENOENT : 0;
+}
+
+static int sq_session_set_subscriptions(store_t *s, const char *id, const char *json_array) {
+  /* The whole list at once (a restore that dropped some, a schema change): cold paths. */
+  int ret = store_begin(s, true, NULL, 0);
+  if (ret < 0) return ret;
+  ret = store_session_exists(s, id);
+  if (ret == 0)
+    ret = store_session_sub_exec(s, "DELETE FROM mcpsub_subscription WHERE session = ?1", id, NULL,
+                                 NULL, NULL);
+  if (ret == 0)
+    ret = store_session_sub_exec(
+        s,
+        "INSERT OR REPLACE INTO mcpsub_subscription (session, uri, debounce) "
+        "SELECT ?1, CASE j.type WHEN 'text' THEN j.value ELSE json_extract(j.value, '$.uri') END, "
+        "CASE j.type WHEN 'object' THEN json_extract(j.value, '$.debounce') END "
+        "FROM json_each(?2) AS j WHERE j.type = 'text' OR json_type(j.value, '$.uri') = 'text'",
+        id, json_array != NULL ? json_array : "[]", NULL, NULL);
+  if (ret == 0) ret = store_commit(s, NULL, 0);
+  if (ret < 0) store_rollback(s);
+  return ret;
+}
+
+static int sq_session_sub_put(store_t *s, const char *id, const char *uri, const char *debounce) {
+  int64_t n = 0;
+  int ret = store_session_sub_exec(
+      s,
+      "INSERT OR REPLACE INTO mcpsub_subscription (session, uri, debounce) "
+      "SELECT ?1, ?2, ?3 WHERE EXISTS (SELECT 1 FROM mcp_session WHERE id = ?1)",
+      id, uri, debounce, &n);
+  return ret < 0 ? ret : n == 0 ? -ENOENT : 0;
+}
+
+static int sq_session_sub_delete(store_t *s, const char *id, const char *uri) {
+  int ret = store_session_sub_exec(
+      s, "DELETE FROM mcpsub_subscription WHERE session = ?1 AND uri = ?2", id, uri, NULL, NULL);
+  return ret < 0 ? ret : store_session_exists(s, id);
+}
+
+static int sq_session_delete(store_t *s, const char *id) {
+  return store_session_update(s, "DELETE FROM mcp_session WHERE id = ?1", id, NULL, 0);
+}
+
+static int sq_principal_usage(store_t *s, const char *principal, int64_t since_ms,
+                              int64_t *sessions, int64_t *subscriptions) {
+  sqlite3_stmt *st;
+  int ret =
+      store_stmt_get(s,
+                     "SELECT count(*), coalesce(sum((SELECT count(*) FROM mcpsub_subscription "
+                     "WHERE session = mcp_session.id)), 0) "
+                     "FROM mcp_session WHERE principal = ?1 AND last_seen >= ?2",
+                     &st, NULL, 0);
+  if (ret < 0) return ret;
+  sqlite3_bind_text(st, 1, principal, -1, SQLITE_STATIC);
+  sqlite3_bind_int64(st, 2, since_ms);
+  int rc = sqlite3_step(st);
+  if (rc == SQLITE_ROW) {
+    *sessions = sqlite3_column_int64(st, 0);
+    *subscriptions = sqlite3_column_int64(st, 1);
+  } else {
+    ret = store_error(s, rc, NULL, 0);
+  }
+  store_stmt_put(s, st);
+  return ret;
+}
+
+static int sq_session_prune_slot(store_t *s, int64_t before_ms, unsigned slot, unsigned n_slots,
+                                 int64_t *deleted) {
+  sqlite3_stmt *st;
+  int64_t changes = 0;
+  if (deleted != NULL) *deleted = 0;
+  int ret = store_stmt_get(s,
+                           "DELETE FROM mcp_session WHERE last_seen < ?1 AND "
+                           "(substr(id, 1, 2) = ?2 OR substr(id, 1, 2) >= ?3)",
+                           &st, NULL, 0);
+  if (ret < 0) return ret;
+  char own[3], foreign[3];
+  snprintf(own, sizeof own, "%02x", slot & 0xff);
+  /* Slot 0 also prunes slots no worker runs any more ("zz" sorts after every id). */
+  if (slot == 0 && n_slots < 256)
+    snprintf(foreign, sizeof foreign, "%02x", n_slots);
+  else
+    snprintf(foreign, sizeof foreign, "zz");
+  sqlite3_bind_int64(st, 1, before_ms);
+  sqlite3_bind_text(st, 2, own, 2, SQLITE_TRANSIENT);
+  sqlite3_bind_text(st, 3, foreign, 2, SQLITE_TRANSIENT);
+  ret = store_step_done(s, st, &changes, NULL, 0);
+  store_stmt_put(s, st);
+  if (ret == 0 && deleted != NULL) *deleted = changes;
+  return ret;
+}
+
+static int sq_session_prune(store_t *s, int64_t before_ms, int64_t *deleted) {
+  sqlite3_stmt *st;
+  int64_t changes = 0;
+  if (deleted != NULL) *deleted = 0;
+  int ret = store_stmt_get(s, "DELETE FROM mcp_session WHERE last_seen < ?1", &st, NULL, 0);
+  if (ret < 0) return ret;
+  sqlite3_bind_int64(st, 1, before_ms);
+  ret = store_step_done(s, st, &changes, NULL, 0);
+  store_stmt_put(s, st);
+  if (ret == 0 && deleted != NULL) *deleted = changes;
+  return ret;
+}
+
+/*
+ * fn may call other store functions (even delete the session it is given);
+ * ss is valid only during the call. Returns 0 when the walk ended or fn
+ * stopped it.
+ */
+static int sq_session_foreach(store_t *s, int (*fn)(const store_session *ss, void *data),
+                              void *data) {
+  sqlite3_stmt *st;
+  int rc;
+  int ret = store_stmt_get(
+      s, "SELECT " STORE_SESSION_COLUMNS " FROM mcp_session ORDER BY last_seen DESC, id", &st, NULL,
+      0);
+  if (ret < 0) return ret;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    store_session ss;
+    store_session_from_row(st, &ss);
+    int stop = fn(&ss, data);
+    store_session_finish(&ss);
+    if (stop != 0) break;
+  }
+  if (rc != SQLITE_ROW && rc != SQLITE_DONE) ret = store_error(s, rc, NULL, 0);
+  store_stmt_put(s, st);
+  return ret;
+}
+
+const store_ops store_sqlite_ops = {
+    .name = "sqlite",
+    .open = sq_open,
+    .open_readonly = sq_open_readonly,
+    .close = sq_close,
+    .set_busy_timeout = sq_set_busy_timeout,
+    .set_busy_handler = sq_set_busy_handler,
+    .refresh_schema = sq_refresh_schema,
+    .get_record = sq_get_record,
+    .query = sq_query,
+    .count_where = sq_count_where,
+    .table_version = sq_table_version,
+    .table_count = sq_table_count,
+    .write_as = sq_write_as,
+    .delete_as = sq_delete_as,
+    .bulk_as = sq_bulk_as,
+    .audit_max_seq = sq_audit_max_seq,
+    .audit_read = sq_audit_read,
+    .audit_list = sq_audit_list,
+    .data_version = sq_data_version,
+    .wake_fd = NULL,
+    .audit_prune = sq_audit_prune,
+    .audit_pruned_through = sq_audit_pruned_through,
+    .counts = sq_counts,
+    .session_insert = sq_session_insert,
+    .session_load = sq_session_load,
+    .session_touch = sq_session_touch,
+    .session_set_log_level = sq_session_set_log_level,
+    .session_set_subscriptions = sq_session_set_subscriptions,
+    .session_sub_put = sq_session_sub_put,
+    .session_sub_delete = sq_session_sub_delete,
+    .session_delete = sq_session_delete,
+    .session_prune_slot = sq_session_prune_slot,
+    .session_prune = sq_session_prune,
+    .principal_usage = sq_principal_usage,
+    .session_foreach = sq_session_foreach,
+};
