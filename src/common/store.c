@@ -495,3 +495,15 @@ int store_principal_usage(store_t *s, const char *principal, int64_t since_ms, i
 int store_session_foreach(store_t *s, int (*fn)(const store_session *ss, void *data), void *data) {
   return s->ops->session_foreach(s, fn, data);
 }
+
+int store_batch_begin(store_t *s) {
+  return s->ops->batch_begin != NULL ? s->ops->batch_begin(s) : -ENOTSUP;
+}
+
+bool store_batch_broken(store_t *s) {
+  return s->ops->batch_broken(s);
+}
+
+int store_batch_end(store_t *s, bool commit) {
+  return s->ops->batch_end(s, commit);
+}

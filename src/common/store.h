@@ -358,6 +358,25 @@ int store_principal_usage(store_t *s, const char *principal, int64_t since_ms, i
 int store_session_foreach(store_t *s, int (*fn)(const store_session *ss, void *data),
                           void *data) MCPSUB_NODISCARD;
 
+/* Group commit ---------------------------------------------------------------------- */
+
+/*
+ * Several writes in one transaction: between store_batch_begin and
+ * store_batch_end, each store call that writes runs in a savepoint of the
+ * batch's transaction, so that a call that fails leaves nothing behind and
+ * the others stand; nothing is durable (nor visible to other connections)
+ * before store_batch_end commits. -ENOTSUP when the backend does not offer
+ * it, -EBUSY when the write lock could not be had.
+ */
+int store_batch_begin(store_t *s) MCPSUB_NODISCARD;
+/*
+ * Did the database abandon the batch's whole transaction (an I/O error, a
+ * full disk)? What the calls since store_batch_begin wrote is then gone.
+ */
+bool store_batch_broken(store_t *s);
+/* Commits (commit true) or rolls back the batch. The commit's result: 0 or -errno. */
+int store_batch_end(store_t *s, bool commit);
+
 /* Unix time in milliseconds (CLOCK_REALTIME). */
 int64_t store_now_ms(void);
 

@@ -89,6 +89,11 @@ struct store_ops {
   int (*principal_usage)(store_t *s, const char *principal, int64_t since_ms, int64_t *sessions,
                          int64_t *subscriptions);
   int (*session_foreach)(store_t *s, int (*fn)(const store_session *ss, void *data), void *data);
+
+  /* Group commit (NULL: not offered; the caller then writes one call at a time) */
+  int (*batch_begin)(store_t *s);
+  bool (*batch_broken)(store_t *s);
+  int (*batch_end)(store_t *s, bool commit);
 };
 
 extern const store_ops store_sqlite_ops;

@@ -75,6 +75,8 @@ typedef struct sq {
   store_stmt_slot cache[STORE_STMT_CACHE_SIZE];
   int n_cache;
   uint64_t clock;
+  bool batch; /* a group commit's transaction is open (store_batch_begin) */
+  int depth;  /* savepoints open inside it */
 } sq_t;
 
 static inline sq_t *sq(store_t *s) {
@@ -256,19 +258,63 @@ static int store_step_done(store_t *s, sqlite3_stmt *st, int64_t *changes, char 
   return 0;
 }
 
+/*
+ * A transaction of one store call. Inside a group commit (store_batch_begin)
+ * it is a savepoint of the batch's transaction instead: released on
+ * success, rolled back alone on failure, committed with the batch.
+ */
 static int store_begin(store_t *s, bool write, char *err, size_t errlen) {
-  return store_exec(s, write ? "BEGIN IMMEDIATE" : "BEGIN", err, errlen);
+  if (!sq(s)->batch) return store_exec(s, write ? "BEGIN IMMEDIATE" : "BEGIN", err, errlen);
+  int ret = store_exec(s, "SAVEPOINT mcpsub_call", err, errlen);
+  if (ret == 0) sq(s)->depth++;
+  return ret;
 }
 
 static int store_commit(store_t *s, char *err, size_t errlen) {
-  return store_exec(s, "COMMIT", err, errlen);
+  if (!sq(s)->batch) return store_exec(s, "COMMIT", err, errlen);
+  int ret = store_exec(s, "RELEASE mcpsub_call", err, errlen);
+  if (ret == 0) sq(s)->depth--;
+  return ret;
 }
 
-/* Rolls back the open transaction, if SQLite has not already done so. */
+/* Rolls back the open transaction (or savepoint), if SQLite has not already done so. */
 static void store_rollback(store_t *s) {
+  int ret = 0;
   if (sqlite3_get_autocommit(sq(s)->db)) return;
-  int ret = store_exec(s, "ROLLBACK", NULL, 0);
+  if (!sq(s)->batch) {
+    ret = store_exec(s, "ROLLBACK", NULL, 0);
+  } else if (sq(s)->depth > 0) {
+    ret = store_exec(s, "ROLLBACK TO mcpsub_call", NULL, 0);
+    if (ret == 0) ret = store_exec(s, "RELEASE mcpsub_call", NULL, 0);
+    sq(s)->depth--;
+  }
   (void)ret;
+}
+
+static int sq_batch_begin(store_t *s) {
+  if (sq(s)->batch) return -EALREADY;
+  int ret = store_exec(s, "BEGIN IMMEDIATE", NULL, 0);
+  if (ret == 0) {
+    sq(s)->batch = true;
+    sq(s)->depth = 0;
+  }
+  return ret;
+}
+
+static bool sq_batch_broken(store_t *s) {
+  /* SQLite rolls a whole transaction back on some errors (SQLITE_FULL, an I/O error). */
+  return sq(s)->batch && sqlite3_get_autocommit(sq(s)->db);
+}
+
+static int sq_batch_end(store_t *s, bool commit) {
+  if (!sq(s)->batch) return -EINVAL;
+  int ret = -EIO;
+  sq(s)->batch = false;
+  if (!sqlite3_get_autocommit(sq(s)->db)) {
+    ret = commit ? store_exec(s, "COMMIT", NULL, 0) : 0;
+    store_rollback(s); /* after a failed COMMIT; nothing when it succeeded */
+  }
+  return commit ? ret : 0;
 }
 
 static int store_schema_version(store_t *s, int *version, char *err, size_t errlen) {
@@ -2136,4 +2182,7 @@ const store_ops store_sqlite_ops = {
     .session_prune = sq_session_prune,
     .principal_usage = sq_principal_usage,
     .session_foreach = sq_session_foreach,
+    .batch_begin = sq_batch_begin,
+    .batch_broken = sq_batch_broken,
+    .batch_end = sq_batch_end,
 };

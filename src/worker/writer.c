@@ -22,6 +22,9 @@
 #include "worker/subscriptions.h"
 #include "worker/worker.h"
 
+/* Jobs at most in one group commit: bounds the wait of the first for the last. */
+#define WRITER_BATCH_MAX 64
+
 struct writer {
   worker_t *w;
   uv_thread_t thread;
@@ -70,21 +73,67 @@ static int writer_busy(void *data, int count) {
   return 1;
 }
 
+/* Runs j alone (its own transactions), waiting for a lock until its deadline. */
+static void writer_run_one(writer_t *wr, writer_job *j) {
+  wr->deadline = j->deadline;
+  if (atomic_load(&j->cancelled))
+    j->rc = -ECANCELED; /* the caller gave up before it ran: nothing is written */
+  else
+    j->rc = wr->store != NULL ? j->run(j, wr->store) : -EIO;
+}
+
+/*
+ * Group commit: the jobs queued together (list, n of them, in queue order)
+ * run in one transaction, each in its own savepoint, so that one failing
+ * job fails alone; none is done before the commit, whose failure fails
+ * them all. Alone, or when the backend offers no batch or the lock is not
+ * to be had by the earliest deadline, each job runs by itself.
+ */
+static void writer_run_batch(writer_t *wr, writer_job *list, size_t n) {
+  writer_job *j;
+  uint64_t earliest = UINT64_MAX;
+  for (j = list; j != NULL; j = j->next)
+    if (j->deadline < earliest) earliest = j->deadline;
+  wr->deadline = earliest;
+  if (n < 2 || wr->store == NULL || store_batch_begin(wr->store) != 0) {
+    for (j = list; j != NULL; j = j->next) writer_run_one(wr, j);
+    return;
+  }
+  for (j = list; j != NULL; j = j->next) {
+    writer_run_one(wr, j);
+    if (!store_batch_broken(wr->store)) continue;
+    /* The database dropped the whole transaction: what ran before is gone with it. */
+    int rc = j->rc != 0 ? j->rc : -EIO;
+    for (writer_job *k = list; k != j; k = k->next)
+      if (k->rc == 0) k->rc = rc;
+    int ret = store_batch_end(wr->store, false);
+    (void)ret;
+    for (j = j->next; j != NULL; j = j->next) writer_run_one(wr, j);
+    return;
+  }
+  int rc = store_batch_end(wr->store, true);
+  if (rc != 0)
+    for (j = list; j != NULL; j = j->next)
+      if (j->rc == 0) j->rc = rc;
+}
+
 static void writer_thread(void *arg) {
   writer_t *wr = arg;
   uv_mutex_lock(&wr->lock);
   for (;;) {
     while (wr->queue_head == NULL && !wr->stopping) uv_cond_wait(&wr->wake, &wr->lock);
-    writer_job *j = writer_pop(&wr->queue_head, &wr->queue_tail);
-    if (j == NULL) break; /* stopping, and nothing left */
-    wr->deadline = j->deadline;
+    if (wr->queue_head == NULL) break; /* stopping, and nothing left */
+    /* Everything queued, up to WRITER_BATCH_MAX jobs, goes in one batch. */
+    writer_job *list = NULL, *tail = NULL, *j;
+    size_t n = 0;
+    while (n < WRITER_BATCH_MAX && (j = writer_pop(&wr->queue_head, &wr->queue_tail)) != NULL) {
+      writer_push(&list, &tail, j);
+      n++;
+    }
     uv_mutex_unlock(&wr->lock);
-    if (atomic_load(&j->cancelled))
-      j->rc = -ECANCELED; /* the caller gave up before it ran: nothing is written */
-    else
-      j->rc = wr->store != NULL ? j->run(j, wr->store) : -EIO;
+    writer_run_batch(wr, list, n);
     uv_mutex_lock(&wr->lock);
-    writer_push(&wr->done_head, &wr->done_tail, j);
+    while ((j = writer_pop(&list, &tail)) != NULL) writer_push(&wr->done_head, &wr->done_tail, j);
     uv_async_send(&wr->async);
   }
   uv_mutex_unlock(&wr->lock);

@@ -157,6 +157,25 @@ test('PUT to a collection -> 405 with Allow: GET, POST', async () => {
   assert.deepEqual(allow, new Set(['GET', 'POST']));
 });
 
+test('concurrent writes commit together, and each failing one fails alone with its own status', async () => {
+  const [{ n: auditBefore }] = sqliteRows(srv.dbPath, 'SELECT count(*) AS n FROM audit_log');
+  const good = Array.from({ length: 24 }, (_, i) => send('POST', '/Product', { sku: `GC-${i}`, name: `Group ${i}` }));
+  const taken = Array.from({ length: 8 }, () => send('POST', '/Product', { sku: 'A-100', name: 'Taken' }));
+  const nulls = Array.from({ length: 8 }, (_, i) => send('PUT', `/Product/GN-${i}`, { name: null }));
+  const [g, t, n] = await Promise.all([Promise.all(good), Promise.all(taken), Promise.all(nulls)]);
+  for (const r of g) assert.equal(r.status, 201, r.text);
+  for (const r of t) assert.equal(r.status, 409, r.text);
+  for (const r of n) {
+    assert.ok(r.status >= 400 && r.status < 500, `${r.status} ${r.text}`);
+    assert.match(r.text, /NOT NULL|name/i);
+  }
+  const rows = sqliteRows(srv.dbPath, "SELECT sku FROM Product WHERE sku LIKE 'G%' ORDER BY sku");
+  assert.deepEqual(rows.map((r) => r.sku).sort(), Array.from({ length: 24 }, (_, i) => `GC-${i}`).sort());
+  assert.equal(sqliteRows(srv.dbPath, "SELECT name FROM Product WHERE sku = 'A-100'")[0].name, 'Anvil');
+  const [{ n: auditAfter }] = sqliteRows(srv.dbPath, 'SELECT count(*) AS n FROM audit_log');
+  assert.equal(auditAfter - auditBefore, 24, 'one audit row per successful write, none for the failed ones');
+});
+
 test('shutdown: SIGTERM -> exit code 0', async () => {
   await srv.stop();
 });

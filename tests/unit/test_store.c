@@ -1165,6 +1165,44 @@ static void test_sessions(void) {
   store_close(s);
 }
 
+/* Group commit: one transaction, a savepoint per call; a failing call fails alone. */
+static void test_batch(void) {
+  store_t *s = open_store(db_path);
+  sqlite3 *raw = raw_open(db_path);
+  char err[256] = "";
+  int64_t audit_before = audit_count(raw);
+  int64_t rows_before = raw_int(raw, "SELECT count(*) FROM Product");
+
+  CHECK(store_batch_begin(s) == 0);
+  CHECK(store_batch_begin(s) != 0); /* no batch inside a batch */
+  write_ok(s, "Product", "G-1", "{\"name\":\"Gauge\"}", STORE_WRITE_REPLACE);
+  /* The same key inserted again: refused, and only this call is undone. */
+  CHECK(write_json(s, "Product", NULL, "{\"sku\":\"G-1\",\"name\":\"Again\"}",
+                   STORE_WRITE_INSERT, NULL, NULL, err, sizeof(err)) == -EEXIST);
+  CHECK(!store_batch_broken(s));
+  write_ok(s, "Product", "G-2", "{\"name\":\"Gimlet\"}", STORE_WRITE_REPLACE);
+  CHECK(store_delete(s, table(s, "Product"), "no-such") == -ENOENT);
+  /* Nothing is visible to another connection before the commit. */
+  CHECK_INT_EQ(raw_int(raw, "SELECT count(*) FROM Product"), rows_before);
+  CHECK(store_batch_end(s, true) == 0);
+  CHECK_INT_EQ(raw_int(raw, "SELECT count(*) FROM Product"), rows_before + 2);
+  CHECK_INT_EQ(raw_int(raw, "SELECT count(*) FROM Product WHERE name = 'Again'"), 0);
+  CHECK_INT_EQ(audit_count(raw), audit_before + 2);
+
+  /* A batch ended without commit leaves nothing. */
+  CHECK(store_batch_begin(s) == 0);
+  write_ok(s, "Product", "G-3", "{\"name\":\"Grater\"}", STORE_WRITE_REPLACE);
+  CHECK(store_batch_end(s, false) == 0);
+  CHECK_INT_EQ(raw_int(raw, "SELECT count(*) FROM Product WHERE sku = 'G-3'"), 0);
+  CHECK_INT_EQ(audit_count(raw), audit_before + 2);
+
+  /* Outside a batch, calls commit on their own again. */
+  write_ok(s, "Product", "G-3", "{\"name\":\"Grater\"}", STORE_WRITE_REPLACE);
+  CHECK_INT_EQ(raw_int(raw, "SELECT count(*) FROM Product WHERE sku = 'G-3'"), 1);
+  sqlite3_close(raw);
+  store_close(s);
+}
+
 static void test_readonly(void) {
   store_t *s = NULL;
   char err[256] = "";
@@ -1231,6 +1269,7 @@ int main(void) {
   RUN(test_refresh_schema);
   RUN(test_audit_prune);
   RUN(test_sessions);
+  RUN(test_batch);
   RUN(test_readonly);
   RUN(test_example_schema);
 
