@@ -323,6 +323,14 @@ static int config_set_drain_timeout(config_t *cfg, const char *flag, const char 
   return rc;
 }
 
+static int config_set_drain_grace(config_t *cfg, const char *flag, const char *value, char *err,
+                                  size_t errlen) {
+  uint64_t n = 0;
+  int rc = config_parse_uint(flag, value, 0, 60000, false, &n, err, errlen);
+  if (rc == 0) cfg->drain_grace_ms = n;
+  return rc;
+}
+
 static int config_set_control_socket(config_t *cfg, const char *flag, const char *value, char *err,
                                      size_t errlen) {
   if (value[0] == '\0') return errmsg(err, errlen, -EINVAL, "%s: empty path", flag);
@@ -566,7 +574,13 @@ static const config_flag config_flags[] = {
      "on SIGTERM or SIGINT, how long in-flight requests and\n"
      "connections may take before they are closed",
      config_set_drain_timeout},
-    {"--control-socket", "PATH", "mcpsubd.sock beside --db",
+    {"--drain-grace-ms", "MS", "0",
+     "on a drain, how long idle keep-alive connections stay open (answering\n"
+     "with Connection: close) so that a load balancer reusing one before its\n"
+     "health check saw the drain is answered; set it to the balancer's\n"
+     "detection time (fall x inter): see deploy/haproxy/mcpsub.cfg",
+     config_set_drain_grace},
+    {"--control-socket", "PATH", "mcpsubd.sock beside a SQLite --db",
      "unix socket of the control interface (mcpsubctl)", config_set_control_socket},
     {"--max-connections", "N", "100000",
      "open TCP connections in all (each worker takes its share); over it a new\n"

@@ -466,8 +466,25 @@ int store_session_set_subscriptions(store_t *s, const char *id, const char *json
   return s->ops->session_set_subscriptions(s, id, json_array);
 }
 
-int store_session_sub_put(store_t *s, const char *id, const char *uri, const char *debounce) {
-  return s->ops->session_sub_put(s, id, uri, debounce);
+int store_session_sub_put(store_t *s, const char *id, const char *uri, const char *debounce,
+                          const char *topic_key) {
+  return s->ops->session_sub_put(s, id, uri, debounce, topic_key);
+}
+
+void store_set_origin(store_t *s, const char *origin) {
+  snprintf(s->origin, sizeof(s->origin), "%s", origin);
+}
+
+char *store_subscription_image(const char *uri, const char *topic_key, const char *debounce) {
+  cJSON *o = store_json_checked(cJSON_CreateObject());
+  store_json_add(o, "uri", cJSON_CreateString(uri));
+  store_json_add(o, "key", cJSON_CreateString(topic_key != NULL ? topic_key : uri));
+  cJSON *d = debounce != NULL ? cJSON_Parse(debounce) : NULL;
+  store_json_add(o, "debounce", d != NULL ? d : cJSON_CreateNull());
+  char *text = cJSON_PrintUnformatted(o);
+  cJSON_Delete(o);
+  if (text == NULL) abort();
+  return text;
 }
 
 int store_session_sub_delete(store_t *s, const char *id, const char *uri) {

@@ -330,11 +330,19 @@ int store_session_set_log_level(store_t *s, const char *id, const char *level) M
  * them all with the JSON list json_array; put adds or replaces one (debounce
  * its JSON, or NULL); delete removes one. -ENOENT when the session has no
  * row.
+ *
+ * put and delete also append, in the same transaction, an audit row of
+ * table STORE_SUBSCRIPTION_LOG: key the session id, op INSERT (new_row
+ * {"uri", "key": topic_key, "debounce"}) or DELETE (old_row {"uri"}),
+ * principal the connection's origin (store_set_origin). Every host's
+ * tailer reads it in commit order, so the one holding the session's stream
+ * subscribes it from exactly there, wherever the subscribe was served.
  */
+#define STORE_SUBSCRIPTION_LOG "mcpsub_subscription"
 int store_session_set_subscriptions(store_t *s, const char *id,
                                     const char *json_array) MCPSUB_NODISCARD;
-int store_session_sub_put(store_t *s, const char *id, const char *uri,
-                          const char *debounce) MCPSUB_NODISCARD;
+int store_session_sub_put(store_t *s, const char *id, const char *uri, const char *debounce,
+                          const char *topic_key) MCPSUB_NODISCARD;
 int store_session_sub_delete(store_t *s, const char *id, const char *uri) MCPSUB_NODISCARD;
 /* -ENOENT if unknown. */
 int store_session_delete(store_t *s, const char *id) MCPSUB_NODISCARD;
@@ -376,6 +384,11 @@ int store_batch_begin(store_t *s) MCPSUB_NODISCARD;
 bool store_batch_broken(store_t *s);
 /* Commits (commit true) or rolls back the batch. The commit's result: 0 or -errno. */
 int store_batch_end(store_t *s, bool commit);
+
+/* Who writes through s (at most 63 bytes; "" by default), as the subscription log records it. */
+void store_set_origin(store_t *s, const char *origin);
+/* JSON text of a subscription log row's new_row (store_session_sub_put). New string. */
+char *store_subscription_image(const char *uri, const char *topic_key, const char *debounce);
 
 /* Unix time in milliseconds (CLOCK_REALTIME). */
 int64_t store_now_ms(void);

@@ -29,6 +29,7 @@ struct store {
   int64_t schema_generation; /* moves with every schema change the backend saw */
   store_table *tables;       /* exported tables, sorted by name (strcmp) */
   int n_tables;
+  char origin[64]; /* store_set_origin */
 };
 
 struct store_ops {
@@ -80,7 +81,8 @@ struct store_ops {
   int (*session_touch)(store_t *s, const char *id, int64_t last_seen);
   int (*session_set_log_level)(store_t *s, const char *id, const char *level);
   int (*session_set_subscriptions)(store_t *s, const char *id, const char *json_array);
-  int (*session_sub_put)(store_t *s, const char *id, const char *uri, const char *debounce);
+  int (*session_sub_put)(store_t *s, const char *id, const char *uri, const char *debounce,
+                         const char *topic_key);
   int (*session_sub_delete)(store_t *s, const char *id, const char *uri);
   int (*session_delete)(store_t *s, const char *id);
   int (*session_prune_slot)(store_t *s, int64_t before_ms, unsigned slot, unsigned n_slots,

@@ -2039,20 +2039,63 @@ static int sq_session_set_subscriptions(store_t *s, const char *id, const char *
   return ret;
 }
 
-static int sq_session_sub_put(store_t *s, const char *id, const char *uri, const char *debounce) {
+/* The subscription log's row of a put (new_row) or a delete (old_row): see store.h. */
+static int store_sub_log(store_t *s, const char *id, bool put, const char *image) {
+  sqlite3_stmt *st;
+  int ret = store_stmt_get(s,
+                           "INSERT INTO audit_log (tbl, key, op, old_row, new_row, committed_at, "
+                           "principal) VALUES ('" STORE_SUBSCRIPTION_LOG
+                           "', ?1, ?2, ?3, ?4, " STORE_SQL_NOW_MS ", ?5)",
+                           &st, NULL, 0);
+  if (ret < 0) return ret;
+  sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
+  sqlite3_bind_text(st, 2, put ? "INSERT" : "DELETE", -1, SQLITE_STATIC);
+  store_bind_text_or_null(st, put ? 4 : 3, image);
+  sqlite3_bind_text(st, 5, s->origin, -1, SQLITE_STATIC);
+  ret = store_step_done(s, st, NULL, NULL, 0);
+  store_stmt_put(s, st);
+  return ret;
+}
+
+static int sq_session_sub_put(store_t *s, const char *id, const char *uri, const char *debounce,
+                              const char *topic_key) {
   int64_t n = 0;
-  int ret = store_session_sub_exec(
+  int ret = store_begin(s, true, NULL, 0);
+  if (ret < 0) return ret;
+  ret = store_session_sub_exec(
       s,
       "INSERT OR REPLACE INTO mcpsub_subscription (session, uri, debounce) "
       "SELECT ?1, ?2, ?3 WHERE EXISTS (SELECT 1 FROM mcp_session WHERE id = ?1)",
       id, uri, debounce, &n);
-  return ret < 0 ? ret : n == 0 ? -ENOENT : 0;
+  if (ret == 0 && n == 0) ret = -ENOENT;
+  if (ret == 0) {
+    char *image = store_subscription_image(uri, topic_key, debounce);
+    ret = store_sub_log(s, id, true, image);
+    free(image);
+  }
+  if (ret == 0) ret = store_commit(s, NULL, 0);
+  store_rollback(s);
+  return ret;
 }
 
 static int sq_session_sub_delete(store_t *s, const char *id, const char *uri) {
-  int ret = store_session_sub_exec(
-      s, "DELETE FROM mcpsub_subscription WHERE session = ?1 AND uri = ?2", id, uri, NULL, NULL);
-  return ret < 0 ? ret : store_session_exists(s, id);
+  int64_t n = 0;
+  int ret = store_begin(s, true, NULL, 0);
+  if (ret < 0) return ret;
+  ret = store_session_sub_exec(s, "DELETE FROM mcpsub_subscription WHERE session = ?1 AND uri = ?2",
+                               id, uri, NULL, &n);
+  if (ret == 0 && n > 0) {
+    cJSON *o = store_json_checked(cJSON_CreateObject());
+    store_json_add(o, "uri", cJSON_CreateString(uri));
+    char *image = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    ret = store_sub_log(s, id, false, image);
+    cJSON_free(image);
+  }
+  if (ret == 0) ret = store_session_exists(s, id);
+  if (ret == 0) ret = store_commit(s, NULL, 0);
+  store_rollback(s);
+  return ret;
 }
 
 static int sq_session_delete(store_t *s, const char *id) {

@@ -101,8 +101,9 @@ static void mcp_initialize_stored(int rc, void *data) {
     if (s != NULL) worker_session_end(w, s);
     cJSON_Delete(iw->result);
     mcp_answer(iw->c, iw->id, NULL, JSONRPC_INTERNAL_ERROR,
-               rc == -EBUSY ? "cannot store the session: the database is busy; retry"
-                            : "cannot store the session",
+               rc == -EBUSY      ? "cannot store the session: the database is busy; retry"
+               : rc == -ENOTCONN ? "cannot store the session: the database is unavailable; retry"
+                                 : "cannot store the session",
                false);
   }
   cJSON_Delete(iw->id);

@@ -346,7 +346,8 @@ cJSON *resources_read(mcp_call *call) {
     if (rc == -ENOENT) {
       mcp_call_fail(call, MCP_RESOURCE_NOT_FOUND, "Resource not found: %s", text);
     } else if (rc != 0) {
-      mcp_call_fail(call, JSONRPC_INTERNAL_ERROR, "database error reading %s", text);
+      mcp_call_fail(call, JSONRPC_INTERNAL_ERROR, "%s reading %s",
+                    rc == -ENOTCONN ? "database unavailable (retry)" : "database error", text);
     } else {
       char *json = cJSON_PrintUnformatted(row);
       result = read_result(text, json, version);

@@ -35,6 +35,12 @@ static void rest_store_error(http_conn_t *c, int rc, const char *err) {
                               1);
     break;
   }
+  case -ENOTCONN: {
+    /* The database server is unreachable (PostgreSQL): the store reconnects on its next call. */
+    http_header h = {"Retry-After", "1"};
+    worker_respond_error_with(c, 503, "database unavailable; retry", &h, 1);
+    break;
+  }
   case -ENOSPC:
     worker_respond_error(c, 507, "insufficient storage: the database or the disk is full");
     break;

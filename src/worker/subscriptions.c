@@ -375,8 +375,14 @@ static sub_change change_of(const store_audit_row *row, bool rows) {
  * that every worker sends a change's updates in the same order (see
  * frame.h), each through coalescing or straight to its subscribers.
  */
+static void subs_on_subscription_log(worker_t *w, const store_audit_row *row);
+
 static void subs_on_change(const store_audit_row *row, void *data) {
   worker_t *w = data;
+  if (strcmp(row->table, STORE_SUBSCRIPTION_LOG) == 0) {
+    subs_on_subscription_log(w, row);
+    return;
+  }
   if (!sub_index_watches(&w->subs, row->table)) return;
   /* The row images are parsed only for a table with filtered (or row-scoped) topics. */
   sub_change change = change_of(row, sub_index_needs_rows(&w->subs, row->table));
@@ -780,6 +786,56 @@ char *subs_list_prune(const char *base, store_t *st, const char *json) {
   return copy;
 }
 
+/*
+ * A subscription of a session changed on another worker or host (the
+ * subscription log, store.h): when the session is live here, its
+ * subscription follows, effective from the log row's position, so that
+ * the host holding its stream notifies exactly the changes committed
+ * after the subscribe, wherever the subscribe was served.
+ */
+static void subs_on_subscription_log(worker_t *w, const store_audit_row *row) {
+  if (row->principal != NULL && strcmp(row->principal, w->origin) == 0) return; /* ours */
+  session_t *s = session_registry_find(&w->sessions, row->key, strlen(row->key));
+  if (s == NULL) return;
+  const cJSON *old_row, *new_row;
+  store_audit_row_images(row, &old_row, &new_row);
+  bool put = new_row != NULL;
+  const cJSON *uri = cJSON_GetObjectItemCaseSensitive(put ? new_row : old_row, "uri");
+  if (!cJSON_IsString(uri)) return;
+  if (!put) {
+    sub_t **slot = session_sub_slot(s, uri->valuestring);
+    if (*slot == NULL) return;
+    session_unsubscribe(w, s, slot);
+    if (s->stream != NULL) http_stream_flush(s->stream);
+    subs_update_active(w);
+    return;
+  }
+  /* The topic key carries the row scope the subscribing host applied ("uri\ncolumn=value"). */
+  const cJSON *key = cJSON_GetObjectItemCaseSensitive(new_row, "key");
+  const cJSON *debounce = cJSON_GetObjectItemCaseSensitive(new_row, "debounce");
+  debounce_t d;
+  char why[160];
+  uri_t u;
+  if (!cJSON_IsString(key) ||
+      debounce_parse(cJSON_IsObject(debounce) ? debounce : NULL, &d, why, sizeof(why)) != 0 ||
+      subs_resolve(w, uri->valuestring, &u) != 0)
+    return;
+  const char *nl = strchr(key->valuestring, '\n');
+  const char *eq = nl != NULL ? strchr(nl + 1, '=') : NULL;
+  auth_scope scope = {.scoped = eq != NULL};
+  if (eq != NULL) {
+    snprintf(scope.column, sizeof(scope.column), "%.*s", (int)(eq - nl - 1), nl + 1);
+    snprintf(scope.value, sizeof(scope.value), "%s", eq + 1);
+  }
+  if (auth_scope_apply(&scope, &u) == 0) {
+    if (session_sub_find(s, uri->valuestring) != NULL)
+      session_unsubscribe(w, s, session_sub_slot(s, uri->valuestring));
+    session_subscribe(w, s, key->valuestring, uri->valuestring, &u, row->seq, &d);
+    subs_update_active(w);
+  }
+  uri_finish(&u);
+}
+
 bool subs_session_has(session_t *s, const char *uri) {
   return session_sub_find(s, uri) != NULL;
 }
@@ -797,7 +853,7 @@ void subs_session_add(worker_t *w, session_t *s, const char *key, const char *ur
     debounce = cJSON_PrintUnformatted(j);
     cJSON_Delete(j);
   }
-  writer_session_subscription_then(w->writer, s->id, uri, debounce, false, then, data);
+  writer_session_subscription_then(w->writer, s->id, uri, key, debounce, false, then, data);
   cJSON_free(debounce);
   subs_update_active(w);
 }
@@ -810,7 +866,7 @@ bool subs_session_remove(worker_t *w, session_t *s, const char *uri,
   subs_update_active(w);
   /* Updates already queued go out before the caller answers, none after. */
   if (s->stream != NULL) http_stream_flush(s->stream);
-  writer_session_subscription_then(w->writer, s->id, uri, NULL, true, then, data);
+  writer_session_subscription_then(w->writer, s->id, uri, NULL, NULL, true, then, data);
   return true;
 }
 

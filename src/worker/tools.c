@@ -74,6 +74,7 @@ static cJSON *tool_store_error(int rc, const char *err, const store_table *t, co
   case -EEXIST: return tool_error("%s", err[0] != '\0' ? err : "invalid record");
   case -EBUSY: return tool_error("the database is busy (another process holds it locked); retry");
   case -ENOSPC: return tool_error("insufficient storage: the database or the disk is full");
+  case -ENOTCONN: return tool_error("the database is unavailable; retry");
   case -EACCES: return tool_error("forbidden: %s", err[0] != '\0' ? err : "outside your row scope");
   default: return tool_error("database error: %s", err[0] != '\0' ? err : "unknown");
   }

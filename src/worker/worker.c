@@ -349,7 +349,13 @@ static void worker_sweep_session(session_t *s, void *data) {
   int64_t idle = (int64_t)w->cfg->idle_timeout_ms;
   if (s->stream != NULL) s->last_seen_ms = ctx->now; /* an open stream keeps it alive */
   if (ctx->now - s->last_seen_ms >= idle) {
-    worker_session_end(w, s);
+    /*
+     * Only the live copy goes: the row is the prune's below, which spares
+     * it while another worker or host still uses the session (the holder
+     * refreshes it), and deletes it in this same sweep when nobody does.
+     */
+    subs_session_drop(w, s);
+    session_registry_remove(&w->sessions, s);
     ctx->evicted++;
   } else if (s->last_seen_ms != s->persisted_seen_ms &&
              ctx->now - s->persisted_seen_ms >= idle / 2) {
@@ -437,6 +443,13 @@ int worker_init(worker_t *w, uv_loop_t *loop, const config_t *cfg, unsigned slot
   w->cfg = cfg;
   w->slot = slot;
   w->started_ms = store_now_ms();
+  unsigned char tag[8];
+  if (session_id_random(tag, sizeof(tag)) != 0) {
+    snprintf(err, errlen, "no random bytes for the worker's origin");
+    return -EIO;
+  }
+  w->origin[0] = 'w';
+  for (size_t i = 0; i < sizeof(tag); i++) snprintf(w->origin + 1 + 2 * i, 3, "%02x", tag[i]);
   int rc = store_open(cfg->db_path, cfg->schema_path, &w->store, err, errlen);
   if (rc != 0) return rc;
   rc = auth_init(&w->auth, w, worker_serve, err, errlen);
@@ -458,6 +471,7 @@ int worker_init(worker_t *w, uv_loop_t *loop, const config_t *cfg, unsigned slot
       .header_timeout_ms = cfg->header_timeout_ms,
       .keepalive_idle_ms = 5 * 60 * 1000,
       .max_stream_queue = cfg->max_stream_queue,
+      .drain_idle_grace_ms = cfg->drain_grace_ms,
       /* With workers, each takes its share of the total (the master spreads connections). */
       .max_connections = cfg->max_connections == 0
                              ? 0

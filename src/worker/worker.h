@@ -30,7 +30,8 @@ typedef struct coalesce_entry coalesce_entry;
 typedef struct worker {
   uv_loop_t *loop;
   const config_t *cfg;
-  store_t *store;   /* the loop's connection: reads (and writes that must not wait) */
+  store_t *store;  /* the loop's connection: reads (and writes that must not wait) */
+  char origin[24]; /* "w" and 64 random bits in hex: this worker's writes in the subscription log */
   writer_t *writer; /* every other write, on its own thread and connection */
   http_server_t *http;
   auth_state auth; /* API keys; who may do what */

@@ -178,6 +178,7 @@ int writer_start(worker_t *w, writer_t **out, char *err, size_t errlen) {
     return rc;
   }
   store_set_busy_handler(wr->store, writer_busy, wr);
+  store_set_origin(wr->store, w->origin); /* the tailer knows its own subscription log rows */
   if (uv_mutex_init(&wr->lock) != 0 || uv_cond_init(&wr->wake) != 0) abort();
   rc = uv_async_init(w->loop, &wr->async, writer_on_async);
   if (rc != 0) abort(); /* only on exhausted fds at start */
@@ -328,6 +329,7 @@ typedef struct writer_session_job {
   store_session row; /* INSERT: every field; others: id (and the one value) */
   char *text;        /* log level, subscriptions, or one subscribed URI */
   char *text2;       /* SUB_PUT: its debounce (JSON), or NULL */
+  char *text3;       /* SUB_PUT: its topic key */
   int64_t number;    /* last_seen, or the sweep's before_ms */
   unsigned slot, n_slots;
   bool retain;
@@ -388,7 +390,7 @@ static int writer_session_run(writer_job *j, store_t *s) {
   case SESSION_TOUCH: return store_session_touch(s, id, sj->number);
   case SESSION_LOG_LEVEL: return store_session_set_log_level(s, id, sj->text);
   case SESSION_SUBSCRIPTIONS: return store_session_set_subscriptions(s, id, sj->text);
-  case SESSION_SUB_PUT: return store_session_sub_put(s, id, sj->text, sj->text2);
+  case SESSION_SUB_PUT: return store_session_sub_put(s, id, sj->text, sj->text2, sj->text3);
   case SESSION_SUB_DELETE: return store_session_sub_delete(s, id, sj->text);
   case SESSION_DELETE: {
     int rc = store_session_delete(s, id);
@@ -431,6 +433,7 @@ static void writer_session_done(writer_job *j) {
   if (sj->then != NULL) sj->then(j->rc, sj->then_data);
   free(sj->text);
   free(sj->text2);
+  free(sj->text3);
   store_session_finish(&sj->row);
   free(sj);
 }
@@ -485,12 +488,13 @@ void writer_session_set_subscriptions(writer_t *wr, const char *id, const char *
 }
 
 void writer_session_subscription_then(writer_t *wr, const char *id, const char *uri,
-                                      const char *debounce, bool remove,
+                                      const char *key, const char *debounce, bool remove,
                                       void (*then)(int rc, void *data), void *data) {
   writer_session_job *sj =
       writer_session_job_create(remove ? SESSION_SUB_DELETE : SESSION_SUB_PUT, id);
   sj->text = mem_strdup(uri);
-  sj->text2 = debounce != NULL ? mem_strdup(debounce) : NULL;
+  sj->text2 = dup_or_null(debounce);
+  sj->text3 = dup_or_null(key);
   sj->then = then;
   sj->then_data = data;
   writer_session_submit(wr, sj);

@@ -109,12 +109,13 @@ void writer_session_set_log_level(writer_t *wr, const char *id, const char *leve
 /* The whole subscription list (cold paths; a subscribe writes its own change below). */
 void writer_session_set_subscriptions(writer_t *wr, const char *id, const char *json);
 /*
- * One subscription of a session's row: added or replaced (debounce: its
- * JSON, or NULL), or removed; then(rc, data) on the loop once written
- * (then may be NULL).
+ * One subscription of a session's row: added or replaced (key: its topic
+ * key, debounce: its JSON or NULL), or removed; then(rc, data) on the loop
+ * once written (then may be NULL). Other workers and hosts learn of it from
+ * the audit log (store_session_sub_put).
  */
 void writer_session_subscription_then(writer_t *wr, const char *id, const char *uri,
-                                      const char *debounce, bool remove,
+                                      const char *key, const char *debounce, bool remove,
                                       void (*then)(int rc, void *data), void *data);
 void writer_session_delete(writer_t *wr, const char *id);
 /* The same, then then(rc, data) on the loop once the row is gone (or not). */

@@ -362,11 +362,12 @@ test('resuming from an id at position 0 (empty audit log) is exact, not the prun
     const s = await McpSession.open(fresh.port);
     const record = `${B}/Product/A-100`;
     const coll = `${B}/Product`;
-    await subscribe(s, record);
-    await subscribe(s, coll);
+    // Opened first: the subscribes themselves are rows of the audit log (the subscription log).
     const st = await openPrimed(fresh, s);
     const last = st.lastId;
     assert.equal(idSeq(last), 0, `a fresh database: ${last}`);
+    await subscribe(s, record);
+    await subscribe(s, coll);
     await dropStream(fresh, st);
     await rest(fresh.port, 'PATCH', '/Product/A-100', { price_cents: 1 });
     await rest(fresh.port, 'PATCH', '/Product/B-200', { price_cents: 1 });
