@@ -22,13 +22,16 @@
 #define LG_MAX_CONNS        1024u
 #define LG_TICK_MS          1
 #define LG_REQ_MAX          2048
+/* read --target ceiling: the Mcp-Session-Id sent, as long as mcpsubd's (34 hex digits), so that
+ * the read ceiling parses the same request bytes as mcpsubd does. */
+#define LG_CEILING_SESSION_ID "0123456789abcdef0123456789abcdef01"
 
 /* ---- options --------------------------------------------------------------- */
 
 typedef struct lg_opts {
   int port;
   pid_t server_pid;
-  bool ceiling; /* --target ceiling: bare SSE streams, no MCP */
+  bool ceiling; /* --target ceiling: bare SSE streams, no MCP (read: bench_read_ceiling) */
   bool listen;  /* --target listen: MCP 2026-07-28 subscriptions/listen streams, no sessions */
   const char *label;
   const char *table;

@@ -95,7 +95,8 @@ static const lg_flag lg_flags[] = {
      "pid whose process tree's CPU and RSS are measured"},
     {"--target", FLAG_TARGET, 0,
      "server (MCP 2025 sessions and GET streams), listen (MCP 2026-07-28\n"
-     "subscriptions/listen streams) or ceiling (bare SSE streams)"},
+     "subscriptions/listen streams) or ceiling (fanout, latency: bare SSE streams\n"
+     "from bench_ceiling; read: bench_read_ceiling's canned answers)"},
     {"--label", FLAG_STR, OPT(label), "free text copied into the report"},
     {"--table", FLAG_STR, OPT(table),
      "exported table with columns k (text key), t, v (default Bench)"},

@@ -3,7 +3,7 @@
 
 Reads the load generator's JSON lines, adds the machine's description,
 derives the figures and ratios the benchmark reports (mcpsub / kernel
-ceiling, mcpsub / TypeScript SDK peer) and checks them against the goals,
+ceiling, reads / read ceiling, mcpsub / TypeScript SDK peer) and checks them against the goals,
 writes everything as one JSON document, prints the summary as Markdown
 tables, and, with --plots DIR, renders latency.png and fanout.png with
 gnuplot. Exits 1 when any scenario failed: a run that lost events has no
@@ -24,6 +24,7 @@ GOALS = {
     "p99_ms": {100: 1.0, 1000: 1.0, 10000: 5.0},
     "idle_bytes": 2048,            # server memory per idle session
     "reads_per_worker": 50_000,
+    "reads_vs_ceiling": 0.70,      # fraction of the read ceiling, per server CPU-second
     "auth_cost": {"fanout": 0.10, "read": 0.20},  # throughput lost to authentication, at most
     "filtered_vs_collection": 0.95,  # distinct filtered subscriptions / collection ones, per CPU-s
     "subscribes_per_worker": 20_000,  # per second, one worker's share
@@ -128,15 +129,29 @@ def summarize(runs):
         s["idle"].append({k: r.get(k) for k in (
             "sessions", "subscriptions_per_session", "server_rss_per_session", "kernel_tcp_mem_per_session",
             "kernel_socket_slab_per_session", "sockets_used_delta", "server_rss_before", "server_rss_after")})
+    # Reads: each repetition runs the read ceiling once (bench_read_ceiling, by the same load
+    # generator); its medians go beside every system's, and mcpsub's i-th run of each worker
+    # count pairs with the ceiling's i-th for the spread of the ratio.
     reads = {}
+    ceil_reads = [r for r in by(ok, scenario="read") if r["label"] == "ceiling"]
     for r in by(ok, scenario="read"):
-        if not r["label"].startswith("auth-"):
+        if not r["label"].startswith("auth-") and r["label"] != "ceiling":
             reads.setdefault((r["label"], r["workers"]), []).append(r)
+    c_cpu, c_wall = median(ceil_reads, "per_server_cpu_s"), median(ceil_reads, "per_wall_s")
     for (system, workers), rs in reads.items():
+        cpu, wall = median(rs, "per_server_cpu_s"), median(rs, "per_wall_s")
+        pair_ratios = [ratio(m.get("per_server_cpu_s"), c.get("per_server_cpu_s"))
+                       for m, c in zip(rs, ceil_reads)] if system == "mcpsub" else []
+        pair_ratios = [x for x in pair_ratios if x is not None]
         s["read"].append({"system": system, "connections": rs[0]["connections"], "workers": workers, "runs": len(rs),
-                          "per_wall_s": median(rs, "per_wall_s"), "per_worker_wall_s": median(rs, "per_worker_wall_s"),
-                          "per_server_cpu_s": median(rs, "per_server_cpu_s"),
-                          "server_cpu_s": median(rs, "server_cpu_s")})
+                          "per_wall_s": wall, "per_worker_wall_s": median(rs, "per_worker_wall_s"),
+                          "per_server_cpu_s": cpu,
+                          "server_cpu_s": median(rs, "server_cpu_s"),
+                          "ceiling_runs": len(ceil_reads),
+                          "ceiling_per_server_cpu_s": c_cpu, "ceiling_per_wall_s": c_wall,
+                          "ceiling_response_bytes": ceil_reads[0].get("response_bytes") if ceil_reads else None,
+                          "vs_ceiling_cpu": ratio(cpu, c_cpu), "vs_ceiling_wall": ratio(wall, c_wall),
+                          "vs_ceiling_cpu_range": [min(pair_ratios), max(pair_ratios)] if pair_ratios else None})
     rest = by(ok, scenario="write")
     raw = by(ok, scenario="sqlwrite")
     if rest:
@@ -213,6 +228,10 @@ def summarize(runs):
                           r["per_worker_wall_s"] >= GOALS["reads_per_worker"]))
             g.append(goal(f"reads per server CPU-second ({n})", ">= 50,000", r["per_server_cpu_s"],
                           (r["per_server_cpu_s"] or 0) >= GOALS["reads_per_worker"]))
+            if r["ceiling_runs"]:
+                g.append(goal(f"reads / read ceiling per server CPU-second ({n})", f">= {GOALS['reads_vs_ceiling']:.2f}",
+                              r["vs_ceiling_cpu"],
+                              r["vs_ceiling_cpu"] is not None and r["vs_ceiling_cpu"] >= GOALS["reads_vs_ceiling"]))
     return s
 
 
@@ -254,11 +273,15 @@ def tables(s):
         out.append(f"| {fmt(i['sessions'])} | {fmt(i['server_rss_per_session'])} | {fmt(i['kernel_tcp_mem_per_session'])} "
                    f"| {fmt(i['kernel_socket_slab_per_session'])} |")
     out.append("\n### Reads (resources/read of one record, keep-alive)\n")
-    out.append("| system | connections | workers | runs | reads/s | per worker | per server CPU-s |")
-    out.append("|---|---:|---:|---:|---:|---:|---:|")
+    out.append("| system | connections | workers | runs | reads/s | per worker | per server CPU-s "
+               "| read ceiling per CPU-s | system / ceiling (CPU) |")
+    out.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in s["read"]:
+        rng = r["vs_ceiling_cpu_range"]
+        spread = f" ({rng[0]:.2f}–{rng[1]:.2f})" if rng and len(rng) == 2 and r["runs"] > 1 else ""
         out.append(f"| {r['system']} | {r['connections']} | {r['workers']} | {r['runs']} | {fmt(r['per_wall_s'])} "
-                   f"| {fmt(r['per_worker_wall_s'])} | {fmt(r['per_server_cpu_s'])} |")
+                   f"| {fmt(r['per_worker_wall_s'])} | {fmt(r['per_server_cpu_s'])} "
+                   f"| {fmt(r['ceiling_per_server_cpu_s'])} | {fmt(r['vs_ceiling_cpu'], 2)}{spread} |")
     out.append("\n### Writes (one row per transaction)\n")
     out.append("| REST PUT/s | per server CPU-s | raw SQLite inserts/s (same file, same triggers) | REST / raw |")
     out.append("|---:|---:|---:|---:|")
