@@ -17,6 +17,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
+import { dbTarget } from './pg.mjs';
 import { sleep, withTimeout } from './wait.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
@@ -204,7 +205,7 @@ async function startOnPort(port, deadline, healthTimeoutMs, ownDirs, { args = []
   const dbPath = db || path.join(dir, 'test.db');
   const argv = [
     '--listen', `127.0.0.1:${port}`,
-    '--db', dbPath,
+    '--db', dbTarget(dbPath),
     '--schema', schema ?? EXAMPLE_SCHEMA,
     '--log-level', 'debug',
     ...args,

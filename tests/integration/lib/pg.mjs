@@ -1,0 +1,74 @@
+// The integration suite on PostgreSQL. With MCPSUB_TEST_STORE=postgres (the
+// "integration-pg" suite sets it), every database a test names by a SQLite
+// file path is a database of its own in one throw-away PostgreSQL cluster,
+// started by this test process on first use (tests/lib/pg_cluster, on
+// 127.0.0.1) and stopped when it exits. The same path always names the same
+// database, so a test that restarts a server on "its file", or reads the
+// server's rows with sqlite() (lib/sqlite.mjs, which then runs psql), needs
+// no change.
+
+import { execFileSync } from 'node:child_process';
+import crypto from 'node:crypto';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const SOURCE_ROOT = process.env.MCPSUB_SOURCE_ROOT || path.resolve(here, '..', '..', '..');
+const PG_CLUSTER = path.join(SOURCE_ROOT, 'tests', 'lib', 'pg_cluster');
+const PG_BIN = process.env.PG_BIN || '/usr/lib/postgresql/15/bin';
+
+export const PG_MODE = process.env.MCPSUB_TEST_STORE === 'postgres';
+
+let cluster = null; // { dir, uri: URL }
+const created = new Set();
+
+/* The cluster of this test process, started on first use. */
+export function pgCluster() {
+  if (cluster) return cluster;
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'mcpsub-pg-'));
+  const uri = execFileSync(PG_CLUSTER, ['start', dir], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'], timeout: 60000 }).trim();
+  cluster = { dir, uri: new URL(uri) };
+  process.on('exit', () => {
+    try {
+      execFileSync(PG_CLUSTER, ['stop', dir], { stdio: 'ignore', timeout: 30000 });
+    } catch {
+      /* already gone */
+    }
+    fs.rmSync(dir, { recursive: true, force: true });
+  });
+  return cluster;
+}
+
+/* Runs sql (psql, stopping at the first error) on the database whose URI is uri. */
+export function psql(uri, sql, { timeoutMs = 20000 } = {}) {
+  try {
+    return execFileSync(path.join(PG_BIN, 'psql'), ['-X', '-q', '-A', '-t', '-v', 'ON_ERROR_STOP=1', '-d', uri, '-c', sql], {
+      encoding: 'utf8',
+      stdio: ['ignore', 'pipe', 'pipe'],
+      timeout: timeoutMs,
+    });
+  } catch (err) {
+    throw new Error(`psql ${JSON.stringify(sql)} failed: ${err.stderr || err.message}`);
+  }
+}
+
+/* The database standing for the SQLite file dbPath (created on first use): its URI. */
+export function pgDatabase(dbPath) {
+  const { uri } = pgCluster();
+  const name = 't_' + crypto.createHash('sha1').update(path.resolve(dbPath)).digest('hex').slice(0, 20);
+  const target = new URL(uri);
+  target.pathname = '/' + name;
+  if (!created.has(name)) {
+    const exists = psql(uri.href, `SELECT 1 FROM pg_database WHERE datname = '${name}'`).trim() === '1';
+    if (!exists) psql(uri.href, `CREATE DATABASE ${name}`);
+    created.add(name);
+  }
+  return target.href;
+}
+
+/* What --db takes for the database at dbPath: the path itself, or its PostgreSQL database. */
+export function dbTarget(dbPath) {
+  return PG_MODE ? pgDatabase(dbPath) : dbPath;
+}
