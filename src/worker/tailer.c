@@ -111,7 +111,14 @@ static void tailer_on_recheck(uv_timer_t *h) {
 }
 
 static void tailer_on_poll(uv_timer_t *h) {
-  tailer_wake_external(h->data);
+  tailer_t *t = h->data;
+  /*
+   * A schema change by another connection moves SQLite's data_version; on a
+   * backend with a wake-up socket it sends nothing (DDL fires no trigger):
+   * the safety poll looks at the schema itself.
+   */
+  if (t->wake != NULL) tailer_check_schema(t);
+  tailer_wake_external(t);
 }
 
 static void tailer_on_fs(uv_fs_event_t *h, const char *filename, int events, int status) {

@@ -10,7 +10,8 @@
  *     confirms with PRAGMA data_version that the database really changed;
  *     a backend with a wake-up socket (PostgreSQL's LISTEN connection,
  *     store_wake_fd) is polled instead, and store_data_version drains it;
- *   - a slow safety poll (1 s) covers file systems without notifications.
+ *   - a slow safety poll (1 s) covers file systems without notifications
+ *     (and, with a wake-up socket, checks the schema: DDL notifies nothing).
  * Every wake-up also checks the schema, so the owner hears of tables
  * created or dropped by anyone.
  *

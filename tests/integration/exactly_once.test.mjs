@@ -159,7 +159,7 @@ test('retention pruned the gap: the re-read series, cut in the middle, resumes w
       server.dbPath,
       `DELETE FROM audit_log WHERE seq > ${idSeq(last)} AND seq <= ${through};
        INSERT INTO mcpsub_state (name, value) VALUES ('audit_pruned_through', ${through})
-         ON CONFLICT(name) DO UPDATE SET value = max(value, excluded.value);`,
+         ON CONFLICT(name) DO UPDATE SET value = CASE WHEN excluded.value > mcpsub_state.value THEN excluded.value ELSE mcpsub_state.value END;`,
     );
     // A fresh process, so that the ring cannot answer.
     const again = await restartServer(server);

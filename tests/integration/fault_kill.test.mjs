@@ -13,7 +13,7 @@ import fs from 'node:fs';
 
 import { startServer, getStatus } from './lib/server.mjs';
 import { McpSession } from './lib/mcp.mjs';
-import { sqlite, sqliteRows, sessionRow } from './lib/sqlite.mjs';
+import { jsonMember, sqlite, sqliteRows, sessionRow } from './lib/sqlite.mjs';
 import { EventStream } from './lib/sse.mjs';
 import { auditMax, rest, startServerOn, waitStatus } from './lib/subs.mjs';
 import { assertExactlyOnce } from './lib/exactly_once.mjs';
@@ -92,7 +92,7 @@ test('SIGKILL of the master under subscriptions and writes: the workers go too; 
   await sleep(500); // live updates of the last writes
   const upto = auditMax(srv.dbPath);
   // Every acknowledged REST write is in the log.
-  const prices = new Set(sqliteRows(srv.dbPath, `SELECT json_extract(new_row, '$.price_cents') AS p FROM audit_log WHERE tbl = 'Product' AND seq > ${from}`).map((r) => r.p));
+  const prices = new Set(sqliteRows(srv.dbPath, `SELECT ${jsonMember('new_row', 'price_cents')} AS p FROM audit_log WHERE tbl = 'Product' AND seq > ${from}`).map((r) => Number(r.p)));
   for (const k of acked.filter((x) => x % 4 !== 0)) assert.ok(prices.has(100000 + k), `acknowledged PATCH ${k} missing from audit_log`);
   for (const [i, c] of clients.entries()) {
     await waitFor(() => {

@@ -23,6 +23,7 @@ import path from 'node:path';
 import { MCPSUBCTL, makeTempDir, startServer, getStatus } from './lib/server.mjs';
 import { RawConnection, buildRequest, parseSse, request } from './lib/raw.mjs';
 import { HEADERS, V, modern, post, rawListen } from './lib/modern.mjs';
+import { ctlDbArgs } from './lib/pg.mjs';
 import { sqlite } from './lib/sqlite.mjs';
 import { product, rest } from './lib/subs.mjs';
 import { sleep, waitFor, withTimeout } from './lib/wait.mjs';
@@ -132,7 +133,7 @@ test('listen(): a record, a collection and a filtered collection, notified of MC
 
 /* Per worker slot: [sessions, listen streams] (mcpsubctl --json workers). */
 function perWorker(server) {
-  const r = spawnSync(MCPSUBCTL, ['--db', server.dbPath, '--json', 'workers'], { encoding: 'utf8', timeout: 10000 });
+  const r = spawnSync(MCPSUBCTL, [...ctlDbArgs(server.dbPath), '--json', 'workers'], { encoding: 'utf8', timeout: 10000 });
   assert.equal(r.status, 0, r.stderr);
   return JSON.parse(r.stdout).workers.map((w) => [w.sessions, w.listens]);
 }

@@ -21,6 +21,7 @@ import { ResourceUpdatedNotificationSchema } from '@modelcontextprotocol/sdk/typ
 
 import { SOURCE_ROOT, startServer, getStatus } from './lib/server.mjs';
 import { RawConnection, buildRequest, initialize, mcpPost, MCP_ACCEPT } from './lib/raw.mjs';
+import { dbTarget } from './lib/pg.mjs';
 import { sqlite, sqliteRows } from './lib/sqlite.mjs';
 import { EventStream, idSeq } from './lib/sse.mjs';
 import { auditAfter, auditMax, rest, startServerOn, waitStatus } from './lib/subs.mjs';
@@ -228,7 +229,7 @@ test('control socket: JSON lines for status, workers, stats, sessions, session, 
   assert.equal(status.workers, 2);
   assert.equal(status.totals.sessions, 1);
   assert.equal(status.totals.subscriptions, 1);
-  assert.equal(status.db, srv.dbPath);
+  assert.equal(status.db, dbTarget(srv.dbPath));
   assert.equal(typeof status.pid, 'number');
   assert.equal(typeof status.uptimeMs, 'number');
   assert.equal(typeof status.version, 'string');

@@ -146,7 +146,7 @@ test('PUT whose body key differs from the URL key -> 400', async () => {
 test('PUT violating NOT NULL -> 4xx with the constraint message', async () => {
   const res = await send('PUT', '/Product/NN-1', { price_cents: 1 });
   assert.ok([400, 409, 422].includes(res.status), `HTTP ${res.status} ${res.text}`);
-  assert.match(res.text, /NOT NULL/i);
+  assert.match(res.text, /NOT NULL|not-null/i);
   assert.deepEqual(sqliteRows(srv.dbPath, "SELECT sku FROM Product WHERE sku = 'NN-1'"), []);
 });
 

@@ -91,7 +91,7 @@ test('put_record writes the row and applies column defaults', async () => {
 test('put_record violating NOT NULL -> isError with the constraint message', async () => {
   const r = await s.tool('put_record', { table: 'Product', key: 'Z-2', record: { price_cents: 5 } });
   assert.equal(r.isError, true, r.text);
-  assert.match(r.text, /NOT NULL/i);
+  assert.match(r.text, /NOT NULL|not-null/i);
   assert.deepEqual(sqliteRows(srv.dbPath, "SELECT sku FROM Product WHERE sku = 'Z-2'"), []);
 });
 

@@ -15,6 +15,7 @@ import path from 'node:path';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 
+import { ctlDbArgs, dbTarget } from './lib/pg.mjs';
 import { MCPSUBCTL, startServer } from './lib/server.mjs';
 import { rest } from './lib/subs.mjs';
 import { sleep, waitFor } from './lib/wait.mjs';
@@ -52,7 +53,7 @@ async function underLoad(server, fn) {
 }
 
 function startTop(server, name) {
-  const ctl = `${MCPSUBCTL} --db ${server.dbPath} --control ${path.join(path.dirname(server.dbPath), 'mcpsubd.sock')}`;
+  const ctl = `${MCPSUBCTL} --db ${dbTarget(server.dbPath)} --control ${path.join(path.dirname(server.dbPath), 'mcpsubd.sock')}`;
   // The shell records the terminal's settings before and after, and how top ended.
   // The shell itself outlives a Ctrl-C (trap), so that it can report.
   const script = `trap : INT; before=$(stty -g); ${ctl} top; rc=$?; after=$(stty -g); ` +
@@ -94,7 +95,7 @@ test('top in tmux under load: 80 columns, moving figures, the busy URI; q and Ct
       await waitFor(() => /RESTORED rc=0/.test(screen('b')), { timeoutMs: 5000, message: 'top to end on Ctrl-C' });
       assert.doesNotMatch(screen('b'), /NOT RESTORED/);
     });
-    const once = spawnSync(MCPSUBCTL, ['--db', server.dbPath, 'top', '--once', '--interval', '200'], { encoding: 'utf8' });
+    const once = spawnSync(MCPSUBCTL, [...ctlDbArgs(server.dbPath), 'top', '--once', '--interval', '200'], { encoding: 'utf8' });
     assert.equal(once.status, 0, once.stderr);
     assert.match(once.stdout, /^mcpsubd top/);
     assert.doesNotMatch(once.stdout, /\x1b/, 'no escape sequences without a terminal');

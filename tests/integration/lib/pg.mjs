@@ -17,7 +17,7 @@ import { fileURLToPath } from 'node:url';
 const here = path.dirname(fileURLToPath(import.meta.url));
 const SOURCE_ROOT = process.env.MCPSUB_SOURCE_ROOT || path.resolve(here, '..', '..', '..');
 const PG_CLUSTER = path.join(SOURCE_ROOT, 'tests', 'lib', 'pg_cluster');
-const PG_BIN = process.env.PG_BIN || '/usr/lib/postgresql/15/bin';
+export const PG_BIN = process.env.PG_BIN || '/usr/lib/postgresql/15/bin';
 
 export const PG_MODE = process.env.MCPSUB_TEST_STORE === 'postgres';
 
@@ -71,4 +71,14 @@ export function pgDatabase(dbPath) {
 /* What --db takes for the database at dbPath: the path itself, or its PostgreSQL database. */
 export function dbTarget(dbPath) {
   return PG_MODE ? pgDatabase(dbPath) : dbPath;
+}
+
+/*
+ * mcpsubctl's flags for the database at dbPath: --db, and on PostgreSQL the
+ * control socket where a SQLite database's would be (beside the file),
+ * which is where startServer puts the server's in that mode.
+ */
+export function ctlDbArgs(dbPath) {
+  if (!PG_MODE) return ['--db', dbPath];
+  return ['--db', pgDatabase(dbPath), '--control', path.join(path.dirname(dbPath), 'mcpsubd.sock')];
 }

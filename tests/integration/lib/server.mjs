@@ -17,7 +17,8 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
-import { dbTarget } from './pg.mjs';
+import { PG_MODE, dbTarget } from './pg.mjs';
+import { pgQuoteNames } from './sqlite.mjs';
 import { sleep, withTimeout } from './wait.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
@@ -203,11 +204,24 @@ export async function startServer({ port, ownDirs = [], healthTimeoutMs = 10000,
 async function startOnPort(port, deadline, healthTimeoutMs, ownDirs, { args = [], db, schema, env = {} }) {
   const dir = makeTempDir();
   const dbPath = db || path.join(dir, 'test.db');
+  let schemaPath = schema ?? EXAMPLE_SCHEMA;
+  const pgArgs = [];
+  if (PG_MODE) {
+    // The suite's schemas are SQLite-flavoured (Widget, not "Widget"): quoted for PostgreSQL.
+    if (schemaPath !== '' && fs.existsSync(schemaPath)) {
+      const quoted = path.join(dir, 'schema-pg.sql');
+      fs.writeFileSync(quoted, pgQuoteNames(fs.readFileSync(schemaPath, 'utf8')));
+      schemaPath = quoted;
+    }
+    // Where a SQLite database's control socket would be: beside its file.
+    if (!args.includes('--control-socket')) pgArgs.push('--control-socket', path.join(path.dirname(dbPath), 'mcpsubd.sock'));
+  }
   const argv = [
     '--listen', `127.0.0.1:${port}`,
     '--db', dbTarget(dbPath),
-    '--schema', schema ?? EXAMPLE_SCHEMA,
+    '--schema', schemaPath,
     '--log-level', 'debug',
+    ...pgArgs,
     ...args,
   ];
   const child = spawn(MCPSUBD, argv, {

@@ -17,7 +17,7 @@ const BUSY_MS = 5000;
  * on it every mixed-case name outside a string literal ("Product",
  * "StockEvent", not INSERT or sku) is quoted.
  */
-function pgQuoteNames(sql) {
+export function pgQuoteNames(sql) {
   return sql
     .split(/('(?:[^']|'')*'|"[^"]*")/)
     .map((part, i) => (i % 2 === 1 ? part : part.replace(/\b[A-Z][A-Za-z0-9_]*[a-z][A-Za-z0-9_]*\b/g, (w) => `"${w}"`)))
@@ -45,7 +45,11 @@ export function sqlite(db, sql, { json = false } = {}) {
 /* Runs a query and returns its rows as objects (sqlite3 -json). */
 export function sqliteRows(db, sql) {
   const out = sqlite(db, sql, { json: true }).trim();
-  return out === '' ? [] : JSON.parse(out);
+  const rows = out === '' ? [] : JSON.parse(out);
+  // PostgreSQL's json and jsonb columns arrive parsed; SQLite keeps JSON as text.
+  if (PG_MODE)
+    for (const r of rows) for (const [k, v] of Object.entries(r)) if (v !== null && typeof v === 'object') r[k] = JSON.stringify(v);
+  return rows;
 }
 
 /* SQL string literal. */
@@ -63,3 +67,6 @@ export const SUBSCRIPTIONS_OF = (session) =>
 export function sessionRow(db, id) {
   return sqliteRows(db, `SELECT *, ${SUBSCRIPTIONS_OF('mcp_session.id')} AS subscriptions FROM mcp_session WHERE id = ${q(id)}`)[0];
 }
+
+/* SQL: member name of a JSON text (SQLite) or jsonb (PostgreSQL) column col, as a scalar. */
+export const jsonMember = (col, name) => (PG_MODE ? `(${col} ->> '${name}')` : `json_extract(${col}, '$.${name}')`);

@@ -4,10 +4,12 @@
 
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
+import path from 'node:path';
 
 import { request } from './raw.mjs';
 import { getStatus, startServer } from './server.mjs';
-import { q, sqliteRows } from './sqlite.mjs';
+import { PG_BIN, PG_MODE, pgDatabase } from './pg.mjs';
+import { pgQuoteNames, q, sqliteRows } from './sqlite.mjs';
 import { waitFor } from './wait.mjs';
 
 /*
@@ -85,7 +87,11 @@ export async function waitStatus(port, want, { timeoutMs = 5000 } = {}) {
  */
 export function sqliteAsync(db, sql, { timeoutMs = 30000 } = {}) {
   return new Promise((resolve, reject) => {
-    const child = spawn('sqlite3', ['-batch', '-bail', '-cmd', '.timeout 5000', db], { stdio: ['pipe', 'pipe', 'pipe'] });
+    // On the PostgreSQL suite, psql on the database standing for the file (lib/pg.mjs).
+    const child = PG_MODE
+      ? spawn(path.join(PG_BIN, 'psql'), ['-X', '-q', '-v', 'ON_ERROR_STOP=1', '-d', pgDatabase(db)], { stdio: ['pipe', 'pipe', 'pipe'] })
+      : spawn('sqlite3', ['-batch', '-bail', '-cmd', '.timeout 5000', db], { stdio: ['pipe', 'pipe', 'pipe'] });
+    if (PG_MODE) sql = pgQuoteNames(sql);
     let out = '';
     let err = '';
     const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs);
