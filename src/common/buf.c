@@ -87,46 +87,81 @@ void buf_vprintf(buf_t *b, const char *fmt, va_list ap) {
   b->len += (size_t)n;
 }
 
+/* Bytes c takes inside a JSON string literal: 1, 2 (a short escape) or 6 (\u00XX). */
+static size_t buf_json_width(unsigned char c) {
+  if (c >= 0x20) return c == '"' || c == '\\' ? 2 : 1;
+  switch (c) {
+  case '\b':
+  case '\f':
+  case '\n':
+  case '\r':
+  case '\t': return 2;
+  default: return 6;
+  }
+}
+
 /*
  * Appends s[0..len) as a JSON string literal with its quotes. Escapes the
  * quote, the backslash and every control character below 0x20 (short forms
  * where JSON has them); bytes >= 0x80 pass through, so valid UTF-8 stays
- * valid and readable.
+ * valid and readable. One pass measures, one writes: a single reservation,
+ * and a single copy when nothing needs escaping.
  */
 void buf_append_json_string(buf_t *b, const char *s, size_t len) {
   static const char hex[] = "0123456789abcdef";
-  buf_reserve(b, len + 2);
-  buf_append(b, "\"", 1);
-  size_t run = 0; /* start of the pending run of bytes needing no escape */
-  for (size_t i = 0; i < len; i++) {
-    unsigned char c = (unsigned char)s[i];
-    const char *esc = NULL;
-    char u[6];
-    switch (c) {
-    case '"': esc = "\\\""; break;
-    case '\\': esc = "\\\\"; break;
-    case '\n': esc = "\\n"; break;
-    case '\r': esc = "\\r"; break;
-    case '\t': esc = "\\t"; break;
-    case '\b': esc = "\\b"; break;
-    case '\f': esc = "\\f"; break;
-    default:
-      if (c >= 0x20) continue;
-      break;
-    }
-    buf_append(b, s + run, i - run);
-    run = i + 1;
-    if (esc) {
-      buf_append(b, esc, 2);
-    } else {
-      memcpy(u, "\\u00", 4);
-      u[4] = hex[c >> 4];
-      u[5] = hex[c & 0xf];
-      buf_append(b, u, 6);
+  size_t need = len + 2;
+  for (size_t i = 0; i < len; i++) need += buf_json_width((unsigned char)s[i]) - 1;
+  buf_reserve(b, need);
+  char *o = b->data + b->len;
+  *o++ = '"';
+  if (need == len + 2) {
+    if (len) memcpy(o, s, len);
+    o += len;
+  } else {
+    for (size_t i = 0; i < len; i++) {
+      unsigned char c = (unsigned char)s[i];
+      switch (buf_json_width(c)) {
+      case 1: *o++ = (char)c; break;
+      case 2:
+        *o++ = '\\';
+        *o++ = c == '\b'   ? 'b'
+               : c == '\f' ? 'f'
+               : c == '\n' ? 'n'
+               : c == '\r' ? 'r'
+               : c == '\t' ? 't'
+                           : (char)c;
+        break;
+      default:
+        memcpy(o, "\\u00", 4);
+        o[4] = hex[c >> 4];
+        o[5] = hex[c & 0xf];
+        o += 6;
+        break;
+      }
     }
   }
-  buf_append(b, s + run, len - run);
-  buf_append(b, "\"", 1);
+  *o++ = '"';
+  b->len = (size_t)(o - b->data);
+  b->data[b->len] = '\0';
+}
+
+/* v in decimal, without printf: the text ends text[BUF_INT_TEXT - 1] (a NUL). */
+const char *buf_int_text(char text[BUF_INT_TEXT], long long v) {
+  char *p = text + BUF_INT_TEXT - 1;
+  *p = '\0';
+  unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
+  do {
+    *--p = (char)('0' + u % 10);
+    u /= 10;
+  } while (u != 0);
+  if (v < 0) *--p = '-';
+  return p;
+}
+
+void buf_append_int(buf_t *b, long long v) {
+  char text[BUF_INT_TEXT];
+  const char *p = buf_int_text(text, v);
+  buf_append(b, p, (size_t)(text + BUF_INT_TEXT - 1 - p));
 }
 
 /* Empties b but keeps its storage for reuse. */

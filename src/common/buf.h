@@ -24,6 +24,18 @@ void buf_printf(buf_t *b, const char *fmt, ...) __attribute__((format(printf, 2,
 void buf_vprintf(buf_t *b, const char *fmt, va_list ap);
 /* Appends s as a JSON string literal, quotes included. */
 void buf_append_json_string(buf_t *b, const char *s, size_t len);
+/* Appends v in decimal. */
+void buf_append_int(buf_t *b, long long v);
+/* Room for any long long in decimal, sign and NUL included. */
+#define BUF_INT_TEXT 24
+/* Writes v in decimal into text and returns where it starts (it ends at the NUL at the end). */
+const char *buf_int_text(char text[BUF_INT_TEXT], long long v);
+/* Appends one byte; the common case (room left) is a store, not a call. */
+static inline void buf_append_byte(buf_t *b, char ch) {
+  if (b->len + 2 > b->cap) buf_reserve(b, 1);
+  b->data[b->len++] = ch;
+  b->data[b->len] = '\0';
+}
 void buf_reset(buf_t *b);             /* len = 0, keeps storage */
 void buf_consume(buf_t *b, size_t n); /* drops the first n bytes */
 /*

@@ -2,13 +2,16 @@
  * JSON-RPC 2.0 for the MCP endpoint: a depth check that runs on the raw
  * body before cJSON sees it (cJSON recurses, so a body of 100000 '[' must
  * be refused first), the classification of one parsed message into
- * request / notification / response / invalid with a human reason, and the
- * builders of the three message shapes we send. Pure: no I/O, no session
- * state. Building a reply aborts on out-of-memory (small internal
- * allocations, see mem.h).
+ * request / notification / response / invalid with a human reason, the
+ * builders of the three message shapes we send, and the printer that turns
+ * them into text on every request's path. Pure: no I/O, no session state.
+ * Building a reply aborts on out-of-memory (small internal allocations, see
+ * mem.h).
  */
 #include "common/jsonrpc.h"
 
+#include <errno.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -171,4 +174,64 @@ cJSON *jsonrpc_notification(const char *method, cJSON *params) {
   jsonrpc_must(cJSON_AddStringToObject(msg, "method", method));
   if (params) cJSON_AddItemToObject(msg, "params", params);
   return msg;
+}
+
+/* ---- printing ---------------------------------------------------------------- */
+
+/*
+ * A number as cJSON prints it: "%1.15g", or "%1.17g" when 15 digits do
+ * not round-trip (newer cJSON prints "%d" of valueint first when that is
+ * the value, which is the same text but for -0). An integral value below
+ * 1e15 has at most 15 digits, which "%1.15g" prints exactly and without an
+ * exponent: those skip printf. Everything else (fractions, large
+ * magnitudes, -0, NaN) is left to cJSON itself.
+ */
+static int jsonrpc_print_number(buf_t *out, const cJSON *item) {
+  double d = item->valuedouble;
+  if (d > -1e15 && d < 1e15 && (double)(long long)d == d && !(d == 0 && signbit(d))) {
+    buf_append_int(out, (long long)d);
+    return 0;
+  }
+  char *text = cJSON_PrintUnformatted(item);
+  if (text == NULL) return -EINVAL;
+  buf_append_str(out, text);
+  cJSON_free(text);
+  return 0;
+}
+
+static void jsonrpc_print_string(buf_t *out, const char *s) {
+  if (s == NULL) s = ""; /* cJSON prints a missing string as "" */
+  buf_append_json_string(out, s, strlen(s));
+}
+
+int jsonrpc_print(buf_t *out, const cJSON *item) {
+  if (item == NULL) return -EINVAL;
+  switch (item->type & 0xFF) {
+  case cJSON_NULL: buf_append(out, "null", 4); return 0;
+  case cJSON_False: buf_append(out, "false", 5); return 0;
+  case cJSON_True: buf_append(out, "true", 4); return 0;
+  case cJSON_Number: return jsonrpc_print_number(out, item);
+  case cJSON_String: jsonrpc_print_string(out, item->valuestring); return 0;
+  case cJSON_Raw:
+    if (item->valuestring == NULL) return -EINVAL;
+    buf_append_str(out, item->valuestring);
+    return 0;
+  case cJSON_Array:
+  case cJSON_Object: {
+    bool object = (item->type & 0xFF) == cJSON_Object;
+    buf_append_byte(out, object ? '{' : '[');
+    for (const cJSON *e = item->child; e != NULL; e = e->next) {
+      if (object) {
+        jsonrpc_print_string(out, e->string);
+        buf_append_byte(out, ':');
+      }
+      int rc = jsonrpc_print(out, e);
+      if (rc < 0) return rc;
+      if (e->next != NULL) buf_append_byte(out, ',');
+    }
+    buf_append_byte(out, object ? '}' : ']');
+    return 0;
+  }
+  default: return -EINVAL;
+  }
 }

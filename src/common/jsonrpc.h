@@ -10,6 +10,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "common/buf.h"
+
 #define JSONRPC_PARSE_ERROR      -32700
 #define JSONRPC_INVALID_REQUEST  -32600
 #define JSONRPC_METHOD_NOT_FOUND -32601
@@ -49,6 +51,15 @@ bool jsonrpc_strings_ok(const char *text, size_t len);
  * (MCP forbids null ids); params, when present, must be an object or array.
  */
 jsonrpc_kind jsonrpc_classify(const cJSON *msg, const char **why);
+
+/*
+ * Appends item (and what it holds, not its siblings) to out as
+ * cJSON_PrintUnformatted would print it, byte for byte, without its
+ * intermediate buffers; integers are formatted without printf. 0, or
+ * -EINVAL for what cJSON cannot print either (an invalid item, a raw item
+ * without text); out then holds a partial text the caller discards.
+ */
+int jsonrpc_print(buf_t *out, const cJSON *item) __attribute__((warn_unused_result));
 
 /* Builds {"jsonrpc":"2.0","id":id,"result":result}; takes ownership of result. id may be NULL (->
  * null). */

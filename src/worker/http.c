@@ -5,12 +5,14 @@
  * it may, and hands exactly one complete request at a time to the server's
  * callback; bytes of pipelined requests wait in the buffer until the
  * response is done and are parsed on a later loop turn, never from inside
- * http_respond. Streams (SSE) take the connection over: their bytes are
- * queued, coalesced and written once per loop turn, and a stream whose
- * queue passes max_stream_queue is cut.
+ * http_respond. Responses and streams (SSE, which take the connection
+ * over) are written the same way: their bytes are queued, coalesced and
+ * offered to the socket once per loop turn, after every request that turn
+ * read was answered (one burst of writes instead of a write between two
+ * requests' work), and a stream whose queue passes max_stream_queue is cut.
  *
- * Deferred work (parsing pipelined bytes after a response, flushing stream
- * queues) runs from one uv_idle handle per server, started on demand. An
+ * Deferred work (writing what was queued, parsing pipelined bytes after a
+ * response) runs from one uv_idle handle per server, started on demand. An
  * idle handle, unlike a check handle, makes the loop poll without blocking,
  * so work queued from a timer or from an idle callback still runs on the
  * very next turn instead of waiting for unrelated I/O.
@@ -65,6 +67,14 @@ enum conn_phase {
   PHASE_STREAM,     /* streamed response; the peer's bytes are discarded */
 };
 
+/* What the request's text (http_conn.text) is receiving. */
+enum conn_text {
+  TEXT_TARGET, /* the request-target */
+  TEXT_NAME,   /* a header's name */
+  TEXT_VALUE,  /* a header's value */
+  TEXT_BETWEEN /* a header is complete; the next one, or the end of the block, comes */
+};
+
 enum conn_pause {
   PAUSE_NONE,
   PAUSE_HEADERS, /* on_headers_complete: check the header block, then resume */
@@ -108,9 +118,17 @@ struct http_conn {
 
   http_request_t req; /* being built, then dispatched */
   size_t headers_cap;
-  buf_t url, field, value, body;
+  /*
+   * The request's text in one allocation: the target, each header's name
+   * and value, NUL-terminated, and (from dispatch) the path and query.
+   * req's strings point into it once its header block is complete.
+   */
+  buf_t text;
+  enum conn_text text_state;
+  size_t name_at, value_at; /* where the header being read starts in text */
+  buf_t body;
 
-  buf_t out;      /* stream bytes queued during this loop turn */
+  buf_t out;      /* response or stream bytes queued during this loop turn */
   buf_t inflight; /* stream bytes being written; swapped with out, so that a
                      busy stream reuses two buffers instead of allocating */
   uv_write_t stream_write;
@@ -148,6 +166,14 @@ struct http_server {
   void *done_data;
 
   char scratch[4096]; /* where discarded input is read to */
+  /*
+   * Where a connection holding no input buffer reads to (HTTP_READ_CHUNK
+   * bytes): its read callback copies what arrived into the connection's
+   * own buffer at once. A request of a few hundred bytes then costs a
+   * small allocation instead of a 64 KiB one per request (a free that
+   * large also makes malloc consolidate its free lists).
+   */
+  char *read_buf;
 };
 
 typedef struct http_write {
@@ -225,21 +251,13 @@ const char *http_request_header(const http_request_t *req, const char *lname) {
 /* Frees everything the current request holds and empties its builders. */
 static void conn_request_clear(http_conn_t *c) {
   http_request_t *r = &c->req;
-  free(r->target);
-  free(r->path);
-  free(r->query);
   free(r->body);
-  for (size_t i = 0; i < r->n_headers; i++) {
-    free((char *)r->headers[i].name);
-    free((char *)r->headers[i].value);
-  }
   free(r->headers);
   memset(r, 0, sizeof *r);
   c->req_flags = 0;
   c->headers_cap = 0;
-  buf_finish(&c->url);
-  buf_finish(&c->field);
-  buf_finish(&c->value);
+  buf_finish(&c->text);
+  c->text_state = TEXT_TARGET;
   buf_finish(&c->body);
 }
 
@@ -381,11 +399,12 @@ static void conn_write_owned(http_conn_t *c, char *data, size_t len) {
   }
 }
 
-/* Sends the content of b (emptied) as one write. */
+/* Sends the content of b (emptied) now, after whatever c already queued. */
 static void conn_send(http_conn_t *c, buf_t *b) {
-  size_t len = b->len;
-  c->queued += len;
-  conn_write_owned(c, buf_steal(b), len);
+  buf_append(&c->out, b->data ? b->data : "", b->len);
+  c->queued += b->len;
+  buf_finish(b);
+  conn_flush(c);
 }
 
 static void conn_on_stream_write(uv_write_t *req, int status) {
@@ -413,11 +432,12 @@ static void conn_on_stream_write(uv_write_t *req, int status) {
 }
 
 /*
- * Writes everything the stream queued during this loop turn, as one write.
+ * Writes everything c queued during this loop turn (responses, stream
+ * bytes), as one write.
  * The socket is offered the bytes at once (uv_try_write): what it takes is
  * done with, no request, no callback; only what it leaves is queued with
  * uv_write. While such a write is in flight, new bytes wait in out and go
- * when it completes; only a closing stream writes a second buffer
+ * when it completes; only a closing connection writes a second buffer
  * concurrently (its FIN must follow every byte).
  */
 static void conn_flush(http_conn_t *c) {
@@ -438,7 +458,7 @@ static void conn_flush(http_conn_t *c) {
   size_t done = took > 0 ? (size_t)took : 0;
   if (done == c->out.len) { /* all taken: a burst's large buffer goes back, as after a write */
     c->queued -= done;
-    if (c->out.cap > HTTP_READ_CHUNK)
+    if (c->out.cap > HTTP_READ_CHUNK || c->phase != PHASE_STREAM) /* an idle keep-alive: none */
       buf_finish(&c->out);
     else
       buf_reset(&c->out);
@@ -511,7 +531,11 @@ static bool header_text_ok(const char *s) {
  */
 static void http_format_head(buf_t *b, int status, const http_header *headers, size_t n,
                              bool *want_close) {
-  buf_printf(b, "HTTP/1.1 %d %s\r\n", status, http_status_text(status));
+  buf_append_str(b, "HTTP/1.1 ");
+  buf_append_int(b, status);
+  buf_append_byte(b, ' ');
+  buf_append_str(b, http_status_text(status));
+  buf_append(b, "\r\n", 2);
   for (size_t i = 0; i < n; i++) {
     const char *name = headers[i].name, *value = headers[i].value;
     if (name == NULL || value == NULL || !header_text_ok(name) || !header_text_ok(value)) {
@@ -578,31 +602,34 @@ void http_respond(http_conn_t *c, int status, const http_header *headers, size_t
   }
 
   bool want_close = !c->req.keep_alive || (c->peer_eof && c->in.len == 0) || c->srv->draining;
-  buf_t b;
-  buf_init(&b);
-  http_format_head(&b, status, headers, n_headers, &want_close);
+  /* Queued behind anything still unsent, and written with this turn's others. */
+  buf_t *b = &c->out;
+  size_t before = b->len;
+  http_format_head(b, status, headers, n_headers, &want_close);
   bool no_length = (status >= 100 && status < 200) || status == 204;
   bool no_body = no_length || status == 304 || c->req.method == HTTP_HEAD;
-  if (!no_length) buf_printf(&b, "Content-Length: %zu\r\n", body_len);
+  if (!no_length) {
+    buf_append_str(b, "Content-Length: ");
+    buf_append_int(b, (long long)body_len);
+    buf_append(b, "\r\n", 2);
+  }
   if (want_close)
-    buf_append_str(&b, "Connection: close\r\n");
+    buf_append_str(b, "Connection: close\r\n");
   else if (c->http_major == 1 && c->http_minor == 0)
-    buf_append_str(&b, "Connection: keep-alive\r\n");
-  buf_append(&b, "\r\n", 2);
-  if (!no_body && body_len > 0) buf_append(&b, body, body_len);
-  conn_send(c, &b);
+    buf_append_str(b, "Connection: keep-alive\r\n");
+  buf_append(b, "\r\n", 2);
+  if (!no_body && body_len > 0) buf_append(b, body, body_len);
+  c->queued += b->len - before;
   conn_request_clear(c);
   c->phase = PHASE_IDLE;
-  if (c->handle_closing) return; /* the write failed */
   if (want_close) {
     conn_finish(c, true);
     return;
   }
   llhttp_resume(&c->parser);
-  if (c->in.len > 0)
-    conn_schedule(c); /* the next request is parsed from a later loop turn */
-  else
-    conn_timer_start(c, c->srv->opts.keepalive_idle_ms);
+  /* The answer is written, and pipelined bytes parsed, from the idle callback. */
+  conn_schedule(c);
+  if (c->in.len == 0) conn_timer_start(c, c->srv->opts.keepalive_idle_ms);
   conn_settle(c);
 }
 
@@ -696,11 +723,17 @@ void http_conn_set_close_cb(http_conn_t *c, void (*cb)(http_conn_t *c, void *dat
 /* ---- llhttp callbacks -------------------------------------------------- */
 
 /* Counts bytes copied out of a header block against max_header, so that
- * memory stays bounded even inside one large llhttp_execute call. */
-static int conn_count_head(http_conn_t *c, size_t len) {
+ * memory stays bounded even inside one large llhttp_execute call. A NUL
+ * (which llhttp refuses anyway) is refused here too: the request's text
+ * is a sequence of NUL-terminated strings. */
+static int conn_count_head(http_conn_t *c, const char *at, size_t len) {
   c->hdr_copied += len;
   if (c->hdr_copied > c->srv->opts.max_header) {
     c->fail_status = 431;
+    return HPE_USER;
+  }
+  if (memchr(at, '\0', len) != NULL) {
+    c->fail_status = 400;
     return HPE_USER;
   }
   return 0;
@@ -715,27 +748,45 @@ static int on_message_begin(llhttp_t *p) {
 
 static int on_url(llhttp_t *p, const char *at, size_t len) {
   http_conn_t *c = p->data;
-  if (conn_count_head(c, len)) return HPE_USER;
-  buf_append(&c->url, at, len);
+  if (conn_count_head(c, at, len)) return HPE_USER;
+  buf_append(&c->text, at, len);
   return 0;
+}
+
+/* Ends the string being received in c->text and moves on to state. */
+static void conn_text_next(http_conn_t *c, enum conn_text state) {
+  buf_append(&c->text, "", 1);
+  c->text_state = state;
 }
 
 /* Header names and values; in the body phase these are chunked trailers,
  * which count against max_header but are not kept. */
 static int on_header_field(llhttp_t *p, const char *at, size_t len) {
   http_conn_t *c = p->data;
-  if (conn_count_head(c, len)) return HPE_USER;
-  if (c->phase != PHASE_BODY) buf_append(&c->field, at, len);
+  if (conn_count_head(c, at, len)) return HPE_USER;
+  if (c->phase == PHASE_BODY) return 0;
+  if (c->text_state == TEXT_TARGET) conn_text_next(c, TEXT_BETWEEN);
+  if (c->text_state == TEXT_BETWEEN) {
+    c->text_state = TEXT_NAME;
+    c->name_at = c->text.len;
+  }
+  buf_append(&c->text, at, len);
   return 0;
 }
 
 static int on_header_value(llhttp_t *p, const char *at, size_t len) {
   http_conn_t *c = p->data;
-  if (conn_count_head(c, len)) return HPE_USER;
-  if (c->phase != PHASE_BODY) buf_append(&c->value, at, len);
+  if (conn_count_head(c, at, len)) return HPE_USER;
+  if (c->phase == PHASE_BODY) return 0;
+  if (c->text_state == TEXT_NAME) {
+    conn_text_next(c, TEXT_VALUE);
+    c->value_at = c->text.len;
+  }
+  buf_append(&c->text, at, len);
   return 0;
 }
 
+/* A header is complete: its name lowercased and its value trimmed, in place. */
 static int on_header_value_complete(llhttp_t *p) {
   http_conn_t *c = p->data;
   if (c->phase == PHASE_BODY) return 0;
@@ -745,25 +796,50 @@ static int on_header_value_complete(llhttp_t *p) {
     return HPE_USER;
   }
   if (r->n_headers == c->headers_cap) {
-    c->headers_cap = c->headers_cap ? c->headers_cap * 2 : 8;
+    c->headers_cap = c->headers_cap ? c->headers_cap * 2 : 16;
     r->headers = mem_realloc(r->headers, c->headers_cap * sizeof *r->headers);
   }
-  char *name = buf_steal(&c->field);
-  for (char *s = name; *s; s++)
+  if (c->text_state == TEXT_NAME) { /* no value at all */
+    conn_text_next(c, TEXT_VALUE);
+    c->value_at = c->text.len;
+  }
+  for (char *s = c->text.data + c->name_at; *s; s++)
     if (*s >= 'A' && *s <= 'Z') *s = (char)(*s - 'A' + 'a');
-  const char *v = c->value.data ? c->value.data : "";
-  size_t start = 0, end = c->value.len;
+  char *v = c->text.data + c->value_at;
+  size_t start = 0, end = c->text.len - c->value_at;
   while (start < end && (v[start] == ' ' || v[start] == '\t')) start++;
   while (end > start && (v[end - 1] == ' ' || v[end - 1] == '\t')) end--;
-  r->headers[r->n_headers].name = name;
-  r->headers[r->n_headers].value = mem_strndup(v + start, end - start);
+  memmove(v, v + start, end - start);
+  c->text.len = c->value_at + (end - start);
+  conn_text_next(c, TEXT_BETWEEN);
   r->n_headers++;
-  buf_reset(&c->value);
   return 0;
+}
+
+/*
+ * The header block is complete: points the request's target and headers
+ * into c->text. Room for the path and query (copies of the target's parts)
+ * is reserved now, so that conn_dispatch never moves the text.
+ */
+static void conn_text_complete(http_conn_t *c) {
+  http_request_t *r = &c->req;
+  if (c->text_state == TEXT_TARGET) conn_text_next(c, TEXT_BETWEEN);
+  size_t target_len = strlen(c->text.data);
+  buf_reserve(&c->text, target_len + 2);
+  char *s = c->text.data;
+  r->target = s;
+  s += target_len + 1;
+  for (size_t i = 0; i < r->n_headers; i++) {
+    r->headers[i].name = s;
+    s += strlen(s) + 1;
+    r->headers[i].value = s;
+    s += strlen(s) + 1;
+  }
 }
 
 static int on_headers_complete(llhttp_t *p) {
   http_conn_t *c = p->data;
+  conn_text_complete(c);
   c->phase = PHASE_BODY;
   c->pause = PAUSE_HEADERS;
   return HPE_PAUSED;
@@ -822,6 +898,10 @@ static int conn_headers_done(http_conn_t *c) {
     seen |= 1u << single;
   }
   if ((p->flags & F_CONTENT_LENGTH) && p->content_length > o->max_body) return 413;
+  /* One allocation for a declared body; at most a read's worth before any of it comes. */
+  if (p->flags & F_CONTENT_LENGTH)
+    buf_reserve(&c->body,
+                p->content_length < HTTP_READ_CHUNK ? (size_t)p->content_length : HTTP_READ_CHUNK);
   conn_timer_start(c, o->header_timeout_ms); /* now an inactivity bound on the body */
   bool has_body =
       (p->flags & F_CHUNKED) || ((p->flags & F_CONTENT_LENGTH) && p->content_length > 0);
@@ -840,15 +920,20 @@ static void conn_dispatch(http_conn_t *c) {
   http_request_t *r = &c->req;
   r->method = llhttp_get_method(&c->parser);
   r->method_name = llhttp_method_name((llhttp_method_t)r->method);
-  r->target = buf_steal(&c->url);
+  /* Copies of the target's parts, after it in c->text (reserved: nothing moves). */
   const char *q = strchr(r->target, '?');
-  r->path = mem_strndup(r->target, q ? (size_t)(q - r->target) : strlen(r->target));
-  r->query = q ? mem_strdup(q + 1) : NULL;
+  size_t path_len = q ? (size_t)(q - r->target) : strlen(r->target);
+  r->path = c->text.data + c->text.len;
+  buf_append(&c->text, r->target, path_len);
+  conn_text_next(c, TEXT_BETWEEN);
+  if (q != NULL) {
+    r->query = c->text.data + c->text.len;
+    buf_append_str(&c->text, q + 1);
+    conn_text_next(c, TEXT_BETWEEN);
+  }
   r->body_len = c->body.len;
   r->body = buf_steal(&c->body);
   r->keep_alive = c->msg_keep_alive;
-  buf_finish(&c->field);
-  buf_finish(&c->value);
   c->phase = PHASE_DISPATCHED;
   c->owner_holds = true;
   c->dispatched_ns = uv_hrtime();
@@ -975,6 +1060,10 @@ static void conn_on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *b) {
   }
   /* Reserving one byte less keeps the allocation a power of two with the
    * buffer's NUL; the read never touches that last byte. */
+  if (c->in.data == NULL) { /* copied into c->in by conn_on_read */
+    *b = uv_buf_init(c->srv->read_buf, (unsigned int)(HTTP_READ_CHUNK - 1));
+    return;
+  }
   buf_reserve(&c->in, HTTP_READ_CHUNK - 1);
   size_t room = c->in.cap - c->in.len - 1;
   if (room > HTTP_READ_CHUNK) room = HTTP_READ_CHUNK;
@@ -1008,8 +1097,12 @@ static void conn_on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *b) {
     return;
   }
   if (c->closing || c->phase == PHASE_STREAM) return; /* discarded */
-  c->in.len += (size_t)nread;
-  c->in.data[c->in.len] = '\0';
+  if (b->base == c->srv->read_buf) {
+    buf_append(&c->in, b->base, (size_t)nread); /* the shared buffer is the next read's */
+  } else {
+    c->in.len += (size_t)nread;
+    c->in.data[c->in.len] = '\0';
+  }
   if (c->phase == PHASE_BODY) conn_timer_start(c, c->srv->opts.header_timeout_ms);
   if (c->phase != PHASE_DISPATCHED) conn_parse(c);
   conn_settle(c);
@@ -1049,9 +1142,7 @@ static http_conn_t *conn_create(http_server_t *srv) {
   buf_init(&c->in);
   buf_init(&c->out);
   buf_init(&c->inflight);
-  buf_init(&c->url);
-  buf_init(&c->field);
-  buf_init(&c->value);
+  buf_init(&c->text);
   buf_init(&c->body);
   llhttp_init(&c->parser, HTTP_REQUEST, &srv->settings);
   c->parser.data = c;
@@ -1140,6 +1231,7 @@ http_server_t *http_server_create(uv_loop_t *loop, const http_server_options *op
   srv->loop = loop;
   if (opts) srv->opts = *opts;
   strmap_init(&srv->per_address);
+  srv->read_buf = mem_alloc(HTTP_READ_CHUNK);
   if (srv->opts.max_header == 0) srv->opts.max_header = HTTP_DEFAULT_MAX_HEADER;
   if (srv->opts.max_body == 0) srv->opts.max_body = HTTP_DEFAULT_MAX_BODY;
   if (srv->opts.header_timeout_ms == 0)
@@ -1288,7 +1380,8 @@ int http_conn_detach(http_conn_t *c, size_t max_bytes, uv_os_sock_t *fd, buf_t *
       c->handle_closing)
     return -EINVAL;
   /* A response still on its way out would be cut: the kernel must have it all. */
-  if (uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp) > 0 || c->stream_writing)
+  if (uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp) > 0 || c->stream_writing ||
+      c->out.len > 0)
     return -EAGAIN;
   const http_request_t *r = &c->req;
   size_t need = strlen(r->target) + r->body_len + c->in.len + 64;
@@ -1318,6 +1411,7 @@ unsigned http_conn_request_flags(const http_conn_t *c) {
 void http_server_destroy(http_server_t *srv) {
   if (srv == NULL) return;
   strmap_finish(&srv->per_address);
+  free(srv->read_buf);
   free(srv);
 }
 

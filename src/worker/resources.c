@@ -26,11 +26,10 @@ static const char *base_url(const mcp_call *call) {
 }
 
 static void add_version(cJSON *obj, int64_t version) {
-  char text[32];
-  snprintf(text, sizeof(text), "%lld", (long long)version);
+  char text[BUF_INT_TEXT];
   cJSON *meta = cJSON_GetObjectItemCaseSensitive(obj, "_meta");
   if (meta == NULL) meta = cJSON_AddObjectToObject(obj, "_meta");
-  cJSON_AddStringToObject(meta, "version", text);
+  cJSON_AddStringToObject(meta, "version", buf_int_text(text, (long long)version));
 }
 
 /* A metadata document's version: a hash of its text, so it moves exactly when the text does. */
@@ -157,7 +156,7 @@ cJSON *resources_templates_list(mcp_call *call) {
 
 /* resources/read -------------------------------------------------------------- */
 
-static cJSON *read_result(const char *uri, char *text, int64_t version) {
+static cJSON *read_result(const char *uri, const char *text, int64_t version) {
   cJSON *result = cJSON_CreateObject();
   cJSON *contents = cJSON_AddArrayToObject(result, "contents");
   cJSON *item = cJSON_CreateObject();
@@ -291,10 +290,14 @@ static cJSON *read_collection(mcp_call *call, const char *uri_text, const uri_t 
   } else if (rc != 0) {
     mcp_call_fail(call, JSONRPC_INTERNAL_ERROR, "database error reading %s", t->name);
   } else {
-    char *text = cJSON_PrintUnformatted(rows);
-    result = read_result(uri_text, text, version);
-    cJSON_free(text);
-    if (next != NULL) {
+    buf_t text;
+    buf_init(&text);
+    if (jsonrpc_print(&text, rows) < 0)
+      mcp_call_fail(call, JSONRPC_INTERNAL_ERROR, "cannot print the rows of %s", t->name);
+    else
+      result = read_result(uri_text, text.data, version);
+    buf_finish(&text);
+    if (result != NULL && next != NULL) {
       cJSON *meta = cJSON_GetObjectItemCaseSensitive(result, "_meta");
       cJSON_AddStringToObject(meta, "nextCursor", next);
       uri_t page = *u;
@@ -349,9 +352,13 @@ cJSON *resources_read(mcp_call *call) {
       mcp_call_fail(call, JSONRPC_INTERNAL_ERROR, "%s reading %s",
                     rc == -ENOTCONN ? "database unavailable (retry)" : "database error", text);
     } else {
-      char *json = cJSON_PrintUnformatted(row);
-      result = read_result(text, json, version);
-      cJSON_free(json);
+      buf_t json;
+      buf_init(&json);
+      if (jsonrpc_print(&json, row) < 0)
+        mcp_call_fail(call, JSONRPC_INTERNAL_ERROR, "cannot print the row of %s", text);
+      else
+        result = read_result(text, json.data, version);
+      buf_finish(&json);
     }
     cJSON_Delete(row);
   } else {

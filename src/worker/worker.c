@@ -13,6 +13,7 @@
 #include <strings.h>
 #include <unistd.h>
 
+#include "common/jsonrpc.h"
 #include "common/log.h"
 #include "common/mem.h"
 #include "worker/confirm.h"
@@ -32,13 +33,14 @@ void worker_respond_json(http_conn_t *c, int status, const cJSON *json, const ht
   size_t n = 0;
   headers[n++] = (http_header){"Content-Type", "application/json"};
   for (size_t i = 0; i < n_extra && n < ARRAY_LEN(headers); i++) headers[n++] = extra[i];
-  char *text = cJSON_PrintUnformatted(json);
-  if (text == NULL) {
+  buf_t text;
+  buf_init(&text);
+  buf_reserve(&text, 1023); /* most answers fit: one allocation */
+  if (jsonrpc_print(&text, json) < 0)
     http_respond(c, 500, NULL, 0, NULL, 0);
-    return;
-  }
-  http_respond(c, status, headers, n, text, strlen(text));
-  cJSON_free(text);
+  else
+    http_respond(c, status, headers, n, text.data, text.len);
+  buf_finish(&text);
 }
 
 void worker_respond_error_with(http_conn_t *c, int status, const char *message,
@@ -50,18 +52,15 @@ void worker_respond_error_with(http_conn_t *c, int status, const char *message,
 }
 
 void worker_sse_send(http_conn_t *c, const cJSON *json) {
-  char *text = cJSON_PrintUnformatted(json);
-  if (text == NULL) abort(); /* cJSON out of memory: mem.h's policy */
   buf_t b;
   buf_init(&b);
   buf_append_str(&b, "data: ");
-  buf_append_str(&b, text);
+  if (jsonrpc_print(&b, json) < 0) abort(); /* only an invalid item: a bug here */
   buf_append_str(&b, "\n\n");
   if (http_stream_write(c, b.data, b.len) != 0) {
     /* cut or closing: its close callback runs */
   }
   buf_finish(&b);
-  cJSON_free(text);
 }
 
 void worker_respond_error(http_conn_t *c, int status, const char *message) {

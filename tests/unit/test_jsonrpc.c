@@ -4,6 +4,7 @@
  * brackets inside strings and escaped quotes ignored), and the three
  * message builders' exact output.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -182,10 +183,81 @@ static void test_builders(void) {
   cJSON_Delete(r);
 }
 
+/* A random value of depth at most depth (deterministic: the caller seeds rand). */
+static cJSON *random_item(int depth) {
+  static const char *const texts[] = {"",
+                                      "a",
+                                      "caf\xc3\xa9",
+                                      "quote\" back\\ slash",
+                                      "ctl\x01\x1f\n\t",
+                                      "/slash",
+                                      "\xe2\x80\xa8 line sep",
+                                      "long long long text"};
+  static const double numbers[] = {0,
+                                   -0.0,
+                                   1,
+                                   -1,
+                                   42,
+                                   1e15,
+                                   1e15 + 1,
+                                   -1e15,
+                                   1e16,
+                                   9007199254740993.0,
+                                   0.5,
+                                   -2.25,
+                                   1e-7,
+                                   3.14159,
+                                   123456.789,
+                                   1e300,
+                                   -1e-300,
+                                   4294967296.0,
+                                   999999999999999.0};
+  int kind = rand() % (depth > 0 ? 8 : 6);
+  switch (kind) {
+  case 0: return cJSON_CreateNull();
+  case 1: return cJSON_CreateBool(rand() % 2);
+  case 2: return cJSON_CreateNumber(numbers[rand() % (int)(sizeof(numbers) / sizeof(*numbers))]);
+  case 3: return cJSON_CreateNumber((double)(rand() - RAND_MAX / 2) * (rand() % 1000));
+  case 4:
+  case 5: return cJSON_CreateString(texts[rand() % (int)(sizeof(texts) / sizeof(*texts))]);
+  case 6: {
+    cJSON *a = cJSON_CreateArray();
+    for (int i = rand() % 4; i > 0; i--) cJSON_AddItemToArray(a, random_item(depth - 1));
+    return a;
+  }
+  default: {
+    cJSON *o = cJSON_CreateObject();
+    for (int i = rand() % 4; i > 0; i--) {
+      char name[16];
+      snprintf(name, sizeof(name), i % 2 ? "k%d" : "\"%d\"", rand() % 100);
+      cJSON_AddItemToObject(o, name, random_item(depth - 1));
+    }
+    return o;
+  }
+  }
+}
+
+/* jsonrpc_print writes what cJSON_PrintUnformatted writes, byte for byte. */
+static void test_print_matches_cjson(void) {
+  srand(12345);
+  for (int n = 0; n < 20000; n++) {
+    cJSON *item = random_item(4);
+    char *want = cJSON_PrintUnformatted(item);
+    buf_t got;
+    buf_init(&got);
+    CHECK(jsonrpc_print(&got, item) == 0);
+    CHECK(want != NULL && got.len == strlen(want) && memcmp(got.data, want, got.len) == 0);
+    buf_finish(&got);
+    cJSON_free(want);
+    cJSON_Delete(item);
+  }
+}
+
 int main(void) {
   RUN(test_valid_kinds);
   RUN(test_invalid_shapes);
   RUN(test_depth);
   RUN(test_builders);
+  RUN(test_print_matches_cjson);
   return 0;
 }
