@@ -63,6 +63,7 @@ extern const char store_system_sql[];
 
 typedef struct store_stmt_slot {
   char *sql;
+  uint64_t hash; /* of sql: most lookups compare this, not the text */
   sqlite3_stmt *stmt;
   uint64_t last_used;
   bool busy; /* handed out and not yet put back */
@@ -75,8 +76,9 @@ typedef struct sq {
   store_stmt_slot cache[STORE_STMT_CACHE_SIZE];
   int n_cache;
   uint64_t clock;
-  bool batch; /* a group commit's transaction is open (store_batch_begin) */
-  int depth;  /* savepoints open inside it */
+  char **get_sql; /* per exported table (by index), its store_get_record statement's text */
+  bool batch;     /* a group commit's transaction is open (store_batch_begin) */
+  int depth;      /* savepoints open inside it */
 } sq_t;
 
 static inline sq_t *sq(store_t *s) {
@@ -145,13 +147,21 @@ static void store_sql_key(sqlite3_str *q, const store_table *t) {
  * store_stmt_put). When the cached statement for sql is already in use up
  * the stack, a private one is prepared and finalized on put.
  */
+/* FNV-1a of a statement's text. */
+static uint64_t store_sql_hash(const char *sql) {
+  uint64_t h = 0xcbf29ce484222325u;
+  for (const unsigned char *p = (const unsigned char *)sql; *p; p++) h = (h ^ *p) * 0x100000001b3u;
+  return h;
+}
+
 static int store_stmt_get(store_t *s, const char *sql, sqlite3_stmt **out, char *err,
                           size_t errlen) {
   bool cacheable = true;
+  uint64_t hash = store_sql_hash(sql);
   *out = NULL;
   for (int i = 0; i < sq(s)->n_cache; i++) {
     store_stmt_slot *slot = &sq(s)->cache[i];
-    if (strcmp(slot->sql, sql) != 0) continue;
+    if (slot->hash != hash || strcmp(slot->sql, sql) != 0) continue;
     if (!slot->busy) {
       slot->busy = true;
       slot->last_used = ++sq(s)->clock;
@@ -186,6 +196,7 @@ static int store_stmt_get(store_t *s, const char *sql, sqlite3_stmt **out, char 
     }
     if (slot != NULL) {
       slot->sql = mem_strdup(sql);
+      slot->hash = hash;
       slot->stmt = stmt;
       slot->busy = true;
       slot->last_used = ++sq(s)->clock;
@@ -787,12 +798,21 @@ done:
  * transaction (a write one unless read-only). *changed (may be NULL) says
  * whether the tables differ from the ones held before.
  */
+/* Forgets the statement texts built for the tables held (they are about to change). */
+static void store_get_sql_clear(store_t *s) {
+  if (sq(s)->get_sql == NULL) return;
+  for (int i = 0; i < s->n_tables; i++) sqlite3_free(sq(s)->get_sql[i]);
+  free(sq(s)->get_sql);
+  sq(s)->get_sql = NULL;
+}
+
 static int store_reload(store_t *s, bool *changed, char *err, size_t errlen) {
   store_table *tables = NULL;
   int n = 0;
   int ret = store_read_tables(s, &tables, &n, err, errlen);
   if (ret < 0) return ret;
   bool same = store_tables_equal(s->tables, s->n_tables, tables, n);
+  store_get_sql_clear(s);
   store_tables_free(s->tables, s->n_tables);
   s->tables = tables;
   s->n_tables = n;
@@ -954,6 +974,7 @@ static void sq_close(store_t *s) {
     free(sq(s)->cache[i].sql);
   }
   sq(s)->n_cache = 0;
+  store_get_sql_clear(s);
   store_tables_free(s->tables, s->n_tables);
   sqlite3_close_v2(sq(s)->db);
   free(s);
@@ -980,11 +1001,10 @@ static int sq_refresh_schema(store_t *s, bool *tables_changed) {
 /* Reads --------------------------------------------------------------------------- */
 
 /*
- * Appends `SELECT CAST(key AS TEXT)[, rowid], "c1", ... FROM "t"`: column 0
- * is the key as the audit log writes it, then the row as store_row_json
- * reads it.
+ * Appends `SELECT CAST(key AS TEXT)[, rowid], "c1", ...`: column 0 is the
+ * key as the audit log writes it, then the row as store_row_json reads it.
  */
-static void store_sql_select(sqlite3_str *q, const store_table *t) {
+static void store_sql_select_columns(sqlite3_str *q, const store_table *t) {
   sqlite3_str_appendall(q, "SELECT CAST(");
   store_sql_key(q, t);
   sqlite3_str_appendall(q, " AS TEXT)");
@@ -993,6 +1013,11 @@ static void store_sql_select(sqlite3_str *q, const store_table *t) {
     sqlite3_str_appendall(q, ", ");
     store_sql_ident(q, t->cols[c].name);
   }
+}
+
+/* store_sql_select_columns, then ` FROM "t"`. */
+static void store_sql_select(sqlite3_str *q, const store_table *t) {
+  store_sql_select_columns(q, t);
   sqlite3_str_appendall(q, " FROM ");
   store_sql_ident(q, t->name);
 }
@@ -1011,69 +1036,50 @@ static cJSON *store_row_json(const store_table *t, sqlite3_stmt *st) {
   return row;
 }
 
-static int store_key_version(store_t *s, const char *tbl, const char *key, int64_t *version) {
-  sqlite3_stmt *st;
-  int ret =
-      store_stmt_get(s, "SELECT max(seq) FROM audit_log WHERE tbl = ?1 AND key = ?2", &st, NULL, 0);
-  if (ret < 0) return ret;
-  sqlite3_bind_text(st, 1, tbl, -1, SQLITE_STATIC);
-  sqlite3_bind_text(st, 2, key, -1, SQLITE_STATIC);
-  ret = store_step_int64(s, st, version, NULL, 0);
-  store_stmt_put(s, st);
-  return ret;
+/*
+ * store_get_record's statement for t: store_sql_select's columns, then the
+ * record's version, in one statement (one snapshot: the version belongs to
+ * the row read, with no transaction of its own to begin and commit). Built
+ * once per table and schema.
+ */
+static const char *store_get_sql(store_t *s, const store_table *t) {
+  int i = (int)(t - s->tables);
+  assert(i >= 0 && i < s->n_tables);
+  if (sq(s)->get_sql == NULL) sq(s)->get_sql = mem_calloc((size_t)s->n_tables, sizeof(char *));
+  if (sq(s)->get_sql[i] != NULL) return sq(s)->get_sql[i];
+  sqlite3_str *q = store_sql_new(s);
+  store_sql_select_columns(q, t);
+  /* Exported tables never start with mcpsub_: the alias cannot be one of them. */
+  sqlite3_str_appendall(
+      q, ", (SELECT max(seq) FROM audit_log WHERE tbl = ?2 AND key = CAST(mcpsub_t.");
+  store_sql_key(q, t);
+  sqlite3_str_appendall(q, " AS TEXT)) FROM ");
+  store_sql_ident(q, t->name);
+  sqlite3_str_appendall(q, " AS mcpsub_t WHERE ");
+  store_sql_key(q, t);
+  sqlite3_str_appendall(q, " = ?1");
+  sq(s)->get_sql[i] = store_sql_finish(q);
+  return sq(s)->get_sql[i];
 }
 
 static int sq_get_record(store_t *s, const store_table *t, const char *key, cJSON **row,
                          int64_t *version) {
   sqlite3_stmt *st = NULL;
-  sqlite3_str *q;
-  char *sql, *key_text = NULL;
-  cJSON *result = NULL;
-  int ret, rc;
-
   *row = NULL;
   *version = 0;
   if (!store_key_valid(t, key)) return -ENOENT;
-  q = store_sql_new(s);
-  store_sql_select(q, t);
-  sqlite3_str_appendall(q, " WHERE ");
-  store_sql_key(q, t);
-  sqlite3_str_appendall(q, " = ?1");
-  sql = store_sql_finish(q);
-
-  /* One read transaction, so that the version belongs to the row read. */
-  ret = store_begin(s, false, NULL, 0);
-  if (ret < 0) goto done;
-  ret = store_stmt_get(s, sql, &st, NULL, 0);
-  if (ret < 0) goto done;
+  int ret = store_stmt_get(s, store_get_sql(s, t), &st, NULL, 0);
+  if (ret < 0) return ret;
   store_bind_key(st, 1, t, key);
-  rc = sqlite3_step(st);
-  if (rc == SQLITE_DONE) {
-    ret = -ENOENT;
-    goto done;
+  sqlite3_bind_text(st, 2, t->name, -1, SQLITE_STATIC);
+  int rc = sqlite3_step(st);
+  if (rc == SQLITE_ROW) {
+    *row = store_row_json(t, st);
+    *version = sqlite3_column_int64(st, 1 + (t->key_col < 0) + t->n_cols); /* NULL: 0 */
+  } else {
+    ret = rc == SQLITE_DONE ? -ENOENT : store_error(s, rc, NULL, 0);
   }
-  if (rc != SQLITE_ROW) {
-    ret = store_error(s, rc, NULL, 0);
-    goto done;
-  }
-  result = store_row_json(t, st);
-  key_text = mem_strdup(
-      sqlite3_column_type(st, 0) == SQLITE_NULL ? "" : (const char *)sqlite3_column_text(st, 0));
   store_stmt_put(s, st);
-  st = NULL;
-  ret = store_key_version(s, t->name, key_text, version);
-  if (ret < 0) goto done;
-  ret = store_commit(s, NULL, 0);
-  if (ret < 0) goto done;
-  *row = result;
-  result = NULL;
-
-done:
-  store_stmt_put(s, st);
-  store_rollback(s);
-  cJSON_Delete(result);
-  free(key_text);
-  sqlite3_free(sql);
   return ret;
 }
 
