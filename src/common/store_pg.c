@@ -47,6 +47,26 @@
  * Blocking libpq calls: the store is called on a writer thread and, for
  * reads, on the loop; only the LISTEN connection is non-blocking. Plain
  * PQexecParams, no prepared-statement cache: correctness first.
+ *
+ * Outages. A connection that broke (the server restarted, the network
+ * went away) is made again by pg_redial: the first attempt at once, then
+ * after PG_RETRY_MIN_MS doubling up to PG_RETRY_MAX_MS; until then every
+ * call fails at once with -ENOTCONN, without touching the network. An
+ * attempt is non-blocking (PQconnectStartParams): a call drives it for at
+ * most PG_CONNECT_STEP_MS and leaves it to a later call, PG_CONNECT_GAP_MS
+ * on, so a loop calling here is never held longer by a server that does
+ * not answer; an attempt not done within PG_CONNECT_TIMEOUT_MS is dropped.
+ * Once one handle of the process has reconnected, the others try at once.
+ * Every call first looks (one zero-timeout poll) whether its idle
+ * connection was ended by the server meanwhile, so that the first call
+ * after a restart reconnects instead of failing. A query on a connection
+ * whose peer vanished without a word is bounded only by TCP keepalives
+ * and tcp_user_timeout (pg_conn_keys; the target's URI may override them);
+ * a server that is alive but does not answer holds it. The LISTEN
+ * connection is made again the same way (its own backoff, once the main
+ * connection is back), LISTENs again, and moves data_version: the caller
+ * reads what it missed meanwhile. Nothing here retries a statement: a call
+ * that failed says so, and its caller decides.
  */
 #include "common/store_backend.h"
 
@@ -57,6 +77,7 @@
 #include <libpq-fe.h>
 #include <math.h>
 #include <poll.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -82,6 +103,19 @@ extern const char store_system_pg_sql[];
 #define PG_GAP_RETRIES 4
 /* Seqs store_audit_max_seq scans at most to extend a known horizon. */
 #define PG_HORIZON_SCAN 10000
+/* Reconnection backoff (pg_redial): the first attempt at once, then these, doubling. */
+#define PG_RETRY_MIN_MS 100
+#define PG_RETRY_MAX_MS 5000
+/*
+ * How long one call drives a connection attempt (enough for a local or LAN
+ * server to answer every step of it), and how long after that the next
+ * call may go on with it: a server that does not answer holds a loop for
+ * at most PG_CONNECT_STEP_MS at a time, a fifth of the time at most.
+ */
+#define PG_CONNECT_STEP_MS 50
+#define PG_CONNECT_GAP_MS  200
+/* An attempt still not connected after this is given up (and retried after the backoff). */
+#define PG_CONNECT_TIMEOUT_MS 5000
 
 /* The namespace of current_schema(), as SQL. */
 #define PG_SQL_SCHEMA "(SELECT oid FROM pg_namespace WHERE nspname = current_schema())"
@@ -113,11 +147,35 @@ typedef struct pg_table_info {
   pg_column_info *cols;
 } pg_table_info;
 
+/*
+ * A connection being made again after it broke (see "Outages" at the top):
+ * one attempt at a time, non-blocking, with a capped exponential backoff
+ * between failed attempts.
+ */
+typedef struct pg_redial {
+  const char *what;               /* "connection" or "LISTEN connection", for the log */
+  PGconn *attempt;                /* being made, or NULL */
+  PostgresPollingStatusType wait; /* what the attempt waits for (PQconnectPoll's last answer) */
+  int64_t give_up_ms;             /* the attempt is dropped at this time (monotonic ms) */
+  int64_t next_ms;                /* no step before this time */
+  int delay_ms;                   /* the backoff after the next failure: 0, then doubling */
+  unsigned failures;              /* attempts failed since the connection was lost */
+  uint64_t back_seen;             /* pg_redials_made when the last attempt started */
+} pg_redial;
+
+/*
+ * Connections made again by any handle of this process (the loop's, the
+ * writer thread's, a LISTEN one): the server is back, so a handle waiting
+ * out its backoff tries at once instead of failing for seconds more.
+ */
+static atomic_uint_fast64_t pg_redials_made;
+
 typedef struct pg_store {
   struct store base;
-  PGconn *conn;
+  PGconn *conn; /* never NULL; may be broken while lost */
   char *target;
-  bool lost; /* the connection broke: the next call resets it once */
+  bool lost; /* the connection broke: calls fail (-ENOTCONN) until redial makes a new one */
+  pg_redial redial;
   int lock_timeout_ms;
   pg_table_info *info; /* parallel to base.tables */
   char fingerprint[40];
@@ -126,6 +184,7 @@ typedef struct pg_store {
 
   /* Wake-ups: the LISTEN connection (store_wake_fd) and data_version's counter. */
   PGconn *listen;
+  pg_redial listen_redial;
   int listen_fd;       /* our own dup of its socket: the number store_wake_fd hands out */
   int retired_fd;      /* the previous one, closed once wake_fd handed out the new */
   bool listen_wanted;  /* store_wake_fd was called */
@@ -248,6 +307,16 @@ static int pg_param_json(pg_params *ps, const cJSON *v) {
 
 /* Errors and statements ------------------------------------------------------------- */
 
+/* The main connection broke: logged once, and calls fail until pg_ready made a new one. */
+static void pg_lose(pg_store *p, const char *why) {
+  if (p->lost) return;
+  char text[256];
+  snprintf(text, sizeof(text), "%s", why != NULL ? why : "");
+  text[strcspn(text, "\n")] = '\0';
+  log_warn("lost the connection to postgres; calls fail until it is back", "error", text);
+  p->lost = true;
+}
+
 /*
  * Maps a failed result (or, res NULL, the connection's state) to our errno
  * convention and copies the message into err. Constraint violations are
@@ -261,7 +330,7 @@ static int pg_error(pg_store *p, const PGresult *res, char *err, size_t errlen) 
   if (msg == NULL) msg = PQerrorMessage(p->conn);
   store_set_err(err, errlen, "%s", msg);
   if (PQstatus(p->conn) != CONNECTION_OK || (state != NULL && strncmp(state, "08", 2) == 0)) {
-    p->lost = true;
+    pg_lose(p, msg);
     return -ENOTCONN;
   }
   if (state == NULL) {
@@ -275,7 +344,7 @@ static int pg_error(pg_store *p, const PGresult *res, char *err, size_t errlen) 
   if (strcmp(state, "53100") == 0) return -ENOSPC;
   if (strncmp(state, "22", 2) == 0 || strcmp(state, "42804") == 0) return -EINVAL;
   if (strcmp(state, "57P01") == 0 || strcmp(state, "57P02") == 0 || strcmp(state, "57P03") == 0) {
-    p->lost = true;
+    pg_lose(p, msg);
     return -ENOTCONN;
   }
   log_warn("postgres error", "sqlstate", state, "error", msg);
@@ -352,24 +421,180 @@ static int pg_apply_lock_timeout(pg_store *p) {
   return pg_exec(p, sql, NULL, 0);
 }
 
+/* Connections ------------------------------------------------------------------------ */
+
+/* Server notices (NOTICE: relation ... already exists) are not ours to print. */
+static void pg_notice_ignore(void *arg, const char *message) {
+  (void)arg;
+  (void)message;
+}
+
+static int64_t pg_monotonic_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
 /*
- * Every public call starts here: after a lost connection, one reset (and
- * the session's settings again); -ENOTCONN when the server is still away.
+ * What every connection asks for unless the target says otherwise (it
+ * comes after them, and its settings win): keepalives that notice a peer
+ * gone silent within about 11 s (5 s idle, then 3 probes 2 s apart), and
+ * sent data left unacknowledged given up after 10 s, so that a call on a
+ * connection whose server vanished ends. connect_timeout bounds only the
+ * blocking connect at start; later attempts have their own bounds
+ * (pg_redial). client_encoding comes after the target: always UTF8.
+ */
+static const char *const pg_conn_keys[] = {"connect_timeout",
+                                           "keepalives",
+                                           "keepalives_idle",
+                                           "keepalives_interval",
+                                           "keepalives_count",
+                                           "tcp_user_timeout",
+                                           "dbname",
+                                           "client_encoding",
+                                           NULL};
+
+/* A new connection to target: made now (blocking) or, start, only started (PQconnectStart). */
+static PGconn *pg_conn_new(const char *target, bool start) {
+  const char *const values[] = {"10", "1", "5", "2", "3", "10000", target, "UTF8", NULL};
+  PGconn *c = start ? PQconnectStartParams(pg_conn_keys, values, 1)
+                    : PQconnectdbParams(pg_conn_keys, values, 1);
+  if (c != NULL) PQsetNoticeProcessor(c, pg_notice_ignore, NULL);
+  return c;
+}
+
+/*
+ * Is c still connected? An idle connection has nothing to read: when its
+ * socket is readable, the server said something on its own (usually the
+ * FATAL of a shutdown, then the close), which is read now.
+ */
+static bool pg_conn_alive(PGconn *c) {
+  if (PQstatus(c) != CONNECTION_OK) return false;
+  struct pollfd pfd = {.fd = PQsocket(c), .events = POLLIN};
+  if (poll(&pfd, 1, 0) != 1) return true;
+  return PQconsumeInput(c) == 1 && PQstatus(c) == CONNECTION_OK;
+}
+
+/* Drives r's attempt until it connects (0), fails (-ENOTCONN) or until_ms passes (-EINPROGRESS). */
+static int pg_redial_drive(pg_redial *r, int64_t until_ms) {
+  for (;;) {
+    if (r->wait == PGRES_POLLING_OK) return 0;
+    if (r->wait == PGRES_POLLING_FAILED || PQstatus(r->attempt) == CONNECTION_BAD) return -ENOTCONN;
+    int64_t left = until_ms - pg_monotonic_ms();
+    if (left <= 0) return -EINPROGRESS;
+    struct pollfd pfd = {.fd = PQsocket(r->attempt),
+                         .events = r->wait == PGRES_POLLING_READING ? POLLIN : POLLOUT};
+    int n = poll(&pfd, 1, (int)left);
+    if (n < 0 && errno != EINTR) return -ENOTCONN;
+    if (n > 0) r->wait = PQconnectPoll(r->attempt);
+  }
+}
+
+/* An attempt failed (or what followed it did): the next one after the backoff. */
+static void pg_redial_failed(pg_redial *r, const char *why) {
+  char text[256];
+  snprintf(text, sizeof(text), "%s", why != NULL && why[0] != '\0' ? why : "unknown error");
+  text[strcspn(text, "\n")] = '\0';
+  r->delay_ms = r->delay_ms == 0                     ? PG_RETRY_MIN_MS
+                : r->delay_ms >= PG_RETRY_MAX_MS / 2 ? PG_RETRY_MAX_MS
+                                                     : 2 * r->delay_ms;
+  r->next_ms = pg_monotonic_ms() + r->delay_ms;
+  char delay[24];
+  snprintf(delay, sizeof(delay), "%d", r->delay_ms);
+  /* Once per outage as a warning; each later attempt only in the debug log. */
+  if (r->failures++ == 0)
+    log_warn("cannot reach postgres; retrying with backoff", "what", r->what, "error", text);
+  else
+    log_debug("postgres still unreachable", "what", r->what, "retry_ms", delay, "error", text);
+}
+
+/*
+ * One step of making a connection again: nothing before the backoff's
+ * time; else starts an attempt (or goes on with one) for at most
+ * PG_CONNECT_STEP_MS. Returns the new connection (the caller owns it) or
+ * NULL: not yet, or failed (logged; the backoff grows).
+ */
+static PGconn *pg_redial_step(pg_redial *r, const char *target) {
+  int64_t now = pg_monotonic_ms();
+  bool back = atomic_load(&pg_redials_made) != r->back_seen;
+  if (now < r->next_ms && !back) return NULL;
+  if (back && r->attempt != NULL) {
+    /* Started while the server was away (it may hang on a dead path): start afresh. */
+    PQfinish(r->attempt);
+    r->attempt = NULL;
+  }
+  if (r->attempt == NULL) {
+    r->back_seen = atomic_load(&pg_redials_made);
+    r->attempt = pg_conn_new(target, true);
+    if (r->attempt == NULL) {
+      pg_redial_failed(r, "out of memory");
+      return NULL;
+    }
+    r->wait = PGRES_POLLING_WRITING; /* libpq's rule for the first wait */
+    r->give_up_ms = now + PG_CONNECT_TIMEOUT_MS;
+  }
+  int64_t until =
+      now + PG_CONNECT_STEP_MS < r->give_up_ms ? now + PG_CONNECT_STEP_MS : r->give_up_ms;
+  int rc = pg_redial_drive(r, until);
+  if (rc == 0) {
+    PGconn *c = r->attempt;
+    r->attempt = NULL;
+    r->delay_ms = 0;
+    r->next_ms = 0;
+    r->failures = 0;
+    r->back_seen = atomic_fetch_add(&pg_redials_made, 1) + 1;
+    return c;
+  }
+  now = pg_monotonic_ms();
+  if (rc == -EINPROGRESS && now < r->give_up_ms) {
+    r->next_ms = now + PG_CONNECT_GAP_MS; /* the caller's loop runs meanwhile */
+    return NULL;
+  }
+  pg_redial_failed(r, rc == -EINPROGRESS ? "connect timeout" : PQerrorMessage(r->attempt));
+  PQfinish(r->attempt);
+  r->attempt = NULL;
+  return NULL;
+}
+
+static void pg_redial_finish(pg_redial *r) {
+  PQfinish(r->attempt);
+  r->attempt = NULL;
+}
+
+/* The settings of a new main connection: lock_timeout, read-only for a read-only handle. */
+static int pg_conn_setup(pg_store *p, char *err, size_t errlen) {
+  int ret = pg_apply_lock_timeout(p);
+  if (ret == 0 && p->base.readonly)
+    ret = pg_exec(p, "SET default_transaction_read_only = on", err, errlen);
+  return ret;
+}
+
+/*
+ * Every public call starts here. Connected: 0 (after making sure no
+ * transaction of ours is open). Lost: one step of pg_redial, and
+ * -ENOTCONN until it made a new connection (set up like the first).
  */
 static int pg_ready(pg_store *p) {
-  if (!p->lost && PQstatus(p->conn) == CONNECTION_OK) {
+  if (!p->lost && pg_conn_alive(p->conn)) {
     /* A call that failed half-way never leaves a transaction open, but be sure. */
     if (PQtransactionStatus(p->conn) != PQTRANS_IDLE) pg_rollback(p);
     return 0;
   }
-  PQreset(p->conn);
-  if (PQstatus(p->conn) != CONNECTION_OK) {
+  pg_lose(p, PQerrorMessage(p->conn));
+  PGconn *c = pg_redial_step(&p->redial, p->target);
+  if (c == NULL) return -ENOTCONN;
+  PQfinish(p->conn);
+  p->conn = c;
+  p->lost = false;
+  char err[256] = "";
+  int ret = pg_conn_setup(p, err, sizeof(err));
+  if (ret < 0) {
     p->lost = true;
+    pg_redial_failed(&p->redial, err);
     return -ENOTCONN;
   }
-  p->lost = false;
   log_info("reconnected to postgres");
-  return pg_apply_lock_timeout(p);
+  return 0;
 }
 
 static int pg_begin(pg_store *p, char *err, size_t errlen) {
@@ -665,6 +890,8 @@ static void pg_free(pg_store *p) {
   if (p == NULL) return;
   if (p->conn) PQfinish(p->conn);
   if (p->listen) PQfinish(p->listen);
+  pg_redial_finish(&p->redial);
+  pg_redial_finish(&p->listen_redial);
   if (p->listen_fd >= 0) close(p->listen_fd);
   if (p->retired_fd >= 0) close(p->retired_fd);
   store_tables_free(p->base.tables, p->base.n_tables);
@@ -679,12 +906,6 @@ static void pg_close(store_t *s) {
   pg_free(pg_of(s));
 }
 
-/* Server notices (NOTICE: relation ... already exists) are not ours to print. */
-static void pg_notice_ignore(void *arg, const char *message) {
-  (void)arg;
-  (void)message;
-}
-
 /* Connects to target with the settings every handle has. */
 static int pg_connect(const char *target, bool readonly, pg_store **out, char *err, size_t errlen) {
   pg_store *p = mem_calloc(1, sizeof(*p));
@@ -693,8 +914,10 @@ static int pg_connect(const char *target, bool readonly, pg_store **out, char *e
   p->target = mem_strdup(target);
   p->lock_timeout_ms = STORE_BUSY_TIMEOUT_MS;
   p->listen_fd = p->retired_fd = -1;
+  p->redial.what = "connection";
+  p->listen_redial.what = "LISTEN connection";
   *out = NULL;
-  p->conn = PQconnectdb(target);
+  p->conn = pg_conn_new(target, false);
   if (p->conn == NULL || PQstatus(p->conn) != CONNECTION_OK) {
     store_set_err(err, errlen, "cannot connect to postgres: %s",
                   p->conn ? PQerrorMessage(p->conn) : "out of memory");
@@ -703,10 +926,7 @@ static int pg_connect(const char *target, bool readonly, pg_store **out, char *e
     pg_free(p);
     return -ENOTCONN;
   }
-  PQsetNoticeProcessor(p->conn, pg_notice_ignore, NULL);
-  int ret = PQsetClientEncoding(p->conn, "UTF8") == 0 ? 0 : -EIO;
-  if (ret == 0) ret = pg_apply_lock_timeout(p);
-  if (ret == 0 && readonly) ret = pg_exec(p, "SET default_transaction_read_only = on", err, errlen);
+  int ret = pg_conn_setup(p, err, errlen);
   if (ret < 0) {
     store_set_err(err, errlen, "cannot set up the postgres connection: %s",
                   PQerrorMessage(p->conn));
@@ -1752,17 +1972,19 @@ static int pg_audit_list(store_t *s, const char *table, int limit,
 
 /* Audit log: wake-ups -------------------------------------------------------------------- */
 
-/* Opens the LISTEN connection, non-blocking. NULL (logged) when the server is away. */
+/*
+ * One step of (re)making the LISTEN connection (pg_redial: nothing before
+ * its backoff's time), then LISTEN on it and make it non-blocking. NULL
+ * when not (yet) made; a failure is logged and backs off.
+ */
 static PGconn *pg_listen_open(pg_store *p) {
-  PGconn *c = PQconnectdb(p->target);
-  if (c != NULL && PQstatus(c) == CONNECTION_OK) {
-    PQsetNoticeProcessor(c, pg_notice_ignore, NULL);
-    PGresult *r = PQexec(c, "LISTEN " PG_CHANNEL);
-    bool ok = PQresultStatus(r) == PGRES_COMMAND_OK;
-    PQclear(r);
-    if (ok && PQsetnonblocking(c, 1) == 0) return c;
-  }
-  log_warn("cannot LISTEN on postgres", "error", c ? PQerrorMessage(c) : "out of memory");
+  PGconn *c = pg_redial_step(&p->listen_redial, p->target);
+  if (c == NULL) return NULL;
+  PGresult *r = PQexec(c, "LISTEN " PG_CHANNEL);
+  bool ok = PQresultStatus(r) == PGRES_COMMAND_OK;
+  PQclear(r);
+  if (ok && PQsetnonblocking(c, 1) == 0) return c;
+  pg_redial_failed(&p->listen_redial, PQerrorMessage(c));
   PQfinish(c);
   return NULL;
 }
@@ -1772,30 +1994,33 @@ static PGconn *pg_listen_open(pg_store *p) {
  * what the caller polls: libpq closes its own descriptor the moment it sees
  * the connection end, and a new connection could then get the same number
  * while the caller still polls it. Our duplicate keeps the number taken
- * until the caller has moved to the new one (pg_data_version).
+ * until the caller has moved to the new one (pg_data_version). Returns
+ * whether it is open.
  */
-static void pg_listen_connect(pg_store *p) {
+static bool pg_listen_connect(pg_store *p) {
   p->listen = pg_listen_open(p);
   p->listen_fd = -1;
-  if (p->listen != NULL) {
-    p->listen_fd = fcntl(PQsocket(p->listen), F_DUPFD_CLOEXEC, 0);
-    if (p->listen_fd < 0) {
-      log_warn("cannot duplicate the LISTEN socket", "error", strerror(errno));
-      PQfinish(p->listen);
-      p->listen = NULL;
-    }
+  if (p->listen == NULL) return false;
+  p->listen_fd = fcntl(PQsocket(p->listen), F_DUPFD_CLOEXEC, 0);
+  if (p->listen_fd < 0) {
+    log_warn("cannot duplicate the LISTEN socket", "error", strerror(errno));
+    PQfinish(p->listen);
+    p->listen = NULL;
+    return false;
   }
+  return true;
 }
 
 /*
  * The LISTEN connection's socket, opened on the first call. After a
  * reconnection (data_version) it is another socket: the caller polls the
  * new one; the old is closed only on the next data_version, so that the
- * caller can stop polling it first. -1 when not connected.
+ * caller can stop polling it first. -1 when not connected (data_version
+ * makes it again, after a backoff, and then moves).
  */
 static int pg_wake_fd(store_t *s) {
   pg_store *p = pg_of(s);
-  if (p->listen == NULL) {
+  if (p->listen == NULL && !p->listen_wanted) {
     pg_listen_connect(p);
     p->wake_count++; /* whatever came before the LISTEN: the caller reads once more */
   }
@@ -1806,13 +2031,13 @@ static int pg_wake_fd(store_t *s) {
 
 /*
  * Reads what the LISTEN connection c received; *moved is set when a
- * notification was among it. False when c is NULL or broken. A server that
- * ends the connection first sends an error, then closes: while the socket
+ * notification was among it. False when c is broken. A server that ends
+ * the connection first sends an error, then closes: while the socket
  * stays readable after a read, read again, so that the close is seen now
  * and not on the next wake-up (which would never come).
  */
 static bool pg_listen_drain(PGconn *c, bool *moved) {
-  for (int round = 0; c != NULL && round < 4; round++) {
+  for (int round = 0; round < 4; round++) {
     if (PQconsumeInput(c) == 0 || PQstatus(c) != CONNECTION_OK) return false;
     PGnotify *note;
     while ((note = PQnotifies(c)) != NULL) {
@@ -1822,14 +2047,18 @@ static bool pg_listen_drain(PGconn *c, bool *moved) {
     struct pollfd pfd = {.fd = PQsocket(c), .events = POLLIN};
     if (poll(&pfd, 1, 0) != 1) return true;
   }
-  return c != NULL;
+  return true;
 }
 
 /*
  * Moves when a NOTIFY arrived on the LISTEN connection (drained here), and
- * when that connection broke and was made again (the caller reads to catch
- * up). Before store_wake_fd is ever called it moves on every call: the
- * caller then always reads, which is safe and cheap.
+ * when that connection was made again after it broke (what was committed
+ * meanwhile notified nobody: the caller reads to catch up). A broken one
+ * is made again once the main connection is back, after its own backoff;
+ * its old socket stays open until wake_fd handed out the next (the caller
+ * may still poll it, and it reads as end of file). Before store_wake_fd is
+ * ever called it moves on every call: the caller then always reads, which
+ * is safe and cheap.
  */
 static int pg_data_version(store_t *s, int64_t *version) {
   pg_store *p = pg_of(s);
@@ -1842,14 +2071,22 @@ static int pg_data_version(store_t *s, int64_t *version) {
     return 0;
   }
   bool moved = false;
-  if (pg_listen_drain(p->listen, &moved)) {
-  } else {
-    /* Broken (or never made): a new connection on another fd; the old fd waits. */
+  if (p->listen != NULL && !pg_listen_drain(p->listen, &moved)) {
+    char text[256];
+    snprintf(text, sizeof(text), "%s", PQerrorMessage(p->listen));
+    text[strcspn(text, "\n")] = '\0';
+    log_warn("lost the LISTEN connection to postgres; reconnecting", "error", text);
     if (p->retired_fd >= 0) close(p->retired_fd);
     p->retired_fd = p->listen_fd;
+    p->listen_fd = -1;
     PQfinish(p->listen);
-    pg_listen_connect(p);
-    p->new_fd_pending = true; /* the old stays open until wake_fd hands out the new */
+    p->listen = NULL;
+    p->new_fd_pending = true;
+    moved = true;
+  }
+  if (p->listen == NULL && pg_ready(p) == 0 && pg_listen_connect(p)) {
+    log_info("listening to postgres for changes");
+    p->new_fd_pending = true;
     moved = true;
   }
   if (moved) p->wake_count++;

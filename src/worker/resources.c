@@ -288,7 +288,8 @@ static cJSON *read_collection(mcp_call *call, const char *uri_text, const uri_t 
   } else if (rc == -EINVAL) {
     mcp_call_fail(call, JSONRPC_INVALID_PARAMS, "invalid cursor");
   } else if (rc != 0) {
-    mcp_call_fail(call, JSONRPC_INTERNAL_ERROR, "database error reading %s", t->name);
+    mcp_call_fail(call, JSONRPC_INTERNAL_ERROR, "%s reading %s",
+                  rc == -ENOTCONN ? "database unavailable (retry)" : "database error", t->name);
   } else {
     buf_t text;
     buf_init(&text);

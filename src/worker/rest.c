@@ -222,9 +222,13 @@ static bool rest_allowed(worker_t *w, http_conn_t *c, const http_request_t *req,
   if (scope.scoped && u->kind == URI_RECORD) {
     cJSON *row = NULL;
     int64_t version;
-    bool in = store_get_record(w->store, t, u->key, &row, &version) == 0 &&
-              auth_scope_matches(&scope, row);
+    int rc = store_get_record(w->store, t, u->key, &row, &version);
+    bool in = rc == 0 && auth_scope_matches(&scope, row);
     cJSON_Delete(row);
+    if (rc == -ENOTCONN || rc == -EBUSY) {
+      rest_store_error(c, rc, ""); /* not "not found": the database could not say */
+      return false;
+    }
     if (!in) {
       worker_respond_error(c, 404, "not found");
       return false;

@@ -6,6 +6,7 @@
  */
 #include "worker/tailer.h"
 
+#include <errno.h>
 #include <libgen.h>
 #include <stdio.h>
 #include <string.h>
@@ -29,6 +30,7 @@ void tailer_init(tailer_t *t, uv_loop_t *loop, store_t *store, const char *db_pa
   t->ops = ops;
   t->data = data;
   t->wake_fd = -1;
+  t->wake_socket = strcmp(store_backend_name(db_path), "sqlite") != 0;
   char *a = mem_strdup(db_path), *b = mem_strdup(db_path);
   t->db_dir = mem_strdup(dirname(a));
   t->db_name = mem_strdup(basename(b));
@@ -57,23 +59,51 @@ static void tailer_check_schema(tailer_t *t) {
 
 static int tailer_on_row(const store_audit_row *row, void *data) {
   tailer_t *t = data;
-  t->cursor = row->seq;
+  t->cursor = t->last_head = row->seq;
   t->changes++;
   t->ops->on_change(row, t->data);
   return 0;
 }
 
+/* A read failed: behind until one succeeds (logged once per episode). */
+static void tailer_fell_behind(tailer_t *t, int rc) {
+  if (t->behind) return;
+  t->behind = true;
+  char pos[24];
+  snprintf(pos, sizeof(pos), "%lld", (long long)t->cursor);
+  log_warn("audit log read failed; retrying on every wake-up", "error", strerror(-rc), "cursor",
+           pos);
+}
+
+/* A read succeeded after a failure: what was missed was read from the cursor on. */
+static void tailer_caught_up(tailer_t *t) {
+  if (!t->behind) return;
+  t->behind = false;
+  char pos[24];
+  snprintf(pos, sizeof(pos), "%lld", (long long)t->cursor);
+  log_info("audit log read again", "cursor", pos);
+}
+
 void tailer_run(tailer_t *t) {
   if (!t->active) return;
   tailer_check_schema(t);
+  if (t->unpositioned) {
+    int rc = store_audit_max_seq(t->store, &t->cursor);
+    if (rc != 0) {
+      tailer_fell_behind(t, rc);
+      return;
+    }
+    t->unpositioned = false;
+    t->last_head = t->cursor;
+  }
   int batches = 0;
   for (;;) {
     int64_t before = t->cursor;
     int n = 0;
     int rc = store_audit_read(t->store, t->cursor, TAILER_BATCH, tailer_on_row, t, &n);
     if (rc != 0) {
-      log_warn("audit log read failed; retrying on the next wake-up");
-      break;
+      tailer_fell_behind(t, rc);
+      return;
     }
     if (n > 0 && t->ops->on_batch_end != NULL) t->ops->on_batch_end(t->data);
     if (n < TAILER_BATCH || t->cursor == before) break;
@@ -82,6 +112,7 @@ void tailer_run(tailer_t *t) {
       break;
     }
   }
+  tailer_caught_up(t);
 }
 
 void tailer_kick(tailer_t *t) {
@@ -93,15 +124,22 @@ static void tailer_on_kick(uv_timer_t *h) {
   tailer_run(h->data);
 }
 
-/* Another connection committed iff data_version moved. Returns whether it did. */
+/*
+ * Another connection committed iff data_version moved: then, or while
+ * behind, reads. Returns whether it moved.
+ */
 static bool tailer_wake_external(tailer_t *t) {
   int64_t v;
   int rc = store_data_version(t->store, &v);
-  if (t->wake != NULL) tailer_watch_wake(t); /* the backend may have reconnected */
-  if (rc != 0 || v == t->data_version) return false;
-  t->data_version = v;
-  tailer_run(t);
-  return true;
+  /*
+   * The backend may have replaced its wake-up socket (a reconnection), or
+   * have one again after it had none (it was away): follow it.
+   */
+  if (t->wake_socket) tailer_watch_wake(t);
+  bool moved = rc == 0 && v != t->data_version;
+  if (moved) t->data_version = v;
+  if (moved || t->behind) tailer_run(t);
+  return moved;
 }
 
 static void tailer_on_recheck(uv_timer_t *h) {
@@ -117,7 +155,7 @@ static void tailer_on_poll(uv_timer_t *h) {
    * backend with a wake-up socket it sends nothing (DDL fires no trigger):
    * the safety poll looks at the schema itself.
    */
-  if (t->wake != NULL) tailer_check_schema(t);
+  if (t->wake_socket) tailer_check_schema(t);
   tailer_wake_external(t);
 }
 
@@ -183,10 +221,26 @@ void tailer_set_active(tailer_t *t, bool active) {
     tailer_stop_wake(t);
     return;
   }
-  if (store_audit_max_seq(t->store, &t->cursor) != 0) t->cursor = 0;
+  int64_t head;
+  int rc = store_audit_max_seq(t->store, &head);
+  if (rc == 0) {
+    t->cursor = t->last_head = head;
+    t->unpositioned = false;
+  } else {
+    /*
+     * The log cannot be read now (the database is away): start from the
+     * newest position known, which is at or below the head, so nothing
+     * committed after the start is missed; knowing none, from the head
+     * once it can be read. Reading fails until then: behind.
+     */
+    t->cursor = t->last_head;
+    t->unpositioned = t->last_head == 0;
+    tailer_fell_behind(t, rc);
+  }
   if (store_data_version(t->store, &t->data_version) != 0) t->data_version = 0;
-  if (!tailer_watch_wake(t)) {
-    int rc = uv_fs_event_start(&t->watch, tailer_on_fs, t->db_dir, 0);
+  /* A wake-up socket that is away now: the safety poll watches it once it is back. */
+  if (!tailer_watch_wake(t) && !t->wake_socket) {
+    rc = uv_fs_event_start(&t->watch, tailer_on_fs, t->db_dir, 0);
     t->watching = rc == 0;
     if (rc != 0)
       log_warn("cannot watch the database directory; polling only", "error", uv_strerror(rc));
@@ -195,9 +249,10 @@ void tailer_set_active(tailer_t *t, bool active) {
 }
 
 int64_t tailer_position(tailer_t *t) {
-  if (t->active) return t->cursor;
+  if (t->active && !t->unpositioned) return t->cursor;
   int64_t seq = 0;
-  if (store_audit_max_seq(t->store, &seq) != 0) seq = 0;
+  if (store_audit_max_seq(t->store, &seq) != 0) return t->last_head; /* the database is away */
+  t->last_head = seq;
   return seq;
 }
 

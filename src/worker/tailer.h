@@ -17,6 +17,13 @@
  *
  * It runs only while its owner says so (tailer_set_active): a worker with
  * no subscription, waiter or stream reads nothing.
+ *
+ * When the database is away (PostgreSQL: -ENOTCONN until the store has
+ * reconnected), a read fails and the cursor stays where it was: the
+ * tailer is then behind, and every wake-up (the safety poll included)
+ * reads again, whether data_version moved or not, until a read succeeds
+ * and it has caught up from its cursor. Nothing is skipped, nothing handed
+ * on twice. The failure and the recovery are logged once each.
  */
 #ifndef MCPSUB_TAILER_H
 #define MCPSUB_TAILER_H
@@ -63,12 +70,16 @@ typedef struct tailer {
   uv_fs_event_t watch;
   uv_poll_t *wake; /* on store_wake_fd's socket, when the backend has one */
   int wake_fd;
+  bool wake_socket; /* the backend has one (not SQLite), though it may be away now */
   uv_timer_t poll;
   uv_timer_t kick;    /* zero-delay timer: runs the tailer on the next loop turn */
   uv_timer_t recheck; /* re-reads data_version shortly after a file event */
   int rechecks_left;
-  int64_t cursor; /* last seq handed on */
+  int64_t cursor;    /* last seq handed on */
+  int64_t last_head; /* the newest position known (cursor, or the log's head when inactive) */
   int64_t data_version;
+  bool behind;       /* the last read failed: read on every wake-up until one succeeds */
+  bool unpositioned; /* started while the head could not be read (and none was known) */
   bool active;
   bool watching;
   bool closing;
@@ -80,14 +91,19 @@ void tailer_init(tailer_t *t, uv_loop_t *loop, store_t *store, const char *db_pa
                  const tailer_ops *ops, void *data);
 /*
  * Starts or stops following the log. Starting positions the cursor at the
- * newest change (omitCurrent: nothing older is handed on).
+ * newest change (omitCurrent: nothing older is handed on); when the log
+ * cannot be read then, at the newest position it knew (or, knowing none,
+ * at the newest change once the log can be read).
  */
 void tailer_set_active(tailer_t *t, bool active);
 /* Reads new changes on the next loop turn (after this process committed). */
 void tailer_kick(tailer_t *t);
 /* Reads everything committed so far, now. */
 void tailer_run(tailer_t *t);
-/* The position of the feed: the cursor when active, else the newest seq. */
+/*
+ * The position of the feed: the cursor when active, else the newest seq
+ * (the newest known when the log cannot be read).
+ */
 int64_t tailer_position(tailer_t *t);
 /* Closes the handles; the loop finishes them. */
 void tailer_close(tailer_t *t);

@@ -41,6 +41,20 @@ export function pgCluster() {
   return cluster;
 }
 
+/*
+ * Stops the cluster as an operator would (fast shutdown: every client is
+ * disconnected) and keeps it, data and port, for pgResume. For the outage
+ * tests: a server's connections break and cannot be made again meanwhile.
+ */
+export function pgPause() {
+  execFileSync(PG_CLUSTER, ['pause', pgCluster().dir], { stdio: ['ignore', 'ignore', 'inherit'], timeout: 60000 });
+}
+
+/* Starts the cluster pgPause stopped again, on the same port (the same URIs work). */
+export function pgResume() {
+  execFileSync(PG_CLUSTER, ['resume', pgCluster().dir], { stdio: ['ignore', 'ignore', 'inherit'], timeout: 60000 });
+}
+
 /* Runs sql (psql, stopping at the first error) on the database whose URI is uri. */
 export function psql(uri, sql, { timeoutMs = 20000 } = {}) {
   try {
