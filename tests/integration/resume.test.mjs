@@ -389,8 +389,9 @@ test('resuming from an id at position 0 (empty audit log) is exact, not the prun
   }
 });
 
-test('--coalesce-ms 300: five quick changes to one record give two notifications, the first at once and the last at the window end, in commit order', async () => {
-  const co = await startServer({ args: ['--coalesce-ms', '300'] });
+test('--coalesce-ms 600: five quick changes to one record give two notifications, the first at once and the last at the window end, in commit order', async () => {
+  // A window wide enough for five commits on a loaded machine, on either store.
+  const co = await startServer({ args: ['--coalesce-ms', '600'] });
   try {
     const B = co.base;
     const s = await McpSession.open(co.port);
@@ -425,7 +426,7 @@ test('--coalesce-ms 300: five quick changes to one record give two notifications
       conn.close();
     }
     const spread = sqliteRows(co.dbPath, `SELECT max(committed_at) - min(committed_at) AS ms FROM audit_log WHERE seq IN (${seqs.join(',')})`)[0].ms;
-    assert.ok(spread < 200, `the five changes were committed ${spread} ms apart (they must fit in the 300 ms window)`);
+    assert.ok(spread < 450, `the five changes were committed ${spread} ms apart (they must fit in the 600 ms window)`);
     // Another record in the window is its own URI: not merged into A-100's update.
     const other = await rest(co.port, 'PATCH', '/Product/B-200', { price_cents: 9 });
     const otherSeq = Number(JSON.parse(other.headers.etag));
@@ -439,9 +440,9 @@ test('--coalesce-ms 300: five quick changes to one record give two notifications
     assert.ok(order.indexOf(otherSeq) > order.indexOf(seqs[4]), `B-200 (${otherSeq}) overtook A-100's held change: ${order}`);
     assert.equal(idSeq(both[1].id), seqs[4], 'the trailing edge carries the last change');
     const firstCommit = sqliteRows(co.dbPath, `SELECT committed_at AS t FROM audit_log WHERE seq = ${seqs[0]}`)[0].t;
-    assert.ok(both[1].t - firstCommit >= 290, `the trailing notification came ${both[1].t - firstCommit} ms after the first change (window 300 ms)`);
+    assert.ok(both[1].t - firstCommit >= 590, `the trailing notification came ${both[1].t - firstCommit} ms after the first change (window 600 ms)`);
     assert.ok(both[1].t - t0 < 3000, `the trailing notification came ${both[1].t - t0} ms after the changes`);
-    await sleep(700); // two more windows: nothing else may come
+    await sleep(1300); // two more windows: nothing else may come
     assert.deepEqual(st.updates(record).map((e) => idSeq(e.id)), [seqs[0], seqs[4]], st.describe());
     // Per subscription: the collection was coalesced on its own, the same way.
     assert.deepEqual(
@@ -454,7 +455,7 @@ test('--coalesce-ms 300: five quick changes to one record give two notifications
     const res = await rest(co.port, 'PATCH', '/Product/A-100', { price_cents: 4999 });
     const seq = Number(JSON.parse(res.headers.etag));
     await st.waitUntil((x) => x.updates(record).some((e) => idSeq(e.id) === seq), { timeoutMs: 1000, what: 'the next change' });
-    assert.ok(Date.now() - t1 < 250, `a change after the window waited ${Date.now() - t1} ms (window 300 ms)`);
+    assert.ok(Date.now() - t1 < 500, `a change after the window waited ${Date.now() - t1} ms (window 600 ms)`);
     st.close();
     await s.delete();
     await waitStatus(co.port, { sessions: 0, streams: 0, subscriptions: 0 });
