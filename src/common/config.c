@@ -575,10 +575,10 @@ static const config_flag config_flags[] = {
      "connections may take before they are closed",
      config_set_drain_timeout},
     {"--drain-grace-ms", "MS", "0",
-     "on a drain, how long idle keep-alive connections stay open (answering\n"
-     "with Connection: close) so that a load balancer reusing one before its\n"
-     "health check saw the drain is answered; set it to the balancer's\n"
-     "detection time (fall x inter): see deploy/haproxy/mcpsub.cfg",
+     "on SIGTERM or SIGINT, how long to go on serving while /readyz answers\n"
+     "503 before the drain begins, so that a load balancer takes the host out\n"
+     "while nothing it sends is refused; set it to the balancer's detection\n"
+     "time (fall x inter): see deploy/haproxy/mcpsub.cfg",
      config_set_drain_grace},
     {"--control-socket", "PATH", "mcpsubd.sock beside a SQLite --db",
      "unix socket of the control interface (mcpsubctl)", config_set_control_socket},

@@ -54,7 +54,7 @@ typedef struct config {
   uint64_t max_wait_ms;      /* --max-wait seconds: cap of wait_and_read's timeoutMs, default 300 */
   int workers;               /* --workers: worker processes; 0 = one process; default: CPUs */
   uint64_t drain_timeout_ms; /* --drain-timeout seconds: longest graceful stop, default 10 */
-  uint64_t drain_grace_ms;   /* --drain-grace-ms: idle keep-alive connections kept on a drain */
+  uint64_t drain_grace_ms;   /* --drain-grace-ms: /readyz 503 this long before a drain */
   const char *control_socket; /* --control-socket, default <directory of --db>/mcpsubd.sock */
   size_t max_connections;     /* --max-connections: open TCP connections in all, 0 = none */
   size_t max_connections_per_address; /* --max-connections-per-address, 0 = none */

@@ -321,6 +321,44 @@ int64_t store_now_ms(void) {
   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+int store_bulk_parse(const store_table *t, const store_filter *filters, size_t n, const cJSON *set,
+                     const store_guard *guard, store_assign **assigns, int *n_assign, char *err,
+                     size_t errlen) {
+  const cJSON *key_value = NULL;
+  int ret = 0;
+  *assigns = NULL;
+  *n_assign = 0;
+  if (!store_filters_valid(t, filters, n)) {
+    store_set_err(err, errlen, "invalid filter value");
+    return -EINVAL;
+  }
+  if (set == NULL) return 0;
+  *assigns = mem_calloc((size_t)t->n_cols + 1, sizeof(**assigns));
+  ret = store_write_parse(t, NULL, set, *assigns, n_assign, &key_value, err, errlen);
+  if (ret == 0 && key_value != NULL) {
+    store_set_err(err, errlen, "a bulk write cannot change keys");
+    ret = -EINVAL;
+  }
+  if (ret == 0 && *n_assign == 0) {
+    store_set_err(err, errlen, "nothing to set");
+    ret = -EINVAL;
+  }
+  /* Nobody moves rows out of their row scope (the filters keep them to it). */
+  for (int i = 0; ret == 0 && guard != NULL && guard->scope_column != NULL && i < *n_assign; i++) {
+    const store_assign *a = &(*assigns)[i];
+    if (strcmp(t->cols[a->col].name, guard->scope_column) != 0) continue;
+    char *text = store_json_key_text(a->value);
+    bool same = text != NULL && strcmp(text, guard->scope_value) == 0;
+    free(text);
+    if (!same) {
+      store_set_err(err, errlen, "column %s is your row scope: it cannot be changed",
+                    guard->scope_column);
+      ret = -EACCES;
+    }
+  }
+  return ret;
+}
+
 static int store_table_name_cmp(const void *a, const void *b) {
   return strcmp(((const store_table *)a)->name, ((const store_table *)b)->name);
 }
@@ -366,6 +404,10 @@ void store_set_busy_handler(store_t *s, int (*fn)(void *data, int count), void *
 
 int store_refresh_schema(store_t *s, bool *tables_changed) {
   return s->ops->refresh_schema(s, tables_changed);
+}
+
+bool store_schema_stale(store_t *s) {
+  return s->ops->schema_stale != NULL && s->ops->schema_stale(s);
 }
 
 int store_get_record(store_t *s, const store_table *t, const char *key, cJSON **row,

@@ -83,13 +83,21 @@ void store_set_busy_timeout(store_t *s, int ms);
 void store_set_busy_handler(store_t *s, int (*fn)(void *data, int count), void *data);
 
 /*
- * Cheap when nothing changed (one PRAGMA schema_version). When the schema
- * moved, re-reads the exported tables and (unless read-only) reinstalls the
- * audit triggers. *tables_changed (may be NULL) is set when the set of
- * exported tables or their columns changed. Pointers to store_table from
- * before a change are invalid after it.
+ * Cheap when nothing changed. When the schema moved, re-reads the exported
+ * tables and (unless read-only) reinstalls the audit triggers.
+ * *tables_changed (may be NULL) is set when the set of exported tables or
+ * their columns changed. Pointers to store_table from before a change are
+ * invalid after it. SQLite sees every change (one PRAGMA schema_version);
+ * PostgreSQL has no such counter, and looks at the catalog (milliseconds)
+ * at most every 500 ms unless told the schema may be stale.
  */
 int store_refresh_schema(store_t *s, bool *tables_changed) MCPSUB_NODISCARD;
+/*
+ * The next store_refresh_schema looks at the catalog whatever its pace (a
+ * name was not found: the table may be new). Returns whether that changes
+ * anything: false on SQLite, whose refreshes always look.
+ */
+bool store_schema_stale(store_t *s);
 /* Exported tables, sorted by name. */
 const store_table *store_tables(const store_t *s, int *n);
 /* Exact name match; NULL when not exported. */

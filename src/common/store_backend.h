@@ -41,6 +41,7 @@ struct store_ops {
   void (*set_busy_timeout)(store_t *s, int ms);
   void (*set_busy_handler)(store_t *s, int (*fn)(void *data, int count), void *data);
   int (*refresh_schema)(store_t *s, bool *tables_changed);
+  bool (*schema_stale)(store_t *s); /* NULL: refreshes always look (false) */
 
   /* Reads */
   int (*get_record)(store_t *s, const store_table *t, const char *key, cJSON **row,
@@ -138,6 +139,15 @@ bool store_filters_valid(const store_table *t, const store_filter *filters, size
 int store_write_parse(const store_table *t, const char *key, const cJSON *obj,
                       store_assign *assigns, int *n_assign, const cJSON **key_value, char *err,
                       size_t errlen);
+/*
+ * What a bulk write's arguments must pass before any SQL (store_bulk_as):
+ * filter values of the kinds their operators take; set, when given,
+ * assigns columns (*assigns, caller frees, even on failure), not the key,
+ * at least one, and never the guard's row-scope column to another value.
+ */
+int store_bulk_parse(const store_table *t, const store_filter *filters, size_t n, const cJSON *set,
+                     const store_guard *guard, store_assign **assigns, int *n_assign, char *err,
+                     size_t errlen);
 void store_tables_free(store_table *tables, int n);
 bool store_tables_equal(const store_table *a, int na, const store_table *b, int nb);
 /* Sorts tables by name, as store_find_table expects. */

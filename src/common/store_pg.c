@@ -97,6 +97,15 @@ extern const char store_system_pg_sql[];
 #define PG_CHANNEL      "mcpsub_audit"
 /* The row alias in generated SQL (a column of that name would be shadowed). */
 #define PG_ROW "mcpsub_r"
+/*
+ * How often refresh_schema looks at the catalog: PostgreSQL has no cheap
+ * schema version (SQLite's PRAGMA schema_version), and the fingerprint query
+ * costs milliseconds, which callers that refresh before each request or
+ * write would pay every time. Callers that miss a name say so
+ * (store_schema_stale) and the next refresh looks at once; other changes
+ * (a column, a dropped table) are seen within this.
+ */
+#define PG_SCHEMA_CHECK_MS 500
 /* How long store_audit_max_seq waits for an unknown horizon to settle. */
 #define PG_HORIZON_WAIT_MS 500
 /* How many gaps one store_audit_read looks at twice (each may cost one transaction id). */
@@ -179,7 +188,8 @@ typedef struct pg_store {
   int lock_timeout_ms;
   pg_table_info *info; /* parallel to base.tables */
   char fingerprint[40];
-  char **warned; /* tables already reported as not exported */
+  int64_t fingerprint_ms; /* when it was last computed (monotonic ms) */
+  char **warned;          /* tables already reported as not exported */
   int n_warned;
 
   /* Wake-ups: the LISTEN connection (store_wake_fd) and data_version's counter. */
@@ -984,12 +994,20 @@ static void pg_set_busy_timeout(store_t *s, int ms) {
   if (pg_ready(p) == 0 && pg_apply_lock_timeout(p) < 0) log_warn("cannot set lock_timeout");
 }
 
+static bool pg_schema_stale(store_t *s) {
+  pg_of(s)->fingerprint_ms = INT64_MIN / 2;
+  return true;
+}
+
 static int pg_refresh_schema(store_t *s, bool *tables_changed) {
   pg_store *p = pg_of(s);
   char err[256], fp[40];
   if (tables_changed != NULL) *tables_changed = false;
+  int64_t now = pg_monotonic_ms();
+  if (p->fingerprint[0] != '\0' && now - p->fingerprint_ms < PG_SCHEMA_CHECK_MS) return 0;
   int ret = pg_ready(p);
   if (ret == 0) ret = pg_fingerprint(p, fp, err, sizeof(err));
+  if (ret == 0) p->fingerprint_ms = now;
   if (ret < 0 || strcmp(fp, p->fingerprint) == 0) return ret;
   bool write = !p->base.readonly && !p->base.no_triggers;
   ret = pg_begin(p, err, sizeof(err));
@@ -1652,41 +1670,13 @@ static int pg_bulk_as(store_t *s, const store_table *t, const store_filter *filt
                       size_t errlen) {
   pg_store *p = pg_of(s);
   store_assign *assigns = NULL;
-  const cJSON *key_value = NULL;
   int n_assign = 0, ret = 0;
   pg_str q = {0};
   pg_params ps = {0};
 
   *changed = 0;
-  if (!store_filters_valid(t, filters, n)) {
-    store_set_err(err, errlen, "invalid filter value");
-    return -EINVAL;
-  }
-  if (set != NULL) {
-    assigns = mem_calloc((size_t)t->n_cols + 1, sizeof(*assigns));
-    ret = store_write_parse(t, NULL, set, assigns, &n_assign, &key_value, err, errlen);
-    if (ret == 0 && key_value != NULL) {
-      store_set_err(err, errlen, "a bulk write cannot change keys");
-      ret = -EINVAL;
-    }
-    if (ret == 0 && n_assign == 0) {
-      store_set_err(err, errlen, "nothing to set");
-      ret = -EINVAL;
-    }
-    /* Nobody moves rows out of their row scope (the filters keep them to it). */
-    for (int i = 0; ret == 0 && guard != NULL && guard->scope_column != NULL && i < n_assign; i++) {
-      if (strcmp(t->cols[assigns[i].col].name, guard->scope_column) != 0) continue;
-      char *text = store_json_key_text(assigns[i].value);
-      bool same = text != NULL && strcmp(text, guard->scope_value) == 0;
-      free(text);
-      if (!same) {
-        store_set_err(err, errlen, "column %s is your row scope: it cannot be changed",
-                      guard->scope_column);
-        ret = -EACCES;
-      }
-    }
-    if (ret < 0) goto done;
-  }
+  ret = store_bulk_parse(t, filters, n, set, guard, &assigns, &n_assign, err, errlen);
+  if (ret < 0) goto done;
   ret = pg_ready(p);
   if (ret < 0) goto done;
 
@@ -2475,6 +2465,7 @@ const store_ops store_pg_ops = {
     .set_busy_timeout = pg_set_busy_timeout,
     .set_busy_handler = NULL,
     .refresh_schema = pg_refresh_schema,
+    .schema_stale = pg_schema_stale,
     .get_record = pg_get_record,
     .query = pg_query,
     .count_where = pg_count_where,

@@ -1625,38 +1625,10 @@ static int sq_bulk_as(store_t *s, const store_table *t, const store_filter *filt
                       const cJSON *set, const store_guard *guard, int64_t *changed, char *err,
                       size_t errlen) {
   store_assign *assigns = NULL;
-  const cJSON *key_value = NULL;
   int n_assign = 0, ret;
   *changed = 0;
-  if (!store_filters_valid(t, filters, n)) {
-    store_set_err(err, errlen, "invalid filter value");
-    return -EINVAL;
-  }
-  if (set != NULL) {
-    assigns = mem_calloc((size_t)t->n_cols + 1, sizeof(*assigns));
-    ret = store_write_parse(t, NULL, set, assigns, &n_assign, &key_value, err, errlen);
-    if (ret == 0 && key_value != NULL) {
-      store_set_err(err, errlen, "a bulk write cannot change keys");
-      ret = -EINVAL;
-    }
-    if (ret == 0 && n_assign == 0) {
-      store_set_err(err, errlen, "nothing to set");
-      ret = -EINVAL;
-    }
-    /* Nobody moves rows out of their row scope (the filters keep them to it). */
-    for (int i = 0; ret == 0 && guard != NULL && guard->scope_column != NULL && i < n_assign; i++) {
-      if (strcmp(t->cols[assigns[i].col].name, guard->scope_column) != 0) continue;
-      char *text = store_json_key_text(assigns[i].value);
-      bool same = text != NULL && strcmp(text, guard->scope_value) == 0;
-      free(text);
-      if (!same) {
-        store_set_err(err, errlen, "column %s is your row scope: it cannot be changed",
-                      guard->scope_column);
-        ret = -EACCES;
-      }
-    }
-    if (ret < 0) goto done;
-  }
+  ret = store_bulk_parse(t, filters, n, set, guard, &assigns, &n_assign, err, errlen);
+  if (ret < 0) goto done;
   ret = store_begin(s, true, err, errlen);
   if (ret < 0) goto done;
   int64_t before = 0;

@@ -162,6 +162,7 @@ struct master {
   uv_signal_t sigterm, sigint, sighup;
   uv_timer_t drain_timer; /* the deadline of a drain */
   bool draining;
+  bool unready; /* --drain-grace-ms: /readyz answers 503, all else as usual, then the drain */
   bool forced;
   bool stopped; /* master_stop ran */
   int exit_code;
@@ -531,6 +532,13 @@ static void master_answer_stats(master_gather *g) {
 /* GET /status or /metrics: answered here when the request is one we can read whole. */
 static bool master_conn_own_request(master_conn *c) {
   const peek_request *pk = &c->pk;
+  if (c->m->unready && strcmp(pk->path, "/readyz") == 0) {
+    /* The grace before a drain: balancers take the host out while it still serves. */
+    buf_consume(&c->in, pk->head_len);
+    master_conn_read(c, false);
+    master_conn_fail(c, 503, "draining", true);
+    return true;
+  }
   bool status = strcmp(pk->path, "/status") == 0, metrics = strcmp(pk->path, "/metrics") == 0;
   if (!(status || metrics) || strcmp(pk->method, "GET") != 0 || pk->has_body ||
       pk->oversized_field || pk->http_minor < 0)
@@ -1281,13 +1289,30 @@ static void master_drain(master_t *m, const char *why) {
   master_check_drained(m);
 }
 
+static void master_on_grace_end(uv_timer_t *t) {
+  master_t *m = t->data;
+  if (!m->draining) master_drain(m, "the drain grace ended");
+}
+
 static void master_on_signal(uv_signal_t *h, int signum) {
   master_t *m = h->data;
   const char *name = signum == SIGTERM ? "SIGTERM" : "SIGINT";
-  if (!m->draining)
-    master_drain(m, name);
-  else if (!m->forced)
+  if (!m->draining && !m->unready && m->local == NULL && m->cfg->drain_grace_ms > 0) {
+    /*
+     * First out of the balancer, then the drain: a connection it opens or
+     * reuses meanwhile is served, not refused or reset (a request on it may
+     * not be retried safely).
+     */
+    char ms[24];
+    log_info("not ready: /readyz answers 503, the drain follows", "reason", name, "grace_ms",
+             master_fmt_u(ms, sizeof(ms), m->cfg->drain_grace_ms));
+    m->unready = true;
+    uv_timer_start(&m->drain_timer, master_on_grace_end, m->cfg->drain_grace_ms, 0);
+  } else if (!m->draining) {
+    master_drain(m, name); /* a second signal during the grace: at once */
+  } else if (!m->forced) {
     master_force(m, name);
+  }
 }
 
 /* SIGHUP: the workers re-read the API key file (they also notice a change by themselves). */

@@ -1347,12 +1347,8 @@ void http_server_drain(http_server_t *srv) {
     if (c->closing) continue;
     /* No complete header block yet (and no unparsed bytes that may hold
      * one): no request is in flight, so nothing is lost by closing. */
-    if ((c->phase == PHASE_IDLE || c->phase == PHASE_HEADERS) && c->in.len == 0) {
-      if (c->phase == PHASE_IDLE && srv->opts.drain_idle_grace_ms > 0)
-        conn_timer_start(c, srv->opts.drain_idle_grace_ms); /* closed by conn_on_timer */
-      else
-        conn_finish(c, true);
-    }
+    if ((c->phase == PHASE_IDLE || c->phase == PHASE_HEADERS) && c->in.len == 0)
+      conn_finish(c, true);
   }
 }
 

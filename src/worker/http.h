@@ -66,13 +66,6 @@ typedef struct http_server_options {
   size_t max_connections;     /* open connections (0 = no bound): over it, a short 503 and close */
   size_t max_per_address;     /* open connections from one client address (0 = no bound) */
   /*
-   * On a drain, an idle kept-alive connection stays open this long (ms;
-   * 0: closed at once), answering what still comes with Connection: close,
-   * so that a load balancer that reuses it before it saw the drain gets an
-   * answer, not a reset.
-   */
-  uint64_t drain_idle_grace_ms;
-  /*
    * Called when a request is answered (its response's head queued, or its
    * stream begun), with the label its handler gave it (http_conn_set_label;
    * -1 when none) and the nanoseconds since it was complete. May be NULL.

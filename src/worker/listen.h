@@ -59,7 +59,7 @@ typedef struct listen_stream {
   int64_t credential_expires_ms;
   sub_t *subs; /* through sub_t.owner_next */
   size_t n_subs;
-  hold_queue held; /* updates debounce holds back (debounce.h) */
+  hold_queue held;                   /* updates debounce holds back (debounce.h) */
   struct listen_stream *prev, *next; /* the worker's list */
 } listen_stream;
 

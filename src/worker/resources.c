@@ -17,6 +17,7 @@
 #include "common/strmap.h"
 #include "common/uri.h"
 #include "worker/mcp.h"
+#include "worker/subscriptions.h"
 
 #define READ_MAX_LIMIT 1000
 #define COMPLETION_MAX 100
@@ -328,7 +329,7 @@ cJSON *resources_read(mcp_call *call) {
                          uri_error()[0] ? " (" : "", uri_error(), uri_error()[0] ? ")" : "");
 
   cJSON *result = NULL;
-  const store_table *t = u.table != NULL ? store_find_table(call->w->store, u.table) : NULL;
+  const store_table *t = u.table != NULL ? subs_find_table(call->w, u.table) : NULL;
   /* A table the caller may not read does not exist for it; its row scope narrows the rest. */
   auth_scope scope = {0};
   if (t != NULL && u.kind != URI_SCHEMA &&
@@ -432,13 +433,13 @@ cJSON *completion_complete(mcp_call *call) {
   const char *rest = tmpl->valuestring + blen + 1;
   bool generic = strcmp(rest, "{table}/{key}") == 0;
   if (generic) {
-    if (cJSON_IsString(ctx_table)) t = store_find_table(call->w->store, ctx_table->valuestring);
+    if (cJSON_IsString(ctx_table)) t = subs_find_table(call->w, ctx_table->valuestring);
   } else {
     size_t tlen = strlen(rest);
     if (tlen < 6 || strcmp(rest + tlen - 6, "/{key}") != 0)
       return mcp_call_fail(call, JSONRPC_INVALID_PARAMS, "unknown template: %s", tmpl->valuestring);
     char *table = uri_decode_component(rest, tlen - 6);
-    t = table != NULL ? store_find_table(call->w->store, table) : NULL;
+    t = table != NULL ? subs_find_table(call->w, table) : NULL;
     free(table);
     if (t == NULL)
       return mcp_call_fail(call, JSONRPC_INVALID_PARAMS, "unknown template: %s", tmpl->valuestring);

@@ -255,14 +255,14 @@ void rest_handle(worker_t *w, http_conn_t *c, http_request_t *req, const auth_pr
     /* Malformed under a table we export is the client's error; elsewhere, nothing is here. */
     size_t seg = strcspn(req->path + 1, "/?");
     char *table = uri_decode_component(req->path + 1, seg);
-    bool known = table != NULL && store_find_table(w->store, table) != NULL;
+    bool known = table != NULL && subs_find_table(w, table) != NULL;
     free(table);
     char why[300];
     snprintf(why, sizeof(why), "malformed path%s%s", uri_error()[0] ? ": " : "", uri_error());
     worker_respond_error(c, known ? 400 : 404, known ? why : "not found");
     return;
   }
-  const store_table *t = store_find_table(w->store, u.table);
+  const store_table *t = subs_find_table(w, u.table);
   if (t != NULL && !rest_allowed(w, c, req, p, t, &u)) {
     /* answered */
   } else if (t == NULL) {

@@ -708,8 +708,32 @@ void subs_refresh_schema(worker_t *w) {
 
 /* subscribe / unsubscribe ----------------------------------------------------------- */
 
+/*
+ * A name was not found: on a store whose refreshes keep their own pace
+ * (PostgreSQL), look at the schema now, at most every SUBS_MISS_CHECK_MS
+ * (a client asking for tables that do not exist must not cost a catalog
+ * query each). Returns whether it looked.
+ */
+static bool subs_schema_after_miss(worker_t *w) {
+  uint64_t now = uv_now(w->loop);
+  if (w->schema_forced_at != 0 && now - w->schema_forced_at < SUBS_MISS_CHECK_MS) return false;
+  if (!store_schema_stale(w->store)) return false;
+  w->schema_forced_at = now;
+  subs_check_schema(w);
+  return true;
+}
+
+const store_table *subs_find_table(worker_t *w, const char *name) {
+  const store_table *t = store_find_table(w->store, name);
+  if (t == NULL && subs_schema_after_miss(w)) t = store_find_table(w->store, name);
+  return t;
+}
+
 int subs_resolve(worker_t *w, const char *text, uri_t *u) {
-  return subs_resolve_in(w->cfg->public_url, w->store, text, u);
+  int rc = subs_resolve_in(w->cfg->public_url, w->store, text, u);
+  if (rc != 0 && subs_schema_after_miss(w))
+    rc = subs_resolve_in(w->cfg->public_url, w->store, text, u);
+  return rc;
 }
 
 int subs_resolve_in(const char *base, store_t *st, const char *text, uri_t *u) {

@@ -68,7 +68,14 @@ bool subs_session_remove(worker_t *w, session_t *s, const char *uri,
  * record key of an integer-keyed table is normalised. 0, or -EINVAL.
  * Release u with uri_finish.
  */
-int subs_resolve(worker_t *w, const char *text, uri_t *u) MCPSUB_NODISCARD;
+int subs_resolve(worker_t *w, const char *text, uri_t *u) MCPSUB_NODISCARD; /* a miss: as below */
+/*
+ * store_find_table on the worker's store; a miss looks at the schema once
+ * more first when the store reads it at its own pace (a table just created
+ * by another connection is found).
+ */
+const store_table *subs_find_table(worker_t *w, const char *name);
+#define SUBS_MISS_CHECK_MS 50
 
 /* subs_resolve against base (the public URL) and st's schema (any thread's connection). */
 int subs_resolve_in(const char *base, store_t *st, const char *text, uri_t *u) MCPSUB_NODISCARD;

@@ -573,7 +573,7 @@ cJSON *tools_call(mcp_call *call) {
     if (!cJSON_IsString(table))
       return mcp_call_fail(call, JSONRPC_INVALID_PARAMS, "%s requires arguments.table (a string)",
                            tool->name);
-    a.table = store_find_table(call->w->store, table->valuestring);
+    a.table = subs_find_table(call->w, table->valuestring);
     /* A table the caller may not read is unknown to it. */
     if (a.table == NULL ||
         auth_table_access(call->principal, a.table->name, AUTH_READ, &a.scope) != 0)

@@ -57,7 +57,7 @@ const char wait_input_schema[] =
 
 /* Current version (and, if state is not NULL, content) of a resolved URI. */
 static int resource_version(worker_t *w, const uri_t *u, int64_t *version, cJSON **state) {
-  const store_table *t = store_find_table(w->store, u->table);
+  const store_table *t = subs_find_table(w, u->table);
   if (t == NULL) return -ENOENT;
   if (u->kind == URI_RECORD) {
     cJSON *row = NULL;

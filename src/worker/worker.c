@@ -470,7 +470,6 @@ int worker_init(worker_t *w, uv_loop_t *loop, const config_t *cfg, unsigned slot
       .header_timeout_ms = cfg->header_timeout_ms,
       .keepalive_idle_ms = 5 * 60 * 1000,
       .max_stream_queue = cfg->max_stream_queue,
-      .drain_idle_grace_ms = cfg->drain_grace_ms,
       /* With workers, each takes its share of the total (the master spreads connections). */
       .max_connections = cfg->max_connections == 0
                              ? 0

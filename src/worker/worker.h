@@ -62,6 +62,7 @@ typedef struct worker {
   size_t n_matched, matched_cap;
   uint64_t notifications;      /* resource-update frames formatted */
   uint64_t schema_checked_at;  /* loop time of the last schema check */
+  uint64_t schema_forced_at;   /* uv_now of the last look at the schema a miss asked for */
   int64_t schema_version_seen; /* the schema the writer was last asked to install triggers for */
   /*
    * Set by the process model when other workers share the database: called

@@ -265,6 +265,9 @@ static int writer_record_run(writer_job *j, store_t *s) {
 
 int writer_record_apply(writer_record *r, store_t *s) {
   const store_table *t = store_find_table(s, r->table);
+  /* The loop found it: this connection's view is behind (PostgreSQL reads the schema at a pace). */
+  if (t == NULL && store_schema_stale(s) && store_refresh_schema(s, NULL) == 0)
+    t = store_find_table(s, r->table);
   if (t == NULL) {
     snprintf(r->err, sizeof(r->err), "no table %s", r->table);
     return -EINVAL;

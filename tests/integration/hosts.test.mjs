@@ -111,7 +111,7 @@ async function startCluster(mode, { hosts: n = 2, args = [] } = {}) {
           '--workers', '2',
           '--control-socket', path.join(sockets, `host${i}.sock`),
           '--public-url', `http://127.0.0.1:${lbPort}`,
-          // Idle connections outlive a drain until HAProxy's checks took the host out.
+          // On SIGTERM, /readyz says 503 until HAProxy's checks took the host out, then the drain.
           '--drain-grace-ms', String(2 * TEST_TIMINGS.checkInterMs * TEST_TIMINGS.checkFall),
           ...args,
         ],

@@ -19,7 +19,7 @@ import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { ResourceUpdatedNotificationSchema } from '@modelcontextprotocol/sdk/types.js';
 
-import { SOURCE_ROOT, startServer, getStatus } from './lib/server.mjs';
+import { SOURCE_ROOT, startServer, getStatus, httpGet } from './lib/server.mjs';
 import { RawConnection, buildRequest, initialize, mcpPost, MCP_ACCEPT } from './lib/raw.mjs';
 import { dbTarget } from './lib/pg.mjs';
 import { sqlite, sqliteRows } from './lib/sqlite.mjs';
@@ -533,5 +533,26 @@ test('the Grafana dashboard in deploy/ parses, and every metric it queries is se
     assert.doesNotMatch(text, /worker="all"/);
   } finally {
     await srv.stop();
+  }
+});
+
+test('--drain-grace-ms: on SIGTERM /readyz says 503 while everything else is still served, then the drain', async () => {
+  const srv = await startServer({ args: ['--workers', '2', '--drain-grace-ms', '1500'] });
+  try {
+    assert.equal((await httpGet(srv.port, '/readyz')).status, 200);
+    const t0 = Date.now();
+    srv.child.kill('SIGTERM');
+    await waitFor(async () => (await httpGet(srv.port, '/readyz')).status === 503, { timeoutMs: 1000, message: '/readyz 503 after SIGTERM' });
+    // Still serving: new connections are accepted and answered, writes go through.
+    const read = await httpGet(srv.port, '/Product/A-100', { headers: { Accept: 'application/json' } });
+    assert.equal(read.status, 200, read.body);
+    const write = await rest(srv.port, 'PATCH', '/Product/A-100', { price_cents: 4242 });
+    assert.equal(write.status, 200, write.text);
+    assert.ok(Date.now() - t0 < 1400, 'checked within the grace');
+    await waitFor(() => srv.exit !== null, { timeoutMs: 15000, message: 'exit after the grace and the drain' });
+    assert.ok(Date.now() - t0 >= 1500, `exited ${Date.now() - t0} ms after SIGTERM, before the grace ended`);
+    assert.equal(srv.exit.code, 0);
+  } finally {
+    await srv.kill();
   }
 });

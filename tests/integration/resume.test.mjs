@@ -492,7 +492,9 @@ test('notifications/resources/list_changed reaches every open stream when tables
     const t0 = Date.now();
     await b.result('ping', {});
     await sb.waitUntil((x) => x.messages(LIST_CHANGED).length === 2, { timeoutMs: 2500, what: 'list_changed after DROP TABLE' });
-    assert.ok(Date.now() - t0 < 500, `list_changed ${Date.now() - t0} ms after the next request`);
+    // PostgreSQL reads its catalog at most every 500 ms, and DDL fires no trigger: within the 1 s poll.
+    const bound = PG_MODE ? 1500 : 500;
+    assert.ok(Date.now() - t0 < bound, `list_changed ${Date.now() - t0} ms after the next request`);
     await sa.waitUntil((x) => x.messages(LIST_CHANGED).length === 2, { timeoutMs: 2500, what: 'list_changed on the first stream' });
     // Nothing more than one per change.
     await sleep(300);
