@@ -10,6 +10,7 @@
  *                   socket memory, the fd limit
  *   lg_hist.c       latency histogram with bounded memory
  *   lg_sqlwriter.c  a raw SQLite writer (another process on the same file)
+ *   lg_pgwriter.c   a raw PostgreSQL writer (libpq, another client of the database)
  *   lg_tcpinfo.c    TCP_INFO's data-segment counter (frames per write)
  *   lg_run.c        sessions, streams, writers, measurement (lg_run.h)
  *   lg_scenarios.c  the scenarios, one const table of operations
@@ -170,17 +171,33 @@ uint64_t lg_tcp_data_segs_in(int fd);
 /* ---- lg_sqlwriter.c ---------------------------------------------------- */
 
 typedef struct lg_sqlwriter_opts {
-  const char *db_path;
-  const char *table;  /* exported table with columns k (TEXT key), t, v */
-  char key_prefix;    /* keys are "<prefix><n>" */
-  uint64_t count;     /* rows to write */
-  double rate;        /* commits per second; 0 = as fast as possible */
-  double duration_s;  /* stop after this long, whatever count says */
+  const char *db_path; /* SQLite: the database file; PostgreSQL: the libpq URI */
+  const char *table;   /* exported table with columns k (TEXT key), t, v */
+  char key_prefix;     /* keys are "<prefix><n>" */
+  uint64_t count;      /* rows to write */
+  double rate;         /* commits per second; 0 = as fast as possible */
+  double duration_s;   /* stop after this long, whatever count says */
   uint64_t *t_commit; /* optional shared array: t_commit[n] = commit start (ns), stored before it */
+  /* PostgreSQL writer only: row n's key is <prefix><n * key_stride + key_offset> (stride 0 = 1),
+   * for several writers on distinct keys; and, when set, *backend_cpu_s gets the CPU seconds of
+   * the connection's server process, read from /proc just before it is closed. */
+  uint64_t key_offset;
+  uint64_t key_stride;
+  double *backend_cpu_s;
 } lg_sqlwriter_opts;
 
 /* Writes rows one per transaction (WAL, synchronous=NORMAL, as mcpsubd);
  * *written counts them. 0 or -1 with a message on stderr. */
 int lg_sqlwriter_run(const lg_sqlwriter_opts *o, uint64_t *written) LG_NODISCARD;
+
+/* ---- lg_pgwriter.c ----------------------------------------------------- */
+
+/* The same rows through libpq to the URI in db_path, one per transaction
+ * (autocommit: the cluster's synchronous_commit applies). 0 or -1 with a
+ * message on stderr. */
+int lg_pgwriter_run(const lg_sqlwriter_opts *o, uint64_t *written) LG_NODISCARD;
+
+/* Sleeps until CLOCK_MONOTONIC reaches t_ns (lg_sqlwriter.c). */
+void lg_sleep_until(uint64_t t_ns);
 
 #endif

@@ -47,23 +47,28 @@ double lg_secs(uint64_t ns) {
   return (double)ns / 1e9;
 }
 
-static void lg_sample_cpu(lg_t *lg, lg_proc_sample *out, double *self) {
+static void lg_sample_cpu(lg_t *lg, lg_proc_sample *out, double *self, lg_proc_sample *store) {
   *self = lg_proc_self_cpu();
   if (lg->o.server_pid <= 0 || lg_proc_sample_tree(lg->o.server_pid, out) != 0) {
     memset(out, 0, sizeof(*out));
     lg->have_cpu = false;
   }
+  if (lg->o.store_pid <= 0 || lg_proc_sample_tree(lg->o.store_pid, store) != 0) {
+    memset(store, 0, sizeof(*store));
+    lg->have_store_cpu = false;
+  }
 }
 
 void lg_measure_start(lg_t *lg) {
   lg->have_cpu = lg->o.server_pid > 0;
-  lg_sample_cpu(lg, &lg->cpu0, &lg->self_cpu0);
+  lg->have_store_cpu = lg->o.store_pid > 0;
+  lg_sample_cpu(lg, &lg->cpu0, &lg->self_cpu0, &lg->store0);
   lg->t_start_ns = lg_now_ns();
 }
 
 void lg_measure_end(lg_t *lg) {
   lg->t_end_ns = lg_now_ns();
-  lg_sample_cpu(lg, &lg->cpu1, &lg->self_cpu1);
+  lg_sample_cpu(lg, &lg->cpu1, &lg->self_cpu1, &lg->store1);
 }
 
 double lg_server_cpu(const lg_t *lg) {
@@ -518,7 +523,7 @@ void lg_fork_sql_writer(lg_t *lg, uint64_t count, double rate) {
     lg_sqlwriter_opts so = {lg->o.db_path, lg->o.table,        'f',         count,
                             rate,          lg->o.time_limit_s, lg->t_commit};
     uint64_t written = 0;
-    int rc = lg_sqlwriter_run(&so, &written);
+    int rc = lg->o.pg_writer ? lg_pgwriter_run(&so, &written) : lg_sqlwriter_run(&so, &written);
     _exit(rc == 0 && written == count ? 0 : 1);
   }
   lg->child = pid;
@@ -532,7 +537,8 @@ bool lg_reap_child(lg_t *lg, bool wait) {
   if (r == lg->child) {
     lg->child = 0;
     if ((!WIFEXITED(st) || WEXITSTATUS(st) != 0) && !lg->failed)
-      lg_fail(lg, "the SQLite writer failed (status %d)", st);
+      lg_fail(lg, "the %s writer failed (status %d)", lg->o.pg_writer ? "PostgreSQL" : "SQLite",
+              st);
     return true;
   }
   return false;
@@ -627,6 +633,11 @@ void lg_report_rates(lg_t *lg, FILE *j, uint64_t count, const char *what) {
     fprintf(j, ",\"per_server_cpu_s\":%.1f", (double)count / cpu);
   else
     fprintf(j, ",\"per_server_cpu_s\":null");
+  if (lg->have_store_cpu) { /* the database server's own CPU, and the two together */
+    double store = lg->store1.cpu_s - lg->store0.cpu_s;
+    fprintf(j, ",\"store_cpu_s\":%.3f,\"store_processes\":%u", store, lg->store1.nprocs);
+    if (cpu + store > 0) fprintf(j, ",\"per_total_cpu_s\":%.1f", (double)count / (cpu + store));
+  }
 }
 
 /* Records commit -> receipt of event n; false (after failing) when n has no commit time. */

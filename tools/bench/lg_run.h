@@ -31,8 +31,9 @@
 typedef struct lg_opts {
   int port;
   pid_t server_pid;
-  bool ceiling; /* --target ceiling: bare SSE streams, no MCP (read: bench_read_ceiling) */
-  bool listen;  /* --target listen: MCP 2026-07-28 subscriptions/listen streams, no sessions */
+  pid_t store_pid; /* --store-pid: a database server's process tree (PostgreSQL), measured apart */
+  bool ceiling;    /* --target ceiling: bare SSE streams, no MCP (read: bench_read_ceiling) */
+  bool listen;     /* --target listen: MCP 2026-07-28 subscriptions/listen streams, no sessions */
   const char *label;
   const char *table;
   const char *bearer; /* --bearer TOKEN: sent as Authorization on every request */
@@ -45,7 +46,8 @@ typedef struct lg_opts {
   uint32_t writers;
   uint32_t connections;
   double rate;
-  bool sql_writer;
+  bool sql_writer; /* an external writer in a forked child: SQLite, or PostgreSQL with pg_writer */
+  bool pg_writer;  /* --writer postgres: db_path is a libpq URI */
   const char *db_path;
   double duration_s;
   uint64_t max_requests;
@@ -166,7 +168,7 @@ struct lg {
   uint32_t n_wconn;
   uint32_t *delivered; /* fan-out: receivers per commit (FLOW mode) */
   void (*on_ack)(lg_t *lg, uint64_t n);
-  pid_t child; /* the forked SQLite writer, or 0 */
+  pid_t child; /* the forked SQLite or PostgreSQL writer, or 0 */
 
   lg_rslot rslots[LG_MAX_CONNS];
   uint32_t n_rconn;
@@ -180,6 +182,8 @@ struct lg {
   lg_proc_sample cpu0, cpu1;
   double self_cpu0, self_cpu1;
   bool have_cpu;
+  lg_proc_sample store0, store1; /* --store-pid's tree */
+  bool have_store_cpu;
 
   uint64_t t_setup_begin_ns;
   uint64_t data_segments; /* stream segments received while measuring */
@@ -256,7 +260,8 @@ bool lg_writer_idle(const lg_t *lg);
 /* FLOW mode: commit n reached one more subscriber. */
 void lg_writer_delivered(lg_t *lg, uint64_t n);
 
-/* The raw SQLite writer, in a forked child, on --db at rate. */
+/* The raw SQLite writer (or PostgreSQL writer, with --writer postgres), in a forked child,
+ * on --db at rate. */
 void lg_fork_sql_writer(lg_t *lg, uint64_t count, double rate);
 /* Reaps it when it ended (or waits); true once it has. */
 bool lg_reap_child(lg_t *lg, bool wait);

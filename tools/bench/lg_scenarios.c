@@ -69,7 +69,9 @@ static void latency_start(lg_t *lg) {
   uint64_t n = lg->o.events;
   lg_note("latency: %u sessions ready in %.2f s; %llu commits at %.0f/s by %s", lg->n_sessions,
           lg_secs(lg->t_setup_ns - lg->t_setup_begin_ns), (unsigned long long)n, lg->o.rate,
-          lg->o.sql_writer ? "sqlite" : "rest");
+          lg->o.pg_writer    ? "postgres"
+          : lg->o.sql_writer ? "sqlite"
+                             : "rest");
   lg_measure_start(lg);
   if (lg->o.ceiling) return; /* it releases at its own --rate once every stream is open */
   if (lg->o.sql_writer) {
@@ -102,6 +104,7 @@ static void latency_on_update(lg_t *lg, lg_session *s, const lg_update *u) {
 static void latency_report(lg_t *lg, FILE *j) {
   fprintf(j, ",\"writer\":\"%s\",\"rate\":%.1f,\"events\":%llu,\"late_commits\":%llu",
           lg->o.ceiling      ? "kernel"
+          : lg->o.pg_writer  ? "postgres"
           : lg->o.sql_writer ? "sqlite"
                              : "rest",
           lg->o.rate, (unsigned long long)lg->o.events, (unsigned long long)lg->w.late);

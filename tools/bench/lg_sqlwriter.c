@@ -21,7 +21,7 @@
 /* Attempts per row when the database is busy beyond the busy timeout. */
 #define SQLW_MAX_TRIES 20
 
-static void sleep_until(uint64_t t_ns) {
+void lg_sleep_until(uint64_t t_ns) {
   uint64_t now = lg_now_ns();
   if (t_ns <= now) return;
   uint64_t d = t_ns - now;
@@ -65,7 +65,7 @@ int lg_sqlwriter_run(const lg_sqlwriter_opts *o, uint64_t *written) {
   uint64_t start = lg_now_ns();
   uint64_t limit = start + (uint64_t)(o->duration_s * 1e9);
   for (uint64_t n = 0; n < o->count; n++) {
-    if (o->rate > 0) sleep_until(start + (uint64_t)((double)n * 1e9 / o->rate));
+    if (o->rate > 0) lg_sleep_until(start + (uint64_t)((double)n * 1e9 / o->rate));
     uint64_t t = lg_now_ns();
     if (t >= limit) break;
     if (o->t_commit != NULL) __atomic_store_n(&o->t_commit[n], t, __ATOMIC_RELEASE);

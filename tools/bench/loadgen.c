@@ -3,7 +3,8 @@
  * opens S MCP sessions against a server on 127.0.0.1 (initialize,
  * notifications/initialized, resources/subscribe, then a GET stream each),
  * drives commits (REST PUTs from this process, or raw SQLite inserts from
- * a forked child on the same file), and reads every SSE stream. Each run
+ * a forked child on the same file, or raw PostgreSQL inserts through libpq
+ * from a forked child), and reads every SSE stream. Each run
  * is one scenario; it prints one JSON object on stdout and exits 0, or
  * exits 1 with "ok": false when anything was lost, duplicated, refused or
  * late past the time limit: a benchmark that loses events reports a
@@ -27,8 +28,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "lg_run.h"
@@ -93,6 +96,9 @@ static const lg_flag lg_flags[] = {
     {"--port", FLAG_INT, OPT(port), "server port on 127.0.0.1"},
     {"--server-pid", FLAG_INT, OPT(server_pid),
      "pid whose process tree's CPU and RSS are measured"},
+    {"--store-pid", FLAG_INT, OPT(store_pid),
+     "pid of a database server (PostgreSQL's postmaster) whose process tree's CPU\n"
+     "is measured apart (store_cpu_s, per_total_cpu_s)"},
     {"--target", FLAG_TARGET, 0,
      "server (MCP 2025 sessions and GET streams), listen (MCP 2026-07-28\n"
      "subscriptions/listen streams) or ceiling (fanout, latency: bare SSE streams\n"
@@ -112,10 +118,12 @@ static const lg_flag lg_flags[] = {
     {"--events", FLAG_U64, OPT(events), "commits"},
     {"--window", FLAG_U64, OPT(window), "commits allowed ahead of the slowest subscriber"},
     {"--writers", FLAG_U64, OPT(writers), "REST writer connections"},
-    {"--connections", FLAG_U64, OPT(connections), "read or write connections"},
+    {"--connections", FLAG_U64, OPT(connections),
+     "read or write connections (pgwrite: writer processes, one connection each)"},
     {"--rate", FLAG_DOUBLE, OPT(rate), "commits per second"},
-    {"--writer", FLAG_WRITER, 0, "rest or sqlite"},
-    {"--db", FLAG_STR, OPT(db_path), "database file (sqlite writer)"},
+    {"--writer", FLAG_WRITER, 0, "rest, sqlite or postgres"},
+    {"--db", FLAG_STR, OPT(db_path),
+     "database file (sqlite writer, sqlwrite) or libpq URI (postgres writer, pgwrite)"},
     {"--duration", FLAG_DOUBLE, OPT(duration_s), "seconds of a throughput run"},
     {"--max-requests", FLAG_U64, OPT(max_requests), "bound on requests of a throughput run"},
     {"--drop-percent", FLAG_U64, OPT(drop_percent), "storm: sessions dropped (percent)"},
@@ -136,8 +144,8 @@ static void lg_usage(FILE *f) {
   fprintf(f,
           "Usage: bench_loadgen SCENARIO [FLAGS]\n"
           "Scenarios: fanout latency idle read write storm subscribe; also sqlwrite (raw SQLite\n"
-          "insert loop)\n"
-          "and wait (until /healthz answers). Traffic goes to 127.0.0.1 only.\n");
+          "insert loop), pgwrite (raw PostgreSQL insert loop, --db URI) and wait (until\n"
+          "/healthz answers). Traffic goes to 127.0.0.1 only.\n");
   for (size_t i = 0; i < LG_ARRAY_LEN(lg_flags); i++)
     fprintf(f, "  %-16s %s\n", lg_flags[i].name, lg_flags[i].help);
 }
@@ -208,8 +216,10 @@ static int lg_parse(int argc, char **argv, lg_opts *o) {
       o->listen = strcmp(v, "listen") == 0;
       break;
     case FLAG_WRITER:
-      if (strcmp(v, "rest") != 0 && strcmp(v, "sqlite") != 0) errno = EINVAL;
-      o->sql_writer = strcmp(v, "sqlite") == 0;
+      if (strcmp(v, "rest") != 0 && strcmp(v, "sqlite") != 0 && strcmp(v, "postgres") != 0)
+        errno = EINVAL;
+      o->pg_writer = strcmp(v, "postgres") == 0;
+      o->sql_writer = strcmp(v, "sqlite") == 0 || o->pg_writer;
       break;
     }
     if (errno != 0 || (end != NULL && *end != '\0')) {
@@ -237,7 +247,7 @@ static int lg_parse(int argc, char **argv, lg_opts *o) {
   else if (!(o->rate > 0) || o->rate > 100000)
     why = "--rate is in (0, 100000]";
   else if (o->sql_writer && o->db_path == NULL)
-    why = "--writer sqlite needs --db";
+    why = "--writer sqlite or postgres needs --db";
   else if (!(o->duration_s > 0) || !(o->time_limit_s > 0) || o->time_limit_s > 3600)
     why = "bad --duration or --time-limit";
   else if (o->drop_percent == 0 || o->drop_percent >= 100)
@@ -279,6 +289,100 @@ static int lg_run_sqlwrite(const lg_opts *o) {
          rc == 0 ? "true" : "false", (unsigned long long)written, wall,
          wall > 0 ? (double)written / wall : 0, cpu);
   return rc == 0 ? 0 : 1;
+}
+
+/*
+ * pgwrite: the raw PostgreSQL insert loop, on --connections writer processes
+ * (one libpq connection each, distinct keys), for --duration. Wall time
+ * runs from the first writer's first insert to the last one's end; CPU is
+ * the writers' own and, with --store-pid, the database server's: its
+ * process tree's growth plus each writer's backend, read before it closes
+ * (a backend that has exited is no longer in the tree).
+ */
+typedef struct pgw_slot {
+  uint64_t written, t0, t1;
+  double backend_cpu_s; /* its connection's server process, which is gone by the end */
+  int ok;
+} pgw_slot;
+
+static int lg_run_pgwrite(const lg_opts *o) {
+  if (o->db_path == NULL) {
+    fprintf(stderr, "bench_loadgen pgwrite: --db URI is required\n");
+    return 2;
+  }
+  uint32_t n = o->connections;
+  size_t len = sizeof(pgw_slot) * n;
+  pgw_slot *slots = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (slots == MAP_FAILED) {
+    fprintf(stderr, "bench_loadgen pgwrite: mmap: %s\n", strerror(errno));
+    return 1;
+  }
+  memset(slots, 0, len);
+  lg_proc_sample s0 = {0}, s1 = {0};
+  bool have_store = o->store_pid > 0 && lg_proc_sample_tree(o->store_pid, &s0) == 0;
+  struct rusage ru0, ru1;
+  getrusage(RUSAGE_CHILDREN, &ru0);
+  fflush(NULL);
+  uint32_t started = 0;
+  for (; started < n; started++) {
+    pid_t pid = fork();
+    if (pid < 0) {
+      fprintf(stderr, "bench_loadgen pgwrite: fork: %s\n", strerror(errno));
+      break;
+    }
+    if (pid == 0) {
+      pgw_slot *me = &slots[started];
+      lg_sqlwriter_opts so = {.db_path = o->db_path,
+                              .table = o->table,
+                              .key_prefix = 's',
+                              .count = o->max_requests,
+                              .duration_s = o->duration_s,
+                              .key_offset = started,
+                              .key_stride = n,
+                              .backend_cpu_s = &me->backend_cpu_s};
+      me->t0 = lg_now_ns();
+      int rc = lg_pgwriter_run(&so, &me->written);
+      me->t1 = lg_now_ns();
+      me->ok = rc == 0;
+      _exit(rc == 0 ? 0 : 1);
+    }
+  }
+  bool ok = started == n;
+  for (uint32_t i = 0; i < started; i++) {
+    int st;
+    if (wait(&st) < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) ok = false;
+  }
+  getrusage(RUSAGE_CHILDREN, &ru1);
+  if (have_store) have_store = lg_proc_sample_tree(o->store_pid, &s1) == 0;
+  uint64_t written = 0, t0 = UINT64_MAX, t1 = 0;
+  double backends = 0;
+  for (uint32_t i = 0; i < started; i++) {
+    written += slots[i].written;
+    backends += slots[i].backend_cpu_s;
+    if (slots[i].t0 && slots[i].t0 < t0) t0 = slots[i].t0;
+    if (slots[i].t1 > t1) t1 = slots[i].t1;
+    if (!slots[i].ok) ok = false;
+  }
+  munmap(slots, len);
+  double wall = t1 > t0 ? lg_secs(t1 - t0) : 0;
+  double cpu = (double)(ru1.ru_utime.tv_sec - ru0.ru_utime.tv_sec) +
+               (double)(ru1.ru_utime.tv_usec - ru0.ru_utime.tv_usec) / 1e6 +
+               (double)(ru1.ru_stime.tv_sec - ru0.ru_stime.tv_sec) +
+               (double)(ru1.ru_stime.tv_usec - ru0.ru_stime.tv_usec) / 1e6;
+  printf("{\"scenario\":\"pgwrite\",\"label\":");
+  json_string(stdout, o->label ? o->label : "");
+  printf(",\"ok\":%s,\"connections\":%u,\"inserts\":%llu,\"wall_s\":%.4f,\"per_wall_s\":%.1f,"
+         "\"cpu_s\":%.3f",
+         ok ? "true" : "false", n, (unsigned long long)written, wall,
+         wall > 0 ? (double)written / wall : 0, cpu);
+  if (have_store) { /* the cluster's processes that lasted, and the writers' own backends */
+    double store = s1.cpu_s - s0.cpu_s + backends;
+    printf(",\"store_cpu_s\":%.3f,\"per_store_cpu_s\":%.1f", store,
+           store > 0 ? (double)written / store : 0);
+  }
+  if (!ok) printf(",\"error\":\"a PostgreSQL writer failed (see stderr)\"");
+  printf("}\n");
+  return ok ? 0 : 1;
 }
 
 /* true when GET /healthz on 127.0.0.1:port answers 200. */
@@ -328,10 +432,14 @@ int main(int argc, char **argv) {
   }
   lg_opts o;
   lg_defaults(&o);
-  bool no_port = strcmp(argv[1], "sqlwrite") == 0;
-  if (no_port) o.port = 1;
+  bool no_port = strcmp(argv[1], "sqlwrite") == 0 || strcmp(argv[1], "pgwrite") == 0;
+  if (no_port) {
+    o.port = 1;
+    o.connections = 1;
+  }
   if (lg_parse(argc, argv, &o) != 0) return 2;
   if (strcmp(argv[1], "sqlwrite") == 0) return lg_run_sqlwrite(&o);
+  if (strcmp(argv[1], "pgwrite") == 0) return lg_run_pgwrite(&o);
   if (strcmp(argv[1], "wait") == 0) return lg_run_wait(&o);
   const lg_scenario *sc = lg_scenario_find(argv[1]);
   if (sc == NULL) {

@@ -6,7 +6,9 @@ derives the figures and ratios the benchmark reports (mcpsub / kernel
 ceiling, reads / read ceiling, mcpsub / TypeScript SDK peer) and checks them against the goals,
 writes everything as one JSON document, prints the summary as Markdown
 tables, and, with --plots DIR, renders latency.png and fanout.png with
-gnuplot. Exits 1 when any scenario failed: a run that lost events has no
+gnuplot. Rows of the PostgreSQL group (tagged "group": "pg", each with its
+"store") are summarized apart, SQLite and PostgreSQL side by side, under
+summary.postgres; they judge no goal. Exits 1 when any scenario failed: a run that lost events has no
 figures, only its error.
 """
 import argparse
@@ -235,6 +237,124 @@ def summarize(runs):
     return s
 
 
+def summarize_pg(runs, cluster):
+    """The PostgreSQL group: each figure on SQLite and on PostgreSQL, same sizes, interleaved."""
+    ok = [r for r in runs if r.get("ok")]
+    stores = ("sqlite", "postgres")
+    out = {"cluster": cluster, "fanout": [], "latency": [], "write": [], "raw": []}
+
+    def ms(v):
+        return round(v / 1000, 3) if v is not None else None
+
+    # Fan-out: each mcpsub run is followed by the kernel ceiling batched as that run was.
+    pairs = {}
+    for i, r in enumerate(runs):
+        if r.get("scenario") != "fanout" or r.get("label") != "mcpsub" or not r.get("ok"):
+            continue
+        ceil = next((c for c in runs[i + 1:i + 2] if c.get("label") == "ceiling" and c.get("ok")
+                     and c.get("sessions") == r["sessions"]), None)
+        pairs.setdefault((r["sessions"], r["writers"]), {}).setdefault(r.get("store"), []).append((r, ceil))
+    for (sessions, writers), by_store in sorted(pairs.items(), key=lambda kv: (kv[0][0], -kv[0][1])):
+        row = {"sessions": sessions, "writers": writers}
+        for st in stores:
+            ps = by_store.get(st, [])
+            m = [a for a, _ in ps]
+            c = [b for _, b in ps if b]
+            cpu, c_cpu = median(m, "per_server_cpu_s"), median(c, "per_server_cpu_s")
+            row[st] = {"runs": len(m), "events": m[0]["events"] if m else None,
+                       "frames_per_segment": median(m, "frames_per_segment"),
+                       "per_server_cpu_s": cpu, "per_wall_s": median(m, "per_wall_s"),
+                       # PostgreSQL's own processes (the whole cluster) are measured apart.
+                       "store_cpu_s": median(m, "store_cpu_s"),
+                       "per_total_cpu_s": median(m, "per_total_cpu_s") if st == "postgres" else cpu,
+                       "ceiling_per_cpu_s": c_cpu, "vs_ceiling_cpu": ratio(cpu, c_cpu),
+                       "vs_ceiling_wall": ratio(median(m, "per_wall_s"), median(c, "per_wall_s"))}
+        row["postgres_vs_sqlite_wall"] = ratio(row["postgres"]["per_wall_s"], row["sqlite"]["per_wall_s"])
+        row["postgres_vs_sqlite_total_cpu"] = ratio(row["postgres"]["per_total_cpu_s"], row["sqlite"]["per_total_cpu_s"])
+        out["fanout"].append(row)
+    # Latency: the REST writer and the external one (raw SQLite, raw libpq), per store.
+    specs = sorted({(r["sessions"], r["rate"]) for r in ok if r.get("scenario") == "latency"})
+    for sessions, rate in specs:
+        ceil = next((r for r in ok if r.get("scenario") == "latency" and r.get("label") == "ceiling"
+                     and r["sessions"] == sessions and r["rate"] == rate), None)
+        for kind in ("rest", "external"):
+            row = {"sessions": sessions, "rate": rate, "writer": kind,
+                   "ceiling_p99_ms": ms(ceil["p99_us"]) if ceil else None}
+            for st in stores:
+                want = "rest" if kind == "rest" else st
+                r = next((x for x in ok if x.get("scenario") == "latency" and x.get("label") == "mcpsub"
+                          and x.get("store") == st and x["sessions"] == sessions and x["rate"] == rate
+                          and x.get("writer") == want), None)
+                row[st] = {"writer": want, "samples": r.get("samples"), "p50_ms": ms(r["p50_us"]),
+                           "p99_ms": ms(r["p99_us"]), "p999_ms": ms(r["p999_us"]), "max_ms": ms(r["max_us"]),
+                           "server_cpu_s": r.get("server_cpu_s"), "store_cpu_s": r.get("store_cpu_s")} if r else None
+            out["latency"].append(row)
+    # Writes: REST PUTs per connection count; raw insert loops.
+    for conns in sorted({r["connections"] for r in ok if r.get("scenario") == "write"}):
+        row = {"connections": conns}
+        for key, st, dur in (("sqlite", "sqlite", None), ("postgres", "postgres", "synchronous_commit-on"),
+                             ("postgres_async", "postgres", "synchronous_commit-off")):
+            r = next((x for x in ok if x.get("scenario") == "write" and x.get("store") == st
+                      and x["connections"] == conns and (dur is None or x.get("durability") == dur)), None)
+            row[key] = {"durability": r.get("durability"), "puts_per_s": r.get("per_wall_s"),
+                        "per_server_cpu_s": r.get("per_server_cpu_s"), "store_cpu_s": r.get("store_cpu_s"),
+                        "per_total_cpu_s": r.get("per_total_cpu_s", r.get("per_server_cpu_s"))} if r else None
+        out["write"].append(row)
+    for r in ok:
+        if r.get("scenario") in ("sqlwrite", "pgwrite"):
+            out["raw"].append({"store": r.get("store"), "durability": r.get("durability"),
+                               "connections": r.get("connections", 1), "inserts_per_s": r.get("per_wall_s"),
+                               "client_cpu_s": r.get("cpu_s"), "store_cpu_s": r.get("store_cpu_s"),
+                               "per_store_cpu_s": r.get("per_store_cpu_s")})
+    return out
+
+
+def pg_tables(p):
+    def g(row, st, key, digits=0):
+        v = (row.get(st) or {}).get(key)
+        return fmt(v, digits) if v is not None else "–"
+    out = ["\n### PostgreSQL beside SQLite (the PostgreSQL group)\n"]
+    c = p.get("cluster") or {}
+    if c:
+        st = c.get("settings") or {}
+        out.append(f"PostgreSQL {c.get('version')}: " + ", ".join(f"{k}={v}" for k, v in sorted(st.items())) + "\n")
+    out.append("| fan-out: sessions | writers | SQLite per CPU-s | SQLite / ceiling (CPU) | PostgreSQL: mcpsubd per CPU-s "
+               "| PostgreSQL / ceiling (CPU) | PostgreSQL: mcpsubd + cluster per CPU-s | SQLite per wall-s "
+               "| PostgreSQL per wall-s | PG / SQLite (wall) |")
+    out.append("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for f in p["fanout"]:
+        out.append(f"| {fmt(f['sessions'])} | {f['writers']} | {g(f, 'sqlite', 'per_server_cpu_s')} "
+                   f"| {g(f, 'sqlite', 'vs_ceiling_cpu', 2)} | {g(f, 'postgres', 'per_server_cpu_s')} "
+                   f"| {g(f, 'postgres', 'vs_ceiling_cpu', 2)} | {g(f, 'postgres', 'per_total_cpu_s')} "
+                   f"| {g(f, 'sqlite', 'per_wall_s')} | {g(f, 'postgres', 'per_wall_s')} "
+                   f"| {fmt(f['postgres_vs_sqlite_wall'], 2)} |")
+    out.append("")
+    out.append("| latency (ms): sessions | commits/s | writer | SQLite p50 | SQLite p99 | SQLite p99.9 "
+               "| PostgreSQL p50 | PostgreSQL p99 | PostgreSQL p99.9 | kernel ceiling p99 |")
+    out.append("|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|")
+    for l in p["latency"]:
+        w = "REST" if l["writer"] == "rest" else "raw (SQLite / libpq, other process)"
+        out.append(f"| {fmt(l['sessions'])} | {fmt(l['rate'])} | {w} | {g(l, 'sqlite', 'p50_ms', 2)} "
+                   f"| {g(l, 'sqlite', 'p99_ms', 2)} | {g(l, 'sqlite', 'p999_ms', 2)} | {g(l, 'postgres', 'p50_ms', 2)} "
+                   f"| {g(l, 'postgres', 'p99_ms', 2)} | {g(l, 'postgres', 'p999_ms', 2)} | {fmt(l['ceiling_p99_ms'], 2)} |")
+    out.append("")
+    out.append("| writes: connections | SQLite PUT/s | SQLite per CPU-s | PostgreSQL PUT/s | PostgreSQL: mcpsubd per CPU-s "
+               "| PostgreSQL: mcpsubd + cluster per CPU-s | PostgreSQL, synchronous_commit off: PUT/s |")
+    out.append("|---:|---:|---:|---:|---:|---:|---:|")
+    for w in p["write"]:
+        out.append(f"| {w['connections']} | {g(w, 'sqlite', 'puts_per_s')} | {g(w, 'sqlite', 'per_server_cpu_s')} "
+                   f"| {g(w, 'postgres', 'puts_per_s')} | {g(w, 'postgres', 'per_server_cpu_s')} "
+                   f"| {g(w, 'postgres', 'per_total_cpu_s')} | {g(w, 'postgres_async', 'puts_per_s')} |")
+    out.append("")
+    out.append("| raw insert loop | durability | connections | inserts/s | database server CPU-s | inserts per database server CPU-s |")
+    out.append("|---|---|---:|---:|---:|---:|")
+    for r in p["raw"]:
+        out.append(f"| {r['store']} | {r['durability']} | {r['connections']} | {fmt(r['inserts_per_s'])} "
+                   f"| {fmt(r['store_cpu_s'], 2) if r['store_cpu_s'] is not None else '– (in the loop)'} "
+                   f"| {fmt(r['per_store_cpu_s'])} |")
+    return "\n".join(out)
+
+
 def goal(what, target, measured, met):
     return {"goal": what, "target": target, "measured": measured, "met": bool(met)}
 
@@ -422,6 +542,7 @@ def main():
     ap.add_argument("--plots")
     ap.add_argument("--load", help="/proc/loadavg (1, 5, 15 min) when the run started")
     ap.add_argument("--load-after")
+    ap.add_argument("--pg-cluster", help="JSON: the PostgreSQL group's server version and settings")
     a = ap.parse_args()
     runs = []
     with open(a.results) as f:
@@ -429,20 +550,30 @@ def main():
             line = line.strip()
             if line:
                 runs.append(json.loads(line))
-    summary = summarize(runs)
+    summary = summarize([r for r in runs if r.get("group") != "pg"])
     if a.mode != "full":
         summary["goals"] = []  # tiny sizes: correctness only, no figure is judged
+    pg_runs = [r for r in runs if r.get("group") == "pg"]
+    if pg_runs:
+        cluster = None
+        if a.pg_cluster:
+            with open(a.pg_cluster) as f:
+                cluster = json.load(f)
+        summary["postgres"] = summarize_pg(pg_runs, cluster)
     doc = {"schema": 1, "mode": a.mode, "started": a.started, "elapsed_s": a.elapsed, "git": a.git,
            "machine": machine(a.fd_limit), "load_average": {"before": a.load, "after": a.load_after},
            "server": {"workers": a.workers}, "summary": summary, "runs": runs}
     with open(a.out, "w") as f:
         json.dump(doc, f, indent=1)
         f.write("\n")
-    print(tables(summary))
+    if len(pg_runs) < len(runs):
+        print(tables(summary))
+    if "postgres" in summary:
+        print(pg_tables(summary["postgres"]))
     failed = [r for r in runs if not r.get("ok")]
     for r in failed:
         print(f"FAILED: {r.get('label')} {r.get('scenario')}: {r.get('error')}", file=sys.stderr)
-    if a.plots and a.mode == "full":
+    if a.plots and a.mode == "full" and len(pg_runs) < len(runs):  # the PostgreSQL group alone: no plot
         plots(summary, a.plots)
     return 1 if failed else 0
 
