@@ -584,9 +584,14 @@ test('a table dropped while its subscriber is not live on any worker: the row fo
     server = await restartServer(server);
     sqlite(server.dbPath, 'DROP TABLE Cam');
     const other = await McpSession.open(server.port); // a request notices the schema change
-    await waitFor(() => JSON.parse(sessionRow(server.dbPath, s.id).subscriptions).length === 1, {
-      message: 'the row to forget the dropped table',
-    });
+    // (PostgreSQL reads its catalog at most every 500 ms: a later request notices it there)
+    await waitFor(
+      async () => {
+        await other.result('ping', {});
+        return JSON.parse(sessionRow(server.dbPath, s.id).subscriptions).length === 1;
+      },
+      { intervalMs: 100, message: 'the row to forget the dropped table' },
+    );
     sqlite(server.dbPath, 'CREATE TABLE Cam (id INTEGER PRIMARY KEY, v TEXT)');
     await other.result('ping', {});
     const st = await openPrimed(server, s); // restored from its row
