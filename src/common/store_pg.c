@@ -106,6 +106,13 @@ extern const char store_system_pg_sql[];
  * (a column, a dropped table) are seen within this.
  */
 #define PG_SCHEMA_CHECK_MS 500
+/*
+ * The longest a statement may go unanswered before its connection is given
+ * up: the workers' loops call the store synchronously, so this bounds how
+ * long a server that stopped answering can hold one (as the TCP settings
+ * bound a silent path). Longer than any statement mcpsub runs should take.
+ */
+#define PG_STATEMENT_DEADLINE_MS 10000
 /* How long store_audit_max_seq waits for an unknown horizon to settle. */
 #define PG_HORIZON_WAIT_MS 500
 /* How many gaps one store_audit_read looks at twice (each may cost one transaction id). */
@@ -361,6 +368,46 @@ static int pg_error(pg_store *p, const PGresult *res, char *err, size_t errlen) 
   return -EIO;
 }
 
+static int64_t pg_monotonic_ms(void);
+
+/*
+ * Sends sql (with the parameters ps when params; else it may hold several
+ * statements) and waits for its last result at most PG_STATEMENT_DEADLINE_MS:
+ * a server that stops answering (a stopped process, a path gone silent)
+ * costs the caller that long, never more. Past it, the connection is given
+ * up (made again later) and NULL returned with *timed_out set; NULL without
+ * it when the query could not be sent (the connection's message says why).
+ */
+static PGresult *pg_roundtrip(pg_store *p, const char *sql, const pg_params *ps, bool params,
+                              bool *timed_out) {
+  *timed_out = false;
+  int sent = params ? PQsendQueryParams(p->conn, sql, ps ? ps->n : 0, NULL,
+                                        ps ? (const char *const *)ps->v : NULL, NULL, NULL, 0)
+                    : PQsendQuery(p->conn, sql);
+  if (!sent) return NULL;
+  int64_t deadline = pg_monotonic_ms() + PG_STATEMENT_DEADLINE_MS;
+  PGresult *last = NULL, *r;
+  for (;;) {
+    while (PQisBusy(p->conn)) {
+      int64_t left = deadline - pg_monotonic_ms();
+      if (left <= 0) {
+        PQclear(last);
+        *timed_out = true;
+        pg_lose(p, "no answer from postgres within the statement deadline");
+        return NULL;
+      }
+      struct pollfd pfd = {.fd = PQsocket(p->conn), .events = POLLIN};
+      int n = poll(&pfd, 1, (int)left);
+      if ((n < 0 && errno != EINTR) || (n > 0 && !PQconsumeInput(p->conn))) break;
+    }
+    /* After a broken connection PQgetResult reports it (an error result, then NULL). */
+    if ((r = PQgetResult(p->conn)) == NULL) break;
+    PQclear(last); /* as PQexec: the last result (processing stops at an error) */
+    last = r;
+  }
+  return last;
+}
+
 /*
  * Runs sql with the text parameters ps (may be NULL). *res (may be NULL)
  * gets the result of a statement that returns rows (the caller PQclears
@@ -368,9 +415,13 @@ static int pg_error(pg_store *p, const PGresult *res, char *err, size_t errlen) 
  */
 static int pg_run(pg_store *p, const char *sql, const pg_params *ps, PGresult **res, char *err,
                   size_t errlen) {
+  bool timed_out;
   if (res != NULL) *res = NULL;
-  PGresult *r = PQexecParams(p->conn, sql, ps ? ps->n : 0, NULL,
-                             ps ? (const char *const *)ps->v : NULL, NULL, NULL, 0);
+  PGresult *r = pg_roundtrip(p, sql, ps, true, &timed_out);
+  if (timed_out) {
+    store_set_err(err, errlen, "no answer from postgres in time");
+    return -ENOTCONN;
+  }
   ExecStatusType st = r ? PQresultStatus(r) : PGRES_FATAL_ERROR;
   if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) {
     int ret = pg_error(p, r, err, errlen);
@@ -386,7 +437,12 @@ static int pg_run(pg_store *p, const char *sql, const pg_params *ps, PGresult **
 
 /* Runs sql (no parameters, may hold several statements) for its effect. */
 static int pg_exec(pg_store *p, const char *sql, char *err, size_t errlen) {
-  PGresult *r = PQexec(p->conn, sql);
+  bool timed_out;
+  PGresult *r = pg_roundtrip(p, sql, NULL, false, &timed_out);
+  if (timed_out) {
+    store_set_err(err, errlen, "no answer from postgres in time");
+    return -ENOTCONN;
+  }
   ExecStatusType st = r ? PQresultStatus(r) : PGRES_FATAL_ERROR;
   int ret = 0;
   if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) ret = pg_error(p, r, err, errlen);
@@ -418,10 +474,10 @@ static int pg_run_changes(pg_store *p, const char *sql, const pg_params *ps, int
 }
 
 static void pg_rollback(pg_store *p) {
-  if (p->conn != NULL && PQtransactionStatus(p->conn) != PQTRANS_IDLE &&
+  if (p->conn != NULL && !p->lost && PQtransactionStatus(p->conn) != PQTRANS_IDLE &&
       PQstatus(p->conn) == CONNECTION_OK) {
-    PGresult *r = PQexec(p->conn, "ROLLBACK");
-    PQclear(r);
+    bool timed_out;
+    PQclear(pg_roundtrip(p, "ROLLBACK", NULL, false, &timed_out));
   }
 }
 

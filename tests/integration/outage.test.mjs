@@ -28,7 +28,7 @@ import { ResourceUpdatedNotificationSchema } from '@modelcontextprotocol/sdk/typ
 
 import { assertExactlyOnce } from './lib/exactly_once.mjs';
 import { McpSession } from './lib/mcp.mjs';
-import { PG_MODE, pgCluster, pgPause, pgResume } from './lib/pg.mjs';
+import { PG_MODE, pgCluster, pgFreeze, pgPause, pgResume } from './lib/pg.mjs';
 import { request } from './lib/raw.mjs';
 import { getStatus, httpGet, startServer } from './lib/server.mjs';
 import { EventStream, UPDATED } from './lib/sse.mjs';
@@ -278,4 +278,39 @@ test('PostgreSQL stops and starts again: 503 meanwhile, streams stay open, nothi
   st.close();
   await s.delete();
   await srv.stop();
+});
+
+/*
+ * A server that is alive and answers nothing (its processes stopped): a
+ * worker's loop waits for a statement at most the store's deadline (10 s),
+ * gives the connection up, and answers 503 meanwhile; thawed, it serves again.
+ */
+test('PostgreSQL frozen mid-query: the loop gives the connection up after the deadline, 503s, then recovers', { skip: !PG_MODE && 'PostgreSQL only' }, async () => {
+  const srv = await startServer({ args: ['--workers', '1'] });
+  servers.push(srv);
+  let frozen = false;
+  try {
+    assert.equal((await request(srv.port, { path: '/Product/A-100' })).status, 200);
+    pgFreeze(true);
+    frozen = true;
+    const t0 = Date.now();
+    const stuck = await request(srv.port, { path: '/Product/B-200', timeoutMs: 20000 });
+    const waited = Date.now() - t0;
+    assert.equal(stuck.status, 503, stuck.text);
+    assert.ok(waited < 15000, `answered after ${waited} ms`);
+    // The connection is given up: the next calls fail fast instead of waiting again.
+    const t1 = Date.now();
+    const next = await request(srv.port, { path: '/Product/C-300', timeoutMs: 5000 });
+    assert.equal(next.status, 503, next.text);
+    assert.ok(Date.now() - t1 < 2000, `the next call took ${Date.now() - t1} ms`);
+    pgFreeze(false);
+    frozen = false;
+    await waitFor(async () => (await request(srv.port, { path: '/Product/A-100' })).status === 200, {
+      timeoutMs: 15000,
+      intervalMs: 200,
+      message: 'GET 200 after PostgreSQL thawed',
+    });
+  } finally {
+    if (frozen) pgFreeze(false);
+  }
 });

@@ -50,6 +50,17 @@ export function pgPause() {
   execFileSync(PG_CLUSTER, ['pause', pgCluster().dir], { stdio: ['ignore', 'ignore', 'inherit'], timeout: 60000 });
 }
 
+/*
+ * Freezes (SIGSTOP) or thaws (SIGCONT) every process of the cluster: a
+ * server that is alive, holds its connections, and answers nothing.
+ */
+export function pgFreeze(frozen) {
+  const pid = fs.readFileSync(path.join(pgCluster().dir, 'data', 'postmaster.pid'), 'utf8').split('\n')[0].trim();
+  const sig = frozen ? '-STOP' : '-CONT';
+  execFileSync('pkill', [sig, '-P', pid], { stdio: 'ignore' });
+  execFileSync('kill', [sig, pid], { stdio: 'ignore' });
+}
+
 /* Starts the cluster pgPause stopped again, on the same port (the same URIs work). */
 export function pgResume() {
   execFileSync(PG_CLUSTER, ['resume', pgCluster().dir], { stdio: ['ignore', 'ignore', 'inherit'], timeout: 60000 });
