@@ -1847,6 +1847,30 @@ static int pg_extend_settled(pg_store *p, int64_t last) {
 }
 
 /*
+ * pg_extend_settled over any distance: when every seq up to last is visible
+ * (one count on the index), at once; else run by run up to the first gap.
+ */
+static int pg_extend_settled_to(pg_store *p, int64_t last) {
+  pg_params ps = {0};
+  int64_t n = 0;
+  pg_param_int(&ps, p->settled);
+  pg_param_int(&ps, last);
+  int ret =
+      pg_run_int64(p, "SELECT count(*) FROM audit_log WHERE seq > $1::int8 AND seq <= $2::int8",
+                   &ps, &n, NULL, 0);
+  pg_params_finish(&ps);
+  if (ret == 0 && n == last - p->settled) {
+    p->settled = last;
+    return 0;
+  }
+  for (int64_t before = -1; ret == 0 && p->settled < last && p->settled != before;) {
+    before = p->settled;
+    ret = pg_extend_settled(p, last);
+  }
+  return ret;
+}
+
+/*
  * The horizon: the highest seq at or below which no audit row can still
  * appear (see "Commit order" at the top); readers start from it. Known the
  * horizon, it is extended along the visible rows up to the sequence's last
@@ -1869,8 +1893,9 @@ static int pg_audit_max_seq(store_t *s, int64_t *seq) {
   /* Retention deletes only below a horizon (pg_audit_prune): below it all is settled. */
   if (pruned > p->settled) p->settled = pruned;
   for (int waited = 0;; waited += 5) {
-    if (p->settled < last && last - p->settled <= PG_HORIZON_SCAN) {
-      ret = pg_extend_settled(p, last);
+    if (p->settled < last) {
+      /* From the database, not from how far a reader has read (a big commit may be far ahead). */
+      ret = pg_extend_settled_to(p, last);
       if (ret < 0) return ret;
     }
     if (p->settled >= last) {
