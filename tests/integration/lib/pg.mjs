@@ -30,14 +30,21 @@ export function pgCluster() {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'mcpsub-pg-'));
   const uri = execFileSync(PG_CLUSTER, ['start', dir], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'], timeout: 60000 }).trim();
   cluster = { dir, uri: new URL(uri) };
-  process.on('exit', () => {
+  const stop = () => {
     try {
       execFileSync(PG_CLUSTER, ['stop', dir], { stdio: 'ignore', timeout: 30000 });
     } catch {
       /* already gone */
     }
     fs.rmSync(dir, { recursive: true, force: true });
-  });
+  };
+  process.on('exit', stop);
+  // A test runner's timeout ends the process with a signal, which skips 'exit': the cluster too.
+  for (const [sig, n] of [['SIGTERM', 15], ['SIGINT', 2]])
+    process.once(sig, () => {
+      stop();
+      process.exit(128 + n);
+    });
   return cluster;
 }
 
