@@ -80,9 +80,10 @@ static void ctl_usage(FILE *out) {
   }
   fputs("\n"
         "options:\n"
-        "  --db PATH        database file (default data/mcpsub.db), opened read-only\n"
+        "  --db PATH|URI    the database (default data/mcpsub.db): a SQLite file or a\n"
+        "                   postgres:// URI, as mcpsubd's --db; read only\n"
         "  --control PATH   mcpsubd's control socket (default: mcpsubd.sock in the\n"
-        "                   directory of --db)\n"
+        "                   directory of a SQLite --db, else the working directory)\n"
         "  --auth-keys FILE the API key file of the key commands (mcpsubd --auth-keys)\n"
         "  --json           print JSON: the server's answer as received, or what was read\n"
         "                   from the database\n"
