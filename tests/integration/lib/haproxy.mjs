@@ -87,7 +87,7 @@ export function haproxyConfig({ port, backends, mode = 'roundrobin', dir, health
     '  option httpchk',
     `  http-check send meth GET uri /readyz ver HTTP/1.1 hdr Host ${healthHost}`,
     '  http-check expect status 200',
-    `  default-server check inter ${t.checkInterMs}ms fastinter ${t.checkInterMs}ms downinter ${t.checkInterMs}ms fall ${t.checkFall} rise ${t.checkRise} on-marked-down shutdown-sessions`,
+    `  default-server check inter ${t.checkInterMs}ms fastinter ${t.checkInterMs}ms downinter ${t.checkInterMs}ms fall ${t.checkFall} rise ${t.checkRise}`,
   ];
   if (mode === 'sticky') {
     lines.push(
