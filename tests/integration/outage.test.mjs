@@ -22,16 +22,13 @@ import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import net from 'node:net';
 
-import { Client } from '@modelcontextprotocol/sdk/client/index.js';
-import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
-import { ResourceUpdatedNotificationSchema } from '@modelcontextprotocol/sdk/types.js';
-
 import { assertExactlyOnce } from './lib/exactly_once.mjs';
 import { McpSession } from './lib/mcp.mjs';
+import { connectSdk } from './lib/sdk.mjs';
 import { PG_MODE, pgCluster, pgFreeze, pgPause, pgResume } from './lib/pg.mjs';
 import { request } from './lib/raw.mjs';
 import { getStatus, httpGet, startServer } from './lib/server.mjs';
-import { EventStream, UPDATED } from './lib/sse.mjs';
+import { EventStream } from './lib/sse.mjs';
 import { sqlite } from './lib/sqlite.mjs';
 import { auditAfter, auditMax, rest, waitStatus } from './lib/subs.mjs';
 import { sleep, waitFor } from './lib/wait.mjs';
@@ -71,23 +68,9 @@ async function blackHole(port) {
 }
 
 /* An SDK client whose GET stream is open; raw: every resources/updated as { uri, subscribedUri }. */
-async function connectSdk(srv) {
-  const transport = new StreamableHTTPClientTransport(new URL(srv.url), {
-    reconnectionOptions: { initialReconnectionDelay: 100, maxReconnectionDelay: 1000, reconnectionDelayGrowFactor: 1.5, maxRetries: 30 },
-  });
-  const client = new Client({ name: 'outage-sdk', version: '1.0.0' }, { capabilities: {} });
-  const c = { client, raw: [], handled: [], errors: [] };
-  client.onerror = (err) => c.errors.push(String(err));
-  client.setNotificationHandler(ResourceUpdatedNotificationSchema, (n) => c.handled.push(n.params));
-  const before = (await getStatus(srv.port)).streams;
-  await client.connect(transport);
-  const deliver = transport.onmessage;
-  transport.onmessage = (msg, extra) => {
-    if (msg.method === UPDATED) c.raw.push({ uri: msg.params?.uri, subscribedUri: msg.params?.subscribedUri });
-    deliver?.(msg, extra);
-  };
+async function connectOutageSdk(srv) {
+  const c = await connectSdk(srv, 'outage-sdk');
   clients.push(c);
-  await waitStatus(srv.port, { streams: before + 1 });
   return c;
 }
 
@@ -138,7 +121,7 @@ test('PostgreSQL stops and starts again: 503 meanwhile, streams stay open, nothi
   const b = `${B}/Product/B-200`;
 
   // Two subscribers: the SDK client, and a raw session with its SSE stream.
-  const sdk = await connectSdk(srv);
+  const sdk = await connectOutageSdk(srv);
   for (const uri of [record, coll]) assert.deepEqual(await sdk.client.subscribeResource({ uri }), {});
   const s = await McpSession.open(srv.port);
   for (const uri of [record, coll]) assert.deepEqual(await s.result('resources/subscribe', { uri }), {});

@@ -14,16 +14,12 @@
 import test, { after } from 'node:test';
 import assert from 'node:assert/strict';
 
-import { Client } from '@modelcontextprotocol/sdk/client/index.js';
-import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
-import { ResourceUpdatedNotificationSchema } from '@modelcontextprotocol/sdk/types.js';
-
+import { connectSdk } from './lib/sdk.mjs';
 import { startServer, getStatus } from './lib/server.mjs';
 import { sqlite } from './lib/sqlite.mjs';
 import { waitFor } from './lib/wait.mjs';
 import { product, rest, restartServer, waitStatus } from './lib/subs.mjs';
 
-const UPDATED = 'notifications/resources/updated';
 const servers = new Set();
 const clients = [];
 
@@ -38,30 +34,10 @@ async function server(args = []) {
   return s;
 }
 
-/*
- * An SDK client whose GET stream is open. Keeps what the notification
- * handler received (handled) and every raw resources/updated message
- * (raw: { uri, subscribedUri }), plus transport errors.
- */
+/* connectSdk, kept for the after hook's close. */
 async function connect(srv, name) {
-  const transport = new StreamableHTTPClientTransport(new URL(srv.url), {
-    reconnectionOptions: { initialReconnectionDelay: 100, maxReconnectionDelay: 1000, reconnectionDelayGrowFactor: 1.5, maxRetries: 30 },
-  });
-  const client = new Client({ name, version: '1.0.0' }, { capabilities: {} });
-  const c = { client, transport, handled: [], raw: [], errors: [] };
-  client.onerror = (err) => c.errors.push(String(err));
-  client.setNotificationHandler(ResourceUpdatedNotificationSchema, (n) => {
-    c.handled.push(n.params);
-  });
-  const before = (await getStatus(srv.port)).streams;
-  await client.connect(transport);
-  const deliver = transport.onmessage;
-  transport.onmessage = (msg, extra) => {
-    if (msg.method === UPDATED) c.raw.push({ uri: msg.params?.uri, subscribedUri: msg.params?.subscribedUri });
-    deliver?.(msg, extra);
-  };
+  const c = await connectSdk(srv, name);
   clients.push(c);
-  await waitStatus(srv.port, { streams: before + 1 }); // the SDK opens its GET stream by itself
   return c;
 }
 
