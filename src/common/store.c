@@ -517,12 +517,15 @@ void store_set_origin(store_t *s, const char *origin) {
   snprintf(s->origin, sizeof(s->origin), "%s", origin);
 }
 
-char *store_subscription_image(const char *uri, const char *topic_key, const char *debounce) {
+char *store_subscription_image(bool put, const char *uri, const char *topic_key,
+                               const char *debounce) {
   cJSON *o = store_json_checked(cJSON_CreateObject());
   store_json_add(o, "uri", cJSON_CreateString(uri));
-  store_json_add(o, "key", cJSON_CreateString(topic_key != NULL ? topic_key : uri));
-  cJSON *d = debounce != NULL ? cJSON_Parse(debounce) : NULL;
-  store_json_add(o, "debounce", d != NULL ? d : cJSON_CreateNull());
+  if (put) {
+    store_json_add(o, "key", cJSON_CreateString(topic_key != NULL ? topic_key : uri));
+    cJSON *d = debounce != NULL ? cJSON_Parse(debounce) : NULL;
+    store_json_add(o, "debounce", d != NULL ? d : cJSON_CreateNull());
+  }
   char *text = cJSON_PrintUnformatted(o);
   cJSON_Delete(o);
   if (text == NULL) abort();

@@ -395,8 +395,13 @@ int store_batch_end(store_t *s, bool commit);
 
 /* Who writes through s (at most 63 bytes; "" by default), as the subscription log records it. */
 void store_set_origin(store_t *s, const char *origin);
-/* JSON text of a subscription log row's new_row (store_session_sub_put). New string. */
-char *store_subscription_image(const char *uri, const char *topic_key, const char *debounce);
+/*
+ * JSON text of a subscription log row's image: a put's new_row (uri, its
+ * topic key, its debounce JSON or NULL), or with put false a delete's
+ * old_row (the uri alone). New string (cJSON_free).
+ */
+char *store_subscription_image(bool put, const char *uri, const char *topic_key,
+                               const char *debounce);
 
 /* Unix time in milliseconds (CLOCK_REALTIME). */
 int64_t store_now_ms(void);

@@ -2417,9 +2417,9 @@ static int pg_session_sub_put(store_t *s, const char *id, const char *uri, const
                   3, id, uri, debounce, &n);
   if (ret == -EEXIST || (ret == 0 && n == 0)) ret = -ENOENT; /* no session (or it just went) */
   if (ret == 0) {
-    char *image = store_subscription_image(uri, topic_key, debounce);
+    char *image = store_subscription_image(true, uri, topic_key, debounce);
     ret = pg_sub_log(p, id, true, image);
-    free(image);
+    cJSON_free(image);
   }
   if (ret == 0) ret = pg_commit(p, NULL, 0);
   if (ret < 0) pg_rollback(p);
@@ -2435,11 +2435,7 @@ static int pg_session_sub_delete(store_t *s, const char *id, const char *uri) {
     ret = pg_run3(p, "DELETE FROM mcpsub_subscription WHERE session = $1 AND uri = $2", 2, id, uri,
                   NULL, &n);
   if (ret == 0 && n > 0) {
-    cJSON *o = store_json_checked(cJSON_CreateObject());
-    store_json_add(o, "uri", cJSON_CreateString(uri));
-    char *image = cJSON_PrintUnformatted(o);
-    cJSON_Delete(o);
-    if (image == NULL) abort();
+    char *image = store_subscription_image(false, uri, NULL, NULL);
     ret = pg_sub_log(p, id, false, image);
     cJSON_free(image);
   }

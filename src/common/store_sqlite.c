@@ -2047,9 +2047,9 @@ static int sq_session_sub_put(store_t *s, const char *id, const char *uri, const
       id, uri, debounce, &n);
   if (ret == 0 && n == 0) ret = -ENOENT;
   if (ret == 0) {
-    char *image = store_subscription_image(uri, topic_key, debounce);
+    char *image = store_subscription_image(true, uri, topic_key, debounce);
     ret = store_sub_log(s, id, true, image);
-    free(image);
+    cJSON_free(image);
   }
   if (ret == 0) ret = store_commit(s, NULL, 0);
   store_rollback(s);
@@ -2063,10 +2063,7 @@ static int sq_session_sub_delete(store_t *s, const char *id, const char *uri) {
   ret = store_session_sub_exec(s, "DELETE FROM mcpsub_subscription WHERE session = ?1 AND uri = ?2",
                                id, uri, NULL, &n);
   if (ret == 0 && n > 0) {
-    cJSON *o = store_json_checked(cJSON_CreateObject());
-    store_json_add(o, "uri", cJSON_CreateString(uri));
-    char *image = cJSON_PrintUnformatted(o);
-    cJSON_Delete(o);
+    char *image = store_subscription_image(false, uri, NULL, NULL);
     ret = store_sub_log(s, id, false, image);
     cJSON_free(image);
   }

@@ -99,6 +99,15 @@ char *auth_scope_topic_key(const auth_scope *scope, const char *uri) {
   return buf_steal(&b);
 }
 
+void auth_scope_of_topic_key(const char *key, auth_scope *scope) {
+  const char *nl = strchr(key, '\n');
+  const char *eq = nl != NULL ? strchr(nl + 1, '=') : NULL;
+  *scope = (auth_scope){.scoped = eq != NULL};
+  if (eq == NULL) return;
+  snprintf(scope->column, sizeof(scope->column), "%.*s", (int)(eq - nl - 1), nl + 1);
+  snprintf(scope->value, sizeof(scope->value), "%s", eq + 1);
+}
+
 /* The scope an OAuth client asks for to get right (for 403 challenges). */
 static const char *auth_scope_for(unsigned right) {
   if (right & AUTH_ADMIN) return "mcpsub:admin";

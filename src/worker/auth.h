@@ -144,6 +144,8 @@ store_guard auth_guard(const auth_principal *p, const auth_scope *scope);
 bool auth_scope_matches(const auth_scope *scope, const cJSON *row);
 /* The key of a subscription topic: the URI text, with the scope when scoped (caller frees). */
 char *auth_scope_topic_key(const auth_scope *scope, const char *uri);
+/* The scope a topic key of auth_scope_topic_key carries (unscoped when it names none). */
+void auth_scope_of_topic_key(const char *key, auth_scope *scope);
 
 typedef enum auth_outcome {
   AUTH_PASSED,   /* *p is the caller (valid for this request only) */

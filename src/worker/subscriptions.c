@@ -844,13 +844,8 @@ static void subs_on_subscription_log(worker_t *w, const store_audit_row *row) {
       debounce_parse(cJSON_IsObject(debounce) ? debounce : NULL, &d, why, sizeof(why)) != 0 ||
       subs_resolve(w, uri->valuestring, &u) != 0)
     return;
-  const char *nl = strchr(key->valuestring, '\n');
-  const char *eq = nl != NULL ? strchr(nl + 1, '=') : NULL;
-  auth_scope scope = {.scoped = eq != NULL};
-  if (eq != NULL) {
-    snprintf(scope.column, sizeof(scope.column), "%.*s", (int)(eq - nl - 1), nl + 1);
-    snprintf(scope.value, sizeof(scope.value), "%s", eq + 1);
-  }
+  auth_scope scope;
+  auth_scope_of_topic_key(key->valuestring, &scope);
   if (auth_scope_apply(&scope, &u) == 0) {
     if (session_sub_find(s, uri->valuestring) != NULL)
       session_unsubscribe(w, s, session_sub_slot(s, uri->valuestring));
