@@ -137,6 +137,22 @@ static uint64_t stats_requests_refused(const worker_stats *w, const slot_stats *
   return w->requests_refused;
 }
 
+static uint64_t stats_lane_jobs(const worker_stats *w, const slot_stats *slot) {
+  return w->lane_jobs;
+}
+
+static uint64_t stats_lane_waits(const worker_stats *w, const slot_stats *slot) {
+  return w->lane_waits;
+}
+
+static uint64_t stats_lane_queued(const worker_stats *w, const slot_stats *slot) {
+  return w->lane_queued;
+}
+
+static uint64_t stats_lane_blocked(const worker_stats *w, const slot_stats *slot) {
+  return w->lane_blocked;
+}
+
 static uint64_t stats_restarts(const worker_stats *w, const slot_stats *slot) {
   return slot != NULL ? slot->restarts : 0;
 }
@@ -172,6 +188,18 @@ static const stats_metric stats_metrics[] = {
     {"mcpsub_requests_refused_total",
      "Requests refused for their credentials or limits (401, 403, 429).", STATS_COUNTER,
      stats_requests_refused},
+    {"mcpsub_store_lane_jobs_total",
+     "Jobs run on the store lane (PostgreSQL: requests, tailer runs, control commands).",
+     STATS_COUNTER, stats_lane_jobs},
+    {"mcpsub_store_lane_waits_total",
+     "Waits for the database during which the worker's loop kept running (PostgreSQL).",
+     STATS_COUNTER, stats_lane_waits},
+    {"mcpsub_store_lane_queued", "Store lane jobs waiting for the one running (PostgreSQL).",
+     STATS_GAUGE, stats_lane_queued},
+    {"mcpsub_store_lane_blocked_total",
+     "Database calls made outside the store lane, which blocked the loop or were refused (a bug: "
+     "stays 0).",
+     STATS_COUNTER, stats_lane_blocked},
     {"mcpsub_worker_restarts_total", "Times the master restarted the slot's worker.", STATS_COUNTER,
      stats_restarts},
 };

@@ -80,6 +80,10 @@ typedef struct worker_stats {
   int64_t audit_head;           /* newest audit seq when the report was made */
   uint64_t connections_refused; /* connections closed with 503 over --max-connections */
   uint64_t requests_refused;    /* 401, 403 and 429 answers */
+  uint64_t lane_jobs;           /* store lane (PostgreSQL): jobs run */
+  uint64_t lane_waits;          /* ...waits for the database that left the loop running */
+  uint64_t lane_queued;         /* ...jobs waiting for their turn */
+  uint64_t lane_blocked;        /* ...calls from outside the lane (should stay 0) */
   stats_histogram notify_delay; /* commit -> its updates queued on their streams, per change */
   stats_histogram request_seconds[STATS_METHODS]; /* request -> response head, by method */
 } worker_stats;

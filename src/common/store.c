@@ -9,6 +9,7 @@
 
 #include <assert.h>
 #include <errno.h>
+#include <poll.h>
 #include <math.h>
 #include <sqlite3.h> /* sqlite3_snprintf's %!.15g: the key text the audit log records */
 #include <stdarg.h>
@@ -400,6 +401,24 @@ void store_set_busy_timeout(store_t *s, int ms) {
 
 void store_set_busy_handler(store_t *s, int (*fn)(void *data, int count), void *data) {
   if (s->ops->set_busy_handler != NULL) s->ops->set_busy_handler(s, fn, data);
+}
+
+void store_set_waiter(store_t *s, const store_waiter *waiter) {
+  s->waiter = *waiter;
+}
+
+bool store_may_use(store_t *s) {
+  return s->waiter.may_use == NULL || s->waiter.may_use(s->waiter.data);
+}
+
+int store_wait_fd(store_t *s, int fd, short events, int timeout_ms) {
+  if (s->waiter.wait != NULL) {
+    int rc = s->waiter.wait(s->waiter.data, fd, events, timeout_ms);
+    if (rc >= 0) return rc;
+  }
+  struct pollfd pfd = {.fd = fd, .events = events};
+  int n = poll(&pfd, 1, timeout_ms);
+  return n < 0 ? (errno == EINTR ? 0 : -1) : n > 0;
 }
 
 int store_refresh_schema(store_t *s, bool *tables_changed) {

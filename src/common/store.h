@@ -83,6 +83,23 @@ void store_set_busy_timeout(store_t *s, int ms);
 void store_set_busy_handler(store_t *s, int (*fn)(void *data, int count), void *data);
 
 /*
+ * How a backend that talks over the network (store_pg) waits for its
+ * socket, set by a worker whose loop must keep running meanwhile
+ * (worker/lane.h). wait(data, fd, events, timeout_ms) returns 1 when fd is
+ * ready for events (POLLIN, POLLOUT), 0 when timeout_ms passed, -1 when it
+ * cannot wait for this caller, which then blocks in poll(2). may_use(data)
+ * is false while another caller is in the middle of a call on the handle
+ * (waiting, with its statements under way): the call then fails with
+ * -EBUSY instead of disturbing it. Without a waiter, calls block.
+ */
+typedef struct store_waiter {
+  int (*wait)(void *data, int fd, short events, int timeout_ms);
+  bool (*may_use)(void *data);
+  void *data;
+} store_waiter;
+void store_set_waiter(store_t *s, const store_waiter *waiter);
+
+/*
  * Cheap when nothing changed. When the schema moved, re-reads the exported
  * tables and (unless read-only) reinstalls the audit triggers.
  * *tables_changed (may be NULL) is set when the set of exported tables or

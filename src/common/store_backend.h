@@ -29,8 +29,17 @@ struct store {
   int64_t schema_generation; /* moves with every schema change the backend saw */
   store_table *tables;       /* exported tables, sorted by name (strcmp) */
   int n_tables;
-  char origin[64]; /* store_set_origin */
+  char origin[64];     /* store_set_origin */
+  store_waiter waiter; /* store_set_waiter; all NULL: calls block */
 };
+
+/*
+ * Waits for fd as store_set_waiter says: through the handle's waiter when
+ * it can, else poll(2). 1 ready, 0 timed out, -1 failed (errno).
+ */
+int store_wait_fd(store_t *s, int fd, short events, int timeout_ms);
+/* May the caller start a call now (store_waiter.may_use)? */
+bool store_may_use(store_t *s);
 
 struct store_ops {
   const char *name; /* "sqlite", "postgres" */

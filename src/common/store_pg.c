@@ -177,6 +177,7 @@ typedef struct pg_redial {
   int delay_ms;                   /* the backoff after the next failure: 0, then doubling */
   unsigned failures;              /* attempts failed since the connection was lost */
   uint64_t back_seen;             /* pg_redials_made when the last attempt started */
+  store_t *owner;                 /* whose wait hook the attempt waits with */
 } pg_redial;
 
 /*
@@ -387,8 +388,16 @@ static PGresult *pg_roundtrip(pg_store *p, const char *sql, const pg_params *ps,
   if (!sent) return NULL;
   int64_t deadline = pg_monotonic_ms() + PG_STATEMENT_DEADLINE_MS;
   PGresult *last = NULL, *r;
+  /*
+   * The connection is non-blocking: what the send left unsent goes out as
+   * the socket takes it, and the answer is read as it comes. Every wait is
+   * the store's (a worker's lane parks its job and keeps the loop running).
+   */
+  int flushing = 1;
   for (;;) {
-    while (PQisBusy(p->conn)) {
+    for (;;) {
+      if (flushing > 0 && (flushing = PQflush(p->conn)) < 0) break;
+      if (flushing == 0 && !PQisBusy(p->conn)) break;
       int64_t left = deadline - pg_monotonic_ms();
       if (left <= 0) {
         PQclear(last);
@@ -396,9 +405,9 @@ static PGresult *pg_roundtrip(pg_store *p, const char *sql, const pg_params *ps,
         pg_lose(p, "no answer from postgres within the statement deadline");
         return NULL;
       }
-      struct pollfd pfd = {.fd = PQsocket(p->conn), .events = POLLIN};
-      int n = poll(&pfd, 1, (int)left);
-      if ((n < 0 && errno != EINTR) || (n > 0 && !PQconsumeInput(p->conn))) break;
+      short events = flushing > 0 ? POLLIN | POLLOUT : POLLIN;
+      int n = store_wait_fd(&p->base, PQsocket(p->conn), events, (int)left);
+      if (n < 0 || (n > 0 && !PQconsumeInput(p->conn))) break;
     }
     /* After a broken connection PQgetResult reports it (an error result, then NULL). */
     if ((r = PQgetResult(p->conn)) == NULL) break;
@@ -548,10 +557,9 @@ static int pg_redial_drive(pg_redial *r, int64_t until_ms) {
     if (r->wait == PGRES_POLLING_FAILED || PQstatus(r->attempt) == CONNECTION_BAD) return -ENOTCONN;
     int64_t left = until_ms - pg_monotonic_ms();
     if (left <= 0) return -EINPROGRESS;
-    struct pollfd pfd = {.fd = PQsocket(r->attempt),
-                         .events = r->wait == PGRES_POLLING_READING ? POLLIN : POLLOUT};
-    int n = poll(&pfd, 1, (int)left);
-    if (n < 0 && errno != EINTR) return -ENOTCONN;
+    int n = store_wait_fd(r->owner, PQsocket(r->attempt),
+                          r->wait == PGRES_POLLING_READING ? POLLIN : POLLOUT, (int)left);
+    if (n < 0) return -ENOTCONN;
     if (n > 0) r->wait = PQconnectPoll(r->attempt);
   }
 }
@@ -627,8 +635,15 @@ static void pg_redial_finish(pg_redial *r) {
   r->attempt = NULL;
 }
 
-/* The settings of a new main connection: lock_timeout, read-only for a read-only handle. */
+/*
+ * The settings of a new main connection: non-blocking (pg_roundtrip),
+ * lock_timeout, read-only for a read-only handle.
+ */
 static int pg_conn_setup(pg_store *p, char *err, size_t errlen) {
+  if (PQsetnonblocking(p->conn, 1) != 0) {
+    store_set_err(err, errlen, "%s", PQerrorMessage(p->conn));
+    return -ENOTCONN;
+  }
   int ret = pg_apply_lock_timeout(p);
   if (ret == 0 && p->base.readonly)
     ret = pg_exec(p, "SET default_transaction_read_only = on", err, errlen);
@@ -641,6 +656,7 @@ static int pg_conn_setup(pg_store *p, char *err, size_t errlen) {
  * -ENOTCONN until it made a new connection (set up like the first).
  */
 static int pg_ready(pg_store *p) {
+  if (!store_may_use(&p->base)) return -EBUSY; /* another caller is mid-call on this connection */
   if (!p->lost && pg_conn_alive(p->conn)) {
     /* A call that failed half-way never leaves a transaction open, but be sure. */
     if (PQtransactionStatus(p->conn) != PQTRANS_IDLE) pg_rollback(p);
@@ -982,6 +998,7 @@ static int pg_connect(const char *target, bool readonly, pg_store **out, char *e
   p->listen_fd = p->retired_fd = -1;
   p->redial.what = "connection";
   p->listen_redial.what = "LISTEN connection";
+  p->redial.owner = p->listen_redial.owner = &p->base;
   *out = NULL;
   p->conn = pg_conn_new(target, false);
   if (p->conn == NULL || PQstatus(p->conn) != CONNECTION_OK) {

@@ -1140,6 +1140,30 @@ static void master_ctl_fanout_done(master_gather *g) {
   master_ctl_merge(g->m, g->creq, g->req, g->replies, g->m->n);
 }
 
+/* A control command in one process: a job on the worker's store lane (it reads the store). */
+typedef struct master_local_ctl {
+  master_t *m;
+  control_request_t *r;
+  cJSON *req; /* a copy */
+} master_local_ctl;
+
+static void master_ctl_local(void *arg) {
+  master_local_ctl j = *(master_local_ctl *)arg;
+  free(arg);
+  const char *cmd = cJSON_GetObjectItemCaseSensitive(j.req, "cmd")->valuestring;
+  if (strcmp(cmd, "status") == 0 || strcmp(cmd, "workers") == 0 || strcmp(cmd, "stats") == 0) {
+    master_ctl_answer_stats(j.m, j.r, cmd);
+  } else {
+    cJSON *copy = cJSON_Duplicate(j.req, true);
+    cJSON_AddTrueToObject(copy, "durable");
+    cJSON *rep = worker_ctl_handle(j.m->local, copy);
+    cJSON_Delete(copy);
+    master_ctl_merge(j.m, j.r, j.req, &rep, 1);
+    cJSON_Delete(rep);
+  }
+  cJSON_Delete(j.req);
+}
+
 static void master_ctl_handle(control_request_t *r, const cJSON *req, void *data) {
   master_t *m = data;
   const char *cmd = cJSON_GetObjectItemCaseSensitive(req, "cmd")->valuestring;
@@ -1163,17 +1187,10 @@ static void master_ctl_handle(control_request_t *r, const cJSON *req, void *data
     control_answer_error(r, "\"uri\" must be a string");
     return;
   }
-  if (m->local != NULL) { /* one process: the worker is right here */
-    if (stats) {
-      master_ctl_answer_stats(m, r, cmd);
-    } else {
-      cJSON *copy = cJSON_Duplicate(req, true);
-      cJSON_AddTrueToObject(copy, "durable");
-      cJSON *rep = worker_ctl_handle(m->local, copy);
-      cJSON_Delete(copy);
-      master_ctl_merge(m, r, req, &rep, 1);
-      cJSON_Delete(rep);
-    }
+  if (m->local != NULL) { /* one process: the worker is right here, and so is its store lane */
+    master_local_ctl *j = mem_alloc(sizeof(*j));
+    *j = (master_local_ctl){m, r, cJSON_Duplicate(req, true)};
+    lane_run(&m->local->lane, master_ctl_local, j);
     return;
   }
   int durable = -1;

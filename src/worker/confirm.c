@@ -91,10 +91,16 @@ static void pending_refuse(confirm_pending *p, const char *text) {
   p->cw.discard(p->cw.job);
 }
 
-static void pending_on_timeout(uv_timer_t *h) {
-  confirm_pending *p = h->data;
+static void pending_timed_out(void *arg) {
+  confirm_pending *p = arg;
   log_info("confirmation timed out", "session", p->cw.reply->session);
   pending_refuse(p, "no answer from the user in time: nothing changed");
+}
+
+static void pending_on_timeout(uv_timer_t *h) {
+  confirm_pending *p = h->data;
+  if (!lane_try(&p->w->lane, pending_timed_out, p))
+    uv_timer_start(h, pending_on_timeout, LANE_RETRY_MS, 0); /* after the lane's job */
 }
 
 /* The client closed the call's connection: nobody waits for the answer. */

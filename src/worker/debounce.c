@@ -156,12 +156,21 @@ static void queue_release(worker_t *w, hold_queue *q, int64_t now, bool force) {
     hold_arm(w, q->head->release_at);
 }
 
-static void hold_on_timer(uv_timer_t *h) {
-  worker_t *w = h->data;
+static void hold_release(void *arg) {
+  worker_t *w = arg;
   int64_t now = (int64_t)uv_now(w->loop);
   for (hold_queue *q = w->hold_queues, *next; q != NULL; q = next) {
     next = q->next;
     queue_release(w, q, now, false);
+  }
+}
+
+/* Releases change sessions' streams: a job on the lane, or again shortly while one runs. */
+static void hold_on_timer(uv_timer_t *h) {
+  worker_t *w = h->data;
+  if (!lane_try(&w->lane, hold_release, w)) {
+    w->hold_due = (int64_t)uv_now(w->loop) + LANE_RETRY_MS;
+    uv_timer_start(h, hold_on_timer, LANE_RETRY_MS, 0);
   }
 }
 

@@ -19,7 +19,7 @@
 #define META_AFTER           "io.mcpsub/after"
 
 static void listen_write(listen_stream *l, const char *data, size_t len) {
-  if (http_stream_write(l->conn, data, len) != 0) {
+  if (l->conn != NULL && http_stream_write(l->conn, data, len) != 0) {
     /* Cut (its queue passed --max-stream-queue) or closing: the close callback frees it. */
   }
 }
@@ -57,7 +57,9 @@ static void listen_free(listen_stream *l) {
 }
 
 static void listen_on_close(http_conn_t *c, void *data) {
-  listen_free(data);
+  listen_stream *l = data;
+  l->conn = NULL;
+  if (!l->recovering) listen_free(l); /* else once the recovery returns */
 }
 
 /* Ends the stream: flushes what is queued, then closes (the close callback frees it). */
@@ -218,7 +220,14 @@ cJSON *listen_open(mcp_call *call) {
   if (after_seq >= 0) {
     /* The recovery is bounded (SUBS_RECOVER_MAX updates): let it all through, as a resumption. */
     http_stream_exempt(l->conn, true);
-    subs_listen_recover(w, l, after_seq);
+    l->recovering = true;
+    subs_listen_recover(w, l, after_seq); /* may wait for the database (lane.h) */
+    l->recovering = false;
+    if (l->conn == NULL) {
+      listen_free(l); /* the client left meanwhile: its connection is gone, nothing to answer */
+      call->pending = true;
+      return NULL;
+    }
     http_stream_exempt(l->conn, false);
   }
   subs_update_active(w);

@@ -50,7 +50,8 @@ enum {
 typedef struct listen_stream {
   sub_owner owner; /* SUB_OWNER_LISTEN; first, so a sub's owner is the stream */
   worker_t *w;
-  http_conn_t *conn;
+  http_conn_t *conn;               /* NULL once closed (while a recovery still runs) */
+  bool recovering;                 /* subs_listen_recover runs: a close leaves the freeing to it */
   char id_json[LISTEN_ID_MAX + 1]; /* the request id, as JSON (a string or a number) */
   size_t id_len;
   unsigned lists; /* LISTEN_* list_changed notifications wanted */

@@ -141,8 +141,8 @@ static void coalesce_release_head(worker_t *w, int64_t now) {
   coalesce_open_window(w, e, now);
 }
 
-static void coalesce_on_timer(uv_timer_t *h) {
-  worker_t *w = h->data;
+static void coalesce_release(void *arg) {
+  worker_t *w = arg;
   int64_t now = (int64_t)uv_now(w->loop);
   while (w->coalesce_held_head != NULL && w->coalesce_held_head->release_at <= now)
     coalesce_release_head(w, now);
@@ -153,6 +153,13 @@ static void coalesce_on_timer(uv_timer_t *h) {
   }
   wait_flush(w);
   coalesce_arm(w);
+}
+
+/* Releases wake waiters, which read: a job on the lane, or again shortly while one runs. */
+static void coalesce_on_timer(uv_timer_t *h) {
+  worker_t *w = h->data;
+  if (!lane_try(&w->lane, coalesce_release, w))
+    uv_timer_start(h, coalesce_on_timer, LANE_RETRY_MS, 0);
 }
 
 /*
@@ -646,7 +653,7 @@ void subs_init(worker_t *w) {
   buf_init(&w->fmt_uri);
   buf_init(&w->fmt_head);
   strmap_init(&w->coalesce);
-  tailer_init(&w->tailer, w->loop, w->store, w->cfg->db_path, &subs_tailer_ops, w);
+  tailer_init(&w->tailer, w->loop, w->store, &w->lane, w->cfg->db_path, &subs_tailer_ops, w);
   uv_timer_init(w->loop, &w->coalesce_timer);
   w->coalesce_timer.data = w;
   hold_init(w);
@@ -1149,5 +1156,6 @@ void subs_stream_open(worker_t *w, session_t *s, http_conn_t *c, const char *las
   }
   s->lost = false;
   session_stream_prime(s);
-  http_stream_exempt(c, false);
+  /* The recovery may have waited for the database (lane.h): the stream may be gone since. */
+  if (s->stream == c) http_stream_exempt(c, false);
 }

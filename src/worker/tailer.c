@@ -21,12 +21,14 @@ static void tailer_on_poll(uv_timer_t *h);
 static void tailer_on_fs(uv_fs_event_t *h, const char *filename, int events, int status);
 static bool tailer_wake_external(tailer_t *t);
 static bool tailer_watch_wake(tailer_t *t);
+static void tailer_on_wake(uv_poll_t *h, int status, int events);
 
-void tailer_init(tailer_t *t, uv_loop_t *loop, store_t *store, const char *db_path,
+void tailer_init(tailer_t *t, uv_loop_t *loop, store_t *store, lane_t *lane, const char *db_path,
                  const tailer_ops *ops, void *data) {
   memset(t, 0, sizeof(*t));
   t->loop = loop;
   t->store = store;
+  t->lane = lane;
   t->ops = ops;
   t->data = data;
   t->wake_fd = -1;
@@ -120,8 +122,41 @@ void tailer_kick(tailer_t *t) {
     uv_timer_start(&t->kick, tailer_on_kick, 0, 0);
 }
 
+/* What a queued tailer job does (tailer_t.queued). */
+#define TAILER_DO_RUN     1u /* read on: more was there */
+#define TAILER_DO_WAKE    2u /* look whether another connection committed */
+#define TAILER_DO_SCHEMA  4u /* look at the schema first (the safety poll) */
+#define TAILER_DO_RECHECK 8u /* a file event's re-check (tailer_on_recheck) */
+
+static void tailer_on_recheck(uv_timer_t *h);
+
+static void tailer_job(void *arg) {
+  tailer_t *t = arg;
+  unsigned what = t->queued;
+  t->queued = 0;
+  if (t->closing || !t->active) return;
+  if (what & TAILER_DO_SCHEMA) tailer_check_schema(t);
+  if (what & (TAILER_DO_WAKE | TAILER_DO_RECHECK)) {
+    bool moved = tailer_wake_external(t);
+    if ((what & TAILER_DO_RECHECK) && !moved && --t->rechecks_left > 0)
+      uv_timer_start(&t->recheck, tailer_on_recheck, TAILER_RECHECK_MS, 0);
+    /* The wake-up socket was left alone while the job waited its turn. */
+    if (t->wake != NULL && !t->closing)
+      (void)uv_poll_start(t->wake, UV_READABLE, tailer_on_wake); /* cannot fail on a live handle */
+  } else if (what & TAILER_DO_RUN) {
+    tailer_run(t);
+  }
+}
+
+/* Asks for what (TAILER_DO_*) as a job on the lane: one job at a time does all that was asked. */
+static void tailer_queue(tailer_t *t, unsigned what) {
+  bool queued = t->queued != 0;
+  t->queued |= what;
+  if (!queued) lane_run(t->lane, tailer_job, t);
+}
+
 static void tailer_on_kick(uv_timer_t *h) {
-  tailer_run(h->data);
+  tailer_queue(h->data, TAILER_DO_RUN);
 }
 
 /*
@@ -143,9 +178,7 @@ static bool tailer_wake_external(tailer_t *t) {
 }
 
 static void tailer_on_recheck(uv_timer_t *h) {
-  tailer_t *t = h->data;
-  if (tailer_wake_external(t) || --t->rechecks_left <= 0) return;
-  uv_timer_start(&t->recheck, tailer_on_recheck, TAILER_RECHECK_MS, 0);
+  tailer_queue(h->data, TAILER_DO_RECHECK);
 }
 
 static void tailer_on_poll(uv_timer_t *h) {
@@ -155,19 +188,16 @@ static void tailer_on_poll(uv_timer_t *h) {
    * backend with a wake-up socket it sends nothing (DDL fires no trigger):
    * the safety poll looks at the schema itself.
    */
-  if (t->wake_socket) tailer_check_schema(t);
-  tailer_wake_external(t);
+  tailer_queue(t, TAILER_DO_WAKE | (t->wake_socket ? TAILER_DO_SCHEMA : 0));
 }
 
 static void tailer_on_fs(uv_fs_event_t *h, const char *filename, int events, int status) {
   tailer_t *t = h->data;
   if (status < 0 || filename == NULL) return;
   if (strcmp(filename, t->wal_name) != 0 && strcmp(filename, t->db_name) != 0) return;
-  if (tailer_wake_external(t)) return;
-  /* Too early: the commit may not be published yet. Look again shortly. */
+  /* If nothing moved yet, the commit may not be published: the job looks again shortly. */
   t->rechecks_left = TAILER_RECHECKS;
-  if (!uv_is_active((uv_handle_t *)&t->recheck))
-    uv_timer_start(&t->recheck, tailer_on_recheck, TAILER_RECHECK_MS, 0);
+  if (!uv_is_active((uv_handle_t *)&t->recheck)) tailer_queue(t, TAILER_DO_RECHECK);
 }
 
 static void tailer_free_poll(uv_handle_t *h) {
@@ -183,7 +213,9 @@ static void tailer_stop_wake(tailer_t *t) {
 
 static void tailer_on_wake(uv_poll_t *h, int status, int events) {
   tailer_t *t = h->data;
-  tailer_wake_external(t);
+  /* Readable until the job drains it: not polled meanwhile (the job starts it again). */
+  (void)uv_poll_stop(h);
+  tailer_queue(t, TAILER_DO_WAKE);
 }
 
 /*
@@ -250,6 +282,8 @@ void tailer_set_active(tailer_t *t, bool active) {
 
 int64_t tailer_position(tailer_t *t) {
   if (t->active && !t->unpositioned) return t->cursor;
+  /* Off the lane (a keepalive) the loop must not wait for the database: the newest known. */
+  if (t->lane->enabled && !lane_on_fiber(t->lane)) return t->last_head;
   int64_t seq = 0;
   if (store_audit_max_seq(t->store, &seq) != 0) return t->last_head; /* the database is away */
   t->last_head = seq;

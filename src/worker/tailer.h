@@ -33,6 +33,7 @@
 #include <uv.h>
 
 #include "common/store.h"
+#include "worker/lane.h"
 
 #define TAILER_BATCH          256
 #define TAILER_SAFETY_POLL_MS 1000
@@ -68,6 +69,8 @@ typedef struct tailer {
   char *wal_name; /* basename of the -wal file */
   char *db_name;  /* basename of the database file */
   uv_fs_event_t watch;
+  lane_t *lane;    /* the worker's store lane: every run of the tailer is a job on it */
+  unsigned queued; /* TAILER_DO_* of the job waiting on the lane (0: none) */
   uv_poll_t *wake; /* on store_wake_fd's socket, when the backend has one */
   int wake_fd;
   bool wake_socket; /* the backend has one (not SQLite), though it may be away now */
@@ -87,7 +90,11 @@ typedef struct tailer {
 } tailer_t;
 
 /* Sets up handles (inactive). db_path is the database target (watched when a file). */
-void tailer_init(tailer_t *t, uv_loop_t *loop, store_t *store, const char *db_path,
+/*
+ * Every run of the tailer from its own callbacks (wake-ups, timers) is a
+ * job on lane (lane.h): they only queue one, which does what they asked.
+ */
+void tailer_init(tailer_t *t, uv_loop_t *loop, store_t *store, lane_t *lane, const char *db_path,
                  const tailer_ops *ops, void *data);
 /*
  * Starts or stops following the log. Starting positions the cursor at the

@@ -36,6 +36,7 @@ struct waiter {
   waiter_t *prev, *next; /* the worker's pending waiters */
   waiter_t *ready_next;  /* on the worker's ready list */
   bool ready;
+  bool completing; /* its answer is being read (the lane's job may wait for the database) */
   mcp_reply reply; /* with a progress token, the answer is an SSE stream */
   bool include_state;
   uv_timer_t timer;
@@ -153,6 +154,8 @@ static void waiter_destroy(waiter_t *wt) {
 
 static void waiter_complete(waiter_t *wt, bool timed_out) {
   worker_t *w = wt->w;
+  wt->completing = true;
+  uv_timer_stop(&wt->timer);
   cJSON *rows = cJSON_CreateArray();
   for (size_t i = 0; i < wt->n; i++) {
     if (wt->items[i].changed)
@@ -171,15 +174,21 @@ static void waiter_complete(waiter_t *wt, bool timed_out) {
   mcp_reply_send(&reply, wait_result(rows, timed_out), 0, NULL);
 }
 
-static void waiter_on_timeout(uv_timer_t *h) {
-  waiter_complete(h->data, true);
+static void waiter_timed_out(void *arg) {
+  waiter_complete(arg, true);
 }
 
-/* The client went away: nothing to answer. */
+static void waiter_on_timeout(uv_timer_t *h) {
+  waiter_t *wt = h->data;
+  if (!lane_try(&wt->w->lane, waiter_timed_out, wt))
+    uv_timer_start(h, waiter_on_timeout, LANE_RETRY_MS, 0); /* after the lane's job */
+}
+
+/* The client went away: nothing to answer (a completion under way finishes without it). */
 static void waiter_on_close(http_conn_t *c, void *data) {
   waiter_t *wt = data;
   wt->reply.conn = NULL;
-  waiter_destroy(wt);
+  if (!wt->completing) waiter_destroy(wt);
 }
 
 bool wait_cancel(worker_t *w, const char *principal, const char *session, const char *id_json) {

@@ -191,6 +191,10 @@ void worker_stats_collect(worker_t *w, worker_stats *st) {
   st->subscriptions = w->subs.n_subs;
   st->waiters = w->n_waiters;
   st->connections = http_server_connections(w->http);
+  st->lane_jobs = w->lane.jobs;
+  st->lane_waits = w->lane.waits;
+  st->lane_queued = w->lane.queued;
+  st->lane_blocked = w->lane.blocked;
   st->connections_refused = http_server_refused(w->http);
   st->requests_refused = w->auth.denied + w->limits.refused;
   for (session_t *s = w->sessions.streams; s != NULL; s = s->stream_next)
@@ -250,7 +254,7 @@ static void worker_route(worker_t *w, http_conn_t *c, http_request_t *req,
     limits_respond(w, c, "request rate", retry_after);
     return;
   }
-  subs_refresh_schema(w);
+  if (strcmp(p, "/healthz") != 0) subs_refresh_schema(w); /* liveness never asks the database */
   if (strcmp(p, "/mcp") == 0) {
     if (w->draining && req->method == HTTP_GET) {
       /* A stream opened now would be cut at once: come back to the next process. */
@@ -296,12 +300,41 @@ static void worker_serve(http_conn_t *c, http_request_t *req, void *data) {
   worker_route(w, c, req, &principal, public);
 }
 
+/* A request as a job on the store lane: its connection is held until it is answered. */
+typedef struct request_job {
+  worker_t *w;
+  http_conn_t *c;
+  http_request_t *req;
+} request_job;
+
+static void worker_request_job(void *arg) {
+  request_job j = *(request_job *)arg;
+  free(arg);
+  worker_serve(j.c, j.req, j.w);
+}
+
+/*
+ * Serves a request as a job on the store lane; a request that waited for
+ * JWT signing keys comes back here too (auth.h).
+ */
+static void worker_dispatch(http_conn_t *c, http_request_t *req, void *data) {
+  worker_t *w = data;
+  /* Liveness needs no database: answered at once even while the lane waits for one. */
+  if (!w->lane.enabled || strcmp(req->path, "/healthz") == 0) {
+    worker_serve(c, req, w);
+    return;
+  }
+  request_job *j = mem_alloc(sizeof(*j));
+  *j = (request_job){w, c, req};
+  lane_run(&w->lane, worker_request_job, j);
+}
+
 static void worker_on_request(http_conn_t *c, http_request_t *req, void *data) {
   worker_t *w = data;
   w->requests++;
   if (log_enabled(LOG_DEBUG))
     log_debug("request", "method", req->method_name, "target", req->target);
-  worker_serve(c, req, w);
+  worker_dispatch(c, req, w);
 }
 
 /* Sessions: durable bookkeeping ---------------------------------------------- */
@@ -364,8 +397,10 @@ static void worker_sweep_session(session_t *s, void *data) {
   }
 }
 
-static void worker_sweep(uv_timer_t *t) {
-  worker_t *w = t->data;
+static void worker_sweep_job(void *arg) {
+  worker_t *w = arg;
+  w->sweep_queued = false;
+  if (w->closing) return;
   int64_t now = store_now_ms();
   int64_t idle = (int64_t)w->cfg->idle_timeout_ms;
   sweep_ctx ctx = {w, now, 0};
@@ -389,6 +424,14 @@ static void worker_sweep(uv_timer_t *t) {
                w->cfg->audit_retain_ms, now);
 }
 
+/* Sessions leave the registry: a job on the lane, so that none goes while a job holds it. */
+static void worker_sweep(uv_timer_t *t) {
+  worker_t *w = t->data;
+  if (w->sweep_queued) return;
+  w->sweep_queued = true;
+  lane_run(&w->lane, worker_sweep_job, w);
+}
+
 static void worker_keepalive(uv_timer_t *t) {
   worker_t *w = t->data;
   session_registry_keepalive(&w->sessions);
@@ -402,8 +445,8 @@ static void worker_keepalive(uv_timer_t *t) {
  * revoked or has expired. The session itself stays: its owner may come
  * back with a working credential.
  */
-static void worker_auth_tick(uv_timer_t *t) {
-  worker_t *w = t->data;
+static void worker_auth_check(void *arg) {
+  worker_t *w = arg;
   auth_reload(&w->auth, false);
   int64_t now = store_now_ms();
   for (session_t *s = w->sessions.streams, *next; s != NULL; s = next) {
@@ -418,6 +461,11 @@ static void worker_auth_tick(uv_timer_t *t) {
     }
   }
   listen_check_credentials(w, now);
+}
+
+/* Ends streams, so not while a lane job holds state: skipped then (the next second checks). */
+static void worker_auth_tick(uv_timer_t *t) {
+  (void)lane_try(&((worker_t *)t->data)->lane, worker_auth_check, t->data);
 }
 
 /* Each loop turn, before the poll: the key file is looked at again by the turn's first key. */
@@ -451,7 +499,9 @@ int worker_init(worker_t *w, uv_loop_t *loop, const config_t *cfg, unsigned slot
   for (size_t i = 0; i < sizeof(tag); i++) snprintf(w->origin + 1 + 2 * i, 3, "%02x", tag[i]);
   int rc = store_open(cfg->db_path, cfg->schema_path, &w->store, err, errlen);
   if (rc != 0) return rc;
-  rc = auth_init(&w->auth, w, worker_serve, err, errlen);
+  /* SQLite reads a local file and never waits on the network: no lane. */
+  lane_init(&w->lane, loop, strcmp(store_backend_name(cfg->db_path), "sqlite") != 0);
+  rc = auth_init(&w->auth, w, worker_dispatch, err, errlen);
   if (rc == 0) rc = writer_start(w, &w->writer, err, errlen);
   if (rc != 0) {
     auth_finish(&w->auth);
@@ -503,6 +553,11 @@ int worker_init(worker_t *w, uv_loop_t *loop, const config_t *cfg, unsigned slot
     uv_prepare_start(&w->auth_turn, worker_auth_turn);
     uv_unref((uv_handle_t *)&w->auth_turn);
   }
+  if (w->lane.enabled) {
+    /* From here on the store's waits park the lane's job instead of the loop. */
+    store_waiter waiter = {lane_wait_fd, lane_may_use, &w->lane};
+    store_set_waiter(w->store, &waiter);
+  }
   return 0;
 }
 
@@ -525,16 +580,47 @@ static void worker_drain_end(worker_t *w) {
   if (done != NULL) done(w);
 }
 
-static void worker_drain_tick(uv_timer_t *t) {
-  worker_t *w = t->data;
+static void worker_drain_check(void *arg) {
+  worker_t *w = arg;
   /* A wait_and_read that arrived on a connection still in flight: answer it too. */
   if (w->waiters != NULL) wait_finish_all(w);
   if (http_server_connections(w->http) == 0 || uv_now(w->loop) >= w->drain_deadline)
     worker_drain_end(w);
 }
 
+/* Answers waiters, which read: not while a lane job runs (the next tick, 20 ms later). */
+static void worker_drain_tick(uv_timer_t *t) {
+  (void)lane_try(&((worker_t *)t->data)->lane, worker_drain_check, t->data);
+}
+
+/* A drain or a shutdown asked for while a lane job waits for the database: after it. */
+typedef struct stop_job {
+  worker_t *w;
+  uint64_t timeout_ms;
+  void (*done)(worker_t *w);
+  bool drain;
+} stop_job;
+
+static void worker_stop_job(void *arg) {
+  stop_job j = *(stop_job *)arg;
+  free(arg);
+  if (j.drain)
+    worker_drain(j.w, j.timeout_ms, j.done);
+  else
+    worker_shutdown(j.w);
+}
+
+static bool worker_stop_later(worker_t *w, bool drain, uint64_t timeout_ms,
+                              void (*done)(worker_t *w)) {
+  if (lane_may_use(&w->lane)) return false;
+  stop_job *j = mem_alloc(sizeof(*j));
+  *j = (stop_job){w, timeout_ms, done, drain};
+  lane_run(&w->lane, worker_stop_job, j);
+  return true;
+}
+
 void worker_drain(worker_t *w, uint64_t timeout_ms, void (*done)(worker_t *w)) {
-  if (w->closing || w->draining) return;
+  if (w->closing || w->draining || worker_stop_later(w, true, timeout_ms, done)) return;
   w->draining = true;
   w->drain_done = done;
   w->drain_deadline = uv_now(w->loop) + timeout_ms;
@@ -558,7 +644,7 @@ void worker_drain(worker_t *w, uint64_t timeout_ms, void (*done)(worker_t *w)) {
 }
 
 void worker_shutdown(worker_t *w) {
-  if (w->closing) return;
+  if (w->closing || worker_stop_later(w, false, 0, NULL)) return;
   w->closing = true;
   if (w->draining) {
     uv_timer_stop(&w->drain_timer);
@@ -593,6 +679,7 @@ void worker_finish(worker_t *w) {
   subs_finish(w);
   store_close(w->store);
   w->store = NULL;
+  lane_finish(&w->lane);
   writer_destroy(w->writer);
   w->writer = NULL;
   auth_finish(&w->auth);

@@ -29,7 +29,8 @@ typedef struct worker_ipc {
   uv_signal_t sigterm;
   uint64_t adopted; /* CONN messages taken */
   bool draining;
-  bool stopped; /* the handles of this file are closed or closing */
+  bool stopped;      /* the handles of this file are closed or closing */
+  bool stats_queued; /* the periodic report waits its turn on the lane */
 } worker_ipc_t;
 
 static void worker_ipc_send_stats(worker_ipc_t *wi, uint64_t request) {
@@ -44,8 +45,18 @@ static void worker_ipc_send_stats(worker_ipc_t *wi, uint64_t request) {
   }
 }
 
+static void worker_ipc_stats_job(void *arg) {
+  worker_ipc_t *wi = arg;
+  wi->stats_queued = false;
+  if (!wi->stopped) worker_ipc_send_stats(wi, 0);
+}
+
+/* The stats read the log's head from the store: a job on the lane. */
 static void worker_ipc_on_stats_timer(uv_timer_t *t) {
-  worker_ipc_send_stats(t->data, 0);
+  worker_ipc_t *wi = t->data;
+  if (wi->stats_queued) return;
+  wi->stats_queued = true;
+  lane_run(&wi->w.lane, worker_ipc_stats_job, wi);
 }
 
 /* Closes what this file added to the loop; the loop then ends once the worker's own handles are
@@ -169,17 +180,49 @@ static void worker_ipc_on_ctl(worker_ipc_t *wi, const ipc_msg *msg) {
   cJSON_Delete(req);
 }
 
+/* A message from the master as a job on the store lane: a copy, since it outlives the callback. */
+typedef struct ipc_job {
+  worker_ipc_t *wi;
+  ipc_msg msg;
+  char payload[]; /* msg.payload points here */
+} ipc_job;
+
+static void worker_ipc_handle(worker_ipc_t *wi, ipc_msg *msg);
+
+static void worker_ipc_job(void *arg) {
+  ipc_job *j = arg;
+  worker_ipc_handle(j->wi, &j->msg);
+  free(j);
+}
+
 static void worker_ipc_on_msg(ipc_channel_t *ch, ipc_msg *msg, void *data) {
   worker_ipc_t *wi = data;
   worker_t *w = &wi->w;
-  switch (msg->cmd) {
-  case IPC_CONN: {
+  if (msg->cmd == IPC_CONN) {
+    /* A connection to serve: taken at once (its requests are lane jobs themselves). */
     unsigned flags = (msg->flags & IPC_F_REROUTED) ? HTTP_ADOPT_REROUTED : 0;
     wi->adopted++;
     if (http_server_adopt_flags(w->http, msg->fd, msg->payload, msg->len, flags) != 0)
       log_warn("cannot take a connection from the master");
-    break;
+    return;
   }
+  if (!w->lane.enabled) {
+    worker_ipc_handle(wi, msg);
+    return;
+  }
+  ipc_job *j = mem_alloc(sizeof(*j) + msg->len + 1);
+  j->wi = wi;
+  j->msg = *msg;
+  memcpy(j->payload, msg->payload, msg->len);
+  j->payload[msg->len] = '\0';
+  j->msg.payload = j->payload;
+  lane_run(&w->lane, worker_ipc_job, j);
+}
+
+/* The master's requests: control commands, stats, drains, routed cancels and answers. */
+static void worker_ipc_handle(worker_ipc_t *wi, ipc_msg *msg) {
+  worker_t *w = &wi->w;
+  switch (msg->cmd) {
   case IPC_COMMITTED:
     if (!w->closing) subs_external_commit(w);
     break;
@@ -289,7 +332,8 @@ int worker_ipc_main(const config_t *cfg) {
     worker_ipc_stop(&wi);
   } else {
     /* The first report says "ready": the master routes nothing here before it. */
-    worker_ipc_send_stats(&wi, 0);
+    wi.stats_queued = true;
+    lane_run(&w->lane, worker_ipc_stats_job, &wi);
     uv_timer_start(&wi.stats_timer, worker_ipc_on_stats_timer, WORKER_IPC_STATS_MS,
                    WORKER_IPC_STATS_MS);
   }

@@ -36,8 +36,9 @@ struct writer {
   size_t pending;                      /* queued or running or done-not-delivered */
   bool stopping;
   bool thread_running;
-  uint64_t deadline; /* of the job running now (busy handler) */
-  store_t *store;    /* the thread's own */
+  bool completions_queued; /* writer_completions waits its turn on the lane */
+  uint64_t deadline;       /* of the job running now (busy handler) */
+  store_t *store;          /* the thread's own */
   char open_err[256];
   int open_rc;
   bool disk_full; /* loop side: an episode of SQLITE_FULL is going on */
@@ -140,8 +141,10 @@ static void writer_thread(void *arg) {
 }
 
 /* The loop's side: completions, in queue order. */
-static void writer_on_async(uv_async_t *h) {
-  writer_t *wr = h->data;
+/* Completions run as a job on the worker's store lane (they answer requests, which may read). */
+static void writer_completions(void *arg) {
+  writer_t *wr = arg;
+  wr->completions_queued = false;
   uv_mutex_lock(&wr->lock);
   writer_job *list = wr->done_head;
   wr->done_head = wr->done_tail = NULL;
@@ -165,6 +168,13 @@ static void writer_on_async(uv_async_t *h) {
   }
   /* Once per batch of completions: the tailer reads them, other workers are told. */
   if (committed) subs_after_write(wr->w);
+}
+
+static void writer_on_async(uv_async_t *h) {
+  writer_t *wr = h->data;
+  if (wr->completions_queued) return;
+  wr->completions_queued = true;
+  lane_run(&wr->w->lane, writer_completions, wr);
 }
 
 int writer_start(worker_t *w, writer_t **out, char *err, size_t errlen) {

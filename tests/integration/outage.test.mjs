@@ -297,3 +297,60 @@ test('PostgreSQL frozen mid-query: the loop gives the connection up after the de
     if (frozen) pgFreeze(false);
   }
 });
+
+/*
+ * A database that stops answering for a moment (shorter than the deadline)
+ * does not stall a worker: the request waiting for it is parked, so the
+ * same process answers /healthz at once and its streams keep their
+ * keepalives; requests that need the database wait their turn and succeed,
+ * in order, once it answers again. The metrics show the waits, and no
+ * call that blocked the loop.
+ */
+test('PostgreSQL frozen for a moment: the loop keeps serving, requests waiting for the database succeed after', { skip: !PG_MODE && 'PostgreSQL only' }, async () => {
+  const srv = await startServer({ args: ['--workers', '1', '--sse-keepalive', '1'] });
+  servers.push(srv);
+  const s = await McpSession.open(srv.port);
+  assert.deepEqual(await s.result('resources/subscribe', { uri: `${srv.base}/Product` }), {});
+  const st = await EventStream.open(srv.port, s.id);
+  await st.waitPrimed();
+  let frozen = false;
+  try {
+    pgFreeze(true);
+    frozen = true;
+    const t0 = Date.now();
+    const reads = [
+      request(srv.port, { path: '/Product/A-100', timeoutMs: 20000 }),
+      s.call('resources/read', { uri: `${srv.base}/Product/B-200` }),
+      request(srv.port, { path: '/Product/C-300', timeoutMs: 20000 }),
+    ];
+    const kept = st.comments.length;
+    for (let i = 0; i < 5; i++) {
+      const h = await timed(() => request(srv.port, { path: '/healthz', timeoutMs: 3000 }), 500, '/healthz while the database was frozen');
+      assert.equal(h.status, 200);
+      await sleep(300);
+    }
+    await waitFor(() => st.comments.length > kept, { timeoutMs: 3000, message: 'a keepalive while the database was frozen' });
+    assert.ok(Date.now() - t0 < 7000, 'all of this happened while the database was frozen');
+    pgFreeze(false);
+    frozen = false;
+    const [a, read, c] = await Promise.all(reads);
+    assert.equal(a.status, 200, a.text);
+    assert.equal(JSON.parse(a.text).sku, 'A-100');
+    assert.ok(read.result, JSON.stringify(read));
+    assert.equal(JSON.parse(read.result.contents[0].text).sku, 'B-200');
+    assert.equal(c.status, 200, c.text);
+    assert.ok(!st.closed, 'the stream stayed open');
+  } finally {
+    if (frozen) pgFreeze(false);
+  }
+  let metrics = '';
+  await waitFor(async () => {
+    metrics = (await request(srv.port, { path: '/metrics' })).text;
+    return /mcpsub_store_lane_waits_total\{worker="0"\} [1-9]/.test(metrics);
+  }, { timeoutMs: 5000, message: 'lane waits in /metrics' });
+  assert.match(metrics, /mcpsub_store_lane_blocked_total\{worker="0"\} 0\n/);
+  st.close();
+  await s.delete();
+  await srv.stop();
+});
+
