@@ -25,12 +25,12 @@ import net from 'node:net';
 import { assertExactlyOnce } from './lib/exactly_once.mjs';
 import { McpSession } from './lib/mcp.mjs';
 import { connectSdk } from './lib/sdk.mjs';
-import { PG_MODE, pgCluster, pgFreeze, pgPause, pgResume } from './lib/pg.mjs';
+import { PG_MODE, dbTarget, pgCluster, pgFreeze, pgHoldLock, pgPause, pgResume } from './lib/pg.mjs';
 import { request } from './lib/raw.mjs';
 import { getStatus, httpGet, startServer } from './lib/server.mjs';
 import { EventStream } from './lib/sse.mjs';
 import { sqlite } from './lib/sqlite.mjs';
-import { auditAfter, auditMax, rest, waitStatus } from './lib/subs.mjs';
+import { auditAfter, auditMax, rest, restartServer, waitStatus } from './lib/subs.mjs';
 import { sleep, waitFor } from './lib/wait.mjs';
 
 const servers = [];
@@ -352,5 +352,51 @@ test('PostgreSQL frozen for a moment: the loop keeps serving, requests waiting f
   st.close();
   await s.delete();
   await srv.stop();
+});
+
+/*
+ * A resumption reads the audit log, which another session holds locked: the
+ * worker waits for it with its loop running (liveness answers at once), and
+ * a client that leaves while its stream is being recovered costs nothing:
+ * once the lock is gone the worker goes on (no crash, no restart), and the
+ * same resumption then recovers the missed change.
+ */
+test('PostgreSQL: a resumption waits for a locked audit log off the loop; a client leaving meanwhile is harmless', { skip: !PG_MODE && 'PostgreSQL only' }, async () => {
+  let srv = await startServer({ args: ['--workers', '1'] });
+  try {
+    const s = await McpSession.open(srv.port);
+    assert.deepEqual(await s.result('resources/subscribe', { uri: `${srv.base}/Product/A-100` }), {});
+    const st = await EventStream.open(srv.port, s.id);
+    await st.waitPrimed();
+    await rest(srv.port, 'PATCH', '/Product/A-100', { price_cents: 1 });
+    await st.waitUpdates(1);
+    const last = st.lastId;
+    st.close();
+    await rest(srv.port, 'PATCH', '/Product/A-100', { price_cents: 2 }); // missed by the client
+    srv = await restartServer(srv, { args: ['--workers', '1'] }); // its replay ring is gone
+    assert.ok((await s.call('ping', {})).result, 'the session is restored');
+
+    const lock = pgHoldLock(dbTarget(srv.dbPath), 'LOCK TABLE audit_log IN ACCESS EXCLUSIVE MODE', 3000);
+    await lock.locked;
+    const gone = await EventStream.open(srv.port, s.id, { lastEventId: last });
+    gone.close(); // while its recovery waits for the lock
+    for (let i = 0; i < 3; i++) {
+      const h = await timed(() => request(srv.port, { path: '/healthz', timeoutMs: 3000 }), 500, '/healthz while the audit log was locked');
+      assert.equal(h.status, 200);
+      await sleep(200);
+    }
+    await lock.done;
+
+    const again = await EventStream.open(srv.port, s.id, { lastEventId: last });
+    await again.waitUpdates(1);
+    assert.equal(again.updates()[0].json.params.uri, `${srv.base}/Product/A-100`);
+    again.close();
+    const metrics = (await request(srv.port, { path: '/metrics' })).text;
+    assert.match(metrics, /mcpsub_worker_restarts_total\{worker="0"\} 0\n/);
+    assert.match(metrics, /mcpsub_store_lane_blocked_total\{worker="0"\} 0\n/);
+    await s.delete();
+  } finally {
+    await srv.kill();
+  }
 });
 

@@ -7,7 +7,7 @@
 // server's rows with sqlite() (lib/sqlite.mjs, which then runs psql), needs
 // no change.
 
-import { execFileSync } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import crypto from 'node:crypto';
 import fs from 'node:fs';
 import os from 'node:os';
@@ -84,6 +84,28 @@ export function psql(uri, sql, { timeoutMs = 20000 } = {}) {
   } catch (err) {
     throw new Error(`psql ${JSON.stringify(sql)} failed: ${err.stderr || err.message}`);
   }
+}
+
+/*
+ * Another session holding a lock, as a migration or a maintenance job would:
+ * psql runs lockSql inside a transaction, holds it holdMs, then commits.
+ * Resolves { locked, done }: once the lock is held, and once psql exited.
+ */
+export function pgHoldLock(uri, lockSql, holdMs) {
+  const child = spawn(path.join(PG_BIN, 'psql'), ['-X', '-q', '-A', '-t', '-v', 'ON_ERROR_STOP=1', '-d', uri], { stdio: ['pipe', 'pipe', 'pipe'] });
+  let out = '';
+  child.stdout.on('data', (d) => (out += d));
+  child.stderr.on('data', (d) => (out += d));
+  const done = new Promise((resolve, reject) => {
+    child.on('exit', (code) => (code === 0 ? resolve() : reject(new Error(`psql exited ${code}: ${out}`))));
+  });
+  child.stdin.end(`BEGIN;\n${lockSql};\nSELECT 'locked';\nSELECT pg_sleep(${holdMs / 1000});\nCOMMIT;\n`);
+  const locked = new Promise((resolve, reject) => {
+    const check = () => (out.includes('locked') ? resolve() : null);
+    child.stdout.on('data', check);
+    done.catch(reject);
+  });
+  return { locked, done };
 }
 
 /* The database standing for the SQLite file dbPath (created on first use): its URI. */
