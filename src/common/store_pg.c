@@ -372,49 +372,54 @@ static int pg_error(pg_store *p, const PGresult *res, char *err, size_t errlen) 
 static int64_t pg_monotonic_ms(void);
 
 /*
- * Sends sql (with the parameters ps when params; else it may hold several
- * statements) and waits for its last result at most PG_STATEMENT_DEADLINE_MS:
- * a server that stops answering (a stopped process, a path gone silent)
- * costs the caller that long, never more. Past it, the connection is given
- * up (made again later) and NULL returned with *timed_out set; NULL without
- * it when the query could not be sent (the connection's message says why).
+ * Sends sql on c (with the parameters ps when params; else it may hold
+ * several statements) and waits for its last result at most
+ * PG_STATEMENT_DEADLINE_MS: a server that stops answering (a stopped
+ * process, a path gone silent) costs the caller that long, never more.
+ * c is non-blocking: what the send left unsent goes out as the socket
+ * takes it, and the answer is read as it comes; every wait is the store's
+ * (a worker's lane parks its job and keeps the loop running). Past the
+ * deadline, NULL with *timed_out set; NULL without it when the query could
+ * not be sent (the connection's message says why).
  */
-static PGresult *pg_roundtrip(pg_store *p, const char *sql, const pg_params *ps, bool params,
-                              bool *timed_out) {
+static PGresult *pg_conn_roundtrip(pg_store *p, PGconn *c, const char *sql, const pg_params *ps,
+                                   bool params, bool *timed_out) {
   *timed_out = false;
-  int sent = params ? PQsendQueryParams(p->conn, sql, ps ? ps->n : 0, NULL,
+  int sent = params ? PQsendQueryParams(c, sql, ps ? ps->n : 0, NULL,
                                         ps ? (const char *const *)ps->v : NULL, NULL, NULL, 0)
-                    : PQsendQuery(p->conn, sql);
+                    : PQsendQuery(c, sql);
   if (!sent) return NULL;
   int64_t deadline = pg_monotonic_ms() + PG_STATEMENT_DEADLINE_MS;
   PGresult *last = NULL, *r;
-  /*
-   * The connection is non-blocking: what the send left unsent goes out as
-   * the socket takes it, and the answer is read as it comes. Every wait is
-   * the store's (a worker's lane parks its job and keeps the loop running).
-   */
   int flushing = 1;
   for (;;) {
     for (;;) {
-      if (flushing > 0 && (flushing = PQflush(p->conn)) < 0) break;
-      if (flushing == 0 && !PQisBusy(p->conn)) break;
+      if (flushing > 0 && (flushing = PQflush(c)) < 0) break;
+      if (flushing == 0 && !PQisBusy(c)) break;
       int64_t left = deadline - pg_monotonic_ms();
       if (left <= 0) {
         PQclear(last);
         *timed_out = true;
-        pg_lose(p, "no answer from postgres within the statement deadline");
         return NULL;
       }
       short events = flushing > 0 ? POLLIN | POLLOUT : POLLIN;
-      int n = store_wait_fd(&p->base, PQsocket(p->conn), events, (int)left);
-      if (n < 0 || (n > 0 && !PQconsumeInput(p->conn))) break;
+      int n = store_wait_fd(&p->base, PQsocket(c), events, (int)left);
+      if (n < 0 || (n > 0 && !PQconsumeInput(c))) break;
     }
     /* After a broken connection PQgetResult reports it (an error result, then NULL). */
-    if ((r = PQgetResult(p->conn)) == NULL) break;
+    if ((r = PQgetResult(c)) == NULL) break;
     PQclear(last); /* as PQexec: the last result (processing stops at an error) */
     last = r;
   }
   return last;
+}
+
+/* pg_conn_roundtrip on the main connection, which is given up past the deadline. */
+static PGresult *pg_roundtrip(pg_store *p, const char *sql, const pg_params *ps, bool params,
+                              bool *timed_out) {
+  PGresult *r = pg_conn_roundtrip(p, p->conn, sql, ps, params, timed_out);
+  if (*timed_out) pg_lose(p, "no answer from postgres within the statement deadline");
+  return r;
 }
 
 /*
@@ -2068,10 +2073,13 @@ static int pg_audit_list(store_t *s, const char *table, int limit,
 static PGconn *pg_listen_open(pg_store *p) {
   PGconn *c = pg_redial_step(&p->listen_redial, p->target);
   if (c == NULL) return NULL;
-  PGresult *r = PQexec(c, "LISTEN " PG_CHANNEL);
-  bool ok = PQresultStatus(r) == PGRES_COMMAND_OK;
+  bool timed_out = false;
+  PGresult *r = PQsetnonblocking(c, 1) == 0
+                    ? pg_conn_roundtrip(p, c, "LISTEN " PG_CHANNEL, NULL, false, &timed_out)
+                    : NULL;
+  bool ok = r != NULL && PQresultStatus(r) == PGRES_COMMAND_OK;
   PQclear(r);
-  if (ok && PQsetnonblocking(c, 1) == 0) return c;
+  if (ok) return c;
   pg_redial_failed(&p->listen_redial, PQerrorMessage(c));
   PQfinish(c);
   return NULL;
