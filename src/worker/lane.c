@@ -148,9 +148,13 @@ bool lane_on_fiber(const lane_t *l) {
   return current != NULL && current == l->running;
 }
 
+bool lane_busy(const lane_t *l) {
+  return l->running != NULL && !lane_on_fiber(l);
+}
+
 bool lane_may_use(void *lane) {
   lane_t *l = lane;
-  if (l->running == NULL || lane_on_fiber(l)) return true;
+  if (!lane_busy(l)) return true;
   if (l->blocked++ == 0) log_warn("a database call was refused: its caller is not a lane job");
   return false;
 }
@@ -213,7 +217,7 @@ void lane_run(lane_t *l, void (*fn)(void *arg), void *arg) {
 }
 
 bool lane_try(lane_t *l, void (*fn)(void *arg), void *arg) {
-  if (l->enabled && current == NULL && l->running != NULL) return false;
+  if (lane_busy(l)) return false;
   lane_run(l, fn, arg);
   return true;
 }

@@ -70,6 +70,9 @@ bool lane_try(lane_t *l, void (*fn)(void *arg), void *arg);
 /* Is the caller a lane job that may wait (lane_wait_fd)? */
 bool lane_on_fiber(const lane_t *l);
 
+/* Is a job running that the caller is not part of (so it must not touch what jobs hold)? */
+bool lane_busy(const lane_t *l);
+
 /*
  * The store's wait hook: waits until fd is ready for events (POLLIN,
  * POLLOUT) or timeout_ms passed, letting the loop run meanwhile. 1 ready,

@@ -612,7 +612,7 @@ static void worker_stop_job(void *arg) {
 
 static bool worker_stop_later(worker_t *w, bool drain, uint64_t timeout_ms,
                               void (*done)(worker_t *w)) {
-  if (lane_may_use(&w->lane)) return false;
+  if (!lane_busy(&w->lane)) return false;
   stop_job *j = mem_alloc(sizeof(*j));
   *j = (stop_job){w, timeout_ms, done, drain};
   lane_run(&w->lane, worker_stop_job, j);
