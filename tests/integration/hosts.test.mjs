@@ -12,7 +12,8 @@
 // nothing and doubles nothing; 100 clients, a steady write load, and one
 // host killed (SIGKILL) in the middle: every client has every change
 // exactly once; a host drained with SIGTERM: its clients go on on the
-// other one without loss.
+// other one without loss; a row-scoped subscription made on the host
+// without the stream keeps its scope on the host with it.
 //
 // The shared database comes from database() alone: today one SQLite file
 // both instances open; the same cases run on another backend by changing
@@ -20,13 +21,14 @@
 
 import test, { after } from 'node:test';
 import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 
-import { freePort, getStatus, makeTempDir, startServer } from './lib/server.mjs';
+import { MCPSUBCTL, freePort, getStatus, makeTempDir, startServer } from './lib/server.mjs';
 import { startHaproxy, TEST_TIMINGS } from './lib/haproxy.mjs';
 import { McpSession } from './lib/mcp.mjs';
 import { EventStream, UPDATED } from './lib/sse.mjs';
@@ -554,3 +556,65 @@ test('f: the idle copy of a session on the host it left does not end the session
     await cl.kill();
   }
 });
+
+/* ------------------------------------------------------------------------ */
+/* g. A row scope travels with a subscription made on the other host.        */
+
+/*
+ * An API key whose role sees only the tools of the Product table
+ * subscribes, on the host that does not hold its stream, to the whole
+ * collection and to a filtered view of it. The host with the stream
+ * applies both from the subscription log, with the key's scope: changes
+ * to rows outside it (another program's, through the database) are not
+ * notified there either, and a row that leaves the scope is notified once.
+ */
+test('g: a row-scoped subscription made on the host without the stream keeps its scope on the host with it', async () => {
+  const dir = makeTempDir('mcpsub-hosts-auth-');
+  const keysFile = path.join(dir, 'keys.json');
+  const r = spawnSync(MCPSUBCTL, ['--auth-keys', keysFile, 'key', 'add', 'tools-agent', '--role', 'category-user'], { encoding: 'utf8' });
+  assert.equal(r.status, 0, r.stderr);
+  const headers = { Authorization: `Bearer ${r.stdout.trim()}` };
+  const policyFile = path.join(dir, 'policy.json');
+  fs.writeFileSync(
+    policyFile,
+    JSON.stringify({
+      roles: {
+        'category-user': {
+          tables: { Product: { rights: ['read', 'subscribe'], scope: { column: 'category', bind: 'claim:category' } } },
+        },
+      },
+      keys: { 'tools-agent': { category: 'tools' } },
+    }),
+  );
+  const cl = await startCluster('sticky', { args: ['--auth-keys', keysFile, '--policy', policyFile] });
+  try {
+    const B = cl.base;
+    const [h0, h1] = cl.hosts;
+    const s = await McpSession.open(h0.port, { headers });
+    const st = await EventStream.open(h1.port, s.id, { headers });
+    await st.waitPrimed();
+    const all = `${B}/Product`;
+    const inStock = `${B}/Product?in_stock=1`;
+    const viaH0 = new McpSession(h0.port, s.id, s.protocolVersion, headers);
+    for (const uri of [all, inStock]) assert.deepEqual(await viaH0.result('resources/subscribe', { uri }), {});
+    await waitFor(async () => (await getStatus(h1.port)).subscriptions >= 2, { timeoutMs: 5000, message: 'host 1 applied both subscriptions from the log' });
+    // Outside the scope (garden, home), inside it (a tool), and a tool that becomes a garden item.
+    cl.db.write(`UPDATE "Product" SET price_cents = 11 WHERE sku = 'B-200';
+                 UPDATE "Product" SET price_cents = 12 WHERE sku = 'D-400';
+                 UPDATE "Product" SET price_cents = 13 WHERE sku = 'A-100';`);
+    await st.waitUpdates(2);
+    cl.db.write(`UPDATE "Product" SET category = 'garden' WHERE sku = 'A-100'`);
+    await st.waitUpdates(4);
+    cl.db.write(`UPDATE "Product" SET price_cents = 14 WHERE sku = 'A-100';
+                 UPDATE "Product" SET price_cents = 15 WHERE sku = 'B-200'`);
+    await sleep(700);
+    const got = st.updates().map((e) => `${e.json.params.uri} ${e.json.params._meta?.['io.modelcontextprotocol/subscribedUri'] ?? ''}`);
+    assert.equal(st.updates().length, 4, `A-100 twice per subscription, nothing else: ${JSON.stringify(got)}`);
+    for (const e of st.updates()) assert.equal(e.json.params.uri, `${B}/Product/A-100`, JSON.stringify(got));
+    st.close();
+  } finally {
+    await cl.kill();
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
+});
+
