@@ -191,7 +191,9 @@ typedef struct pg_store {
   struct store base;
   PGconn *conn; /* never NULL; may be broken while lost */
   char *target;
-  bool lost; /* the connection broke: calls fail (-ENOTCONN) until redial makes a new one */
+  bool lost;  /* the connection broke: calls fail (-ENOTCONN) until redial makes a new one */
+  bool batch; /* a group commit's transaction is open (store_batch_begin) */
+  int depth;  /* savepoints open inside it (one per call) */
   pg_redial redial;
   int lock_timeout_ms;
   pg_table_info *info; /* parallel to base.tables */
@@ -422,6 +424,10 @@ static PGresult *pg_roundtrip(pg_store *p, const char *sql, const pg_params *ps,
   return r;
 }
 
+static int pg_begin(pg_store *p, char *err, size_t errlen);
+static int pg_commit(pg_store *p, char *err, size_t errlen);
+static void pg_rollback(pg_store *p);
+
 /*
  * Runs sql with the text parameters ps (may be NULL). *res (may be NULL)
  * gets the result of a statement that returns rows (the caller PQclears
@@ -429,6 +435,20 @@ static PGresult *pg_roundtrip(pg_store *p, const char *sql, const pg_params *ps,
  */
 static int pg_run(pg_store *p, const char *sql, const pg_params *ps, PGresult **res, char *err,
                   size_t errlen) {
+  if (p->batch && p->depth == 0) {
+    /* A statement of its own inside a group commit: in a savepoint, so that it fails alone. */
+    int ret = pg_begin(p, err, errlen);
+    if (ret == 0) ret = pg_run(p, sql, ps, res, err, errlen);
+    if (ret == 0) ret = pg_commit(p, err, errlen);
+    if (ret < 0) {
+      if (res != NULL) {
+        PQclear(*res);
+        *res = NULL;
+      }
+      pg_rollback(p);
+    }
+    return ret;
+  }
   bool timed_out;
   if (res != NULL) *res = NULL;
   PGresult *r = pg_roundtrip(p, sql, ps, true, &timed_out);
@@ -487,11 +507,21 @@ static int pg_run_changes(pg_store *p, const char *sql, const pg_params *ps, int
   return 0;
 }
 
+/*
+ * Rolls back the open transaction; inside a group commit, the call's
+ * savepoint only (the batch goes on; store_batch_end ends it).
+ */
 static void pg_rollback(pg_store *p) {
-  if (p->conn != NULL && !p->lost && PQtransactionStatus(p->conn) != PQTRANS_IDLE &&
-      PQstatus(p->conn) == CONNECTION_OK) {
-    bool timed_out;
+  if (p->conn == NULL || p->lost || PQtransactionStatus(p->conn) == PQTRANS_IDLE ||
+      PQstatus(p->conn) != CONNECTION_OK)
+    return;
+  bool timed_out;
+  if (!p->batch) {
     PQclear(pg_roundtrip(p, "ROLLBACK", NULL, false, &timed_out));
+  } else if (p->depth > 0) {
+    PQclear(
+        pg_roundtrip(p, "ROLLBACK TO mcpsub_call; RELEASE mcpsub_call", NULL, false, &timed_out));
+    p->depth--;
   }
 }
 
@@ -664,9 +694,10 @@ static int pg_ready(pg_store *p) {
   if (!store_may_use(&p->base)) return -EBUSY; /* another caller is mid-call on this connection */
   if (!p->lost && pg_conn_alive(p->conn)) {
     /* A call that failed half-way never leaves a transaction open, but be sure. */
-    if (PQtransactionStatus(p->conn) != PQTRANS_IDLE) pg_rollback(p);
+    if (!p->batch && PQtransactionStatus(p->conn) != PQTRANS_IDLE) pg_rollback(p);
     return 0;
   }
+  if (p->batch) return -ENOTCONN; /* the batch's transaction went with the connection */
   pg_lose(p, PQerrorMessage(p->conn));
   PGconn *c = pg_redial_step(&p->redial, p->target);
   if (c == NULL) return -ENOTCONN;
@@ -684,12 +715,59 @@ static int pg_ready(pg_store *p) {
   return 0;
 }
 
+/*
+ * A transaction of one store call. Inside a group commit (store_batch_begin)
+ * it is a savepoint of the batch's transaction instead: released on
+ * success, rolled back alone on failure (pg_rollback), committed with the
+ * batch.
+ */
 static int pg_begin(pg_store *p, char *err, size_t errlen) {
-  return pg_exec(p, "BEGIN", err, errlen);
+  if (!p->batch) return pg_exec(p, "BEGIN", err, errlen);
+  int ret = pg_exec(p, "SAVEPOINT mcpsub_call", err, errlen);
+  if (ret == 0) p->depth++;
+  return ret;
 }
 
 static int pg_commit(pg_store *p, char *err, size_t errlen) {
-  return pg_exec(p, "COMMIT", err, errlen);
+  if (!p->batch) return pg_exec(p, "COMMIT", err, errlen);
+  int ret = pg_exec(p, "RELEASE mcpsub_call", err, errlen);
+  if (ret == 0) p->depth--;
+  return ret;
+}
+
+/* Group commit: one transaction for the writer's queued calls, each in its savepoint. */
+static int pg_batch_begin(store_t *s) {
+  pg_store *p = pg_of(s);
+  if (p->batch) return -EALREADY;
+  int ret = pg_ready(p);
+  if (ret == 0) ret = pg_exec(p, "BEGIN", NULL, 0);
+  if (ret == 0) {
+    p->batch = true;
+    p->depth = 0;
+  }
+  return ret;
+}
+
+/* The transaction is gone or failed as a whole (a statement outside a savepoint, the connection).
+ */
+static bool pg_batch_broken(store_t *s) {
+  pg_store *p = pg_of(s);
+  return p->batch && (p->lost || PQtransactionStatus(p->conn) != PQTRANS_INTRANS);
+}
+
+static int pg_batch_end(store_t *s, bool commit) {
+  pg_store *p = pg_of(s);
+  if (!p->batch) return -EINVAL;
+  p->batch = false;
+  p->depth = 0;
+  int ret = -EIO;
+  if (!p->lost && PQtransactionStatus(p->conn) != PQTRANS_IDLE) {
+    ret = commit ? pg_exec(p, "COMMIT", NULL, 0) : 0;
+    pg_rollback(p); /* after a failed COMMIT, or without commit; nothing when it succeeded */
+  } else if (!p->lost) {
+    ret = 0; /* nothing was left to commit */
+  }
+  return commit ? ret : 0;
 }
 
 /* Schema: exported tables ------------------------------------------------------------ */
@@ -2596,4 +2674,7 @@ const store_ops store_pg_ops = {
     .session_prune = pg_session_prune,
     .principal_usage = pg_principal_usage,
     .session_foreach = pg_session_foreach,
+    .batch_begin = pg_batch_begin,
+    .batch_broken = pg_batch_broken,
+    .batch_end = pg_batch_end,
 };

@@ -969,6 +969,76 @@ static void test_next_key(void) {
     printf("#   %.2f s\n", now_s() - t_);                                                          \
   } while (0)
 
+/* One integer another connection reads. */
+static int64_t client_int(PGconn *c, const char *text) {
+  PGresult *r = PQexec(c, text);
+  CHECK(PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1);
+  int64_t v = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
+  PQclear(r);
+  return v;
+}
+
+static void put(store_t *s, const char *key, const char *json, store_write_mode mode, int want) {
+  char err[256] = "";
+  cJSON *obj = cJSON_Parse(json);
+  int rc =
+      store_write(s, store_find_table(s, "Product"), key, obj, mode, NULL, NULL, err, sizeof(err));
+  if (rc != want) fprintf(stderr, "write %s: %d (%s), want %d\n", key, rc, err, want);
+  CHECK(rc == want);
+  cJSON_Delete(obj);
+}
+
+/*
+ * Group commit: one transaction, a savepoint per call; a failing call
+ * (a write, or a session statement of its own) fails alone; nothing is
+ * visible to others before the commit; a batch ended without commit
+ * leaves nothing.
+ */
+static void test_batch(void) {
+  store_t *s = open_store();
+  PGconn *c = client();
+  int64_t audit_before = client_int(c, "SELECT count(*) FROM audit_log");
+  int64_t rows_before = client_int(c, "SELECT count(*) FROM \"Product\"");
+  store_session ss = {.id = "batch-session",
+                      .protocol_version = "2025-06-18",
+                      .principal = "anonymous",
+                      .created_at = 1,
+                      .last_seen = 1};
+
+  CHECK(store_batch_begin(s) == 0);
+  CHECK(store_batch_begin(s) != 0); /* no batch inside a batch */
+  put(s, "G-1", "{\"name\":\"Gauge\"}", STORE_WRITE_REPLACE, 0);
+  /* The same key inserted again: refused, and only this call is undone. */
+  put(s, NULL, "{\"sku\":\"G-1\",\"name\":\"Again\"}", STORE_WRITE_INSERT, -EEXIST);
+  CHECK(!store_batch_broken(s));
+  /* A duplicate in a statement of its own (no transaction of its call): it fails alone too. */
+  CHECK(store_session_insert(s, &ss) == 0);
+  CHECK(store_session_insert(s, &ss) == -EEXIST);
+  CHECK(!store_batch_broken(s));
+  put(s, "G-2", "{\"name\":\"Gimlet\"}", STORE_WRITE_REPLACE, 0);
+  CHECK(store_delete(s, store_find_table(s, "Product"), "no-such") == -ENOENT);
+  CHECK(!store_batch_broken(s));
+  CHECK_INT_EQ(client_int(c, "SELECT count(*) FROM \"Product\""), rows_before);
+  CHECK(store_batch_end(s, true) == 0);
+  CHECK_INT_EQ(client_int(c, "SELECT count(*) FROM \"Product\""), rows_before + 2);
+  CHECK_INT_EQ(client_int(c, "SELECT count(*) FROM \"Product\" WHERE name = 'Again'"), 0);
+  CHECK_INT_EQ(client_int(c, "SELECT count(*) FROM mcp_session WHERE id = 'batch-session'"), 1);
+  CHECK_INT_EQ(client_int(c, "SELECT count(*) FROM audit_log") - audit_before, 2);
+
+  /* A batch ended without commit leaves nothing. */
+  CHECK(store_batch_begin(s) == 0);
+  put(s, "G-3", "{\"name\":\"Grater\"}", STORE_WRITE_REPLACE, 0);
+  CHECK(store_batch_end(s, false) == 0);
+  CHECK_INT_EQ(client_int(c, "SELECT count(*) FROM \"Product\" WHERE sku = 'G-3'"), 0);
+
+  /* Outside a batch, calls commit on their own again. */
+  put(s, "G-3", "{\"name\":\"Grater\"}", STORE_WRITE_REPLACE, 0);
+  CHECK_INT_EQ(client_int(c, "SELECT count(*) FROM \"Product\" WHERE sku = 'G-3'"), 1);
+  CHECK(store_session_delete(s, "batch-session") == 0);
+  PQfinish(c);
+  store_close(s);
+}
+
 int main(void) {
   signal(SIGPIPE, SIG_IGN);
   double t0 = now_s();
@@ -987,6 +1057,7 @@ int main(void) {
   RUN_TIMED(test_prune);
   RUN_TIMED(test_reconnect);
   RUN_TIMED(test_readonly);
+  RUN_TIMED(test_batch);
   stop_cluster();
   printf("# %.1f s\n", now_s() - t0);
   return 0;
