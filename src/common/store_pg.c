@@ -1707,9 +1707,11 @@ static int pg_guard_check(pg_store *p, const store_table *t, const char *key, co
 /* Opens a write transaction whose audit rows carry the guard's principal. */
 static int pg_begin_write(pg_store *p, const store_guard *g, char *err, size_t errlen) {
   int ret = pg_begin(p, err, errlen);
-  if (ret < 0 || g == NULL || g->principal == NULL) return ret;
+  const char *who = g != NULL ? g->principal : NULL;
+  /* In a group commit the setting lasts to the batch's end: a write without one clears it. */
+  if (ret < 0 || (who == NULL && !p->batch)) return ret;
   pg_params ps = {0};
-  pg_param(&ps, g->principal);
+  pg_param(&ps, who != NULL ? who : "");
   ret = pg_run(p, "SELECT set_config('mcpsub.principal', $1, true)", &ps, NULL, err, errlen);
   pg_params_finish(&ps);
   return ret;

@@ -1031,6 +1031,23 @@ static void test_batch(void) {
   CHECK(store_batch_end(s, false) == 0);
   CHECK_INT_EQ(client_int(c, "SELECT count(*) FROM \"Product\" WHERE sku = 'G-3'"), 0);
 
+  /* Each write carries its own principal in the audit log, also after one that set another. */
+  CHECK(store_batch_begin(s) == 0);
+  store_guard alice = {.principal = "key:alice"};
+  char err[256] = "";
+  cJSON *obj = cJSON_Parse("{\"name\":\"Gouge\"}");
+  CHECK(store_write_as(s, store_find_table(s, "Product"), "G-4", obj, STORE_WRITE_REPLACE, &alice,
+                       NULL, NULL, err, sizeof(err)) == 0);
+  cJSON_Delete(obj);
+  put(s, "G-5", "{\"name\":\"Gavel\"}", STORE_WRITE_REPLACE, 0);
+  CHECK(store_batch_end(s, true) == 0);
+  CHECK_INT_EQ(client_int(c, "SELECT count(*) FROM audit_log WHERE key = 'G-4' AND "
+                             "principal = 'key:alice'"),
+               1);
+  CHECK_INT_EQ(client_int(c, "SELECT count(*) FROM audit_log WHERE key = 'G-5' AND "
+                             "principal IS NULL"),
+               1);
+
   /* Outside a batch, calls commit on their own again. */
   put(s, "G-3", "{\"name\":\"Grater\"}", STORE_WRITE_REPLACE, 0);
   CHECK_INT_EQ(client_int(c, "SELECT count(*) FROM \"Product\" WHERE sku = 'G-3'"), 1);
