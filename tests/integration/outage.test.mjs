@@ -400,3 +400,32 @@ test('PostgreSQL: a resumption waits for a locked audit log off the loop; a clie
   }
 });
 
+/*
+ * SIGTERM while a request waits for a frozen database: the drain waits for
+ * that request (it is the worker's running job), which is answered once
+ * the database answers; then the server exits cleanly.
+ */
+test('PostgreSQL frozen when SIGTERM arrives: the request in flight is answered, then a clean exit', { skip: !PG_MODE && 'PostgreSQL only' }, async () => {
+  const srv = await startServer({ args: ['--workers', '1'] });
+  servers.push(srv);
+  let frozen = false;
+  try {
+    assert.equal((await request(srv.port, { path: '/Product/A-100' })).status, 200);
+    pgFreeze(true);
+    frozen = true;
+    const pending = request(srv.port, { path: '/Product/B-200', timeoutMs: 20000 });
+    await sleep(300); // the request waits for the database
+    const stopped = srv.stop({ timeoutMs: 20000 });
+    await sleep(1000);
+    assert.equal(srv.exit, null, 'the server waits for the request in flight');
+    pgFreeze(false);
+    frozen = false;
+    const res = await pending;
+    assert.equal(res.status, 200, res.text);
+    assert.equal(JSON.parse(res.text).sku, 'B-200');
+    await stopped; // exit code 0
+  } finally {
+    if (frozen) pgFreeze(false);
+  }
+});
+
