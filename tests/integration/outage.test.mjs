@@ -355,13 +355,15 @@ test('PostgreSQL frozen for a moment: the loop keeps serving, requests waiting f
 });
 
 /*
- * A resumption reads the audit log, which another session holds locked: the
- * worker waits for it with its loop running (liveness answers at once), and
- * a client that leaves while its stream is being recovered costs nothing:
- * once the lock is gone the worker goes on (no crash, no restart), and the
- * same resumption then recovers the missed change.
+ * A resumption reads the audit log while another session holds it locked
+ * (the loop's connection does not wait for locks: its reads fail at once and
+ * the recovery falls back to a re-read update). Its client leaves while the
+ * recovery's statements are under way (each a wait on the lane): that costs
+ * nothing, liveness answers throughout, the worker goes on (no crash, no
+ * restart), and once the lock is gone the same resumption recovers the
+ * missed change.
  */
-test('PostgreSQL: a resumption waits for a locked audit log off the loop; a client leaving meanwhile is harmless', { skip: !PG_MODE && 'PostgreSQL only' }, async () => {
+test('PostgreSQL: a resumption under a locked audit log, its client leaving meanwhile, is harmless', { skip: !PG_MODE && 'PostgreSQL only' }, async () => {
   let srv = await startServer({ args: ['--workers', '1'] });
   try {
     const s = await McpSession.open(srv.port);
