@@ -16,7 +16,7 @@
 // psql while mcpsubd had not reconnected yet (nobody listened for its
 // NOTIFY: the tailer catches up from its position).
 
-import test, { after } from 'node:test';
+import test, { after, afterEach } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
@@ -44,6 +44,22 @@ after(async () => {
   if (hole) await hole.close();
   if (paused) pgResume();
 });
+
+/*
+ * The cluster frozen (pgFreeze) by the running test; thawed at the latest
+ * when that test ends, so that a failed one does not leave it frozen.
+ */
+let frozen = false;
+function freeze() {
+  pgFreeze(true);
+  frozen = true;
+}
+function thaw() {
+  if (!frozen) return;
+  pgFreeze(false);
+  frozen = false;
+}
+afterEach(thaw);
 
 /* Listens on 127.0.0.1:port, accepts every connection and never answers. close() ends them all. */
 async function blackHole(port) {
@@ -271,31 +287,24 @@ test('PostgreSQL stops and starts again: 503 meanwhile, streams stay open, nothi
 test('PostgreSQL frozen mid-query: the loop gives the connection up after the deadline, 503s, then recovers', { skip: !PG_MODE && 'PostgreSQL only' }, async () => {
   const srv = await startServer({ args: ['--workers', '1'] });
   servers.push(srv);
-  let frozen = false;
-  try {
-    assert.equal((await request(srv.port, { path: '/Product/A-100' })).status, 200);
-    pgFreeze(true);
-    frozen = true;
-    const t0 = Date.now();
-    const stuck = await request(srv.port, { path: '/Product/B-200', timeoutMs: 20000 });
-    const waited = Date.now() - t0;
-    assert.equal(stuck.status, 503, stuck.text);
-    assert.ok(waited < 15000, `answered after ${waited} ms`);
-    // The connection is given up: the next calls fail fast instead of waiting again.
-    const t1 = Date.now();
-    const next = await request(srv.port, { path: '/Product/C-300', timeoutMs: 5000 });
-    assert.equal(next.status, 503, next.text);
-    assert.ok(Date.now() - t1 < 2000, `the next call took ${Date.now() - t1} ms`);
-    pgFreeze(false);
-    frozen = false;
-    await waitFor(async () => (await request(srv.port, { path: '/Product/A-100' })).status === 200, {
-      timeoutMs: 15000,
-      intervalMs: 200,
-      message: 'GET 200 after PostgreSQL thawed',
-    });
-  } finally {
-    if (frozen) pgFreeze(false);
-  }
+  assert.equal((await request(srv.port, { path: '/Product/A-100' })).status, 200);
+  freeze();
+  const t0 = Date.now();
+  const stuck = await request(srv.port, { path: '/Product/B-200', timeoutMs: 20000 });
+  const waited = Date.now() - t0;
+  assert.equal(stuck.status, 503, stuck.text);
+  assert.ok(waited < 15000, `answered after ${waited} ms`);
+  // The connection is given up: the next calls fail fast instead of waiting again.
+  const t1 = Date.now();
+  const next = await request(srv.port, { path: '/Product/C-300', timeoutMs: 5000 });
+  assert.equal(next.status, 503, next.text);
+  assert.ok(Date.now() - t1 < 2000, `the next call took ${Date.now() - t1} ms`);
+  thaw();
+  await waitFor(async () => (await request(srv.port, { path: '/Product/A-100' })).status === 200, {
+    timeoutMs: 15000,
+    intervalMs: 200,
+    message: 'GET 200 after PostgreSQL thawed',
+  });
 });
 
 /*
@@ -313,36 +322,29 @@ test('PostgreSQL frozen for a moment: the loop keeps serving, requests waiting f
   assert.deepEqual(await s.result('resources/subscribe', { uri: `${srv.base}/Product` }), {});
   const st = await EventStream.open(srv.port, s.id);
   await st.waitPrimed();
-  let frozen = false;
-  try {
-    pgFreeze(true);
-    frozen = true;
-    const t0 = Date.now();
-    const reads = [
-      request(srv.port, { path: '/Product/A-100', timeoutMs: 20000 }),
-      s.call('resources/read', { uri: `${srv.base}/Product/B-200` }),
-      request(srv.port, { path: '/Product/C-300', timeoutMs: 20000 }),
-    ];
-    const kept = st.comments.length;
-    for (let i = 0; i < 5; i++) {
-      const h = await timed(() => request(srv.port, { path: '/healthz', timeoutMs: 3000 }), 500, '/healthz while the database was frozen');
-      assert.equal(h.status, 200);
-      await sleep(300);
-    }
-    await waitFor(() => st.comments.length > kept, { timeoutMs: 3000, message: 'a keepalive while the database was frozen' });
-    assert.ok(Date.now() - t0 < 7000, 'all of this happened while the database was frozen');
-    pgFreeze(false);
-    frozen = false;
-    const [a, read, c] = await Promise.all(reads);
-    assert.equal(a.status, 200, a.text);
-    assert.equal(JSON.parse(a.text).sku, 'A-100');
-    assert.ok(read.result, JSON.stringify(read));
-    assert.equal(JSON.parse(read.result.contents[0].text).sku, 'B-200');
-    assert.equal(c.status, 200, c.text);
-    assert.ok(!st.closed, 'the stream stayed open');
-  } finally {
-    if (frozen) pgFreeze(false);
+  freeze();
+  const t0 = Date.now();
+  const reads = [
+    request(srv.port, { path: '/Product/A-100', timeoutMs: 20000 }),
+    s.call('resources/read', { uri: `${srv.base}/Product/B-200` }),
+    request(srv.port, { path: '/Product/C-300', timeoutMs: 20000 }),
+  ];
+  const kept = st.comments.length;
+  for (let i = 0; i < 5; i++) {
+    const h = await timed(() => request(srv.port, { path: '/healthz', timeoutMs: 3000 }), 500, '/healthz while the database was frozen');
+    assert.equal(h.status, 200);
+    await sleep(300);
   }
+  await waitFor(() => st.comments.length > kept, { timeoutMs: 3000, message: 'a keepalive while the database was frozen' });
+  assert.ok(Date.now() - t0 < 7000, 'all of this happened while the database was frozen');
+  thaw();
+  const [a, read, c] = await Promise.all(reads);
+  assert.equal(a.status, 200, a.text);
+  assert.equal(JSON.parse(a.text).sku, 'A-100');
+  assert.ok(read.result, JSON.stringify(read));
+  assert.equal(JSON.parse(read.result.contents[0].text).sku, 'B-200');
+  assert.equal(c.status, 200, c.text);
+  assert.ok(!st.closed, 'the stream stayed open');
   let metrics = '';
   await waitFor(async () => {
     metrics = (await request(srv.port, { path: '/metrics' })).text;
@@ -410,24 +412,17 @@ test('PostgreSQL: a resumption under a locked audit log, its client leaving mean
 test('PostgreSQL frozen when SIGTERM arrives: the request in flight is answered, then a clean exit', { skip: !PG_MODE && 'PostgreSQL only' }, async () => {
   const srv = await startServer({ args: ['--workers', '1'] });
   servers.push(srv);
-  let frozen = false;
-  try {
-    assert.equal((await request(srv.port, { path: '/Product/A-100' })).status, 200);
-    pgFreeze(true);
-    frozen = true;
-    const pending = request(srv.port, { path: '/Product/B-200', timeoutMs: 20000 });
-    await sleep(300); // the request waits for the database
-    const stopped = srv.stop({ timeoutMs: 20000 });
-    await sleep(1000);
-    assert.equal(srv.exit, null, 'the server waits for the request in flight');
-    pgFreeze(false);
-    frozen = false;
-    const res = await pending;
-    assert.equal(res.status, 200, res.text);
-    assert.equal(JSON.parse(res.text).sku, 'B-200');
-    await stopped; // exit code 0
-  } finally {
-    if (frozen) pgFreeze(false);
-  }
+  assert.equal((await request(srv.port, { path: '/Product/A-100' })).status, 200);
+  freeze();
+  const pending = request(srv.port, { path: '/Product/B-200', timeoutMs: 20000 });
+  await sleep(300); // the request waits for the database
+  const stopped = srv.stop({ timeoutMs: 20000 });
+  await sleep(1000);
+  assert.equal(srv.exit, null, 'the server waits for the request in flight');
+  thaw();
+  const res = await pending;
+  assert.equal(res.status, 200, res.text);
+  assert.equal(JSON.parse(res.text).sku, 'B-200');
+  await stopped; // exit code 0
 });
 
