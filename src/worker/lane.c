@@ -216,6 +216,18 @@ void lane_run(lane_t *l, void (*fn)(void *arg), void *arg) {
   l->queued++;
 }
 
+static void lane_task_run(void *arg) {
+  lane_task *t = arg;
+  t->queued = false; /* asking again from here on queues it again */
+  t->fn(t->arg);
+}
+
+void lane_post(lane_t *l, lane_task *t) {
+  if (t->queued) return;
+  t->queued = true;
+  lane_run(l, lane_task_run, t);
+}
+
 bool lane_try(lane_t *l, void (*fn)(void *arg), void *arg) {
   if (lane_busy(l)) return false;
   lane_run(l, fn, arg);

@@ -67,6 +67,20 @@ void lane_run(lane_t *l, void (*fn)(void *arg), void *arg);
 bool lane_try(lane_t *l, void (*fn)(void *arg), void *arg);
 #define LANE_RETRY_MS 5
 
+/*
+ * Work a callback asks for again and again (a timer, a wake-up): queued on
+ * the lane at most once at a time, since asking again before it ran adds
+ * nothing. fn and arg are the caller's; queued is lane_post's.
+ */
+typedef struct lane_task {
+  void (*fn)(void *arg);
+  void *arg;
+  bool queued;
+} lane_task;
+
+/* Runs t as a lane job (lane_run), unless it is already waiting its turn. */
+void lane_post(lane_t *l, lane_task *t);
+
 /* Is the caller a lane job that may wait (lane_wait_fd)? */
 bool lane_on_fiber(const lane_t *l);
 

@@ -22,6 +22,7 @@ static void tailer_on_fs(uv_fs_event_t *h, const char *filename, int events, int
 static bool tailer_wake_external(tailer_t *t);
 static bool tailer_watch_wake(tailer_t *t);
 static void tailer_on_wake(uv_poll_t *h, int status, int events);
+static void tailer_job(void *arg);
 
 void tailer_init(tailer_t *t, uv_loop_t *loop, store_t *store, lane_t *lane, const char *db_path,
                  const tailer_ops *ops, void *data) {
@@ -29,6 +30,7 @@ void tailer_init(tailer_t *t, uv_loop_t *loop, store_t *store, lane_t *lane, con
   t->loop = loop;
   t->store = store;
   t->lane = lane;
+  t->job = (lane_task){tailer_job, t, false};
   t->ops = ops;
   t->data = data;
   t->wake_fd = -1;
@@ -150,9 +152,8 @@ static void tailer_job(void *arg) {
 
 /* Asks for what (TAILER_DO_*) as a job on the lane: one job at a time does all that was asked. */
 static void tailer_queue(tailer_t *t, unsigned what) {
-  bool queued = t->queued != 0;
   t->queued |= what;
-  if (!queued) lane_run(t->lane, tailer_job, t);
+  lane_post(t->lane, &t->job);
 }
 
 static void tailer_on_kick(uv_timer_t *h) {

@@ -70,7 +70,8 @@ typedef struct tailer {
   char *db_name;  /* basename of the database file */
   uv_fs_event_t watch;
   lane_t *lane;    /* the worker's store lane: every run of the tailer is a job on it */
-  unsigned queued; /* TAILER_DO_* of the job waiting on the lane (0: none) */
+  unsigned queued; /* TAILER_DO_* asked of the job since it last ran */
+  lane_task job;   /* tailer_job, on the lane */
   uv_poll_t *wake; /* on store_wake_fd's socket, when the backend has one */
   int wake_fd;
   bool wake_socket; /* the backend has one (not SQLite), though it may be away now */

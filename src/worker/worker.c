@@ -399,7 +399,6 @@ static void worker_sweep_session(session_t *s, void *data) {
 
 static void worker_sweep_job(void *arg) {
   worker_t *w = arg;
-  w->sweep_queued = false;
   if (w->closing) return;
   int64_t now = store_now_ms();
   int64_t idle = (int64_t)w->cfg->idle_timeout_ms;
@@ -427,9 +426,7 @@ static void worker_sweep_job(void *arg) {
 /* Sessions leave the registry: a job on the lane, so that none goes while a job holds it. */
 static void worker_sweep(uv_timer_t *t) {
   worker_t *w = t->data;
-  if (w->sweep_queued) return;
-  w->sweep_queued = true;
-  lane_run(&w->lane, worker_sweep_job, w);
+  lane_post(&w->lane, &w->sweep_task);
 }
 
 static void worker_keepalive(uv_timer_t *t) {
@@ -537,6 +534,7 @@ int worker_init(worker_t *w, uv_loop_t *loop, const config_t *cfg, unsigned slot
   if (sweep_ms < 100) sweep_ms = 100;
   uv_timer_init(loop, &w->sweep_timer);
   w->sweep_timer.data = w;
+  w->sweep_task = (lane_task){worker_sweep_job, w, false};
   uv_timer_start(&w->sweep_timer, worker_sweep, sweep_ms, sweep_ms);
   uv_timer_init(loop, &w->keepalive_timer);
   w->keepalive_timer.data = w;

@@ -31,9 +31,9 @@ typedef struct coalesce_entry coalesce_entry;
 typedef struct worker {
   uv_loop_t *loop;
   const config_t *cfg;
-  store_t *store;    /* the loop's connection: reads (and writes that must not wait) */
-  lane_t lane;       /* what may use it runs there, one job at a time (lane.h) */
-  bool sweep_queued; /* the idle sweep waits its turn on the lane */
+  store_t *store;       /* the loop's connection: reads (and writes that must not wait) */
+  lane_t lane;          /* what may use it runs there, one job at a time (lane.h) */
+  lane_task sweep_task; /* the idle sweep, a job on the lane */
   char origin[24]; /* "w" and 64 random bits in hex: this worker's writes in the subscription log */
   writer_t *writer; /* every other write, on its own thread and connection */
   http_server_t *http;

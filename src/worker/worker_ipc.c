@@ -29,8 +29,8 @@ typedef struct worker_ipc {
   uv_signal_t sigterm;
   uint64_t adopted; /* CONN messages taken */
   bool draining;
-  bool stopped;      /* the handles of this file are closed or closing */
-  bool stats_queued; /* the periodic report waits its turn on the lane */
+  bool stopped;         /* the handles of this file are closed or closing */
+  lane_task stats_task; /* the report reads the log's head from the store: a lane job */
 } worker_ipc_t;
 
 static void worker_ipc_send_stats(worker_ipc_t *wi, uint64_t request) {
@@ -47,16 +47,12 @@ static void worker_ipc_send_stats(worker_ipc_t *wi, uint64_t request) {
 
 static void worker_ipc_stats_job(void *arg) {
   worker_ipc_t *wi = arg;
-  wi->stats_queued = false;
   if (!wi->stopped) worker_ipc_send_stats(wi, 0);
 }
 
-/* The stats read the log's head from the store: a job on the lane. */
 static void worker_ipc_on_stats_timer(uv_timer_t *t) {
   worker_ipc_t *wi = t->data;
-  if (wi->stats_queued) return;
-  wi->stats_queued = true;
-  lane_run(&wi->w.lane, worker_ipc_stats_job, wi);
+  lane_post(&wi->w.lane, &wi->stats_task);
 }
 
 /* Closes what this file added to the loop; the loop then ends once the worker's own handles are
@@ -332,8 +328,8 @@ int worker_ipc_main(const config_t *cfg) {
     worker_ipc_stop(&wi);
   } else {
     /* The first report says "ready": the master routes nothing here before it. */
-    wi.stats_queued = true;
-    lane_run(&w->lane, worker_ipc_stats_job, &wi);
+    wi.stats_task = (lane_task){worker_ipc_stats_job, &wi, false};
+    lane_post(&w->lane, &wi.stats_task);
     uv_timer_start(&wi.stats_timer, worker_ipc_on_stats_timer, WORKER_IPC_STATS_MS,
                    WORKER_IPC_STATS_MS);
   }

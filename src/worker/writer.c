@@ -36,9 +36,9 @@ struct writer {
   size_t pending;                      /* queued or running or done-not-delivered */
   bool stopping;
   bool thread_running;
-  bool completions_queued; /* writer_completions waits its turn on the lane */
-  uint64_t deadline;       /* of the job running now (busy handler) */
-  store_t *store;          /* the thread's own */
+  lane_task completions; /* writer_completions, a job on the worker's lane */
+  uint64_t deadline;     /* of the job running now (busy handler) */
+  store_t *store;        /* the thread's own */
   char open_err[256];
   int open_rc;
   bool disk_full; /* loop side: an episode of SQLITE_FULL is going on */
@@ -144,7 +144,6 @@ static void writer_thread(void *arg) {
 /* Completions run as a job on the worker's store lane (they answer requests, which may read). */
 static void writer_completions(void *arg) {
   writer_t *wr = arg;
-  wr->completions_queued = false;
   uv_mutex_lock(&wr->lock);
   writer_job *list = wr->done_head;
   wr->done_head = wr->done_tail = NULL;
@@ -172,14 +171,13 @@ static void writer_completions(void *arg) {
 
 static void writer_on_async(uv_async_t *h) {
   writer_t *wr = h->data;
-  if (wr->completions_queued) return;
-  wr->completions_queued = true;
-  lane_run(&wr->w->lane, writer_completions, wr);
+  lane_post(&wr->w->lane, &wr->completions);
 }
 
 int writer_start(worker_t *w, writer_t **out, char *err, size_t errlen) {
   writer_t *wr = mem_calloc(1, sizeof(*wr));
   wr->w = w;
+  wr->completions = (lane_task){writer_completions, wr, false};
   *out = NULL;
   /* The connection is opened here, before the loop runs: it may wait for a lock at start. */
   int rc = store_open(w->cfg->db_path, NULL, &wr->store, err, errlen);
