@@ -197,7 +197,11 @@ int lg_sqlwriter_run(const lg_sqlwriter_opts *o, uint64_t *written) LG_NODISCARD
  * message on stderr. */
 int lg_pgwriter_run(const lg_sqlwriter_opts *o, uint64_t *written) LG_NODISCARD;
 
-/* Sleeps until CLOCK_MONOTONIC reaches t_ns (lg_sqlwriter.c). */
-void lg_sleep_until(uint64_t t_ns);
+/*
+ * Row n of a writer that started at start_ns (lg_sqlwriter.c): waits for
+ * its time at o->rate, then *t_ns is the commit's start, also stored in
+ * o->t_commit[n]. False once o->duration_s has passed (write no more).
+ */
+bool lg_writer_next(const lg_sqlwriter_opts *o, uint64_t start_ns, uint64_t n, uint64_t *t_ns);
 
 #endif

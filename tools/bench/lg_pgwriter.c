@@ -51,13 +51,8 @@ int lg_pgwriter_run(const lg_sqlwriter_opts *o, uint64_t *written) {
   r = NULL;
   int backend = PQbackendPID(conn); /* the server process of this connection (same machine) */
   uint64_t stride = o->key_stride ? o->key_stride : 1;
-  uint64_t start = lg_now_ns();
-  uint64_t limit = start + (uint64_t)(o->duration_s * 1e9);
-  for (uint64_t n = 0; n < o->count; n++) {
-    if (o->rate > 0) lg_sleep_until(start + (uint64_t)((double)n * 1e9 / o->rate));
-    uint64_t t = lg_now_ns();
-    if (t >= limit) break;
-    if (o->t_commit != NULL) __atomic_store_n(&o->t_commit[n], t, __ATOMIC_RELEASE);
+  uint64_t start = lg_now_ns(), t;
+  for (uint64_t n = 0; n < o->count && lg_writer_next(o, start, n, &t); n++) {
     char key[32], tval[24];
     snprintf(key, sizeof(key), "%c%llu", o->key_prefix,
              (unsigned long long)(n * stride + o->key_offset));

@@ -21,13 +21,21 @@
 /* Attempts per row when the database is busy beyond the busy timeout. */
 #define SQLW_MAX_TRIES 20
 
-void lg_sleep_until(uint64_t t_ns) {
+static void lg_sleep_until(uint64_t t_ns) {
   uint64_t now = lg_now_ns();
   if (t_ns <= now) return;
   uint64_t d = t_ns - now;
   struct timespec ts = {(time_t)(d / 1000000000u), (long)(d % 1000000000u)};
   while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
   }
+}
+
+bool lg_writer_next(const lg_sqlwriter_opts *o, uint64_t start_ns, uint64_t n, uint64_t *t_ns) {
+  if (o->rate > 0) lg_sleep_until(start_ns + (uint64_t)((double)n * 1e9 / o->rate));
+  *t_ns = lg_now_ns();
+  if (*t_ns >= start_ns + (uint64_t)(o->duration_s * 1e9)) return false;
+  if (o->t_commit != NULL) __atomic_store_n(&o->t_commit[n], *t_ns, __ATOMIC_RELEASE);
+  return true;
 }
 
 static int exec(sqlite3 *db, const char *sql) {
@@ -62,13 +70,8 @@ int lg_sqlwriter_run(const lg_sqlwriter_opts *o, uint64_t *written) {
     fprintf(stderr, "sqlwriter: %s\n", sqlite3_errmsg(db));
     goto out;
   }
-  uint64_t start = lg_now_ns();
-  uint64_t limit = start + (uint64_t)(o->duration_s * 1e9);
-  for (uint64_t n = 0; n < o->count; n++) {
-    if (o->rate > 0) lg_sleep_until(start + (uint64_t)((double)n * 1e9 / o->rate));
-    uint64_t t = lg_now_ns();
-    if (t >= limit) break;
-    if (o->t_commit != NULL) __atomic_store_n(&o->t_commit[n], t, __ATOMIC_RELEASE);
+  uint64_t start = lg_now_ns(), t;
+  for (uint64_t n = 0; n < o->count && lg_writer_next(o, start, n, &t); n++) {
     char key[32];
     snprintf(key, sizeof(key), "%c%llu", o->key_prefix, (unsigned long long)n);
     sqlite3_bind_text(st, 1, key, -1, SQLITE_TRANSIENT);
