@@ -140,8 +140,10 @@ static void tailer_job(void *arg) {
   if (what & TAILER_DO_SCHEMA) tailer_check_schema(t);
   if (what & (TAILER_DO_WAKE | TAILER_DO_RECHECK)) {
     bool moved = tailer_wake_external(t);
-    if ((what & TAILER_DO_RECHECK) && !moved && --t->rechecks_left > 0)
-      uv_timer_start(&t->recheck, tailer_on_recheck, TAILER_RECHECK_MS, 0);
+    if ((what & TAILER_DO_RECHECK) && !moved && --t->rechecks_left > 0) {
+      bool fast = t->rechecks_left >= TAILER_RECHECKS - TAILER_RECHECKS_FAST;
+      uv_timer_start(&t->recheck, tailer_on_recheck, fast ? 1 : TAILER_RECHECK_MS, 0);
+    }
     /* The wake-up socket was left alone while the job waited its turn. */
     if (t->wake != NULL && !t->closing)
       (void)uv_poll_start(t->wake, UV_READABLE, tailer_on_wake); /* cannot fail on a live handle */

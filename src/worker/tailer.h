@@ -40,11 +40,15 @@
 /*
  * A writer appends its commit frame to the -wal file before it publishes
  * the commit in the -shm index (a memory map: no file event), so the event
- * may come just before data_version moves. The tailer then looks again
- * every TAILER_RECHECK_MS, TAILER_RECHECKS times.
+ * may come just before data_version moves. The tailer then looks again:
+ * after 1 ms for the first TAILER_RECHECKS_FAST looks (a commit is
+ * published microseconds after its last write, so the first catches it,
+ * and the delay is what a subscriber of another worker waits), then every
+ * TAILER_RECHECK_MS, TAILER_RECHECKS looks in all (about 100 ms).
  */
-#define TAILER_RECHECK_MS 5
-#define TAILER_RECHECKS   20
+#define TAILER_RECHECK_MS    5
+#define TAILER_RECHECKS      24
+#define TAILER_RECHECKS_FAST 4
 
 typedef struct tailer_ops {
   /* One committed change; row may be used only during the call. */
