@@ -57,6 +57,10 @@ struct coalesce_entry {
 static void subs_send_topic(worker_t *w, sub_topic *t, const char *record_uri,
                             const buf_t *record_json, int64_t seq);
 static void coalesce_on_timer(uv_timer_t *h);
+/* Subscription rows written again after a failure (see subs_row_unsaved). */
+#define SUBS_RETRY_MS     1000
+#define SUBS_RETRY_MAX_MS 30000
+static void subs_row_unsaved(const char *id, const char *uri, void *data);
 
 static void coalesce_link(coalesce_entry **head, coalesce_entry **tail, coalesce_entry *e) {
   e->next = NULL;
@@ -656,6 +660,11 @@ void subs_init(worker_t *w) {
   tailer_init(&w->tailer, w->loop, w->store, &w->lane, w->cfg->db_path, &subs_tailer_ops, w);
   uv_timer_init(w->loop, &w->coalesce_timer);
   w->coalesce_timer.data = w;
+  strmap_init(&w->subs_unsaved);
+  uv_timer_init(w->loop, &w->subs_retry);
+  w->subs_retry.data = w;
+  w->subs_retry_ms = SUBS_RETRY_MS;
+  writer_on_subscription_unsaved(w->writer, subs_row_unsaved, w);
   hold_init(w);
   w->sessions.position = subs_position_cb;
   w->sessions.position_data = w;
@@ -665,11 +674,13 @@ void subs_close(worker_t *w) {
   wait_finish_all(w);
   tailer_close(&w->tailer);
   uv_close((uv_handle_t *)&w->coalesce_timer, NULL);
+  uv_close((uv_handle_t *)&w->subs_retry, NULL);
   hold_close(w);
 }
 
 void subs_finish(worker_t *w) {
   coalesce_finish(w);
+  strmap_finish(&w->subs_unsaved);
   buf_finish(&w->fmt_uri);
   buf_finish(&w->fmt_head);
   free(w->matched);
@@ -866,13 +877,9 @@ bool subs_session_has(session_t *s, const char *uri) {
   return session_sub_find(s, uri) != NULL;
 }
 
-void subs_session_add(worker_t *w, session_t *s, const char *key, const char *uri, const uri_t *u,
-                      int64_t since, const debounce_t *d, void (*then)(int rc, void *data),
-                      void *data) {
-  /* Re-subscribing replaces (finding its link is a list walk, but only then). */
-  if (session_sub_find(s, uri) != NULL) session_unsubscribe(w, s, session_sub_slot(s, uri));
-  session_subscribe(w, s, key, uri, u, since, d);
-  /* The change alone goes to the row: a subscribe costs the same whatever the session holds. */
+/* Writes one subscription's row: key and d as subscribed. */
+static void session_put_row(worker_t *w, session_t *s, const char *uri, const char *key,
+                            const debounce_t *d, void (*then)(int rc, void *data), void *data) {
   char *debounce = NULL;
   if (d != NULL && d->quiet_ms > 0) {
     cJSON *j = debounce_json(d);
@@ -881,7 +888,84 @@ void subs_session_add(worker_t *w, session_t *s, const char *key, const char *ur
   }
   writer_session_subscription_then(w->writer, s->id, uri, key, debounce, false, then, data);
   cJSON_free(debounce);
+}
+
+void subs_session_add(worker_t *w, session_t *s, const char *key, const char *uri, const uri_t *u,
+                      int64_t since, const debounce_t *d, void (*then)(int rc, void *data),
+                      void *data) {
+  /* Re-subscribing replaces (finding its link is a list walk, but only then). */
+  if (session_sub_find(s, uri) != NULL) session_unsubscribe(w, s, session_sub_slot(s, uri));
+  session_subscribe(w, s, key, uri, u, since, d);
+  /* The change alone goes to the row: a subscribe costs the same whatever the session holds. */
+  session_put_row(w, s, uri, key, d, then, data);
   subs_update_active(w);
+}
+
+/*
+ * Subscription rows that could not be written ----------------------------------
+ *
+ * A subscribe or unsubscribe is answered once its row is written or its
+ * write failed (the database away, locked past --write-timeout): the live
+ * session holds the change either way. A failed row would otherwise stay
+ * wrong: an unsubscribed URI would come back with a restore (another
+ * worker, another host, a restart), a subscribed one would be missing. So
+ * each failure is noted by session and URI, and a timer writes the row
+ * again from what the session holds then: the subscription's row when it
+ * holds the URI, none when it does not. Writing the present state makes
+ * the retry right whatever changed meanwhile and in whatever order the
+ * failures came. It runs after SUBS_RETRY_MS, doubling up to
+ * SUBS_RETRY_MAX_MS while writes keep failing. A session that is gone
+ * (closed, expired) is left alone: its row went with it, or another
+ * worker owns it now.
+ */
+static void subs_on_retry(uv_timer_t *h);
+
+static void subs_row_unsaved(const char *id, const char *uri, void *data) {
+  worker_t *w = data;
+  if (w->closing) return;
+  buf_t k;
+  buf_init(&k);
+  buf_printf(&k, "%s\n%s", id, uri);
+  if (strmap_get(&w->subs_unsaved, k.data, k.len) == NULL)
+    strmap_put(&w->subs_unsaved, k.data, k.len, w);
+  buf_finish(&k);
+  if (!uv_is_active((uv_handle_t *)&w->subs_retry))
+    uv_timer_start(&w->subs_retry, subs_on_retry, w->subs_retry_ms, 0);
+}
+
+/* The row is written: a later failure starts from the first delay again. */
+static void subs_row_retried(int rc, void *data) {
+  worker_t *w = data;
+  if (rc == 0) w->subs_retry_ms = SUBS_RETRY_MS;
+}
+
+static void subs_retry_one(const char *key, size_t len, void *value, void *data) {
+  worker_t *w = data;
+  (void)value;
+  const char *nl = memchr(key, '\n', len);
+  session_t *s = nl == NULL ? NULL : session_registry_find(&w->sessions, key, (size_t)(nl - key));
+  if (s == NULL) return;
+  char *uri = mem_strndup(nl + 1, len - (size_t)(nl + 1 - key));
+  sub_t *sub = session_sub_find(s, uri);
+  if (sub == NULL) {
+    writer_session_subscription_then(w->writer, s->id, uri, NULL, NULL, true, subs_row_retried, w);
+  } else { /* the row's key is the topic's without its debounce (subs_owner_add) */
+    const char *tk = sub->topic->key, *cut = strstr(tk, "\n~debounce ");
+    char *key_text = mem_strndup(tk, cut != NULL ? (size_t)(cut - tk) : strlen(tk));
+    session_put_row(w, s, uri, key_text, &sub->topic->debounce, subs_row_retried, w);
+    free(key_text);
+  }
+  free(uri);
+}
+
+static void subs_on_retry(uv_timer_t *h) {
+  worker_t *w = h->data;
+  strmap pending = w->subs_unsaved; /* failures of these writes note themselves anew */
+  strmap_init(&w->subs_unsaved);
+  w->subs_retry_ms = w->subs_retry_ms * 2 > SUBS_RETRY_MAX_MS ? SUBS_RETRY_MAX_MS
+                                                                : w->subs_retry_ms * 2;
+  strmap_foreach(&pending, subs_retry_one, w);
+  strmap_finish(&pending);
 }
 
 bool subs_session_remove(worker_t *w, session_t *s, const char *uri,

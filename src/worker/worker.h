@@ -55,6 +55,10 @@ typedef struct worker {
   coalesce_entry *coalesce_held_head, *coalesce_held_tail;
   coalesce_entry *coalesce_open_head, *coalesce_open_tail;
   uv_timer_t coalesce_timer;
+  /* Subscription rows to write again (subscriptions.c, subs_row_unsaved): "<id>\n<uri>" -> w. */
+  strmap subs_unsaved;
+  uv_timer_t subs_retry;
+  uint64_t subs_retry_ms; /* the next retry's delay: doubles while writes keep failing */
   /* Per-subscription debounce (debounce.h): queues that hold something, entries by key. */
   hold_queue *hold_queues;
   strmap holds; /* "<sub> <record uri>" -> hold_entry of a debounced subscription */

@@ -42,6 +42,8 @@ struct writer {
   char open_err[256];
   int open_rc;
   bool disk_full; /* loop side: an episode of SQLITE_FULL is going on */
+  void (*unsaved)(const char *id, const char *uri, void *data); /* writer_on_subscription_unsaved */
+  void *unsaved_data;
 };
 
 static void writer_push(writer_job **head, writer_job **tail, writer_job *j) {
@@ -348,6 +350,7 @@ typedef struct writer_session_job {
   int64_t pruned, audit_deleted;
   void (*then)(int rc, void *data); /* INSERT: the caller waits for it */
   void *then_data;
+  writer_t *wr; /* SUB_PUT, SUB_DELETE: whose unsaved hook hears of a failure */
 } writer_session_job;
 
 /* Session rows whose stored subscriptions lost URIs (writer_prune_session_rows). */
@@ -441,6 +444,8 @@ static void writer_session_done(writer_job *j) {
     snprintf(b, sizeof(b), "%lld", (long long)sj->audit_deleted);
     log_info("sweep", "session_rows", a, "audit_rows", b);
   }
+  if (j->rc != 0 && sj->wr != NULL && sj->wr->unsaved != NULL)
+    sj->wr->unsaved(sj->row.id, sj->text, sj->wr->unsaved_data);
   if (sj->then != NULL) sj->then(j->rc, sj->then_data);
   free(sj->text);
   free(sj->text2);
@@ -508,7 +513,15 @@ void writer_session_subscription_then(writer_t *wr, const char *id, const char *
   sj->text3 = dup_or_null(key);
   sj->then = then;
   sj->then_data = data;
+  sj->wr = wr;
   writer_session_submit(wr, sj);
+}
+
+void writer_on_subscription_unsaved(writer_t *wr,
+                                    void (*fn)(const char *id, const char *uri, void *data),
+                                    void *data) {
+  wr->unsaved = fn;
+  wr->unsaved_data = data;
 }
 
 void writer_session_delete(writer_t *wr, const char *id) {

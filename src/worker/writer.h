@@ -117,6 +117,14 @@ void writer_session_set_subscriptions(writer_t *wr, const char *id, const char *
 void writer_session_subscription_then(writer_t *wr, const char *id, const char *uri,
                                       const char *key, const char *debounce, bool remove,
                                       void (*then)(int rc, void *data), void *data);
+/*
+ * fn(id, uri, data) runs on the loop whenever such a subscription change
+ * could not be written (the database refused it or it timed out), before
+ * the change's then.
+ */
+void writer_on_subscription_unsaved(writer_t *wr,
+                                    void (*fn)(const char *id, const char *uri, void *data),
+                                    void *data);
 void writer_session_delete(writer_t *wr, const char *id);
 /* The same, then then(rc, data) on the loop once the row is gone (or not). */
 void writer_session_delete_then(writer_t *wr, const char *id, void (*then)(int rc, void *data),

@@ -4,7 +4,10 @@
 // worker; the writes that arrive meanwhile wait off the loop, then succeed
 // in the order they came, and subscribers hear of them and of the other
 // process's commit, each once. A write that waits past --write-timeout
-// fails with 503 and Retry-After and changes nothing.
+// fails with 503 and Retry-After and changes nothing. A subscribe or an
+// unsubscribe whose row cannot be written meanwhile is written again once
+// the database takes writes: a restart restores what the session held,
+// not what the failed write left.
 
 import test, { after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -15,7 +18,7 @@ import { McpSession } from './lib/mcp.mjs';
 import { initializeMessage, mcpPost, request } from './lib/raw.mjs';
 import { sqliteRows } from './lib/sqlite.mjs';
 import { EventStream } from './lib/sse.mjs';
-import { product } from './lib/subs.mjs';
+import { product, rest, restartServer } from './lib/subs.mjs';
 import { sleep, waitFor } from './lib/wait.mjs';
 
 const servers = [];
@@ -117,6 +120,41 @@ test('a write that waits past --write-timeout fails with 503 and Retry-After, an
   assert.notEqual(row.json().price_cents, 1);
   // And once the lock is gone, writes go through again.
   assert.equal((await request(srv.port, { method: 'PATCH', path: '/Product/A-100', headers: json, body: '{"price_cents": 2}' })).status, 200);
+  await s.delete();
+  await srv.stop();
+});
+
+test('subscription rows that could not be written are written again once the lock is gone', async () => {
+  let srv = await startServer({ args: ['--workers', '0', '--write-timeout', '300'] });
+  servers.push(srv);
+  const B = srv.base;
+  const [a, b, c] = [`${B}/Product/A-100`, `${B}/Product/B-200`, `${B}/StockEvent`];
+  const s = await McpSession.open(srv.port);
+  for (const uri of [a, b]) assert.deepEqual(await s.result('resources/subscribe', { uri }), {});
+  const rows = () => sqliteRows(srv.dbPath, `SELECT uri FROM mcpsub_subscription WHERE session = '${s.id}' ORDER BY uri`).map((r) => r.uri);
+  assert.deepEqual(rows(), [a, b]);
+
+  const lock = holdLock(srv.dbPath, 1500, 'SELECT 1;');
+  await lock.locked;
+  // Answered (the live session holds the change) though neither row could be written.
+  assert.deepEqual(await s.result('resources/unsubscribe', { uri: a }), {});
+  assert.deepEqual(await s.result('resources/subscribe', { uri: c }), {});
+  assert.deepEqual(rows(), [a, b], 'the writes failed under the lock');
+  await lock.done;
+  await waitFor(() => JSON.stringify(rows()) === JSON.stringify([b, c]), { timeoutMs: 10000, message: `the rows to be [B, C]: ${rows()}` });
+
+  // A restart restores the session from its rows: C is heard of, A is not.
+  servers.pop();
+  srv = await restartServer(srv);
+  servers.push(srv);
+  const st = await EventStream.open(srv.port, s.id);
+  await st.waitPrimed();
+  await rest(srv.port, 'PATCH', '/Product/A-100', { price_cents: 3 });
+  await rest(srv.port, 'POST', '/StockEvent', { id: 9100, sku: 'A-100', delta: 2 });
+  await st.waitUntil((x) => x.updates().some((e) => e.json.params.uri === `${B}/StockEvent/9100`), { what: 'the StockEvent update' });
+  await sleep(200);
+  assert.deepEqual(st.updates().map((e) => e.json.params.uri), [`${B}/StockEvent/9100`], st.describe());
+  st.close();
   await s.delete();
   await srv.stop();
 });
