@@ -58,6 +58,8 @@
 #define HTTP_DEFAULT_MAX_BODY          ((size_t)4 * 1024 * 1024)
 #define HTTP_DEFAULT_HEADER_TIMEOUT_MS 10000
 #define HTTP_DEFAULT_MAX_STREAM_QUEUE  ((size_t)1024 * 1024)
+/* A stream's output buffer, taken for a turn's bytes (a batch of frames fits). */
+#define HTTP_STREAM_BUF ((size_t)4096)
 
 enum conn_phase {
   PHASE_IDLE,       /* kept alive between requests; no byte of the next one parsed */
@@ -92,7 +94,6 @@ struct http_conn {
 
   uv_tcp_t tcp;
   uv_timer_t timer; /* header, body, keep-alive, drain and linger timeouts */
-  uv_shutdown_t shutdown_req;
   int handles_open;
 
   llhttp_t parser;
@@ -131,8 +132,8 @@ struct http_conn {
   buf_t out;      /* response or stream bytes queued during this loop turn */
   buf_t inflight; /* stream bytes being written; swapped with out, so that a
                      busy stream reuses two buffers instead of allocating */
-  uv_write_t stream_write;
-  bool stream_writing; /* inflight is in a uv_write */
+  bool stream_writing; /* inflight is in a uv_write (its request allocated for it: most
+                          streams never leave bytes behind, and an idle one holds none) */
   bool stream_exempt;  /* a bounded replay is being queued: no queue cap */
   size_t queued;       /* out.len plus bytes in unfinished uv_write requests */
 
@@ -409,6 +410,7 @@ static void conn_send(http_conn_t *c, buf_t *b) {
 
 static void conn_on_stream_write(uv_write_t *req, int status) {
   http_conn_t *c = req->data;
+  free(req);
   c->stream_writing = false;
   c->queued -= c->inflight.len;
   /*
@@ -456,12 +458,14 @@ static void conn_flush(http_conn_t *c) {
     return;
   }
   size_t done = took > 0 ? (size_t)took : 0;
-  if (done == c->out.len) { /* all taken: a burst's large buffer goes back, as after a write */
+  if (done == c->out.len) {
+    /*
+     * All taken: the buffer goes back, as after a write. A busy stream
+     * takes a new one next turn (one allocation of HTTP_STREAM_BUF); an
+     * idle one, which is most of them, holds none.
+     */
     c->queued -= done;
-    if (c->out.cap > HTTP_READ_CHUNK || c->phase != PHASE_STREAM) /* an idle keep-alive: none */
-      buf_finish(&c->out);
-    else
-      buf_reset(&c->out);
+    buf_finish(&c->out);
     return;
   }
   buf_t tmp = c->inflight;
@@ -469,10 +473,12 @@ static void conn_flush(http_conn_t *c) {
   c->out = tmp;
   buf_reset(&c->out);
   c->stream_writing = true;
-  c->stream_write.data = c;
+  uv_write_t *req = mem_alloc(sizeof(*req));
+  req->data = c;
   /* What the socket took is written: the queued write starts after it (no copy). */
   uv_buf_t b = uv_buf_init(c->inflight.data + done, (unsigned int)(c->inflight.len - done));
-  if (uv_write(&c->stream_write, (uv_stream_t *)&c->tcp, &b, 1, conn_on_stream_write) < 0) {
+  if (uv_write(req, (uv_stream_t *)&c->tcp, &b, 1, conn_on_stream_write) < 0) {
+    free(req);
     c->stream_writing = false;
     c->queued -= c->inflight.len;
     buf_reset(&c->inflight);
@@ -482,6 +488,7 @@ static void conn_flush(http_conn_t *c) {
 
 static void conn_on_shutdown(uv_shutdown_t *req, int status) {
   http_conn_t *c = req->data;
+  free(req);
   if (status == UV_ECANCELED || c->handle_closing) return;
   if (status < 0 || c->peer_eof) {
     conn_close_now(c);
@@ -508,8 +515,10 @@ static void conn_finish(http_conn_t *c, bool flush) {
   }
   if (c->handle_closing) return;
   buf_finish(&c->in);
-  c->shutdown_req.data = c;
-  if (uv_shutdown(&c->shutdown_req, (uv_stream_t *)&c->tcp, conn_on_shutdown) < 0) {
+  uv_shutdown_t *req = mem_alloc(sizeof(*req)); /* made when needed, like a stream's write */
+  req->data = c;
+  if (uv_shutdown(req, (uv_stream_t *)&c->tcp, conn_on_shutdown) < 0) {
+    free(req);
     conn_close_now(c);
     return;
   }
@@ -674,6 +683,7 @@ int http_stream_write(http_conn_t *c, const char *data, size_t len) {
     return -ENOBUFS;
   }
   if (len == 0) return 0;
+  if (c->out.cap == 0) buf_reserve(&c->out, HTTP_STREAM_BUF - 1); /* not 64, 128, ... */
   buf_append(&c->out, data, len);
   c->queued += len;
   conn_schedule(c);
