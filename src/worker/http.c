@@ -129,9 +129,9 @@ struct http_conn {
   size_t name_at, value_at; /* where the header being read starts in text */
   buf_t body;
 
-  buf_t out;      /* response or stream bytes queued during this loop turn */
-  buf_t inflight; /* stream bytes being written; swapped with out, so that a
-                     busy stream reuses two buffers instead of allocating */
+  buf_t out;           /* response or stream bytes queued during this loop turn */
+  buf_t inflight;      /* stream bytes being written; swapped with out, so that a
+                          busy stream reuses two buffers instead of allocating */
   bool stream_writing; /* inflight is in a uv_write (its request allocated for it: most
                           streams never leave bytes behind, and an idle one holds none) */
   bool stream_exempt;  /* a bounded replay is being queued: no queue cap */

@@ -962,8 +962,8 @@ static void subs_on_retry(uv_timer_t *h) {
   worker_t *w = h->data;
   strmap pending = w->subs_unsaved; /* failures of these writes note themselves anew */
   strmap_init(&w->subs_unsaved);
-  w->subs_retry_ms = w->subs_retry_ms * 2 > SUBS_RETRY_MAX_MS ? SUBS_RETRY_MAX_MS
-                                                                : w->subs_retry_ms * 2;
+  w->subs_retry_ms =
+      w->subs_retry_ms * 2 > SUBS_RETRY_MAX_MS ? SUBS_RETRY_MAX_MS : w->subs_retry_ms * 2;
   strmap_foreach(&pending, subs_retry_one, w);
   strmap_finish(&pending);
 }
