@@ -444,7 +444,8 @@ static void writer_session_done(writer_job *j) {
     snprintf(b, sizeof(b), "%lld", (long long)sj->audit_deleted);
     log_info("sweep", "session_rows", a, "audit_rows", b);
   }
-  if (j->rc != 0 && sj->wr != NULL && sj->wr->unsaved != NULL)
+  /* -ENOENT: the session's row is gone, and no retry brings a subscription row back. */
+  if (j->rc != 0 && j->rc != -ENOENT && sj->wr != NULL && sj->wr->unsaved != NULL)
     sj->wr->unsaved(sj->row.id, sj->text, sj->wr->unsaved_data);
   if (sj->then != NULL) sj->then(j->rc, sj->then_data);
   free(sj->text);

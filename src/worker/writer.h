@@ -119,8 +119,8 @@ void writer_session_subscription_then(writer_t *wr, const char *id, const char *
                                       void (*then)(int rc, void *data), void *data);
 /*
  * fn(id, uri, data) runs on the loop whenever such a subscription change
- * could not be written (the database refused it or it timed out), before
- * the change's then.
+ * could not be written (the database refused it or it timed out; not when
+ * the session's row is gone), before the change's then.
  */
 void writer_on_subscription_unsaved(writer_t *wr,
                                     void (*fn)(const char *id, const char *uri, void *data),
