@@ -57,6 +57,8 @@ struct coalesce_entry {
 static void subs_send_topic(worker_t *w, sub_topic *t, const char *record_uri,
                             const buf_t *record_json, int64_t seq);
 static void coalesce_on_timer(uv_timer_t *h);
+/* What a topic's key adds for its subscribers' own debounce (subs_owner_add). */
+#define SUBS_DEBOUNCE_KEY "\n~debounce "
 /* Subscription rows written again after a failure (see subs_row_unsaved). */
 #define SUBS_RETRY_MS     1000
 #define SUBS_RETRY_MAX_MS 30000
@@ -473,7 +475,8 @@ sub_t *subs_owner_add(worker_t *w, sub_owner *o, sub_t **head, size_t *n, const 
   buf_init(&k);
   buf_append_str(&k, key);
   /* Subscribers with their own debounce share a topic only with the same debounce. */
-  if (d != NULL && d->quiet_ms > 0) buf_printf(&k, "\n~debounce %u %u", d->quiet_ms, d->max_ms);
+  if (d != NULL && d->quiet_ms > 0)
+    buf_printf(&k, "%s%u %u", SUBS_DEBOUNCE_KEY, d->quiet_ms, d->max_ms);
   sub_t *sub = sub_index_add(&w->subs, k.data, uri, u, o, since);
   buf_finish(&k);
   if (d != NULL) sub->topic->debounce = *d;
@@ -926,8 +929,7 @@ static void subs_row_unsaved(const char *id, const char *uri, void *data) {
   buf_t k;
   buf_init(&k);
   buf_printf(&k, "%s\n%s", id, uri);
-  if (strmap_get(&w->subs_unsaved, k.data, k.len) == NULL)
-    strmap_put(&w->subs_unsaved, k.data, k.len, w);
+  strmap_put(&w->subs_unsaved, k.data, k.len, w); /* noted once however often it failed */
   buf_finish(&k);
   if (!uv_is_active((uv_handle_t *)&w->subs_retry))
     uv_timer_start(&w->subs_retry, subs_on_retry, w->subs_retry_ms, 0);
@@ -950,7 +952,7 @@ static void subs_retry_one(const char *key, size_t len, void *value, void *data)
   if (sub == NULL) {
     writer_session_subscription_then(w->writer, s->id, uri, NULL, NULL, true, subs_row_retried, w);
   } else { /* the row's key is the topic's without its debounce (subs_owner_add) */
-    const char *tk = sub->topic->key, *cut = strstr(tk, "\n~debounce ");
+    const char *tk = sub->topic->key, *cut = strstr(tk, SUBS_DEBOUNCE_KEY);
     char *key_text = mem_strndup(tk, cut != NULL ? (size_t)(cut - tk) : strlen(tk));
     session_put_row(w, s, uri, key_text, &sub->topic->debounce, subs_row_retried, w);
     free(key_text);
