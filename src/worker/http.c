@@ -58,8 +58,14 @@
 #define HTTP_DEFAULT_MAX_BODY          ((size_t)4 * 1024 * 1024)
 #define HTTP_DEFAULT_HEADER_TIMEOUT_MS 10000
 #define HTTP_DEFAULT_MAX_STREAM_QUEUE  ((size_t)1024 * 1024)
-/* A stream's output buffer, taken for a turn's bytes (a batch of frames fits). */
-#define HTTP_STREAM_BUF ((size_t)4096)
+/*
+ * A connection's output buffer, taken for a turn's bytes (a response, or a
+ * stream's batch of frames) from the server's spares and given back when
+ * the socket took them all; spares no turn needed for HTTP_SPARE_MS are
+ * freed (server_spares_trim).
+ */
+#define HTTP_OUT_BUF  ((size_t)8192)
+#define HTTP_SPARE_MS 1000
 
 enum conn_phase {
   PHASE_IDLE,       /* kept alive between requests; no byte of the next one parsed */
@@ -130,8 +136,7 @@ struct http_conn {
   buf_t body;
 
   buf_t out;           /* response or stream bytes queued during this loop turn */
-  buf_t inflight;      /* stream bytes being written; swapped with out, so that a
-                          busy stream reuses two buffers instead of allocating */
+  buf_t inflight;      /* stream bytes being written (out's buffer, handed over) */
   bool stream_writing; /* inflight is in a uv_write (its request allocated for it: most
                           streams never leave bytes behind, and an idle one holds none) */
   bool stream_exempt;  /* a bounded replay is being queued: no queue cap */
@@ -175,6 +180,17 @@ struct http_server {
    * large also makes malloc consolidate its free lists).
    */
   char *read_buf;
+  /*
+   * Output buffers (HTTP_OUT_BUF bytes) that connections gave back, most
+   * recently given last: a fan-out turn fills a buffer per stream and the
+   * flush empties them all, so without spares malloc would hand those MB
+   * back to the kernel (brk) every turn and fault them in again on the
+   * next. Never more than there are connections; spares_low is the fewest
+   * held since the last trim, so spares[0, spares_low) were not needed.
+   */
+  char **spares;
+  size_t n_spares, spares_cap, spares_low;
+  uv_timer_t spare_timer; /* runs while spares are held */
 };
 
 typedef struct http_write {
@@ -307,6 +323,57 @@ unlinked:
   c->pending_next = NULL;
 }
 
+/* ---- output buffers ---------------------------------------------------- */
+
+/* Gives c->out a buffer for this turn's bytes if it holds none: a spare, else a new one. */
+static void conn_out_take(http_conn_t *c) {
+  http_server_t *srv = c->srv;
+  if (c->out.cap != 0) return;
+  if (srv->n_spares == 0) {
+    buf_reserve(&c->out, HTTP_OUT_BUF - 1); /* with its NUL: one allocation, not 64, 128, ... */
+    return;
+  }
+  c->out.data = srv->spares[--srv->n_spares];
+  c->out.cap = HTTP_OUT_BUF;
+  c->out.len = 0;
+  c->out.data[0] = '\0';
+  if (srv->n_spares < srv->spares_low) srv->spares_low = srv->n_spares;
+}
+
+static void server_spares_trim(uv_timer_t *t);
+
+/* Empties b; its buffer becomes a spare if it is one of HTTP_OUT_BUF bytes (not grown). */
+static void server_buf_give(http_server_t *srv, buf_t *b) {
+  if (b->cap != HTTP_OUT_BUF || srv->closing || srv->n_spares >= srv->n_conns) {
+    buf_finish(b);
+    return;
+  }
+  if (srv->n_spares == srv->spares_cap) {
+    srv->spares_cap = srv->spares_cap == 0 ? 64 : srv->spares_cap * 2;
+    srv->spares = mem_realloc(srv->spares, srv->spares_cap * sizeof(char *));
+  }
+  srv->spares[srv->n_spares++] = b->data;
+  buf_init(b);
+  if (!uv_is_active((uv_handle_t *)&srv->spare_timer))
+    (void)uv_timer_start(&srv->spare_timer, server_spares_trim, HTTP_SPARE_MS, HTTP_SPARE_MS);
+}
+
+/* Frees the spares no connection took since the last trim (the oldest ones). */
+static void server_spares_trim(uv_timer_t *t) {
+  http_server_t *srv = t->data;
+  size_t drop = srv->spares_low;
+  for (size_t i = 0; i < drop; i++) free(srv->spares[i]);
+  srv->n_spares -= drop;
+  memmove(srv->spares, srv->spares + drop, srv->n_spares * sizeof(char *));
+  srv->spares_low = srv->n_spares;
+  if (srv->n_spares == 0) {
+    free(srv->spares);
+    srv->spares = NULL;
+    srv->spares_cap = 0;
+    (void)uv_timer_stop(t); /* cannot fail */
+  }
+}
+
 /* ---- connection lifetime ----------------------------------------------- */
 
 /* Frees c; its handles are closed and no owner holds it any more. */
@@ -315,8 +382,8 @@ static void conn_free(http_conn_t *c) {
   conn_pending_unlink(c);
   conn_request_clear(c);
   buf_finish(&c->in);
-  buf_finish(&c->out);
-  buf_finish(&c->inflight);
+  server_buf_give(srv, &c->out);
+  server_buf_give(srv, &c->inflight);
   if (c->prev)
     c->prev->next = c->next;
   else
@@ -402,6 +469,7 @@ static void conn_write_owned(http_conn_t *c, char *data, size_t len) {
 
 /* Sends the content of b (emptied) now, after whatever c already queued. */
 static void conn_send(http_conn_t *c, buf_t *b) {
+  conn_out_take(c);
   buf_append(&c->out, b->data ? b->data : "", b->len);
   c->queued += b->len;
   buf_finish(b);
@@ -414,17 +482,12 @@ static void conn_on_stream_write(uv_write_t *req, int status) {
   c->stream_writing = false;
   c->queued -= c->inflight.len;
   /*
-   * A busy stream (more bytes already waiting) keeps a small buffer for the
-   * next turn; an idle one, or one a burst grew, gives its buffers back:
-   * most streams are idle most of the time, and memory per idle session is
-   * what bounds how many a worker holds.
+   * The written buffer goes back to the spares, and so does out if nothing
+   * waits in it: most streams are idle most of the time, and memory per
+   * idle session is what bounds how many a worker holds.
    */
-  if (c->out.len == 0 || c->inflight.cap > HTTP_READ_CHUNK) {
-    buf_finish(&c->inflight);
-    if (c->out.len == 0) buf_finish(&c->out);
-  } else {
-    buf_reset(&c->inflight);
-  }
+  server_buf_give(c->srv, &c->inflight);
+  if (c->out.len == 0) server_buf_give(c->srv, &c->out);
   if (status == UV_ECANCELED) return;
   if (status < 0) {
     conn_close_now(c);
@@ -459,19 +522,14 @@ static void conn_flush(http_conn_t *c) {
   }
   size_t done = took > 0 ? (size_t)took : 0;
   if (done == c->out.len) {
-    /*
-     * All taken: the buffer goes back, as after a write. A busy stream
-     * takes a new one next turn (one allocation of HTTP_STREAM_BUF); an
-     * idle one, which is most of them, holds none.
+    /* All taken: the buffer goes back to the spares, as after a write; an idle stream holds none.
      */
     c->queued -= done;
-    buf_finish(&c->out);
+    server_buf_give(c->srv, &c->out);
     return;
   }
-  buf_t tmp = c->inflight;
-  c->inflight = c->out;
-  c->out = tmp;
-  buf_reset(&c->out);
+  c->inflight = c->out; /* no write in flight: inflight holds no buffer */
+  buf_init(&c->out);
   c->stream_writing = true;
   uv_write_t *req = mem_alloc(sizeof(*req));
   req->data = c;
@@ -481,7 +539,7 @@ static void conn_flush(http_conn_t *c) {
     free(req);
     c->stream_writing = false;
     c->queued -= c->inflight.len;
-    buf_reset(&c->inflight);
+    server_buf_give(c->srv, &c->inflight);
     conn_close_now(c);
   }
 }
@@ -511,7 +569,7 @@ static void conn_finish(http_conn_t *c, bool flush) {
     conn_flush(c);
   } else {
     c->queued -= c->out.len;
-    buf_finish(&c->out);
+    server_buf_give(c->srv, &c->out);
   }
   if (c->handle_closing) return;
   buf_finish(&c->in);
@@ -613,6 +671,7 @@ void http_respond(http_conn_t *c, int status, const http_header *headers, size_t
   bool want_close = !c->req.keep_alive || (c->peer_eof && c->in.len == 0) || c->srv->draining;
   /* Queued behind anything still unsent, and written with this turn's others. */
   buf_t *b = &c->out;
+  conn_out_take(c);
   size_t before = b->len;
   http_format_head(b, status, headers, n_headers, &want_close);
   bool no_length = (status >= 100 && status < 200) || status == 204;
@@ -650,6 +709,7 @@ void http_stream_begin(http_conn_t *c, int status, const http_header *headers, s
   conn_answered(c);
   if (c->closing) return;
   bool want_close = true; /* the stream is delimited by the connection's close */
+  conn_out_take(c);
   http_format_head(&c->out, status, headers, n_headers, &want_close);
   buf_append_str(&c->out, "Connection: close\r\n\r\n");
   c->queued += c->out.len;
@@ -683,7 +743,7 @@ int http_stream_write(http_conn_t *c, const char *data, size_t len) {
     return -ENOBUFS;
   }
   if (len == 0) return 0;
-  if (c->out.cap == 0) buf_reserve(&c->out, HTTP_STREAM_BUF - 1); /* not 64, 128, ... */
+  conn_out_take(c);
   buf_append(&c->out, data, len);
   c->queued += len;
   conn_schedule(c);
@@ -1264,7 +1324,10 @@ http_server_t *http_server_create(uv_loop_t *loop, const http_server_options *op
 
   (void)uv_idle_init(loop, &srv->idle); /* cannot fail */
   srv->idle.data = srv;
-  srv->handles_open = 1;
+  (void)uv_timer_init(loop, &srv->spare_timer); /* cannot fail */
+  srv->spare_timer.data = srv;
+  uv_unref((uv_handle_t *)&srv->spare_timer); /* spares keep no loop alive */
+  srv->handles_open = 2;
   return srv;
 }
 
@@ -1334,6 +1397,7 @@ void http_server_close(http_server_t *srv, void (*done)(void *data), void *data)
   srv->done_data = data;
   if (srv->listener_init) uv_close((uv_handle_t *)&srv->listener, server_on_handle_closed);
   uv_close((uv_handle_t *)&srv->idle, server_on_handle_closed);
+  uv_close((uv_handle_t *)&srv->spare_timer, server_on_handle_closed);
   http_conn_t **lists[] = {&srv->pending, &srv->running};
   for (size_t i = 0; i < ARRAY_LEN(lists); i++) {
     while (*lists[i]) {
@@ -1418,6 +1482,8 @@ void http_server_destroy(http_server_t *srv) {
   if (srv == NULL) return;
   strmap_finish(&srv->per_address);
   free(srv->read_buf);
+  for (size_t i = 0; i < srv->n_spares; i++) free(srv->spares[i]);
+  free(srv->spares);
   free(srv);
 }
 
