@@ -65,10 +65,10 @@ typedef struct uri {
   uri_kind kind;
   char *table;                         /* decoded; NULL for URI_ABOUT */
   char *key;                           /* decoded; URI_RECORD only */
+  size_t n_filters;                    /* before filters: a match reads it with the first */
   uri_filter filters[URI_MAX_FILTERS]; /* URI_FILTERED; sorted by column */
-  size_t n_filters;
-  long limit;   /* _limit, or 0 when absent */
-  char *cursor; /* _cursor, or NULL */
+  long limit;                          /* _limit, or 0 when absent */
+  char *cursor;                        /* _cursor, or NULL */
 } uri_t;
 
 /*

@@ -94,16 +94,21 @@ static int put_decimal(char *p, uint64_t v) {
   return n;
 }
 
-frame_t *frame_create_parts(int64_t seq, char tag, uint64_t n, const frame_part *parts,
-                            size_t n_parts) {
-  /* "<seq>-<tag><n>": by hand, as snprintf costs more than the rest of a frame. */
+void frame_tag_init(frame_tag *t, char tag, uint64_t n) {
+  t->text[0] = '-';
+  t->text[1] = tag;
+  t->len = (uint8_t)(2 + put_decimal(t->text + 2, n));
+}
+
+frame_t *frame_create_tagged(int64_t seq, const frame_tag *tag, const frame_part *parts,
+                             size_t n_parts) {
+  /* "<seq><tag>": by hand, as snprintf costs more than the rest of a frame. */
   char id[64];
   int id_len = 0;
   if (seq < 0) id[id_len++] = '-';
   id_len += put_decimal(id + id_len, seq < 0 ? (uint64_t)0 - (uint64_t)seq : (uint64_t)seq);
-  id[id_len++] = '-';
-  id[id_len++] = tag;
-  id_len += put_decimal(id + id_len, n);
+  memcpy(id + id_len, tag->text, tag->len);
+  id_len += tag->len;
   size_t json_len = 0;
   for (size_t i = 0; i < n_parts; i++) json_len += parts[i].len;
   size_t len = 4 + (size_t)id_len + 1 + 6 + json_len + 2;
@@ -124,6 +129,13 @@ frame_t *frame_create_parts(int64_t seq, char tag, uint64_t n, const frame_part 
   }
   memcpy(p, "\n\n", 3); /* with the NUL */
   return f;
+}
+
+frame_t *frame_create_parts(int64_t seq, char tag, uint64_t n, const frame_part *parts,
+                            size_t n_parts) {
+  frame_tag t;
+  frame_tag_init(&t, tag, n);
+  return frame_create_tagged(seq, &t, parts, n_parts);
 }
 
 frame_t *frame_create(int64_t seq, char tag, uint64_t n, const char *json, size_t json_len) {

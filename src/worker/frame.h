@@ -48,6 +48,18 @@ typedef struct frame_part {
 } frame_part;
 frame_t *frame_create_parts(int64_t seq, char tag, uint64_t n, const frame_part *parts,
                             size_t n_parts);
+/*
+ * The "-<tag><n>" end of an event id, formatted once for every frame that
+ * shares it (a topic's updates: formatting a 20-digit n per frame cost as
+ * much as the rest of the frame).
+ */
+typedef struct frame_tag {
+  uint8_t len;
+  char text[23];
+} frame_tag;
+void frame_tag_init(frame_tag *t, char tag, uint64_t n);
+frame_t *frame_create_tagged(int64_t seq, const frame_tag *tag, const frame_part *parts,
+                             size_t n_parts);
 frame_t *frame_ref(frame_t *f);
 /* Drops a reference; frees at zero (small frames are kept for reuse). NULL is a no-op. */
 void frame_unref(frame_t *f);

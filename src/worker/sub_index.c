@@ -16,7 +16,17 @@
 #include "common/buf.h"
 #include "common/mem.h"
 
+/*
+ * The columns a table's filtered topics test, each named once: a change
+ * looks each up once in its old and new rows, not once per topic.
+ * Kept until the table's last topic goes; a column beyond
+ * SUB_MAX_COLUMNS is looked up per topic (SUB_NO_COLUMN).
+ */
+#define SUB_MAX_COLUMNS 32
+
 typedef struct sub_table {
+  char *columns[SUB_MAX_COLUMNS];
+  size_t n_columns;
   sub_topic *collections;
   sub_topic *filtered;
   /* The filtered topics in (order, uri) order, rebuilt at the first change after they changed. */
@@ -50,13 +60,15 @@ static void free_topic_cb(const char *key, size_t len, void *value, void *data) 
   free(t);
 }
 
-static void free_value_cb(const char *key, size_t len, void *value, void *data) {
-  free(value);
+static void table_free(sub_table *st);
+
+static void free_table_cb(const char *key, size_t len, void *value, void *data) {
+  table_free(value);
 }
 
 void sub_index_finish(sub_index *idx) {
   strmap_foreach(&idx->topics, free_topic_cb, NULL);
-  strmap_foreach(&idx->tables, free_value_cb, NULL);
+  strmap_foreach(&idx->tables, free_table_cb, NULL);
   strmap_finish(&idx->topics);
   strmap_finish(&idx->tables);
   strmap_finish(&idx->records);
@@ -95,11 +107,27 @@ int sub_topic_compare(const void *a, const void *b) {
   return strcmp(x->uri, y->uri);
 }
 
+/* The index of the filter's column in st->columns, added if new; SUB_NO_COLUMN when full. */
+static uint8_t table_column(sub_table *st, const uri_filter *f) {
+  size_t i = 0;
+  while (i < st->n_columns && strcmp(st->columns[i], f->column) != 0) i++;
+  if (i == SUB_MAX_COLUMNS) return SUB_NO_COLUMN;
+  if (i == st->n_columns) st->columns[st->n_columns++] = mem_strdup(f->column);
+  return (uint8_t)i;
+}
+
+static void table_free(sub_table *st) {
+  for (size_t i = 0; i < st->n_columns; i++) free(st->columns[i]);
+  free(st->filtered_sorted);
+  free(st);
+}
+
 static sub_topic *topic_create(sub_index *idx, const char *key, const char *uri,
                                const uri_t *parsed) {
   sub_topic *t = mem_calloc(1, sizeof(*t));
   t->id = idx->next_topic_id++;
   t->order = sub_topic_order(uri);
+  frame_tag_init(&t->tag, 't', t->order);
   t->key = mem_strdup(key);
   t->uri = mem_strdup(uri);
   buf_t json;
@@ -126,6 +154,8 @@ static sub_topic *topic_create(sub_index *idx, const char *key, const char *uri,
     strmap_put(&idx->records, k.data, k.len, head);
     buf_finish(&k);
   } else if (t->parsed.kind == URI_FILTERED) {
+    for (size_t i = 0; i < t->parsed.n_filters; i++)
+      t->columns[i] = table_column(st, &t->parsed.filters[i]);
     topic_link(&st->filtered, t);
     st->n_filtered++;
     st->sorted_stale = true;
@@ -157,10 +187,7 @@ static void topic_destroy(sub_index *idx, sub_topic *t) {
   } else {
     topic_unlink(&st->collections, t);
   }
-  if (--st->n_topics == 0) {
-    free(st->filtered_sorted);
-    free(strmap_remove(&idx->tables, table, strlen(table)));
-  }
+  if (--st->n_topics == 0) table_free(strmap_remove(&idx->tables, table, strlen(table)));
   strmap_remove(&idx->topics, t->key, strlen(t->key));
   uri_finish(&t->parsed);
   free(t->key);
@@ -288,6 +315,25 @@ bool sub_filters_match(const uri_t *parsed, const cJSON *row) {
   return true;
 }
 
+/* The row's value of each of the table's filter columns (NULL: none, or no row). */
+static void table_values(const sub_table *st, const cJSON *row, const cJSON **values) {
+  for (size_t j = 0; j < st->n_columns; j++)
+    values[j] = cJSON_IsObject(row) ? cJSON_GetObjectItemCaseSensitive(row, st->columns[j]) : NULL;
+}
+
+/* sub_filters_match for a filtered topic, its columns' values looked up already (table_values). */
+static bool topic_filters_match(const sub_topic *t, const cJSON *row, const cJSON *const *values) {
+  if (!cJSON_IsObject(row)) return false;
+  for (size_t i = 0; i < t->parsed.n_filters; i++) {
+    const uri_filter *f = &t->parsed.filters[i];
+    const cJSON *v = t->columns[i] != SUB_NO_COLUMN
+                         ? values[t->columns[i]]
+                         : cJSON_GetObjectItemCaseSensitive(row, f->column);
+    if (!filter_matches(f, v)) return false;
+  }
+  return true;
+}
+
 /* A record topic with filters (a row scope) matches a change of a row in it, before or after. */
 static bool record_in_scope(const sub_topic *t, const sub_change *change) {
   return t->parsed.n_filters == 0 || sub_filters_match(&t->parsed, change->old_row) ||
@@ -353,11 +399,16 @@ void sub_index_match(const sub_index *idx, const sub_change *change,
   if (m.n > 1) qsort(m.list, m.n, sizeof(sub_topic *), sub_topic_compare);
   /* Merged with the filtered topics that match, which are already in order. */
   sub_topic *const *filtered = st->n_filtered > 0 ? filtered_sorted(st) : NULL;
+  const cJSON *old_values[SUB_MAX_COLUMNS], *new_values[SUB_MAX_COLUMNS];
+  if (st->n_filtered > 0) {
+    table_values(st, change->old_row, old_values);
+    table_values(st, change->new_row, new_values);
+  }
   size_t i = 0;
   for (size_t j = 0; j < st->n_filtered; j++) {
     sub_topic *t = filtered[j];
-    if (!sub_filters_match(&t->parsed, change->old_row) &&
-        !sub_filters_match(&t->parsed, change->new_row))
+    if (!topic_filters_match(t, change->old_row, old_values) &&
+        !topic_filters_match(t, change->new_row, new_values))
       continue;
     while (i < m.n && sub_topic_compare(&m.list[i], &t) < 0) fn(m.list[i++], data);
     fn(t, data);

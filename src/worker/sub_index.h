@@ -23,6 +23,7 @@
 
 #include "common/strmap.h"
 #include "common/uri.h"
+#include "worker/frame.h"
 #include "worker/debounce.h"
 
 typedef struct sub_topic sub_topic;
@@ -39,20 +40,27 @@ typedef struct sub_owner {
   sub_owner_kind kind;
 } sub_owner;
 
+#define SUB_NO_COLUMN 0xFF /* sub_topic.columns: looked up by name */
+
 struct sub_topic {
-  uint32_t id;    /* unique within the index's lifetime */
+  /* What every change it matches reads, first: one cache line for thousands of topics. */
+  sub_t *subs;    /* subscribers (doubly linked through topic_prev/next) */
   uint64_t order; /* sub_topic_order(uri): orders and names its updates in event ids */
-  char *key;      /* what the index knows it by: uri, or uri and the subscriber's row scope */
-  char *uri;      /* exactly as subscribed */
-  char *uri_json; /* ...as a JSON string (quoted, escaped): formatted once, copied per update */
+  char
+      *uri_json; /* the uri as a JSON string (quoted, escaped): formatted once, copied per update */
   size_t uri_json_len;
-  uri_t parsed;          /* kind, table, key, filters */
-  sub_t *subs;           /* subscribers (doubly linked through topic_prev/next) */
-  size_t n_session_subs; /* of which owned by sessions */
-  size_t n_subs;
   debounce_t debounce;    /* its subscribers' own debounce (part of key), or none */
   uint64_t notified;      /* updates formatted for it (mcpsubctl subs, top) */
   sub_topic *next, *prev; /* in its table's collection or filtered list, or its record bucket */
+  frame_tag tag;          /* "-t<order>": its updates' event ids end with it */
+  /* Filter i's column as an index into its table's columns (sub_index.c), or SUB_NO_COLUMN. */
+  uint8_t columns[URI_MAX_FILTERS];
+  uri_t parsed; /* kind, table, key, filters */
+  uint32_t id;  /* unique within the index's lifetime */
+  char *key;    /* what the index knows it by: uri, or uri and the subscriber's row scope */
+  char *uri;    /* exactly as subscribed */
+  size_t n_session_subs; /* of its subscribers, those owned by sessions */
+  size_t n_subs;
 };
 
 struct sub {

@@ -340,7 +340,7 @@ static void subs_send_topic(worker_t *w, sub_topic *t, const char *record_uri,
                               {updated_mid, sizeof(updated_mid) - 1},
                               {t->uri_json, t->uri_json_len},
                               {"}}", 2}};
-        f = frame_create_parts(seq, 't', t->order, parts, ARRAY_LEN(parts));
+        f = frame_create_tagged(seq, &t->tag, parts, ARRAY_LEN(parts));
         w->notifications++;
         t->notified++;
       }

@@ -51,6 +51,30 @@ static void test_large_numbers(void) {
   frame_unref(f);
 }
 
+/* A tag formatted once makes the same frames as formatting it each time, for any seq. */
+static void test_tagged(void) {
+  frame_tag tag;
+  frame_tag_init(&tag, 't', UINT64_MAX);
+  CHECK_INT_EQ(tag.len, strlen("-t18446744073709551615"));
+  const frame_part parts[] = {{"{\"a\":", 5}, {"1}", 2}};
+  const int64_t seqs[] = {0, 7, -3, INT64_MAX};
+  for (size_t i = 0; i < sizeof(seqs) / sizeof(seqs[0]); i++) {
+    frame_t *a = frame_create_tagged(seqs[i], &tag, parts, 2);
+    frame_t *b = frame_create(seqs[i], 't', UINT64_MAX, "{\"a\":1}", 7);
+    CHECK_INT_EQ(a->len, b->len);
+    CHECK_INT_EQ(a->id_len, b->id_len);
+    CHECK_STR_EQ(a->data, b->data);
+    frame_pos pos = frame_position(a);
+    CHECK(seqs[i] < 0 || (pos.seq == seqs[i] && pos.tag == 't' && pos.n == UINT64_MAX));
+    frame_unref(a);
+    frame_unref(b);
+  }
+  frame_tag_init(&tag, 'r', 0);
+  frame_t *f = frame_create_tagged(12, &tag, parts, 0);
+  CHECK_STR_EQ(f->data, "id: 12-r0\ndata: \n\n");
+  frame_unref(f);
+}
+
 static void test_id_is(void) {
   frame_t *f = frame_create(123, 't', 4, "{}", 2);
   CHECK(frame_id_is(f, "123-t4", 6));
@@ -159,6 +183,7 @@ int main(void) {
   RUN(test_create);
   RUN(test_empty_data);
   RUN(test_large_numbers);
+  RUN(test_tagged);
   RUN(test_id_is);
   RUN(test_parse_valid);
   RUN(test_parse_invalid);

@@ -527,8 +527,51 @@ static void test_match_order(void) {
   sub_index_finish(&idx);
 }
 
+/*
+ * Filtered topics on many columns: a change looks each column up once for
+ * every topic that tests it, and the columns past the table's first 32
+ * are looked up by name; both give what sub_topic_matches gives (match
+ * checks that), on the old row, the new row, or neither.
+ */
+static void test_many_columns(void) {
+  sub_index idx;
+  sub_index_init(&idx);
+  sub_t *subs[41];
+  char uri[128];
+  for (int i = 0; i < 40; i++) {
+    snprintf(uri, sizeof(uri), BASE "/Product?c%d=x", i);
+    subs[i] = add(&idx, uri, &session_a);
+  }
+  subs[40] = add(&idx, BASE "/Product?c1=x&c39=x", &session_a); /* one column of each kind */
+  /* c1 (an interned column) and c39 (past the first 32) hold in the new row only. */
+  matches m = match(&idx, "Product", "A", NULL, "{\"c1\":\"y\",\"c39\":\"y\"}",
+                    "{\"c1\":\"x\",\"c39\":\"x\",\"c2\":\"y\"}");
+  CHECK_INT_EQ(m.n, 3);
+  CHECK_INT_EQ(count_topic(&m, subs[1]->topic), 1);
+  CHECK_INT_EQ(count_topic(&m, subs[39]->topic), 1);
+  CHECK_INT_EQ(count_topic(&m, subs[40]->topic), 1);
+  /* c0 in the old row only (a row leaving the filter); c39 in neither. */
+  m = match(&idx, "Product", "A", NULL, "{\"c0\":\"x\",\"c39\":\"y\"}", "{\"c0\":\"y\"}");
+  CHECK_INT_EQ(m.n, 1);
+  CHECK_INT_EQ(count_topic(&m, subs[0]->topic), 1);
+  /* An insert (no old row) and a delete (no new row). */
+  m = match(&idx, "Product", "A", NULL, NULL, "{\"c5\":\"x\"}");
+  CHECK_INT_EQ(m.n, 1);
+  m = match(&idx, "Product", "A", NULL, "{\"c38\":\"x\",\"c1\":\"x\"}", NULL);
+  CHECK_INT_EQ(m.n, 2);
+  /* Once every topic is gone, the table starts afresh with its own columns. */
+  for (int i = 0; i < 41; i++) sub_index_remove(&idx, subs[i]);
+  CHECK(!sub_index_watches(&idx, "Product"));
+  subs[0] = add(&idx, BASE "/Product?name=Anvil", &session_a);
+  m = match(&idx, "Product", "A", NULL, NULL, "{\"name\":\"Anvil\"}");
+  CHECK_INT_EQ(m.n, 1);
+  sub_index_remove(&idx, subs[0]);
+  sub_index_finish(&idx);
+}
+
 int main(void) {
   RUN(test_match_order);
+  RUN(test_many_columns);
   RUN(test_add_remove);
   RUN(test_topic_sharing);
   RUN(test_record_bucket);
