@@ -217,6 +217,8 @@ static int uri_parse_param(const char *p, size_t len, uri_t *out) {
     }
     f.column = name;
     name = NULL;
+    /* Allocated to size: a topic keeps its copy for as long as it is subscribed. */
+    out->filters = mem_realloc(out->filters, (out->n_filters + 1) * sizeof(uri_filter));
     out->filters[out->n_filters++] = f;
     goto out;
   }
@@ -320,6 +322,7 @@ void uri_finish(uri_t *u) {
   free(u->key);
   free(u->cursor);
   for (size_t i = 0; i < u->n_filters; i++) uri_filter_free(&u->filters[i]);
+  free(u->filters);
   memset(u, 0, sizeof(*u));
 }
 
@@ -421,13 +424,15 @@ uri_t uri_copy(const uri_t *u) {
   c.key = u->key != NULL ? mem_strdup(u->key) : NULL;
   c.cursor = NULL;
   c.limit = 0;
+  c.filters = u->n_filters > 0 ? mem_alloc(u->n_filters * sizeof(uri_filter)) : NULL;
   for (size_t i = 0; i < u->n_filters; i++) {
-    c.filters[i].column = mem_strdup(u->filters[i].column);
-    c.filters[i].value = mem_strdup(u->filters[i].value);
-    if (u->filters[i].alts != NULL) {
-      c.filters[i].alts = mem_calloc(URI_MAX_ALTS, sizeof(char *));
-      for (size_t j = 0; j < u->filters[i].n_alts; j++)
-        c.filters[i].alts[j] = mem_strdup(u->filters[i].alts[j]);
+    const uri_filter *f = &u->filters[i];
+    c.filters[i] = *f; /* op, numeric, n_alts */
+    c.filters[i].column = mem_strdup(f->column);
+    c.filters[i].value = mem_strdup(f->value);
+    if (f->alts != NULL) {
+      c.filters[i].alts = mem_alloc(f->n_alts * sizeof(char *));
+      for (size_t j = 0; j < f->n_alts; j++) c.filters[i].alts[j] = mem_strdup(f->alts[j]);
     }
   }
   return c;

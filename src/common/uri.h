@@ -63,12 +63,12 @@ typedef struct uri_filter {
 
 typedef struct uri {
   uri_kind kind;
-  char *table;                         /* decoded; NULL for URI_ABOUT */
-  char *key;                           /* decoded; URI_RECORD only */
-  size_t n_filters;                    /* before filters: a match reads it with the first */
-  uri_filter filters[URI_MAX_FILTERS]; /* URI_FILTERED; sorted by column */
-  long limit;                          /* _limit, or 0 when absent */
-  char *cursor;                        /* _cursor, or NULL */
+  char *table;         /* decoded; NULL for URI_ABOUT */
+  char *key;           /* decoded; URI_RECORD only */
+  size_t n_filters;    /* at most URI_MAX_FILTERS */
+  uri_filter *filters; /* URI_FILTERED: n_filters of them, sorted by column; else NULL */
+  long limit;          /* _limit, or 0 when absent */
+  char *cursor;        /* _cursor, or NULL */
 } uri_t;
 
 /*

@@ -17,6 +17,7 @@
 
 #include "common/buf.h"
 #include "common/log.h"
+#include "common/mem.h"
 #include "worker/sub_index.h"
 #include "worker/worker.h"
 
@@ -66,6 +67,7 @@ int auth_scope_apply(const auth_scope *scope, uri_t *u) {
   if (u->n_filters == URI_MAX_FILTERS) return -E2BIG;
   size_t at = 0; /* filters stay sorted by column */
   while (at < u->n_filters && strcmp(u->filters[at].column, scope->column) <= 0) at++;
+  u->filters = mem_realloc(u->filters, (u->n_filters + 1) * sizeof(uri_filter));
   memmove(&u->filters[at + 1], &u->filters[at], (u->n_filters - at) * sizeof(uri_filter));
   u->filters[at] = (uri_filter){.column = mem_strdup(scope->column),
                                 .value = mem_strdup(scope->value)}; /* equality */
@@ -81,11 +83,11 @@ store_guard auth_guard(const auth_principal *p, const auth_scope *scope) {
 
 bool auth_scope_matches(const auth_scope *scope, const cJSON *row) {
   if (!scope->scoped) return true;
+  uri_filter f = {.column = (char *)scope->column, .value = (char *)scope->value}; /* read only */
   uri_t one;
   memset(&one, 0, sizeof(one));
   one.n_filters = 1;
-  one.filters[0].column = (char *)scope->column; /* read only */
-  one.filters[0].value = (char *)scope->value;
+  one.filters = &f;
   return sub_filters_match(&one, row);
 }
 

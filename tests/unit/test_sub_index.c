@@ -452,8 +452,9 @@ static sub_t *add_scoped(sub_index *idx, const char *uri, const char *tenant, su
   uri_t u;
   CHECK_INT_EQ(uri_parse(BASE, uri, &u), 0);
   if (u.kind == URI_COLLECTION) u.kind = URI_FILTERED;
-  u.filters[u.n_filters].column = strdup("category");
-  u.filters[u.n_filters].value = strdup(tenant);
+  u.filters = realloc(u.filters, (u.n_filters + 1) * sizeof(uri_filter));
+  CHECK(u.filters != NULL);
+  u.filters[u.n_filters] = (uri_filter){.column = strdup("category"), .value = strdup(tenant)};
   u.n_filters++;
   char key[256];
   snprintf(key, sizeof(key), "%s\ncategory=%s", uri, tenant);

@@ -141,7 +141,16 @@ static void test_filtered_and_paging(void) {
   CHECK_INT_EQ(uri_parse(BASE, text, &u), 0);
   CHECK_INT_EQ(u.n_filters, URI_MAX_FILTERS);
   CHECK_STR_EQ(u.filters[0].column, "c01");
+  /* A copy owns its filters: it outlives the original and formats the same. */
+  char *want = uri_format(BASE, &u);
+  uri_t c = uri_copy(&u);
   uri_finish(&u);
+  CHECK_INT_EQ(c.n_filters, URI_MAX_FILTERS);
+  char *got = uri_format(BASE, &c);
+  CHECK_STR_EQ(got, want);
+  free(got);
+  free(want);
+  uri_finish(&c);
   strcat(text, "&c99=x");
   expect_rc(text, -EINVAL);
 }
@@ -295,9 +304,9 @@ static void test_canonical(void) {
   uri_t u = {0};
   u.kind = URI_FILTERED;
   u.table = "T";
+  uri_filter filters[] = {{.column = "z", .value = "1"}, {.column = "a", .value = "2"}};
   u.n_filters = 2;
-  u.filters[0] = (uri_filter){.column = "z", .value = "1"};
-  u.filters[1] = (uri_filter){.column = "a", .value = "2"};
+  u.filters = filters;
   char *s = uri_format(BASE, &u);
   CHECK_STR_EQ(s, BASE "/T?a=2&z=1");
   free(s);
