@@ -522,8 +522,7 @@ static void conn_flush(http_conn_t *c) {
   }
   size_t done = took > 0 ? (size_t)took : 0;
   if (done == c->out.len) {
-    /* All taken: the buffer goes back to the spares, as after a write; an idle stream holds none.
-     */
+    /* All taken: the buffer goes back to the spares, as after a write (idle streams hold none). */
     c->queued -= done;
     server_buf_give(c->srv, &c->out);
     return;

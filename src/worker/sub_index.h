@@ -23,8 +23,8 @@
 
 #include "common/strmap.h"
 #include "common/uri.h"
-#include "worker/frame.h"
 #include "worker/debounce.h"
+#include "worker/frame.h"
 
 typedef struct sub_topic sub_topic;
 typedef struct sub sub_t;
@@ -43,11 +43,10 @@ typedef struct sub_owner {
 #define SUB_NO_COLUMN 0xFF /* sub_topic.columns: looked up by name */
 
 struct sub_topic {
-  /* What every change it matches reads, first: one cache line for thousands of topics. */
+  /* What every change it matches reads, first: 64 bytes, a cache line's worth. */
   sub_t *subs;    /* subscribers (doubly linked through topic_prev/next) */
   uint64_t order; /* sub_topic_order(uri): orders and names its updates in event ids */
-  char
-      *uri_json; /* the uri as a JSON string (quoted, escaped): formatted once, copied per update */
+  char *uri_json; /* the uri as a JSON string: formatted once, copied per update */
   size_t uri_json_len;
   debounce_t debounce;    /* its subscribers' own debounce (part of key), or none */
   uint64_t notified;      /* updates formatted for it (mcpsubctl subs, top) */
