@@ -268,7 +268,8 @@ static int uri_parse_path(const char *path, uri_t *out) {
       if (amp == NULL) break;
       p = amp + 1;
     }
-    qsort(out->filters, out->n_filters, sizeof(out->filters[0]), uri_filter_cmp);
+    if (out->n_filters > 1)
+      qsort(out->filters, out->n_filters, sizeof(out->filters[0]), uri_filter_cmp);
   }
   out->kind = out->n_filters > 0 ? URI_FILTERED : URI_COLLECTION;
   return 0;
@@ -402,8 +403,8 @@ char *uri_format(const char *base, const uri_t *u) {
     uri_append_collection(&b, base, u->table);
     uri_filter sorted[URI_MAX_FILTERS];
     size_t n = u->n_filters < URI_MAX_FILTERS ? u->n_filters : URI_MAX_FILTERS;
-    memcpy(sorted, u->filters, n * sizeof(sorted[0]));
-    qsort(sorted, n, sizeof(sorted[0]), uri_filter_cmp);
+    if (n > 0) memcpy(sorted, u->filters, n * sizeof(sorted[0])); /* filters: NULL when none */
+    if (n > 1) qsort(sorted, n, sizeof(sorted[0]), uri_filter_cmp);
     bool first = true;
     for (size_t i = 0; i < n; i++) uri_append_filter(&b, &first, &sorted[i]);
     if (u->limit > 0) {
