@@ -33,6 +33,7 @@
 #include "common/session_id.h"
 #include "common/stats.h"
 #include "common/store.h"
+#include "common/strmap.h"
 #include "master/control.h"
 #include "master/peek.h"
 #include "worker/http.h"
@@ -1104,34 +1105,35 @@ static void master_ctl_merge(master_t *m, control_request_t *r, const cJSON *req
       return;
     }
     cJSON_AddTrueToObject(out, "evicted");
-  } else { /* subs: one row per URI, summed over the workers */
+  } else { /* subs: one row per URI, summed over the workers (a map: URIs can be many) */
     cJSON *all = cJSON_AddArrayToObject(out, "subscriptions");
+    strmap rows;
+    strmap_init(&rows);
     for (size_t i = 0; i < n; i++) {
       const cJSON *item;
       cJSON_ArrayForEach(item, cJSON_GetObjectItemCaseSensitive(replies[i], "subscriptions")) {
         const cJSON *uri = cJSON_GetObjectItemCaseSensitive(item, "uri");
         const cJSON *count = cJSON_GetObjectItemCaseSensitive(item, "sessions");
         if (!cJSON_IsString(uri) || !cJSON_IsNumber(count)) continue;
-        cJSON *row = NULL, *it;
-        cJSON_ArrayForEach(it, all) {
-          const cJSON *u = cJSON_GetObjectItemCaseSensitive(it, "uri");
-          if (strcmp(u->valuestring, uri->valuestring) == 0) row = it;
-        }
+        const cJSON *notified = cJSON_GetObjectItemCaseSensitive(item, "notified");
+        size_t len = strlen(uri->valuestring);
+        cJSON *row = strmap_get(&rows, uri->valuestring, len);
         if (row == NULL) {
           row = cJSON_CreateObject();
           cJSON_AddStringToObject(row, "uri", uri->valuestring);
           cJSON_AddNumberToObject(row, "sessions", 0);
+          cJSON_AddNumberToObject(row, "notified", 0);
           cJSON_AddItemToArray(all, row);
+          strmap_put(&rows, uri->valuestring, len, row);
         }
         cJSON *sum = cJSON_GetObjectItemCaseSensitive(row, "sessions");
         cJSON_SetNumberValue(sum, sum->valuedouble + count->valuedouble);
-        const cJSON *notified = cJSON_GetObjectItemCaseSensitive(item, "notified");
         cJSON *total = cJSON_GetObjectItemCaseSensitive(row, "notified");
-        if (total == NULL) total = cJSON_AddNumberToObject(row, "notified", 0);
         if (cJSON_IsNumber(notified))
           cJSON_SetNumberValue(total, total->valuedouble + notified->valuedouble);
       }
     }
+    strmap_finish(&rows);
   }
   control_answer(r, out);
 }

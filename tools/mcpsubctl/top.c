@@ -26,6 +26,7 @@
 
 #include "common/mem.h"
 #include "common/stats.h"
+#include "common/strmap.h"
 #include "ctl.h"
 
 #define TOP_WIDTH    80
@@ -140,23 +141,23 @@ static size_t busiest(const top_sample *prev, const top_sample *cur, double dt, 
   const cJSON *list = cJSON_GetObjectItemCaseSensitive(cur->subs, "subscriptions");
   size_t n = (size_t)cJSON_GetArraySize(list), k = 0;
   top_uri *all = mem_calloc(n + 1, sizeof(*all));
+  strmap earlier; /* the sample before, by URI: a server may have many */
+  strmap_init(&earlier);
   const cJSON *row;
+  cJSON_ArrayForEach(row, cJSON_GetObjectItemCaseSensitive(prev->subs, "subscriptions")) {
+    const cJSON *uri = cJSON_GetObjectItemCaseSensitive(row, "uri");
+    if (cJSON_IsString(uri))
+      strmap_put(&earlier, uri->valuestring, strlen(uri->valuestring), (void *)row);
+  }
   cJSON_ArrayForEach(row, list) {
     const cJSON *uri = cJSON_GetObjectItemCaseSensitive(row, "uri");
     if (!cJSON_IsString(uri)) continue;
-    double before = 0;
-    const cJSON *p;
-    cJSON_ArrayForEach(p, cJSON_GetObjectItemCaseSensitive(prev->subs, "subscriptions")) {
-      const cJSON *u = cJSON_GetObjectItemCaseSensitive(p, "uri");
-      if (cJSON_IsString(u) && strcmp(u->valuestring, uri->valuestring) == 0) {
-        before = num(p, "notified");
-        break;
-      }
-    }
-    double delta = num(row, "notified") - before;
+    const cJSON *p = strmap_get(&earlier, uri->valuestring, strlen(uri->valuestring));
+    double delta = num(row, "notified") - (p != NULL ? num(p, "notified") : 0);
     all[k++] =
         (top_uri){uri->valuestring, delta > 0 && dt > 0 ? delta / dt : 0, num(row, "sessions")};
   }
+  strmap_finish(&earlier);
   qsort(all, k, sizeof(*all), top_uri_compare);
   size_t shown = k < max ? k : max;
   memcpy(out, all, shown * sizeof(*all));
