@@ -1131,6 +1131,19 @@ static void master_ctl_merge(master_t *m, control_request_t *r, const cJSON *req
         cJSON *total = cJSON_GetObjectItemCaseSensitive(row, "notified");
         if (cJSON_IsNumber(notified))
           cJSON_SetNumberValue(total, total->valuedouble + notified->valuedouble);
+        const cJSON *recent = cJSON_GetObjectItemCaseSensitive(item, "recent");
+        if (cJSON_IsNumber(recent)) { /* busiest: each worker's own, summed where they meet */
+          cJSON *sum_recent = cJSON_GetObjectItemCaseSensitive(row, "recent");
+          if (sum_recent == NULL) sum_recent = cJSON_AddNumberToObject(row, "recent", 0);
+          cJSON_SetNumberValue(sum_recent, sum_recent->valuedouble + recent->valuedouble);
+        }
+      }
+      const cJSON *window = cJSON_GetObjectItemCaseSensitive(replies[i], "windowMs");
+      if (cJSON_IsNumber(window)) {
+        cJSON *longest = cJSON_GetObjectItemCaseSensitive(out, "windowMs");
+        if (longest == NULL) longest = cJSON_AddNumberToObject(out, "windowMs", 0);
+        if (window->valuedouble > longest->valuedouble)
+          cJSON_SetNumberValue(longest, window->valuedouble);
       }
     }
     strmap_finish(&rows);
@@ -1187,6 +1200,14 @@ static void master_ctl_handle(control_request_t *r, const cJSON *req, void *data
   const cJSON *uri = cJSON_GetObjectItemCaseSensitive(req, "uri");
   if (strcmp(cmd, "subs") == 0 && uri != NULL && !cJSON_IsString(uri) && !cJSON_IsNull(uri)) {
     control_answer_error(r, "\"uri\" must be a string");
+    return;
+  }
+  const cJSON *busiest = cJSON_GetObjectItemCaseSensitive(req, "busiest");
+  if (strcmp(cmd, "subs") == 0 && busiest != NULL &&
+      (!cJSON_IsNumber(busiest) || !(busiest->valuedouble >= 1) ||
+       busiest->valuedouble > WORKER_CTL_BUSIEST_MAX ||
+       busiest->valuedouble != (double)(int)busiest->valuedouble)) {
+    control_answer_error(r, "\"busiest\" must be a whole number from 1 to 100");
     return;
   }
   if (m->local != NULL) { /* one process: the worker is right here, and so is its store lane */

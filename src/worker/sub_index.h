@@ -60,6 +60,7 @@ struct sub_topic {
   char *uri;    /* exactly as subscribed */
   size_t n_session_subs; /* of its subscribers, those owned by sessions */
   size_t n_subs;
+  uint64_t busy_mark; /* notified at the last {"cmd":"subs","busiest":N} (worker_ctl.c) */
 };
 
 struct sub {

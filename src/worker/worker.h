@@ -89,8 +89,9 @@ typedef struct worker {
    */
   bool (*reroute)(struct worker *w, http_conn_t *c);
   unsigned n_slots;
-  uint32_t generation; /* restarts of this slot before this worker */
-  int64_t started_ms;  /* Unix ms */
+  uint32_t generation;  /* restarts of this slot before this worker */
+  int64_t started_ms;   /* Unix ms */
+  int64_t busy_mark_ms; /* when sub_topic.busy_mark was last taken (0: never) */
   /* Graceful stop (worker_drain). */
   bool draining;
   uv_timer_t drain_timer;  /* checks for the last connection, then the deadline */

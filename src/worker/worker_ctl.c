@@ -6,9 +6,11 @@
  */
 #include "worker/worker_ctl.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "common/log.h"
+#include "common/mem.h"
 #include "common/session_id.h"
 #include "common/store.h"
 
@@ -129,7 +131,68 @@ static void ctl_add_topic(const char *key, size_t len, void *value, void *data) 
   cJSON_AddItemToArray(ctx->list, o);
 }
 
+/*
+ * {"cmd":"subs","busiest":N}: the N topics with the most updates since the
+ * last such request (mcpsubctl top's view), then the most sessions. One walk
+ * without allocation, so that a live view costs the worker little however
+ * many URIs it holds; listing them all (ctl_add_topic) is for the operator's
+ * explicit `subs`.
+ */
+typedef struct ctl_busy {
+  const sub_topic *topic;
+  uint64_t recent;
+} ctl_busy;
+
+typedef struct ctl_busiest_ctx {
+  ctl_busy best[WORKER_CTL_BUSIEST_MAX]; /* busiest first */
+  size_t n, max;
+} ctl_busiest_ctx;
+
+static bool ctl_busier(const ctl_busy *a, const ctl_busy *b) {
+  if (a->recent != b->recent) return a->recent > b->recent;
+  return a->topic->n_session_subs > b->topic->n_session_subs;
+}
+
+static void ctl_busy_topic(const char *key, size_t len, void *value, void *data) {
+  ctl_busiest_ctx *ctx = data;
+  sub_topic *t = value;
+  ctl_busy b = {t, t->notified - t->busy_mark};
+  t->busy_mark = t->notified;
+  if (t->n_session_subs == 0) return;
+  if (ctx->n == ctx->max && !ctl_busier(&b, &ctx->best[ctx->n - 1])) return;
+  size_t i = ctx->n < ctx->max ? ctx->n++ : ctx->n - 1;
+  for (; i > 0 && ctl_busier(&b, &ctx->best[i - 1]); i--) ctx->best[i] = ctx->best[i - 1];
+  ctx->best[i] = b;
+}
+
+static cJSON *ctl_subs_busiest(worker_t *w, size_t max) {
+  ctl_busiest_ctx *ctx = mem_alloc(sizeof(*ctx));
+  ctx->n = 0;
+  ctx->max = max;
+  strmap_foreach(&w->subs.topics, ctl_busy_topic, ctx);
+  int64_t now = store_now_ms();
+  cJSON *out = cJSON_CreateObject();
+  cJSON *list = cJSON_AddArrayToObject(out, "subscriptions");
+  for (size_t i = 0; i < ctx->n; i++) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "uri", ctx->best[i].topic->uri);
+    cJSON_AddNumberToObject(o, "sessions", (double)ctx->best[i].topic->n_session_subs);
+    cJSON_AddNumberToObject(o, "notified", (double)ctx->best[i].topic->notified);
+    cJSON_AddNumberToObject(o, "recent", (double)ctx->best[i].recent);
+    cJSON_AddItemToArray(list, o);
+  }
+  int64_t since = w->busy_mark_ms != 0 ? w->busy_mark_ms : w->started_ms;
+  cJSON_AddNumberToObject(out, "windowMs", (double)(now > since ? now - since : 0));
+  w->busy_mark_ms = now;
+  free(ctx);
+  return out;
+}
+
 static cJSON *ctl_subs(worker_t *w, const cJSON *req) {
+  const cJSON *busiest = cJSON_GetObjectItemCaseSensitive(req, "busiest");
+  if (cJSON_IsNumber(busiest) && busiest->valuedouble >= 1 &&
+      busiest->valuedouble <= WORKER_CTL_BUSIEST_MAX)
+    return ctl_subs_busiest(w, (size_t)busiest->valuedouble);
   const cJSON *uri = cJSON_GetObjectItemCaseSensitive(req, "uri");
   cJSON *out = cJSON_CreateObject();
   ctl_subs_ctx ctx = {cJSON_IsString(uri) ? uri->valuestring : NULL,

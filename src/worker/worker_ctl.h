@@ -13,6 +13,9 @@
 
 #include "worker/worker.h"
 
+/* Most rows a "subs" {busiest} request may ask for. */
+#define WORKER_CTL_BUSIEST_MAX 100
+
 /*
  * Answers req, a JSON object {"cmd": C, ...}:
  *   "sessions"                -> {"sessions": [session...]}   live sessions here
@@ -20,7 +23,11 @@
  *                                true, else from its mcp_session row (live: false)
  *   "evict" {id}              -> {"evicted": bool}             ends it here as DELETE
  *                                would, or deletes its row when no worker holds it
- *   "subs" {uri?}             -> {"subscriptions": [{uri, sessions}]}
+ *   "subs" {uri?}             -> {"subscriptions": [{uri, sessions, notified}]}
+ *   "subs" {busiest: N}       -> {"subscriptions": [{uri, sessions, notified, recent}],
+ *                                 windowMs}: the N (1..WORKER_CTL_BUSIEST_MAX) URIs
+ *                                with the most updates (recent) in the windowMs since
+ *                                the last such request, then the most sessions
  * A session is {id, worker, live, protocolVersion, createdMs, lastSeenMs,
  * stream, subscriptions: [uri...], ring, undelivered}. Anything else gets
  * {"error": message}. Returns a new object the caller owns; never NULL.

@@ -9,8 +9,10 @@
 
 import test from 'node:test';
 import assert from 'node:assert/strict';
-import { spawnSync } from 'node:child_process';
+import { execFile, spawnSync } from 'node:child_process';
+import net from 'node:net';
 import path from 'node:path';
+import { promisify } from 'node:util';
 
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
@@ -102,6 +104,84 @@ test('top in tmux under load: 80 columns, moving figures, the busy URI; q and Ct
     assert.doesNotMatch(once.stdout, /q: quit/);
   } finally {
     tmux('kill-server');
+    await server.stop();
+  }
+});
+
+// One control request on the server's socket, as mcpsubctl sends it.
+function controlCall(server, request) {
+  return new Promise((resolve, reject) => {
+    const sock = net.connect(path.join(path.dirname(server.dbPath), 'mcpsubd.sock'));
+    let text = '';
+    sock.on('connect', () => sock.write(`${JSON.stringify(request)}\n`));
+    sock.on('data', (d) => {
+      text += d;
+      if (text.includes('\n')) {
+        sock.end();
+        resolve(JSON.parse(text.slice(0, text.indexOf('\n'))));
+      }
+    });
+    sock.on('error', reject);
+  });
+}
+
+test('top picks the busy URI out of many: the workers choose the busiest, with the rate since the frame before', async () => {
+  const server = await startServer({ args: ['--workers', '2', '--max-subscriptions', '200'] });
+  const clients = [];
+  try {
+    for (let i = 0; i < 2; i++) { // two sessions, one per worker as the master routes them
+      const c = new Client({ name: `top-many-${i}`, version: '1.0.0' }, { capabilities: {} });
+      c.setNotificationHandler((await import('@modelcontextprotocol/sdk/types.js')).ResourceUpdatedNotificationSchema, () => {});
+      await c.connect(new StreamableHTTPClientTransport(new URL(server.url)));
+      for (let k = 0; k < 120; k++) await c.subscribeResource({ uri: `${server.base}/Product/Q-${i}-${k}` });
+      await c.subscribeResource({ uri: `${server.base}/Product/A-100` });
+      clients.push(c);
+    }
+    const all = await controlCall(server, { cmd: 'subs' });
+    assert.equal(all.subscriptions.length, 241, 'every URI once, the shared one merged');
+    assert.equal(all.subscriptions.find((x) => x.uri.endsWith('/Product/A-100')).sessions, 2);
+
+    await controlCall(server, { cmd: 'subs', busiest: 3 }); // the window starts here
+    for (let i = 0; i < 10; i++) await rest(server.port, 'PATCH', '/Product/A-100', { price_cents: 2000 + i });
+    // An update is formatted once per change on each worker that holds the URI.
+    const { sessions } = await controlCall(server, { cmd: 'sessions' });
+    const expected = 10 * new Set(sessions.map((x) => x.worker)).size;
+    const notified = async () => (await controlCall(server, { cmd: 'subs' })).subscriptions
+      .find((x) => x.uri.endsWith('/Product/A-100')).notified;
+    await waitFor(async () => (await notified()) >= expected, { message: `${expected} updates formatted` });
+    const busy = await controlCall(server, { cmd: 'subs', busiest: 3 });
+    assert.equal(busy.ok, true, JSON.stringify(busy));
+    assert.ok(busy.subscriptions.length >= 3 && busy.subscriptions.length <= 6, JSON.stringify(busy)); // 3 per worker
+    const a = busy.subscriptions.find((x) => x.uri.endsWith('/Product/A-100'));
+    assert.deepEqual([a.sessions, a.recent], [2, expected], JSON.stringify(a));
+    assert.ok(busy.subscriptions.every((x) => x === a || x.recent === 0), JSON.stringify(busy));
+    assert.ok(busy.windowMs > 0, JSON.stringify(busy));
+    const again = await controlCall(server, { cmd: 'subs', busiest: 3 }); // counted from the last request
+    assert.equal(again.subscriptions.find((x) => x.uri.endsWith('/Product/A-100'))?.recent ?? 0, 0, JSON.stringify(again));
+    for (const bad of [0, 101, 2.5, 'x']) {
+      const r = await controlCall(server, { cmd: 'subs', busiest: bad });
+      assert.equal(r.ok, false, JSON.stringify(r));
+      assert.match(r.error, /busiest/);
+    }
+
+    let writing = true;
+    const writer = (async () => {
+      for (let i = 0; writing; i++) {
+        await rest(server.port, 'PATCH', '/Product/A-100', { price_cents: 3000 + (i % 100) });
+        await sleep(10);
+      }
+    })();
+    const once = await promisify(execFile)(MCPSUBCTL, [...ctlDbArgs(server.dbPath), 'top', '--once', '--interval', '500'], { encoding: 'utf8' });
+    writing = false;
+    await writer;
+    const rows = once.stdout.split('\n').slice(once.stdout.split('\n').findIndex((l) => l.includes('BUSIEST SUBSCRIBED URIS')) + 1)
+      .filter((l) => l.trim() !== '');
+    assert.equal(rows.length, 5, once.stdout); // TOP_URIS
+    assert.match(rows[0], /^\s*[0-9.]+k?\s+2\s+\S*Product\/A-100$/, once.stdout);
+    assert.ok(figure(rows[0].trim().replace(/^/, 'r '), 'r') > 0, once.stdout);
+    for (const row of rows.slice(1)) assert.match(row, /^\s*0\s+1\s+\S*Product\/Q-/, once.stdout);
+  } finally {
+    for (const c of clients) await c.close();
     await server.stop();
   }
 });

@@ -175,10 +175,16 @@ int ctl_server_request(ctl_context *ctx, const char *cmd, const char *key, const
   cJSON *request = cJSON_CreateObject();
   cJSON_AddStringToObject(request, "cmd", cmd);
   if (key != NULL) cJSON_AddStringToObject(request, key, value);
+  int rc = ctl_server_call(ctx, request, reply);
+  cJSON_Delete(request);
+  return rc;
+}
+
+int ctl_server_call(ctl_context *ctx, const cJSON *request, cJSON **reply) {
+  const char *cmd = cJSON_GetObjectItemCaseSensitive(request, "cmd")->valuestring;
   char err[512];
   int rc =
       ctl_control_call(ctx->control_path, request, CTL_CONTROL_TIMEOUT_MS, reply, err, sizeof(err));
-  cJSON_Delete(request);
   if (rc == -ENOENT || rc == -ECONNREFUSED)
     return ctx->server_required ? ctl_not_running(ctx) : CTL_SERVER_DOWN;
   if (rc < 0) {

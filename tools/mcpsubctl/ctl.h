@@ -83,6 +83,8 @@ int ctl_control_call(const char *path, const cJSON *request, int timeout_ms, cJS
  */
 int ctl_server_request(ctl_context *ctx, const char *cmd, const char *key, const char *value,
                        cJSON **reply);
+/* The same for a request built whole (its "cmd" a string). */
+int ctl_server_call(ctl_context *ctx, const cJSON *request, cJSON **reply);
 /* Prints that the server is not running and returns CTL_EXIT_NOT_RUNNING. */
 int ctl_not_running(const ctl_context *ctx);
 

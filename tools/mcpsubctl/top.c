@@ -1,11 +1,11 @@
 /*
  * mcpsubctl top: a live view of a running mcpsubd, in the manner of top(1)
  * or redis-cli --stat. Every interval it asks the control socket for the
- * workers' reports ("stats") and the subscribed URIs with their update
- * counts ("subs"), and draws one frame from the difference with the sample
- * before: per-worker sessions, streams, subscriptions, connections and
- * queued bytes; notifications and commits per second, the tailer's lag and
- * the p99 of commit -> notification over the interval; the busiest URIs.
+ * workers' reports ("stats") and the busiest subscribed URIs with their
+ * updates since the sample before ("subs" with "busiest"), and draws one
+ * frame from the difference with the sample before: per-worker sessions, streams, subscriptions,
+ * connections and queued bytes; notifications and commits per second, the tailer's lag and the p99
+ * of commit -> notification over the interval; the busiest URIs.
  *
  * On a terminal it takes the alternate screen, hides the cursor and reads
  * keys without echo; q, Ctrl-C (SIGINT) or SIGTERM end it, and the
@@ -26,7 +26,6 @@
 
 #include "common/mem.h"
 #include "common/stats.h"
-#include "common/strmap.h"
 #include "ctl.h"
 
 #define TOP_WIDTH    80
@@ -135,29 +134,24 @@ static int top_uri_compare(const void *a, const void *b) {
   return strcmp(x->uri, y->uri);
 }
 
-/* The busiest URIs: updates per second over the interval, then subscribers. */
-static size_t busiest(const top_sample *prev, const top_sample *cur, double dt, top_uri *out,
-                      size_t max) {
+/*
+ * The busiest URIs: updates per second, then subscribers. The workers pick
+ * them ("busiest") and count their updates since the previous such request,
+ * so a frame costs the server one walk of its URIs and TOP_URIS rows each.
+ */
+static size_t busiest(const top_sample *cur, top_uri *out, size_t max) {
   const cJSON *list = cJSON_GetObjectItemCaseSensitive(cur->subs, "subscriptions");
+  double window = num(cur->subs, "windowMs") / 1000;
   size_t n = (size_t)cJSON_GetArraySize(list), k = 0;
   top_uri *all = mem_calloc(n + 1, sizeof(*all));
-  strmap earlier; /* the sample before, by URI: a server may have many */
-  strmap_init(&earlier);
   const cJSON *row;
-  cJSON_ArrayForEach(row, cJSON_GetObjectItemCaseSensitive(prev->subs, "subscriptions")) {
-    const cJSON *uri = cJSON_GetObjectItemCaseSensitive(row, "uri");
-    if (cJSON_IsString(uri))
-      strmap_put(&earlier, uri->valuestring, strlen(uri->valuestring), (void *)row);
-  }
   cJSON_ArrayForEach(row, list) {
     const cJSON *uri = cJSON_GetObjectItemCaseSensitive(row, "uri");
     if (!cJSON_IsString(uri)) continue;
-    const cJSON *p = strmap_get(&earlier, uri->valuestring, strlen(uri->valuestring));
-    double delta = num(row, "notified") - (p != NULL ? num(p, "notified") : 0);
-    all[k++] =
-        (top_uri){uri->valuestring, delta > 0 && dt > 0 ? delta / dt : 0, num(row, "sessions")};
+    double recent = num(row, "recent");
+    all[k++] = (top_uri){uri->valuestring, recent > 0 && window > 0 ? recent / window : 0,
+                         num(row, "sessions")};
   }
-  strmap_finish(&earlier);
   qsort(all, k, sizeof(*all), top_uri_compare);
   size_t shown = k < max ? k : max;
   memcpy(out, all, shown * sizeof(*all));
@@ -224,7 +218,7 @@ static void top_frame(buf_t *b, const top_sample *prev, const top_sample *cur, b
   }
 
   top_uri uris[TOP_URIS];
-  size_t n = busiest(prev, cur, dt, uris, TOP_URIS);
+  size_t n = busiest(cur, uris, TOP_URIS);
   buf_printf(b, "\n%9s %8s  %s\n", "UPDATES/S", "SESSIONS", "BUSIEST SUBSCRIBED URIS");
   for (size_t i = 0; i < n; i++) {
     fmt_rate(uris[i].rate, a, sizeof(a));
@@ -243,7 +237,13 @@ static void top_frame(buf_t *b, const top_sample *prev, const top_sample *cur, b
 static int top_sample_take(ctl_context *ctx, top_sample *s) {
   s->stats = s->subs = NULL;
   int rc = ctl_server_request(ctx, "stats", NULL, NULL, &s->stats);
-  if (rc == 0) rc = ctl_server_request(ctx, "subs", NULL, NULL, &s->subs);
+  if (rc == 0) {
+    cJSON *request = cJSON_CreateObject();
+    cJSON_AddStringToObject(request, "cmd", "subs");
+    cJSON_AddNumberToObject(request, "busiest", TOP_URIS);
+    rc = ctl_server_call(ctx, request, &s->subs);
+    cJSON_Delete(request);
+  }
   s->at = top_now();
   return rc;
 }
