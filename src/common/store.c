@@ -494,8 +494,8 @@ int store_wake_fd(store_t *s) {
 }
 
 int store_audit_prune(store_t *s, int64_t retain_rows, int64_t retain_ms, int64_t now_ms,
-                      int64_t *deleted) {
-  return s->ops->audit_prune(s, retain_rows, retain_ms, now_ms, deleted);
+                      int64_t limit, int64_t *deleted) {
+  return s->ops->audit_prune(s, retain_rows, retain_ms, now_ms, limit, deleted);
 }
 
 int store_audit_pruned_through(store_t *s, int64_t *seq) {

@@ -313,14 +313,18 @@ int store_wake_fd(store_t *s);
 int store_counts(store_t *s, int64_t *sessions, int64_t *audit_rows) MCPSUB_NODISCARD;
 
 /*
- * Retention: deletes audit rows older than retain_ms or beyond the newest
- * retain_rows (0 disables either bound), but never the newest change of a
- * row that still exists (it carries the row's version) nor the newest
- * change of an exported table (the collection's version must not move
- * back). *deleted may be NULL.
+ * Retention: deletes audit rows beyond the newest retain_rows, and those
+ * older than retain_ms up to the first that is not (0 disables either
+ * bound; the log is read in seq order, so that a prune reads the rows it
+ * deletes and not the whole log), but never the newest change of a row
+ * that still exists (it carries the row's version) nor the newest change
+ * of an exported table (the collection's version must not move back). At
+ * most limit rows, oldest first (0: no limit): a caller that gets
+ * *deleted == limit prunes again, letting other writers in between.
+ * *deleted may be NULL.
  */
 int store_audit_prune(store_t *s, int64_t retain_rows, int64_t retain_ms, int64_t now_ms,
-                      int64_t *deleted) MCPSUB_NODISCARD;
+                      int64_t limit, int64_t *deleted) MCPSUB_NODISCARD;
 
 /*
  * The highest seq retention has ever deleted (0 if none): changes at or

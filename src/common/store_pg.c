@@ -2279,7 +2279,7 @@ static int pg_data_version(store_t *s, int64_t *version) {
  * that could still appear.
  */
 static int pg_audit_prune(store_t *s, int64_t retain_rows, int64_t retain_ms, int64_t now_ms,
-                          int64_t *deleted) {
+                          int64_t limit, int64_t *deleted) {
   pg_store *p = pg_of(s);
   int64_t horizon = 0;
   pg_params ps = {0};
@@ -2292,18 +2292,24 @@ static int pg_audit_prune(store_t *s, int64_t retain_rows, int64_t retain_ms, in
   pg_param_int(&ps, retain_ms > 0 ? retain_ms : 0);
   pg_param_int(&ps, now_ms);
   pg_param_int(&ps, horizon);
+  pg_param_int(&ps, limit > 0 ? limit : INT64_MAX);
   ret = pg_begin(p, NULL, 0);
+  /* The bound as SQLite's (sq_audit_prune_bound): the log read in seq order, never whole. */
   if (ret == 0)
     ret = pg_run(
         p,
-        "WITH gone AS (DELETE FROM audit_log AS a WHERE a.seq <= $4::int8 AND "
-        "(($1::int8 > 0 AND a.seq <= (SELECT max(seq) FROM audit_log) - $1::int8) "
-        " OR ($2::int8 > 0 AND a.committed_at < $3::int8 - $2::int8)) "
+        "WITH bound AS (SELECT greatest(CASE WHEN $1::int8 > 0 THEN m - $1::int8 ELSE 0 END, "
+        "CASE WHEN $2::int8 > 0 THEN coalesce((SELECT seq FROM audit_log WHERE committed_at >= "
+        "$3::int8 - $2::int8 ORDER BY seq LIMIT 1), m + 1) - 1 ELSE 0 END) AS b "
+        "FROM (SELECT coalesce(max(seq), 0) AS m FROM audit_log) AS newest), "
+        "gone AS (DELETE FROM audit_log WHERE seq IN (SELECT a.seq FROM audit_log AS a "
+        "WHERE a.seq <= $4::int8 AND a.seq <= (SELECT b FROM bound) "
         "AND NOT (EXISTS (SELECT 1 FROM pg_class c WHERE c.relname = a.tbl AND c.relnamespace "
         "= " PG_SQL_SCHEMA " AND c.relkind IN ('r', 'p')) AND ("
         " a.seq = (SELECT max(t.seq) FROM audit_log AS t WHERE t.tbl = a.tbl)"
         " OR (a.op <> 'DELETE' AND a.seq = (SELECT max(k.seq) FROM audit_log AS k"
-        "  WHERE k.tbl = a.tbl AND k.key = a.key)))) RETURNING a.seq), "
+        "  WHERE k.tbl = a.tbl AND k.key = a.key)))) ORDER BY a.seq LIMIT $5::int8) "
+        "RETURNING seq), "
         "noted AS (INSERT INTO mcpsub_state (name, value) "
         "SELECT 'audit_pruned_through', max(seq) FROM gone HAVING count(*) > 0 "
         "ON CONFLICT (name) DO UPDATE SET value = greatest(mcpsub_state.value, excluded.value)) "

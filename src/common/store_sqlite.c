@@ -1783,29 +1783,57 @@ static int sq_data_version(store_t *s, int64_t *version) {
  * unless it is a DELETE (it is the live row's version), and each table's
  * newest row (it is the collection's version, which must not move back).
  */
-static int sq_audit_prune(store_t *s, int64_t retain_rows, int64_t retain_ms, int64_t now_ms,
-                          int64_t *deleted) {
+/*
+ * The highest seq retention may delete (0: none): beyond the newest
+ * retain_rows, and up to the first row within retain_ms. That row is found
+ * by reading the log in seq order (committed_at has no index, and one would
+ * cost every change), so a prune reads the old rows and not the whole log;
+ * a row that went in with an older time than one before it waits for that
+ * one.
+ */
+static int sq_audit_prune_bound(store_t *s, int64_t retain_rows, int64_t retain_ms, int64_t now_ms,
+                                int64_t *bound) {
   sqlite3_stmt *st;
-  int64_t changes = 0, highest = 0;
+  int ret = store_stmt_get(
+      s,
+      "SELECT max(CASE WHEN ?1 > 0 THEN m - ?1 ELSE 0 END, CASE WHEN ?2 > 0 THEN coalesce(("
+      "SELECT seq FROM audit_log WHERE committed_at >= ?3 ORDER BY seq LIMIT 1), m + 1) - 1 "
+      "ELSE 0 END) FROM (SELECT coalesce(max(seq), 0) AS m FROM audit_log)",
+      &st, NULL, 0);
+  *bound = 0;
+  if (ret < 0) return ret;
+  sqlite3_bind_int64(st, 1, retain_rows);
+  sqlite3_bind_int64(st, 2, retain_ms);
+  sqlite3_bind_int64(st, 3, now_ms - retain_ms);
+  ret = store_step_int64(s, st, bound, NULL, 0);
+  store_stmt_put(s, st);
+  return ret;
+}
+
+static int sq_audit_prune(store_t *s, int64_t retain_rows, int64_t retain_ms, int64_t now_ms,
+                          int64_t limit, int64_t *deleted) {
+  sqlite3_stmt *st;
+  int64_t changes = 0, highest = 0, bound = 0;
   int ret = 0;
 
   if (deleted != NULL) *deleted = 0;
   if (retain_rows <= 0 && retain_ms <= 0) return 0;
   ret = store_begin(s, true, NULL, 0);
   if (ret < 0) return ret;
+  ret = sq_audit_prune_bound(s, retain_rows, retain_ms, now_ms, &bound);
+  if (ret < 0 || bound <= 0) goto fail; /* nothing to delete: the same rollback */
   ret = store_stmt_get(s,
-                       "DELETE FROM audit_log WHERE "
-                       "((?1 > 0 AND seq <= (SELECT max(seq) FROM audit_log) - ?1) "
-                       " OR (?2 > 0 AND committed_at < ?3 - ?2)) "
-                       "AND NOT (tbl IN (SELECT name FROM sqlite_schema WHERE type = 'table') AND ("
+                       "DELETE FROM audit_log WHERE seq IN (SELECT seq FROM audit_log WHERE "
+                       "seq <= ?1 AND NOT (tbl IN (SELECT name FROM sqlite_schema WHERE type = "
+                       "'table') AND ("
                        " seq = (SELECT max(t.seq) FROM audit_log AS t WHERE t.tbl = audit_log.tbl)"
                        " OR (op <> 'DELETE' AND seq = (SELECT max(k.seq) FROM audit_log AS k"
-                       "  WHERE k.tbl = audit_log.tbl AND k.key = audit_log.key)))) RETURNING seq",
+                       "  WHERE k.tbl = audit_log.tbl AND k.key = audit_log.key)))) "
+                       "ORDER BY seq LIMIT ?2) RETURNING seq",
                        &st, NULL, 0);
   if (ret < 0) goto fail;
-  sqlite3_bind_int64(st, 1, retain_rows > 0 ? retain_rows : 0);
-  sqlite3_bind_int64(st, 2, retain_ms > 0 ? retain_ms : 0);
-  sqlite3_bind_int64(st, 3, now_ms);
+  sqlite3_bind_int64(st, 1, bound);
+  sqlite3_bind_int64(st, 2, limit > 0 ? limit : -1);
   int rc;
   while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
     int64_t seq = sqlite3_column_int64(st, 0);

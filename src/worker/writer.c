@@ -333,8 +333,17 @@ typedef enum session_op {
   SESSION_SUB_DELETE,
   SESSION_DELETE,
   SESSION_SWEEP,
+  AUDIT_PRUNE, /* retention again: the sweep's prune stopped at WRITER_PRUNE_BATCH rows */
   SCHEMA_TRIGGERS,
 } session_op;
+
+/*
+ * Audit rows one prune deletes at most. A prune holds the database's write
+ * lock: a backlog (a lowered --audit-retain-rows, a day of heavy writes)
+ * goes in batches queued behind the writes that arrived meanwhile, and
+ * other writers get the lock between them.
+ */
+#define WRITER_PRUNE_BATCH 1000
 
 typedef struct writer_session_job {
   writer_job job;
@@ -348,9 +357,10 @@ typedef struct writer_session_job {
   bool retain;
   int64_t retain_rows, retain_ms, now_ms;
   int64_t pruned, audit_deleted;
+  int64_t audit_earlier;            /* deleted by the sweep's batches before this one */
   void (*then)(int rc, void *data); /* INSERT: the caller waits for it */
   void *then_data;
-  writer_t *wr; /* SUB_PUT, SUB_DELETE: whose unsaved hook hears of a failure */
+  writer_t *wr; /* SUB_PUT, SUB_DELETE: whose unsaved hook hears of a failure; SWEEP: queues more */
 } writer_session_job;
 
 /* Session rows whose stored subscriptions lost URIs (writer_prune_session_rows). */
@@ -419,12 +429,19 @@ static int writer_session_run(writer_job *j, store_t *s) {
                  ? store_session_prune_slot(s, sj->number, sj->slot, sj->n_slots, &sj->pruned)
                  : store_session_prune(s, sj->number, &sj->pruned);
     if (rc == 0 && sj->retain)
-      rc = store_audit_prune(s, sj->retain_rows, sj->retain_ms, sj->now_ms, &sj->audit_deleted);
+      rc = store_audit_prune(s, sj->retain_rows, sj->retain_ms, sj->now_ms, WRITER_PRUNE_BATCH,
+                             &sj->audit_deleted);
     return rc;
   }
+  case AUDIT_PRUNE:
+    return store_audit_prune(s, sj->retain_rows, sj->retain_ms, sj->now_ms, WRITER_PRUNE_BATCH,
+                             &sj->audit_deleted);
   }
   return -EINVAL;
 }
+
+static writer_session_job *writer_session_job_create(session_op op, const char *id);
+static void writer_session_submit(writer_t *wr, writer_session_job *sj);
 
 static void writer_session_done(writer_job *j) {
   writer_session_job *sj = (writer_session_job *)j;
@@ -433,19 +450,32 @@ static void writer_session_done(writer_job *j) {
       [SESSION_LOG_LEVEL] = "log level",  [SESSION_SUBSCRIPTIONS] = "subscriptions",
       [SESSION_SUB_PUT] = "subscription", [SESSION_SUB_DELETE] = "unsubscription",
       [SESSION_DELETE] = "delete",        [SESSION_SWEEP] = "sweep",
-      [SCHEMA_TRIGGERS] = "triggers",
+      [AUDIT_PRUNE] = "audit prune",      [SCHEMA_TRIGGERS] = "triggers",
   };
   if (j->rc != 0) {
     log_warn("session row not written", "op", names[sj->op], "session", sj->row.id, "error",
              strerror(-j->rc));
-  } else if (sj->op == SESSION_SWEEP && (sj->pruned > 0 || sj->audit_deleted > 0)) {
+  } else if (sj->audit_deleted == WRITER_PRUNE_BATCH && !sj->wr->stopping && !sj->wr->w->draining &&
+             !sj->wr->w->closing) {
+    /* More may be due: the next batch goes behind what is queued now (a drain leaves it). */
+    writer_session_job *next = writer_session_job_create(AUDIT_PRUNE, NULL);
+    next->wr = sj->wr;
+    next->retain_rows = sj->retain_rows;
+    next->retain_ms = sj->retain_ms;
+    next->now_ms = sj->now_ms;
+    next->pruned = sj->pruned;
+    next->audit_earlier = sj->audit_earlier + sj->audit_deleted;
+    writer_session_submit(sj->wr, next);
+  } else if ((sj->op == SESSION_SWEEP || sj->op == AUDIT_PRUNE) &&
+             (sj->pruned > 0 || sj->audit_earlier + sj->audit_deleted > 0)) {
     char a[32], b[32];
     snprintf(a, sizeof(a), "%lld", (long long)sj->pruned);
-    snprintf(b, sizeof(b), "%lld", (long long)sj->audit_deleted);
+    snprintf(b, sizeof(b), "%lld", (long long)(sj->audit_earlier + sj->audit_deleted));
     log_info("sweep", "session_rows", a, "audit_rows", b);
   }
   /* -ENOENT: the session's row is gone, and no retry brings a subscription row back. */
-  if (j->rc != 0 && j->rc != -ENOENT && sj->wr != NULL && sj->wr->unsaved != NULL)
+  if (j->rc != 0 && j->rc != -ENOENT &&
+      (sj->op == SESSION_SUB_PUT || sj->op == SESSION_SUB_DELETE) && sj->wr->unsaved != NULL)
     sj->wr->unsaved(sj->row.id, sj->text, sj->wr->unsaved_data);
   if (sj->then != NULL) sj->then(j->rc, sj->then_data);
   free(sj->text);
@@ -553,5 +583,6 @@ void writer_sweep(writer_t *wr, int64_t before_ms, unsigned slot, unsigned n_slo
   sj->retain_rows = retain_rows;
   sj->retain_ms = retain_ms;
   sj->now_ms = now_ms;
+  sj->wr = wr;
   writer_session_submit(wr, sj);
 }

@@ -131,7 +131,10 @@ void writer_session_delete_then(writer_t *wr, const char *id, void (*then)(int r
                                 void *data);
 /* Brings the audit triggers up to date with the schema (after a schema change). */
 void writer_sync_triggers(writer_t *wr);
-/* The sweep: prunes session rows (of this slot when n_slots > 0) and, when retain, the audit log.
+/*
+ * The sweep: prunes session rows (of this slot when n_slots > 0) and, when
+ * retain, the audit log, in batches (each queued behind the writes waiting
+ * then) until none is left.
  */
 void writer_sweep(writer_t *wr, int64_t before_ms, unsigned slot, unsigned n_slots, bool retain,
                   int64_t retain_rows, int64_t retain_ms, int64_t now_ms);

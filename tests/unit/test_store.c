@@ -917,6 +917,52 @@ static void test_refresh_schema(void) {
   store_close(s);
 }
 
+/* Retention in batches, oldest first; by age, up to the first row that is recent. */
+static void test_audit_prune_batches(void) {
+  char path[300];
+  snprintf(path, sizeof(path), "%s/prune_batches.db", tmp_dir);
+  store_t *s = open_store(path);
+  sqlite3 *raw = raw_open(path);
+  int64_t deleted = -1, through = -1;
+  for (int i = 0; i < 7; i++) { /* seven rows, each inserted then changed: seven prunable rows */
+    char json[96], key[16];
+    snprintf(key, sizeof(key), "B%d", i);
+    snprintf(json, sizeof(json), "{\"sku\":\"%s\",\"name\":\"b\"}", key);
+    write_ok(s, "Product", NULL, json, STORE_WRITE_INSERT);
+    write_ok(s, "Product", key, "{\"price_cents\":5}", STORE_WRITE_PATCH);
+  }
+  CHECK_INT_EQ(audit_count(raw), 14);
+  int64_t first = raw_int(raw, "SELECT min(seq) FROM audit_log");
+
+  /* By age, read in seq order: a recent first row holds back the old rows after it. */
+  raw_exec(raw, "UPDATE audit_log SET committed_at = 1000");
+  char sql[128];
+  snprintf(sql, sizeof(sql), "UPDATE audit_log SET committed_at = %lld WHERE seq = %lld",
+           (long long)store_now_ms(), (long long)first);
+  raw_exec(raw, sql);
+  CHECK(store_audit_prune(s, 0, 3600 * 1000, store_now_ms(), 0, &deleted) == 0);
+  CHECK_INT_EQ(deleted, 0);
+  raw_exec(raw, "UPDATE audit_log SET committed_at = 1000");
+
+  /* Three at a time, the oldest first, until none is left. */
+  CHECK(store_audit_prune(s, 0, 3600 * 1000, store_now_ms(), 3, &deleted) == 0);
+  CHECK_INT_EQ(deleted, 3);
+  CHECK(store_audit_pruned_through(s, &through) == 0);
+  CHECK_INT_EQ(through, first + 4); /* B0, B1 and B2's inserts */
+  CHECK_INT_EQ(raw_int(raw, "SELECT count(*) FROM audit_log WHERE op = 'INSERT'"), 4);
+  CHECK(store_audit_prune(s, 0, 3600 * 1000, store_now_ms(), 3, &deleted) == 0);
+  CHECK_INT_EQ(deleted, 3);
+  CHECK(store_audit_prune(s, 0, 3600 * 1000, store_now_ms(), 3, &deleted) == 0);
+  CHECK_INT_EQ(deleted, 1);
+  CHECK(store_audit_prune(s, 0, 3600 * 1000, store_now_ms(), 3, &deleted) == 0);
+  CHECK_INT_EQ(deleted, 0);
+  CHECK_INT_EQ(audit_count(raw), 7); /* each row's newest change */
+  CHECK_INT_EQ(raw_int(raw, "SELECT count(*) FROM audit_log WHERE op = 'UPDATE'"), 7);
+
+  sqlite3_close(raw);
+  store_close(s);
+}
+
 static void test_audit_prune(void) {
   char path[300], err[256];
   snprintf(path, sizeof(path), "%s/prune.db", tmp_dir);
@@ -938,15 +984,15 @@ static void test_audit_prune(void) {
   CHECK_INT_EQ(audit_count(raw), 8);
 
   /* Both bounds off, or not reached: nothing goes. */
-  CHECK(store_audit_prune(s, 0, 0, store_now_ms(), &deleted) == 0);
+  CHECK(store_audit_prune(s, 0, 0, store_now_ms(), 0, &deleted) == 0);
   CHECK_INT_EQ(deleted, 0);
-  CHECK(store_audit_prune(s, 0, 3600 * 1000, store_now_ms(), &deleted) == 0);
+  CHECK(store_audit_prune(s, 0, 3600 * 1000, store_now_ms(), 0, &deleted) == 0);
   CHECK_INT_EQ(deleted, 0);
-  CHECK(store_audit_prune(s, 100, 0, store_now_ms(), &deleted) == 0);
+  CHECK(store_audit_prune(s, 100, 0, store_now_ms(), 0, &deleted) == 0);
   CHECK_INT_EQ(deleted, 0);
 
   /* Keep the newest row: older ones go, except live rows' newest changes. */
-  CHECK(store_audit_prune(s, 1, 0, store_now_ms(), &deleted) == 0);
+  CHECK(store_audit_prune(s, 1, 0, store_now_ms(), 0, &deleted) == 0);
   CHECK_INT_EQ(deleted, 5);
   CHECK_INT_EQ(audit_count(raw), 3);
   CHECK_INT_EQ(raw_int(raw, "SELECT count(*) FROM audit_log WHERE seq IN ("
@@ -966,7 +1012,7 @@ static void test_audit_prune(void) {
   /* By age: a deleted row's history goes, but a table's newest row stays. */
   CHECK(store_delete(s, table(s, "Product"), "P3") == 0);
   int64_t p3_deleted = raw_int(raw, "SELECT max(seq) FROM audit_log");
-  CHECK(store_audit_prune(s, 0, 1, store_now_ms() + 60000, &deleted) == 0);
+  CHECK(store_audit_prune(s, 0, 1, store_now_ms() + 60000, 0, &deleted) == 0);
   CHECK_INT_EQ(deleted, 1); /* P3's update */
   CHECK_INT_EQ(raw_int(raw, "SELECT count(*) FROM audit_log WHERE key = 'P3'"), 1);
   CHECK_INT_EQ(table_version(s, "Product"), p3_deleted);
@@ -982,7 +1028,7 @@ static void test_audit_prune(void) {
   raw_exec(raw, "INSERT INTO Tmp VALUES (1)");
   raw_exec(raw, "DROP TABLE Tmp");
   CHECK(store_refresh_schema(s, &changed) == 0);
-  CHECK(store_audit_prune(s, 0, 1, store_now_ms() + 60000, &deleted) == 0);
+  CHECK(store_audit_prune(s, 0, 1, store_now_ms() + 60000, 0, &deleted) == 0);
   CHECK_INT_EQ(deleted, 1);
   CHECK_INT_EQ(raw_int(raw, "SELECT count(*) FROM audit_log WHERE tbl = 'Tmp'"), 0);
 
@@ -1177,8 +1223,8 @@ static void test_batch(void) {
   CHECK(store_batch_begin(s) != 0); /* no batch inside a batch */
   write_ok(s, "Product", "G-1", "{\"name\":\"Gauge\"}", STORE_WRITE_REPLACE);
   /* The same key inserted again: refused, and only this call is undone. */
-  CHECK(write_json(s, "Product", NULL, "{\"sku\":\"G-1\",\"name\":\"Again\"}",
-                   STORE_WRITE_INSERT, NULL, NULL, err, sizeof(err)) == -EEXIST);
+  CHECK(write_json(s, "Product", NULL, "{\"sku\":\"G-1\",\"name\":\"Again\"}", STORE_WRITE_INSERT,
+                   NULL, NULL, err, sizeof(err)) == -EEXIST);
   CHECK(!store_batch_broken(s));
   write_ok(s, "Product", "G-2", "{\"name\":\"Gimlet\"}", STORE_WRITE_REPLACE);
   CHECK(store_delete(s, table(s, "Product"), "no-such") == -ENOENT);
@@ -1268,6 +1314,7 @@ int main(void) {
   RUN(test_query);
   RUN(test_refresh_schema);
   RUN(test_audit_prune);
+  RUN(test_audit_prune_batches);
   RUN(test_sessions);
   RUN(test_batch);
   RUN(test_readonly);

@@ -861,8 +861,13 @@ static void test_prune(void) {
   cJSON_Delete(row);
   CHECK(store_table_version(s, store_find_table(s, "Event"), &v_e) == 0);
   CHECK(store_audit_max_seq(s, &before) == 0);
-  CHECK(store_audit_prune(s, 1, 0, 0, &deleted) == 0);
-  CHECK(deleted > 0);
+  /* A batch: at most its limit, the oldest first (D-400's older changes are four). */
+  CHECK(store_audit_prune(s, 1, 0, 0, 2, &deleted) == 0);
+  CHECK_INT_EQ(deleted, 2);
+  int64_t batch_through = -1;
+  CHECK(store_audit_pruned_through(s, &batch_through) == 0);
+  CHECK(store_audit_prune(s, 1, 0, 0, 0, &deleted) == 0);
+  CHECK(deleted >= 2);
   CHECK(store_audit_max_seq(s, &after) == 0);
   CHECK_INT_EQ(after, before); /* pruning never lowers it */
   /* The newest change of each live row and of each table stays. */
@@ -879,8 +884,9 @@ static void test_prune(void) {
   CHECK_INT_EQ(v2, v_e);
   CHECK(store_audit_pruned_through(s, &pruned) == 0);
   CHECK(pruned > 0 && pruned < before);
+  CHECK(batch_through > 0 && batch_through < pruned);
   /* Nothing to do: nothing deleted. */
-  CHECK(store_audit_prune(s, 0, 0, 0, &deleted) == 0);
+  CHECK(store_audit_prune(s, 0, 0, 0, 0, &deleted) == 0);
   CHECK_INT_EQ(deleted, 0);
   store_close(s);
 }
