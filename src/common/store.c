@@ -493,9 +493,11 @@ int store_wake_fd(store_t *s) {
   return s->ops->wake_fd != NULL ? s->ops->wake_fd(s) : -1;
 }
 
-int store_audit_prune(store_t *s, int64_t retain_rows, int64_t retain_ms, int64_t now_ms,
-                      int64_t limit, int64_t *deleted) {
-  return s->ops->audit_prune(s, retain_rows, retain_ms, now_ms, limit, deleted);
+int store_audit_prune(store_t *s, store_prune *p) {
+  p->deleted = 0;
+  p->more = false;
+  if (p->retain_rows <= 0 && p->retain_ms <= 0) return 0;
+  return s->ops->audit_prune(s, p);
 }
 
 int store_audit_pruned_through(store_t *s, int64_t *seq) {

@@ -315,16 +315,28 @@ int store_counts(store_t *s, int64_t *sessions, int64_t *audit_rows) MCPSUB_NODI
 /*
  * Retention: deletes audit rows beyond the newest retain_rows, and those
  * older than retain_ms up to the first that is not (0 disables either
- * bound; the log is read in seq order, so that a prune reads the rows it
- * deletes and not the whole log), but never the newest change of a row
- * that still exists (it carries the row's version) nor the newest change
- * of an exported table (the collection's version must not move back). At
- * most limit rows, oldest first (0: no limit): a caller that gets
- * *deleted == limit prunes again, letting other writers in between.
- * *deleted may be NULL.
+ * bound; the log is read in seq order: committed_at has no index), but
+ * never the newest change of a row that still exists (it carries the row's
+ * version) nor the newest change of an exported table (the collection's
+ * version must not move back).
+ *
+ * One call examines at most span rows (0: all) after the seq after, in one
+ * transaction, so that a caller can go through a long log in steps and let
+ * other writers in between: after moves to the last row examined, and more
+ * says that span rows were examined (call again, with the bound it found:
+ * finding it by age reads the old rows). A row still protected when
+ * examined is not looked at again by a caller that goes on from after.
  */
-int store_audit_prune(store_t *s, int64_t retain_rows, int64_t retain_ms, int64_t now_ms,
-                      int64_t limit, int64_t *deleted) MCPSUB_NODISCARD;
+typedef struct store_prune {
+  int64_t retain_rows, retain_ms, now_ms; /* in */
+  int64_t span;                           /* in: rows examined at most; 0: all */
+  int64_t after;                          /* in: from the row after this seq; out: the last */
+  int64_t bound; /* in: the highest seq to delete, 0: find it (the bounds above); out: it */
+  int64_t deleted; /* out */
+  bool more;       /* out: span rows examined, more may be due */
+} store_prune;
+
+int store_audit_prune(store_t *s, store_prune *p) MCPSUB_NODISCARD;
 
 /*
  * The highest seq retention has ever deleted (0 if none): changes at or

@@ -79,9 +79,8 @@ struct store_ops {
   int (*audit_list)(store_t *s, const char *table, int limit,
                     int (*fn)(const store_audit_row *row, void *data), void *data);
   int (*data_version)(store_t *s, int64_t *version);
-  int (*wake_fd)(store_t *s); /* NULL: none (-1) */
-  int (*audit_prune)(store_t *s, int64_t retain_rows, int64_t retain_ms, int64_t now_ms,
-                     int64_t limit, int64_t *deleted);
+  int (*wake_fd)(store_t *s);                     /* NULL: none (-1) */
+  int (*audit_prune)(store_t *s, store_prune *p); /* deleted, more: 0 and false on entry */
   int (*audit_pruned_through)(store_t *s, int64_t *seq);
   int (*counts)(store_t *s, int64_t *sessions, int64_t *audit_rows);
 

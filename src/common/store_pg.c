@@ -2278,45 +2278,53 @@ static int pg_data_version(store_t *s, int64_t *version) {
  * the horizon are deleted, so that audit_pruned_through never passes a seq
  * that could still appear.
  */
-static int pg_audit_prune(store_t *s, int64_t retain_rows, int64_t retain_ms, int64_t now_ms,
-                          int64_t limit, int64_t *deleted) {
+static int pg_audit_prune(store_t *s, store_prune *pr) {
   pg_store *p = pg_of(s);
   int64_t horizon = 0;
   pg_params ps = {0};
   PGresult *r = NULL;
-  if (deleted != NULL) *deleted = 0;
-  if (retain_rows <= 0 && retain_ms <= 0) return 0;
   int ret = pg_audit_max_seq(s, &horizon);
   if (ret < 0) return ret;
-  pg_param_int(&ps, retain_rows > 0 ? retain_rows : 0);
-  pg_param_int(&ps, retain_ms > 0 ? retain_ms : 0);
-  pg_param_int(&ps, now_ms);
+  pg_param_int(&ps, pr->retain_rows > 0 ? pr->retain_rows : 0);
+  pg_param_int(&ps, pr->retain_ms > 0 ? pr->retain_ms : 0);
+  pg_param_int(&ps, pr->now_ms);
   pg_param_int(&ps, horizon);
-  pg_param_int(&ps, limit > 0 ? limit : INT64_MAX);
+  pg_param_int(&ps, pr->after);
+  pg_param_int(&ps, pr->span > 0 ? pr->span : INT64_MAX);
+  pg_param_int(&ps, pr->bound);
   ret = pg_begin(p, NULL, 0);
-  /* The bound as SQLite's (sq_audit_prune_bound): the log read in seq order, never whole. */
+  /* The range as SQLite's (sq_audit_prune_range): the log read in seq order, never whole. */
   if (ret == 0)
     ret = pg_run(
         p,
-        "WITH bound AS (SELECT greatest(CASE WHEN $1::int8 > 0 THEN m - $1::int8 ELSE 0 END, "
-        "CASE WHEN $2::int8 > 0 THEN coalesce((SELECT seq FROM audit_log WHERE committed_at >= "
-        "$3::int8 - $2::int8 ORDER BY seq LIMIT 1), m + 1) - 1 ELSE 0 END) AS b "
+        "WITH bound AS (SELECT CASE WHEN $7::int8 > 0 THEN $7::int8 ELSE greatest(CASE WHEN "
+        "$1::int8 > 0 THEN m - $1::int8 ELSE 0 END, CASE WHEN $2::int8 > 0 THEN coalesce(("
+        "SELECT seq FROM audit_log WHERE committed_at >= $3::int8 - $2::int8 ORDER BY seq "
+        "LIMIT 1), m + 1) - 1 ELSE 0 END) END AS b "
         "FROM (SELECT coalesce(max(seq), 0) AS m FROM audit_log) AS newest), "
-        "gone AS (DELETE FROM audit_log WHERE seq IN (SELECT a.seq FROM audit_log AS a "
-        "WHERE a.seq <= $4::int8 AND a.seq <= (SELECT b FROM bound) "
+        "chunk AS (SELECT seq FROM audit_log WHERE seq > $5::int8 AND seq <= $4::int8 "
+        "AND seq <= (SELECT b FROM bound) ORDER BY seq LIMIT $6::int8), "
+        "span AS (SELECT coalesce(max(seq), $5::int8) AS hi, count(*) AS n FROM chunk), "
+        "gone AS (DELETE FROM audit_log AS a WHERE a.seq > $5::int8 AND "
+        "a.seq <= (SELECT hi FROM span) "
         "AND NOT (EXISTS (SELECT 1 FROM pg_class c WHERE c.relname = a.tbl AND c.relnamespace "
         "= " PG_SQL_SCHEMA " AND c.relkind IN ('r', 'p')) AND ("
         " a.seq = (SELECT max(t.seq) FROM audit_log AS t WHERE t.tbl = a.tbl)"
         " OR (a.op <> 'DELETE' AND a.seq = (SELECT max(k.seq) FROM audit_log AS k"
-        "  WHERE k.tbl = a.tbl AND k.key = a.key)))) ORDER BY a.seq LIMIT $5::int8) "
-        "RETURNING seq), "
+        "  WHERE k.tbl = a.tbl AND k.key = a.key)))) RETURNING a.seq), "
         "noted AS (INSERT INTO mcpsub_state (name, value) "
         "SELECT 'audit_pruned_through', max(seq) FROM gone HAVING count(*) > 0 "
         "ON CONFLICT (name) DO UPDATE SET value = greatest(mcpsub_state.value, excluded.value)) "
-        "SELECT count(*) FROM gone",
+        "SELECT (SELECT count(*) FROM gone), hi, n, (SELECT b FROM bound) FROM span",
         &ps, &r, NULL, 0);
   if (ret == 0) ret = pg_commit(p, NULL, 0);
-  if (ret == 0 && deleted != NULL) *deleted = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
+  if (ret == 0) {
+    int64_t examined = strtoll(PQgetvalue(r, 0, 2), NULL, 10);
+    pr->deleted = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
+    pr->after = strtoll(PQgetvalue(r, 0, 1), NULL, 10);
+    pr->bound = strtoll(PQgetvalue(r, 0, 3), NULL, 10);
+    pr->more = pr->span > 0 && examined == pr->span;
+  }
   if (ret < 0) pg_rollback(p);
   PQclear(r);
   pg_params_finish(&ps);

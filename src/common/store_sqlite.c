@@ -1784,56 +1784,63 @@ static int sq_data_version(store_t *s, int64_t *version) {
  * newest row (it is the collection's version, which must not move back).
  */
 /*
- * The highest seq retention may delete (0: none): beyond the newest
- * retain_rows, and up to the first row within retain_ms. That row is found
- * by reading the log in seq order (committed_at has no index, and one would
- * cost every change), so a prune reads the old rows and not the whole log;
- * a row that went in with an older time than one before it waits for that
- * one.
+ * The range of one prune: *hi, the last of at most p->span rows after
+ * p->after up to p->bound, the highest seq retention may delete (found
+ * when 0, and set): beyond the newest
+ * retain_rows, and up to the first row within retain_ms, found by reading
+ * the log in seq order (committed_at has no index, and one would cost every
+ * change), so that a row committed with an older clock than one before it
+ * waits for that one. *n: the rows in the range.
  */
-static int sq_audit_prune_bound(store_t *s, int64_t retain_rows, int64_t retain_ms, int64_t now_ms,
-                                int64_t *bound) {
+static int sq_audit_prune_range(store_t *s, store_prune *p, int64_t *hi, int64_t *n) {
   sqlite3_stmt *st;
   int ret = store_stmt_get(
       s,
-      "SELECT max(CASE WHEN ?1 > 0 THEN m - ?1 ELSE 0 END, CASE WHEN ?2 > 0 THEN coalesce(("
-      "SELECT seq FROM audit_log WHERE committed_at >= ?3 ORDER BY seq LIMIT 1), m + 1) - 1 "
-      "ELSE 0 END) FROM (SELECT coalesce(max(seq), 0) AS m FROM audit_log)",
+      "WITH bound(b) AS (SELECT CASE WHEN ?6 > 0 THEN ?6 ELSE max(CASE WHEN ?1 > 0 THEN m - ?1 "
+      "ELSE 0 END, CASE WHEN ?2 > 0 THEN coalesce((SELECT seq FROM audit_log WHERE committed_at "
+      ">= ?3 ORDER BY seq LIMIT 1), m + 1) - 1 ELSE 0 END) END FROM (SELECT coalesce(max(seq), 0) "
+      "AS m FROM audit_log)), chunk(seq) AS (SELECT seq FROM audit_log WHERE seq > ?4 AND seq <= "
+      "(SELECT b FROM bound) ORDER BY seq LIMIT ?5) SELECT coalesce(max(seq), ?4), count(*), "
+      "(SELECT b FROM bound) FROM chunk",
       &st, NULL, 0);
-  *bound = 0;
+  *hi = p->after;
+  *n = 0;
   if (ret < 0) return ret;
-  sqlite3_bind_int64(st, 1, retain_rows);
-  sqlite3_bind_int64(st, 2, retain_ms);
-  sqlite3_bind_int64(st, 3, now_ms - retain_ms);
-  ret = store_step_int64(s, st, bound, NULL, 0);
+  sqlite3_bind_int64(st, 1, p->retain_rows);
+  sqlite3_bind_int64(st, 2, p->retain_ms);
+  sqlite3_bind_int64(st, 3, p->now_ms - p->retain_ms);
+  sqlite3_bind_int64(st, 4, p->after);
+  sqlite3_bind_int64(st, 5, p->span > 0 ? p->span : -1);
+  sqlite3_bind_int64(st, 6, p->bound);
+  int rc = sqlite3_step(st);
+  if (rc == SQLITE_ROW) {
+    *hi = sqlite3_column_int64(st, 0);
+    *n = sqlite3_column_int64(st, 1);
+    p->bound = sqlite3_column_int64(st, 2);
+  } else {
+    ret = store_error(s, rc, NULL, 0);
+  }
   store_stmt_put(s, st);
   return ret;
 }
 
-static int sq_audit_prune(store_t *s, int64_t retain_rows, int64_t retain_ms, int64_t now_ms,
-                          int64_t limit, int64_t *deleted) {
+static int sq_audit_prune(store_t *s, store_prune *p) {
   sqlite3_stmt *st;
-  int64_t changes = 0, highest = 0, bound = 0;
-  int ret = 0;
-
-  if (deleted != NULL) *deleted = 0;
-  if (retain_rows <= 0 && retain_ms <= 0) return 0;
-  ret = store_begin(s, true, NULL, 0);
+  int64_t highest = 0, hi = 0, examined = 0, changes = 0;
+  int ret = store_begin(s, true, NULL, 0);
   if (ret < 0) return ret;
-  ret = sq_audit_prune_bound(s, retain_rows, retain_ms, now_ms, &bound);
-  if (ret < 0 || bound <= 0) goto fail; /* nothing to delete: the same rollback */
+  ret = sq_audit_prune_range(s, p, &hi, &examined);
+  if (ret < 0 || examined == 0) goto fail; /* nothing to examine: the same rollback */
   ret = store_stmt_get(s,
-                       "DELETE FROM audit_log WHERE seq IN (SELECT seq FROM audit_log WHERE "
-                       "seq <= ?1 AND NOT (tbl IN (SELECT name FROM sqlite_schema WHERE type = "
-                       "'table') AND ("
+                       "DELETE FROM audit_log WHERE seq > ?1 AND seq <= ?2 AND NOT (tbl IN ("
+                       "SELECT name FROM sqlite_schema WHERE type = 'table') AND ("
                        " seq = (SELECT max(t.seq) FROM audit_log AS t WHERE t.tbl = audit_log.tbl)"
                        " OR (op <> 'DELETE' AND seq = (SELECT max(k.seq) FROM audit_log AS k"
-                       "  WHERE k.tbl = audit_log.tbl AND k.key = audit_log.key)))) "
-                       "ORDER BY seq LIMIT ?2) RETURNING seq",
+                       "  WHERE k.tbl = audit_log.tbl AND k.key = audit_log.key)))) RETURNING seq",
                        &st, NULL, 0);
   if (ret < 0) goto fail;
-  sqlite3_bind_int64(st, 1, bound);
-  sqlite3_bind_int64(st, 2, limit > 0 ? limit : -1);
+  sqlite3_bind_int64(st, 1, p->after);
+  sqlite3_bind_int64(st, 2, hi);
   int rc;
   while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
     int64_t seq = sqlite3_column_int64(st, 0);
@@ -1859,7 +1866,9 @@ static int sq_audit_prune(store_t *s, int64_t retain_rows, int64_t retain_ms, in
   }
   ret = store_commit(s, NULL, 0);
   if (ret < 0) goto fail;
-  if (deleted != NULL) *deleted = changes;
+  p->deleted = changes;
+  p->after = hi;
+  p->more = p->span > 0 && examined == p->span;
   return 0;
 fail:
   store_rollback(s);

@@ -25,6 +25,19 @@
 /* Jobs at most in one group commit: bounds the wait of the first for the last. */
 #define WRITER_BATCH_MAX 64
 
+/*
+ * Audit rows one retention step examines at most, in one transaction: a
+ * prune holds the database's write lock, so a long log (a backlog, or a
+ * million rows each of which is some record's newest change, which stays)
+ * is gone through in steps WRITER_PRUNE_GAP_MS apart, so that the writers
+ * of other processes, which poll for the lock, get it in between. The next
+ * sweep goes on from the last row examined; once an hour it starts again
+ * from the oldest, for the rows that a newer change has made prunable.
+ */
+#define WRITER_PRUNE_SPAN    1000
+#define WRITER_PRUNE_GAP_MS  20
+#define WRITER_PRUNE_PASS_MS (60 * 60 * 1000)
+
 struct writer {
   worker_t *w;
   uv_thread_t thread;
@@ -42,6 +55,14 @@ struct writer {
   char open_err[256];
   int open_rc;
   bool disk_full; /* loop side: an episode of SQLITE_FULL is going on */
+  /* Loop side: retention's steps (WRITER_PRUNE_SPAN). */
+  bool pruning;           /* a sweep's steps are queued, running or waiting for the timer */
+  int64_t prune_after;    /* the last audit row they examined */
+  int64_t prune_pass_ms;  /* when they last started again from the oldest row */
+  uv_timer_t prune_timer; /* the gap before the next step */
+  store_prune prune_next; /* that step */
+  int64_t prune_sessions; /* session rows the sweep deleted */
+  int64_t prune_earlier;  /* audit rows its earlier steps deleted */
   void (*unsaved)(const char *id, const char *uri, void *data); /* writer_on_subscription_unsaved */
   void *unsaved_data;
 };
@@ -193,6 +214,8 @@ int writer_start(worker_t *w, writer_t **out, char *err, size_t errlen) {
   rc = uv_async_init(w->loop, &wr->async, writer_on_async);
   if (rc != 0) abort(); /* only on exhausted fds at start */
   wr->async.data = wr;
+  uv_timer_init(w->loop, &wr->prune_timer);
+  wr->prune_timer.data = wr;
   rc = uv_thread_create(&wr->thread, writer_thread, wr);
   if (rc != 0) {
     snprintf(err, errlen, "cannot start the writer thread: %s", uv_strerror(rc));
@@ -229,6 +252,7 @@ void writer_stop(writer_t *wr) {
   wr->thread_running = false;
   writer_on_async(&wr->async); /* the completions the thread left */
   uv_close((uv_handle_t *)&wr->async, NULL);
+  uv_close((uv_handle_t *)&wr->prune_timer, NULL); /* a step it waited for is not taken */
 }
 
 void writer_destroy(writer_t *wr) {
@@ -333,17 +357,9 @@ typedef enum session_op {
   SESSION_SUB_DELETE,
   SESSION_DELETE,
   SESSION_SWEEP,
-  AUDIT_PRUNE, /* retention again: the sweep's prune stopped at WRITER_PRUNE_BATCH rows */
+  AUDIT_PRUNE, /* retention's next step (the sweep's prune examined WRITER_PRUNE_SPAN rows) */
   SCHEMA_TRIGGERS,
 } session_op;
-
-/*
- * Audit rows one prune deletes at most. A prune holds the database's write
- * lock: a backlog (a lowered --audit-retain-rows, a day of heavy writes)
- * goes in batches queued behind the writes that arrived meanwhile, and
- * other writers get the lock between them.
- */
-#define WRITER_PRUNE_BATCH 1000
 
 typedef struct writer_session_job {
   writer_job job;
@@ -355,9 +371,9 @@ typedef struct writer_session_job {
   int64_t number;    /* last_seen, or the sweep's before_ms */
   unsigned slot, n_slots;
   bool retain;
-  int64_t retain_rows, retain_ms, now_ms;
-  int64_t pruned, audit_deleted;
-  int64_t audit_earlier;            /* deleted by the sweep's batches before this one */
+  store_prune prune;                /* retain, AUDIT_PRUNE: this step */
+  int64_t pruned;                   /* session rows */
+  int64_t audit_earlier;            /* audit rows deleted by the sweep's steps before this one */
   void (*then)(int rc, void *data); /* INSERT: the caller waits for it */
   void *then_data;
   writer_t *wr; /* SUB_PUT, SUB_DELETE: whose unsaved hook hears of a failure; SWEEP: queues more */
@@ -428,20 +444,31 @@ static int writer_session_run(writer_job *j, store_t *s) {
     int rc = sj->n_slots > 0
                  ? store_session_prune_slot(s, sj->number, sj->slot, sj->n_slots, &sj->pruned)
                  : store_session_prune(s, sj->number, &sj->pruned);
-    if (rc == 0 && sj->retain)
-      rc = store_audit_prune(s, sj->retain_rows, sj->retain_ms, sj->now_ms, WRITER_PRUNE_BATCH,
-                             &sj->audit_deleted);
+    if (rc == 0 && sj->retain) rc = store_audit_prune(s, &sj->prune);
     return rc;
   }
-  case AUDIT_PRUNE:
-    return store_audit_prune(s, sj->retain_rows, sj->retain_ms, sj->now_ms, WRITER_PRUNE_BATCH,
-                             &sj->audit_deleted);
+  case AUDIT_PRUNE: return store_audit_prune(s, &sj->prune);
   }
   return -EINVAL;
 }
 
 static writer_session_job *writer_session_job_create(session_op op, const char *id);
 static void writer_session_submit(writer_t *wr, writer_session_job *sj);
+
+/* Retention's next step, after WRITER_PRUNE_GAP_MS. */
+static void writer_prune_step(uv_timer_t *t) {
+  writer_t *wr = t->data;
+  if (wr->stopping || wr->w->draining || wr->w->closing) {
+    wr->pruning = false;
+    return;
+  }
+  writer_session_job *sj = writer_session_job_create(AUDIT_PRUNE, NULL);
+  sj->wr = wr;
+  sj->prune = wr->prune_next;
+  sj->pruned = wr->prune_sessions;
+  sj->audit_earlier = wr->prune_earlier;
+  writer_session_submit(wr, sj);
+}
 
 static void writer_session_done(writer_job *j) {
   writer_session_job *sj = (writer_session_job *)j;
@@ -452,31 +479,33 @@ static void writer_session_done(writer_job *j) {
       [SESSION_DELETE] = "delete",        [SESSION_SWEEP] = "sweep",
       [AUDIT_PRUNE] = "audit prune",      [SCHEMA_TRIGGERS] = "triggers",
   };
+  writer_t *wr = sj->wr;
+  bool pruning = (sj->op == SESSION_SWEEP && sj->retain) || sj->op == AUDIT_PRUNE;
+  bool more = pruning && j->rc == 0 && sj->prune.more && !wr->stopping && !wr->w->draining &&
+              !wr->w->closing;
+  if (pruning && j->rc == 0) wr->prune_after = sj->prune.after;
+  if (pruning && !more) wr->pruning = false;
   if (j->rc != 0) {
     log_warn("session row not written", "op", names[sj->op], "session", sj->row.id, "error",
              strerror(-j->rc));
-  } else if (sj->audit_deleted == WRITER_PRUNE_BATCH && !sj->wr->stopping && !sj->wr->w->draining &&
-             !sj->wr->w->closing) {
-    /* More may be due: the next batch goes behind what is queued now (a drain leaves it). */
-    writer_session_job *next = writer_session_job_create(AUDIT_PRUNE, NULL);
-    next->wr = sj->wr;
-    next->retain_rows = sj->retain_rows;
-    next->retain_ms = sj->retain_ms;
-    next->now_ms = sj->now_ms;
-    next->pruned = sj->pruned;
-    next->audit_earlier = sj->audit_earlier + sj->audit_deleted;
-    writer_session_submit(sj->wr, next);
-  } else if ((sj->op == SESSION_SWEEP || sj->op == AUDIT_PRUNE) &&
-             (sj->pruned > 0 || sj->audit_earlier + sj->audit_deleted > 0)) {
-    char a[32], b[32];
-    snprintf(a, sizeof(a), "%lld", (long long)sj->pruned);
-    snprintf(b, sizeof(b), "%lld", (long long)(sj->audit_earlier + sj->audit_deleted));
-    log_info("sweep", "session_rows", a, "audit_rows", b);
+  } else if (more) { /* the next step after a gap (a drain leaves it) */
+    wr->prune_next = sj->prune;
+    wr->prune_sessions = sj->pruned;
+    wr->prune_earlier = sj->audit_earlier + sj->prune.deleted;
+    uv_timer_start(&wr->prune_timer, writer_prune_step, WRITER_PRUNE_GAP_MS, 0);
+  } else if (pruning || sj->op == SESSION_SWEEP) {
+    int64_t audit = sj->audit_earlier + sj->prune.deleted;
+    if (sj->pruned > 0 || audit > 0) {
+      char a[32], b[32];
+      snprintf(a, sizeof(a), "%lld", (long long)sj->pruned);
+      snprintf(b, sizeof(b), "%lld", (long long)audit);
+      log_info("sweep", "session_rows", a, "audit_rows", b);
+    }
   }
   /* -ENOENT: the session's row is gone, and no retry brings a subscription row back. */
   if (j->rc != 0 && j->rc != -ENOENT &&
-      (sj->op == SESSION_SUB_PUT || sj->op == SESSION_SUB_DELETE) && sj->wr->unsaved != NULL)
-    sj->wr->unsaved(sj->row.id, sj->text, sj->wr->unsaved_data);
+      (sj->op == SESSION_SUB_PUT || sj->op == SESSION_SUB_DELETE) && wr->unsaved != NULL)
+    wr->unsaved(sj->row.id, sj->text, wr->unsaved_data);
   if (sj->then != NULL) sj->then(j->rc, sj->then_data);
   free(sj->text);
   free(sj->text2);
@@ -579,10 +608,19 @@ void writer_sweep(writer_t *wr, int64_t before_ms, unsigned slot, unsigned n_slo
   sj->number = before_ms;
   sj->slot = slot;
   sj->n_slots = n_slots;
-  sj->retain = retain;
-  sj->retain_rows = retain_rows;
-  sj->retain_ms = retain_ms;
-  sj->now_ms = now_ms;
+  sj->retain = retain && !wr->pruning; /* not while the last sweep's steps go on */
+  if (sj->retain) {
+    wr->pruning = true;
+    if (now_ms - wr->prune_pass_ms >= WRITER_PRUNE_PASS_MS) {
+      wr->prune_after = 0;
+      wr->prune_pass_ms = now_ms;
+    }
+    sj->prune = (store_prune){.retain_rows = retain_rows,
+                              .retain_ms = retain_ms,
+                              .now_ms = now_ms,
+                              .span = WRITER_PRUNE_SPAN,
+                              .after = wr->prune_after};
+  }
   sj->wr = wr;
   writer_session_submit(wr, sj);
 }

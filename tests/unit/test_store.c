@@ -917,13 +917,31 @@ static void test_refresh_schema(void) {
   store_close(s);
 }
 
-/* Retention in batches, oldest first; by age, up to the first row that is recent. */
-static void test_audit_prune_batches(void) {
+/* One prune of the whole log, in one step: the rows it deleted. */
+static int64_t prune_all(store_t *s, int64_t retain_rows, int64_t retain_ms, int64_t now_ms) {
+  store_prune p = {.retain_rows = retain_rows, .retain_ms = retain_ms, .now_ms = now_ms};
+  CHECK(store_audit_prune(s, &p) == 0);
+  CHECK(!p.more);
+  return p.deleted;
+}
+
+/* One step of span rows after *after: the rows it deleted; *after moves on. */
+static int64_t prune_step(store_t *s, int64_t span, int64_t *after, bool more) {
+  store_prune p = {
+      .retain_ms = 3600 * 1000, .now_ms = store_now_ms(), .span = span, .after = *after};
+  CHECK(store_audit_prune(s, &p) == 0);
+  CHECK(p.more == more);
+  *after = p.after;
+  return p.deleted;
+}
+
+/* Retention in steps, oldest first; by age, up to the first row that is recent. */
+static void test_audit_prune_steps(void) {
   char path[300];
-  snprintf(path, sizeof(path), "%s/prune_batches.db", tmp_dir);
+  snprintf(path, sizeof(path), "%s/prune_steps.db", tmp_dir);
   store_t *s = open_store(path);
   sqlite3 *raw = raw_open(path);
-  int64_t deleted = -1, through = -1;
+  int64_t through = -1, after = 0;
   for (int i = 0; i < 7; i++) { /* seven rows, each inserted then changed: seven prunable rows */
     char json[96], key[16];
     snprintf(key, sizeof(key), "B%d", i);
@@ -940,24 +958,30 @@ static void test_audit_prune_batches(void) {
   snprintf(sql, sizeof(sql), "UPDATE audit_log SET committed_at = %lld WHERE seq = %lld",
            (long long)store_now_ms(), (long long)first);
   raw_exec(raw, sql);
-  CHECK(store_audit_prune(s, 0, 3600 * 1000, store_now_ms(), 0, &deleted) == 0);
-  CHECK_INT_EQ(deleted, 0);
+  CHECK_INT_EQ(prune_step(s, 3, &after, false), 0);
+  CHECK_INT_EQ(after, 0);
   raw_exec(raw, "UPDATE audit_log SET committed_at = 1000");
 
-  /* Three at a time, the oldest first, until none is left. */
-  CHECK(store_audit_prune(s, 0, 3600 * 1000, store_now_ms(), 3, &deleted) == 0);
-  CHECK_INT_EQ(deleted, 3);
+  /* Three rows examined a step, the oldest first: insert, update, insert, ... */
+  CHECK_INT_EQ(prune_step(s, 3, &after, true), 2);
+  CHECK_INT_EQ(after, first + 2);
   CHECK(store_audit_pruned_through(s, &through) == 0);
-  CHECK_INT_EQ(through, first + 4); /* B0, B1 and B2's inserts */
-  CHECK_INT_EQ(raw_int(raw, "SELECT count(*) FROM audit_log WHERE op = 'INSERT'"), 4);
-  CHECK(store_audit_prune(s, 0, 3600 * 1000, store_now_ms(), 3, &deleted) == 0);
-  CHECK_INT_EQ(deleted, 3);
-  CHECK(store_audit_prune(s, 0, 3600 * 1000, store_now_ms(), 3, &deleted) == 0);
-  CHECK_INT_EQ(deleted, 1);
-  CHECK(store_audit_prune(s, 0, 3600 * 1000, store_now_ms(), 3, &deleted) == 0);
-  CHECK_INT_EQ(deleted, 0);
+  CHECK_INT_EQ(through, first + 2); /* B1's insert */
+  CHECK_INT_EQ(prune_step(s, 3, &after, true), 1);
+  CHECK_INT_EQ(prune_step(s, 3, &after, true), 2);
+  CHECK_INT_EQ(prune_step(s, 3, &after, true), 1);
+  CHECK_INT_EQ(prune_step(s, 3, &after, false), 1); /* the last two rows */
+  CHECK_INT_EQ(after, first + 13);
   CHECK_INT_EQ(audit_count(raw), 7); /* each row's newest change */
   CHECK_INT_EQ(raw_int(raw, "SELECT count(*) FROM audit_log WHERE op = 'UPDATE'"), 7);
+
+  /* A row a newer change makes prunable after its step waits for a step from the start. */
+  write_ok(s, "Product", "B0", "{\"price_cents\":6}", STORE_WRITE_PATCH);
+  CHECK_INT_EQ(prune_step(s, 3, &after, false), 0);
+  CHECK_INT_EQ(after, first + 13);
+  after = 0;
+  CHECK_INT_EQ(prune_step(s, 0, &after, false), 1);
+  CHECK_INT_EQ(raw_int(raw, "SELECT count(*) FROM audit_log WHERE key = 'B0'"), 1);
 
   sqlite3_close(raw);
   store_close(s);
@@ -984,15 +1008,15 @@ static void test_audit_prune(void) {
   CHECK_INT_EQ(audit_count(raw), 8);
 
   /* Both bounds off, or not reached: nothing goes. */
-  CHECK(store_audit_prune(s, 0, 0, store_now_ms(), 0, &deleted) == 0);
+  deleted = prune_all(s, 0, 0, store_now_ms());
   CHECK_INT_EQ(deleted, 0);
-  CHECK(store_audit_prune(s, 0, 3600 * 1000, store_now_ms(), 0, &deleted) == 0);
+  deleted = prune_all(s, 0, 3600 * 1000, store_now_ms());
   CHECK_INT_EQ(deleted, 0);
-  CHECK(store_audit_prune(s, 100, 0, store_now_ms(), 0, &deleted) == 0);
+  deleted = prune_all(s, 100, 0, store_now_ms());
   CHECK_INT_EQ(deleted, 0);
 
   /* Keep the newest row: older ones go, except live rows' newest changes. */
-  CHECK(store_audit_prune(s, 1, 0, store_now_ms(), 0, &deleted) == 0);
+  deleted = prune_all(s, 1, 0, store_now_ms());
   CHECK_INT_EQ(deleted, 5);
   CHECK_INT_EQ(audit_count(raw), 3);
   CHECK_INT_EQ(raw_int(raw, "SELECT count(*) FROM audit_log WHERE seq IN ("
@@ -1012,7 +1036,7 @@ static void test_audit_prune(void) {
   /* By age: a deleted row's history goes, but a table's newest row stays. */
   CHECK(store_delete(s, table(s, "Product"), "P3") == 0);
   int64_t p3_deleted = raw_int(raw, "SELECT max(seq) FROM audit_log");
-  CHECK(store_audit_prune(s, 0, 1, store_now_ms() + 60000, 0, &deleted) == 0);
+  deleted = prune_all(s, 0, 1, store_now_ms() + 60000);
   CHECK_INT_EQ(deleted, 1); /* P3's update */
   CHECK_INT_EQ(raw_int(raw, "SELECT count(*) FROM audit_log WHERE key = 'P3'"), 1);
   CHECK_INT_EQ(table_version(s, "Product"), p3_deleted);
@@ -1028,7 +1052,7 @@ static void test_audit_prune(void) {
   raw_exec(raw, "INSERT INTO Tmp VALUES (1)");
   raw_exec(raw, "DROP TABLE Tmp");
   CHECK(store_refresh_schema(s, &changed) == 0);
-  CHECK(store_audit_prune(s, 0, 1, store_now_ms() + 60000, 0, &deleted) == 0);
+  deleted = prune_all(s, 0, 1, store_now_ms() + 60000);
   CHECK_INT_EQ(deleted, 1);
   CHECK_INT_EQ(raw_int(raw, "SELECT count(*) FROM audit_log WHERE tbl = 'Tmp'"), 0);
 
@@ -1314,7 +1338,7 @@ int main(void) {
   RUN(test_query);
   RUN(test_refresh_schema);
   RUN(test_audit_prune);
-  RUN(test_audit_prune_batches);
+  RUN(test_audit_prune_steps);
   RUN(test_sessions);
   RUN(test_batch);
   RUN(test_readonly);

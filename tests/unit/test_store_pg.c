@@ -842,7 +842,7 @@ static void test_prune(void) {
   store_t *s = open_store();
   const store_table *p = store_find_table(s, "Product");
   char err[256];
-  int64_t before = 0, after = 0, deleted = -1, pruned = -1;
+  int64_t before = 0, after = 0, pruned = -1;
   CHECK(store_audit_pruned_through(s, &pruned) == 0);
   CHECK_INT_EQ(pruned, 0);
   /* Many changes of one row, then keep only one row's worth. */
@@ -861,13 +861,24 @@ static void test_prune(void) {
   cJSON_Delete(row);
   CHECK(store_table_version(s, store_find_table(s, "Event"), &v_e) == 0);
   CHECK(store_audit_max_seq(s, &before) == 0);
-  /* A batch: at most its limit, the oldest first (D-400's older changes are four). */
-  CHECK(store_audit_prune(s, 1, 0, 0, 2, &deleted) == 0);
-  CHECK_INT_EQ(deleted, 2);
-  int64_t batch_through = -1;
+  /* A step: at most span rows examined, the oldest first, then on from there. */
+  int64_t second = 0, batch_through = -1;
+  PGconn *c = client();
+  PGresult *fr = PQexec(c, "SELECT seq FROM audit_log ORDER BY seq OFFSET 1 LIMIT 1");
+  second = strtoll(PQgetvalue(fr, 0, 0), NULL, 10);
+  PQclear(fr);
+  PQfinish(c);
+  store_prune step = {.retain_rows = 1, .span = 2};
+  CHECK(store_audit_prune(s, &step) == 0);
+  CHECK(step.more);
+  CHECK_INT_EQ(step.after, second);
   CHECK(store_audit_pruned_through(s, &batch_through) == 0);
-  CHECK(store_audit_prune(s, 1, 0, 0, 0, &deleted) == 0);
-  CHECK(deleted >= 2);
+  CHECK(batch_through <= second);
+  store_prune rest = {.retain_rows = 1, .after = step.after};
+  CHECK(store_audit_prune(s, &rest) == 0);
+  CHECK(!rest.more);
+  CHECK(rest.deleted > 0);
+
   CHECK(store_audit_max_seq(s, &after) == 0);
   CHECK_INT_EQ(after, before); /* pruning never lowers it */
   /* The newest change of each live row and of each table stays. */
@@ -884,10 +895,11 @@ static void test_prune(void) {
   CHECK_INT_EQ(v2, v_e);
   CHECK(store_audit_pruned_through(s, &pruned) == 0);
   CHECK(pruned > 0 && pruned < before);
-  CHECK(batch_through > 0 && batch_through < pruned);
+  CHECK(batch_through < pruned);
   /* Nothing to do: nothing deleted. */
-  CHECK(store_audit_prune(s, 0, 0, 0, 0, &deleted) == 0);
-  CHECK_INT_EQ(deleted, 0);
+  store_prune none = {0};
+  CHECK(store_audit_prune(s, &none) == 0);
+  CHECK_INT_EQ(none.deleted, 0);
   store_close(s);
 }
 
