@@ -1073,6 +1073,18 @@ static void master_ctl_stats_done(master_gather *g) {
 static void master_ctl_merge(master_t *m, control_request_t *r, const cJSON *req, cJSON **replies,
                              size_t n) {
   const char *cmd = cJSON_GetObjectItemCaseSensitive(req, "cmd")->valuestring;
+  /* Workers that did not answer in time (or were not ready): the answer lacks their part. */
+  char missing[256] = "";
+  cJSON *unanswered = cJSON_CreateArray();
+  for (size_t i = 0; i < n; i++) {
+    if (replies[i] != NULL) continue;
+    cJSON_AddItemToArray(unanswered, cJSON_CreateNumber((double)i));
+    size_t len = strlen(missing);
+    snprintf(missing + len, sizeof(missing) - len, "%s%zu", len > 0 ? ", " : "", i);
+  }
+  char no_answer[320];
+  snprintf(no_answer, sizeof(no_answer),
+           "no answer from worker %s in time: it may hold the session; try again", missing);
   cJSON *out = cJSON_CreateObject();
   if (strcmp(cmd, "sessions") == 0) {
     cJSON *all = cJSON_AddArrayToObject(out, "sessions");
@@ -1091,7 +1103,8 @@ static void master_ctl_merge(master_t *m, control_request_t *r, const cJSON *req
     }
     if (found == NULL) {
       cJSON_Delete(out);
-      control_answer_error(r, "unknown session");
+      cJSON_Delete(unanswered);
+      control_answer_error(r, missing[0] != '\0' ? no_answer : "unknown session");
       return;
     }
     cJSON_AddItemToObject(out, "session", cJSON_Duplicate(found, true));
@@ -1101,7 +1114,8 @@ static void master_ctl_merge(master_t *m, control_request_t *r, const cJSON *req
       evicted |= cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(replies[i], "evicted"));
     if (!evicted) {
       cJSON_Delete(out);
-      control_answer_error(r, "unknown session");
+      cJSON_Delete(unanswered);
+      control_answer_error(r, missing[0] != '\0' ? no_answer : "unknown session");
       return;
     }
     cJSON_AddTrueToObject(out, "evicted");
@@ -1148,6 +1162,10 @@ static void master_ctl_merge(master_t *m, control_request_t *r, const cJSON *req
     }
     strmap_finish(&rows);
   }
+  if (cJSON_GetArraySize(unanswered) > 0)
+    cJSON_AddItemToObject(out, "unanswered", unanswered);
+  else
+    cJSON_Delete(unanswered);
   control_answer(r, out);
 }
 

@@ -495,6 +495,35 @@ test('stopped: audit tail reads the audit log', checkAuditTail);
 
 test('stopped: audit tail -f prints new commits until SIGTERM, exit 0', () => checkAuditFollow('SIGTERM', 'followed while stopped'));
 
+test('a worker that does not answer in time: a list says so (unanswered, a warning), session show does not call its session unknown', async () => {
+  const server = await startServer({ args: ['--workers', '2'] });
+  const ctl = (args) => spawnSync(MCPSUBCTL, [...ctlDbArgs(server.dbPath), ...args], { encoding: 'utf8' });
+  try {
+    const id = await initialize(server.port, { clientInfo: { name: 'ctl-stopped-worker', version: '1' } });
+    const slot = JSON.parse(ctl(['--json', 'session', 'show', id]).stdout).worker;
+    const pid = JSON.parse(ctl(['--json', 'workers']).stdout).workers.find((x) => x.slot === slot).pid;
+    process.kill(pid, 'SIGSTOP');
+    try {
+      const r = ctl(['--json', 'sessions', '--live']);
+      assert.equal(r.status, 0, describe(r));
+      assert.deepEqual(JSON.parse(r.stdout).unanswered, [slot], r.stdout);
+      assert.match(r.stderr, new RegExp(`no answer in time from worker ${slot}: this is incomplete`));
+      const s = ctl(['session', 'show', id]);
+      assert.equal(s.status, 1, describe(s));
+      assert.match(s.stderr, new RegExp(`no answer from worker ${slot} in time`));
+    } finally {
+      process.kill(pid, 'SIGCONT');
+    }
+    const after = ctl(['--json', 'sessions', '--live']);
+    assert.equal(after.status, 0, describe(after));
+    assert.equal(JSON.parse(after.stdout).unanswered, undefined, after.stdout);
+    assert.equal(after.stderr, '');
+    assert.ok(JSON.parse(after.stdout).sessions.some((x) => x.id === id), after.stdout);
+  } finally {
+    await server.stop();
+  }
+});
+
 test('usage: bad commands and options -> exit 2; --help documents every command', async () => {
   for (const args of [[], ['bogus'], ['session'], ['session', 'show'], ['session', 'drop', 'x'], ['subs', '--uri'], ['audit'], ['status', 'extra'], ['sessions', '--what']]) {
     const r = runCtl(args);

@@ -197,5 +197,11 @@ int ctl_server_call(ctl_context *ctx, const cJSON *request, cJSON **reply) {
     *reply = NULL;
     return rc;
   }
+  const cJSON *unanswered = cJSON_GetObjectItemCaseSensitive(*reply, "unanswered"), *slot;
+  if (cJSON_GetArraySize(unanswered) > 0) { /* said, not fatal: the rest is still true */
+    fputs("mcpsubctl: warning: no answer in time from worker", stderr);
+    cJSON_ArrayForEach(slot, unanswered) fprintf(stderr, " %.0f", slot->valuedouble);
+    fputs(": this is incomplete\n", stderr);
+  }
   return 0;
 }
