@@ -1779,18 +1779,13 @@ static int sq_data_version(store_t *s, int64_t *version) {
 }
 
 /*
- * Protected from pruning, while their table exists: each key's newest row
- * unless it is a DELETE (it is the live row's version), and each table's
- * newest row (it is the collection's version, which must not move back).
- */
-/*
  * The range of one prune: *hi, the last of at most p->span rows after
- * p->after up to p->bound, the highest seq retention may delete (found
- * when 0, and set): beyond the newest
- * retain_rows, and up to the first row within retain_ms, found by reading
- * the log in seq order (committed_at has no index, and one would cost every
- * change), so that a row committed with an older clock than one before it
- * waits for that one. *n: the rows in the range.
+ * p->after up to p->bound, the highest seq retention may delete (found when
+ * 0, and set): beyond the newest retain_rows, and up to the first row
+ * within retain_ms, found by reading the log in seq order (committed_at has
+ * no index, and one would cost every change), so that a row committed with
+ * an older clock than one before it waits for that one. *n: the rows in the
+ * range.
  */
 static int sq_audit_prune_range(store_t *s, store_prune *p, int64_t *hi, int64_t *n) {
   sqlite3_stmt *st;
@@ -1824,6 +1819,11 @@ static int sq_audit_prune_range(store_t *s, store_prune *p, int64_t *hi, int64_t
   return ret;
 }
 
+/*
+ * Protected from pruning, while their table exists: each key's newest row
+ * unless it is a DELETE (it is the live row's version), and each table's
+ * newest row (it is the collection's version, which must not move back).
+ */
 static int sq_audit_prune(store_t *s, store_prune *p) {
   sqlite3_stmt *st;
   int64_t highest = 0, hi = 0, examined = 0, changes = 0;

@@ -10,6 +10,7 @@ import { startServer } from './lib/server.mjs';
 import { request } from './lib/raw.mjs';
 import { McpSession } from './lib/mcp.mjs';
 import { sqlite, sqliteRows, q } from './lib/sqlite.mjs';
+import { sleep, waitFor } from './lib/wait.mjs';
 
 let srv;
 let s;
@@ -97,6 +98,33 @@ test('tool writes land in audit_log', async () => {
   const del = lastAudit('Product', 'T-1');
   assert.equal(del.op, 'DELETE');
   assert.ok(del.seq > ins.seq);
+});
+
+test('retention goes through a long log in steps: the prunable rows go, the newest changes stay, one sweep line says how many', async () => {
+  const first = await startServer(); // makes the database and its triggers
+  await first.stop({ keepDir: true });
+  // 2,500 rows inserted, then each changed, by another process: the inserts are prunable.
+  sqlite(first.dbPath, `WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c WHERE i < 2500)
+    INSERT INTO Product (sku, name, price_cents) SELECT 'T-' || i, 'retained', i FROM c`);
+  sqlite(first.dbPath, "UPDATE Product SET price_cents = price_cents + 1 WHERE sku LIKE 'T-%'");
+  const count = (op) => Number(sqliteRows(first.dbPath,
+    `SELECT count(*) AS n FROM audit_log WHERE key LIKE 'T-%' AND op = ${q(op)}`)[0].n);
+  assert.deepEqual([count('INSERT'), count('UPDATE')], [2500, 2500]);
+  const server = await startServer({ db: first.dbPath, ownDirs: first.ownDirs,
+    args: ['--audit-retain-rows', '10', '--idle-timeout', '2', '--log-level', 'info'] });
+  try {
+    await waitFor(() => count('INSERT') === 0, { timeoutMs: 15000, message: 'the inserts pruned' });
+    assert.equal(count('UPDATE'), 2500, 'each row keeps its newest change (its version)');
+    await sleep(300);
+    const sweeps = server.stderr().split('\n').filter((l) => l.includes('"msg":"sweep"'));
+    assert.equal(sweeps.length, 1, sweeps.join('\n'));
+    assert.ok(Number(JSON.parse(sweeps[0]).audit_rows) >= 2500, sweeps[0]);
+    const r = await request(server.port, { path: '/Product/T-7', headers: { Accept: 'application/json' } });
+    assert.equal(r.status, 200, r.text);
+    assert.equal(r.json().price_cents, 8);
+  } finally {
+    await server.stop();
+  }
 });
 
 test('shutdown: SIGTERM -> exit code 0', async () => {
