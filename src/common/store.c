@@ -478,6 +478,12 @@ int store_audit_read(store_t *s, int64_t after_seq, int limit,
   return s->ops->audit_read(s, after_seq, limit, fn, data, n);
 }
 
+int store_audit_read_of(store_t *s, const char *table, const char *key, int64_t after_seq,
+                        int64_t upto_seq, int limit,
+                        int (*fn)(const store_audit_row *row, void *data), void *data, int *n) {
+  return s->ops->audit_read_of(s, table, key, after_seq, upto_seq, limit, fn, data, n);
+}
+
 int store_audit_list(store_t *s, const char *table, int limit,
                      int (*fn)(const store_audit_row *row, void *data), void *data) {
   if (limit < 1) limit = 1;

@@ -289,6 +289,17 @@ int store_audit_read(store_t *s, int64_t after_seq, int limit,
                      int *n) MCPSUB_NODISCARD;
 
 /*
+ * The same for one table's rows (one record's, when key is not NULL) with
+ * seq in (after_seq, upto_seq], for positions every reader has seen (a
+ * resumption's gap): through the indexes, it costs the rows it yields, not
+ * the log's.
+ */
+int store_audit_read_of(store_t *s, const char *table, const char *key, int64_t after_seq,
+                        int64_t upto_seq, int limit,
+                        int (*fn)(const store_audit_row *row, void *data), void *data,
+                        int *n) MCPSUB_NODISCARD;
+
+/*
  * The operator's view (mcpsubctl audit tail): the newest limit rows
  * (1..10000), oldest first; only table's rows unless table is NULL.
  */
@@ -331,7 +342,7 @@ typedef struct store_prune {
   int64_t retain_rows, retain_ms, now_ms; /* in */
   int64_t span;                           /* in: rows examined at most; 0: all */
   int64_t after;                          /* in: from the row after this seq; out: the last */
-  int64_t bound; /* in: the highest seq to delete, 0: find it (the bounds above); out: it */
+  int64_t bound;   /* in: the highest seq to delete, 0: find it (the bounds above); out: it */
   int64_t deleted; /* out */
   bool more;       /* out: span rows examined, more may be due */
 } store_prune;

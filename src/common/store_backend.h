@@ -74,6 +74,9 @@ struct store_ops {
 
   /* Audit log */
   int (*audit_max_seq)(store_t *s, int64_t *seq);
+  int (*audit_read_of)(store_t *s, const char *table, const char *key, int64_t after_seq,
+                       int64_t upto_seq, int limit,
+                       int (*fn)(const store_audit_row *row, void *data), void *data, int *n);
   int (*audit_read)(store_t *s, int64_t after_seq, int limit,
                     int (*fn)(const store_audit_row *row, void *data), void *data, int *n);
   int (*audit_list)(store_t *s, const char *table, int limit,

@@ -2119,6 +2119,42 @@ static int pg_audit_read(store_t *s, int64_t after_seq, int limit,
   return count > 0 ? 0 : ret;
 }
 
+/* Positions below the tailer's are settled: no gap to wait for, as pg_audit_read must. */
+static int pg_audit_read_of(store_t *s, const char *table, const char *key, int64_t after_seq,
+                            int64_t upto_seq, int limit,
+                            int (*fn)(const store_audit_row *row, void *data), void *data, int *n) {
+  pg_store *p = pg_of(s);
+  pg_params ps = {0};
+  PGresult *r = NULL;
+  int count = 0;
+  if (n != NULL) *n = 0;
+  if (limit < 1) limit = 1;
+  if (limit > STORE_QUERY_MAX_LIMIT) limit = STORE_QUERY_MAX_LIMIT;
+  int ret = pg_ready(p);
+  if (ret < 0) return ret;
+  pg_param(&ps, table);
+  pg_param(&ps, key);
+  pg_param_int(&ps, after_seq);
+  pg_param_int(&ps, upto_seq);
+  pg_param_int(&ps, limit);
+  ret = pg_run(p,
+               key != NULL ? "SELECT " PG_AUDIT_COLUMNS " FROM audit_log WHERE tbl = $1 AND "
+                             "key = $2 AND seq > $3::int8 AND seq <= $4::int8 ORDER BY seq "
+                             "LIMIT $5::int8"
+                           : "SELECT " PG_AUDIT_COLUMNS " FROM audit_log WHERE tbl = $1 AND "
+                             "$2::text IS NULL AND seq > $3::int8 AND seq <= $4::int8 "
+                             "ORDER BY seq LIMIT $5::int8",
+               &ps, &r, NULL, 0);
+  pg_params_finish(&ps);
+  for (int i = 0; ret == 0 && i < PQntuples(r); i++) {
+    count++;
+    if (pg_audit_row_call(r, i, 0, fn, data) != 0) break;
+  }
+  PQclear(r);
+  if (n != NULL) *n = count;
+  return ret;
+}
+
 /* The newest limit rows (of table, unless NULL), oldest first: the operator's view. */
 static int pg_audit_list(store_t *s, const char *table, int limit,
                          int (*fn)(const store_audit_row *row, void *data), void *data) {
@@ -2672,6 +2708,7 @@ const store_ops store_pg_ops = {
     .bulk_as = pg_bulk_as,
     .audit_max_seq = pg_audit_max_seq,
     .audit_read = pg_audit_read,
+    .audit_read_of = pg_audit_read_of,
     .audit_list = pg_audit_list,
     .data_version = pg_data_version,
     .wake_fd = pg_wake_fd,

@@ -1733,6 +1733,39 @@ static int sq_audit_read(store_t *s, int64_t after_seq, int limit,
   return ret;
 }
 
+static int sq_audit_read_of(store_t *s, const char *table, const char *key, int64_t after_seq,
+                            int64_t upto_seq, int limit,
+                            int (*fn)(const store_audit_row *row, void *data), void *data, int *n) {
+  sqlite3_stmt *st;
+  int rc, count = 0;
+  if (n != NULL) *n = 0;
+  if (limit < 1) limit = 1;
+  if (limit > STORE_QUERY_MAX_LIMIT) limit = STORE_QUERY_MAX_LIMIT;
+  /* Two statements, so that each has its index: audit_log_by_key, audit_log_by_table. */
+  int ret = store_stmt_get(s,
+                           key != NULL ? "SELECT " STORE_AUDIT_COLUMNS " FROM audit_log WHERE "
+                                         "tbl = ?1 AND key = ?2 AND seq > ?3 AND seq <= ?4 "
+                                         "ORDER BY seq LIMIT ?5"
+                                       : "SELECT " STORE_AUDIT_COLUMNS " FROM audit_log WHERE "
+                                         "tbl = ?1 AND seq > ?3 AND seq <= ?4 ORDER BY seq "
+                                         "LIMIT ?5",
+                           &st, NULL, 0);
+  if (ret < 0) return ret;
+  sqlite3_bind_text(st, 1, table, -1, SQLITE_STATIC);
+  if (key != NULL) sqlite3_bind_text(st, 2, key, -1, SQLITE_STATIC);
+  sqlite3_bind_int64(st, 3, after_seq);
+  sqlite3_bind_int64(st, 4, upto_seq);
+  sqlite3_bind_int(st, 5, limit);
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    count++;
+    if (store_audit_row_call(st, fn, data) != 0) break;
+  }
+  if (rc != SQLITE_ROW && rc != SQLITE_DONE) ret = store_error(s, rc, NULL, 0);
+  store_stmt_put(s, st);
+  if (n != NULL) *n = count;
+  return ret;
+}
+
 static int sq_audit_list(store_t *s, const char *table, int limit,
                          int (*fn)(const store_audit_row *row, void *data), void *data) {
   sqlite3_stmt *st;
@@ -2219,6 +2252,7 @@ const store_ops store_sqlite_ops = {
     .bulk_as = sq_bulk_as,
     .audit_max_seq = sq_audit_max_seq,
     .audit_read = sq_audit_read,
+    .audit_read_of = sq_audit_read_of,
     .audit_list = sq_audit_list,
     .data_version = sq_data_version,
     .wake_fd = NULL,

@@ -1057,6 +1057,7 @@ typedef struct recover_ctx {
   recover_item *items; /* SUBS_RECOVER_MAX slots */
   size_t n_items;
   int64_t last; /* last seq read */
+  bool rows;    /* the row images are parsed (the table has filtered or row-scoped topics) */
   bool overflow;
 } recover_ctx;
 
@@ -1071,7 +1072,7 @@ static int recover_row(const store_audit_row *row, void *data) {
   recover_ctx *ctx = data;
   if (row->seq > ctx->upto) return 1;
   ctx->last = row->seq;
-  sub_change change = change_of(row, true); /* a resumption: cold, and any topic may filter */
+  sub_change change = change_of(row, ctx->rows);
   char *record_uri = NULL;
   for (sub_t *sub = ctx->sink->subs; sub != NULL; sub = sub->owner_next) {
     if (sub->since_seq >= row->seq || !recover_wanted(ctx, row->seq, sub->topic->order) ||
@@ -1155,6 +1156,57 @@ static size_t recover_reread(recover_ctx *ctx, int64_t seq, bool rest) {
 }
 
 /*
+ * Reads the gap's rows of table (of key's record, when not NULL) after seq
+ * after into ctx. False when the store fails.
+ */
+static bool recover_read_of(recover_ctx *ctx, const char *table, const char *key, int64_t after) {
+  ctx->rows = sub_index_needs_rows(&ctx->w->subs, table);
+  ctx->last = after;
+  while (!ctx->overflow && ctx->last < ctx->upto) {
+    int n = 0;
+    int64_t before = ctx->last;
+    if (store_audit_read_of(ctx->w->store, table, key, before, ctx->upto, TAILER_BATCH, recover_row,
+                            ctx, &n) != 0)
+      return false;
+    if (n < TAILER_BATCH || ctx->last == before) break;
+  }
+  return true;
+}
+
+/*
+ * Reads what the sink's subscriptions may want of the gap after seq after:
+ * every row of a table one of them watches whole (a collection, a filter),
+ * else only their records' rows. The indexes make that cost what it
+ * yields: a gap of a million changes elsewhere costs nothing, where reading
+ * the whole gap held the worker up for most of a second. The updates are
+ * sorted afterwards, so the order of reading does not matter.
+ */
+static bool recover_read(recover_ctx *ctx, int64_t after) {
+  strmap whole; /* tables read whole */
+  strmap_init(&whole);
+  bool ok = true;
+  for (sub_t *sub = ctx->sink->subs; ok && !ctx->overflow && sub != NULL; sub = sub->owner_next) {
+    const uri_t *u = &sub->topic->parsed;
+    if (u->table == NULL || u->kind == URI_RECORD) continue;
+    if (strmap_put(&whole, u->table, strlen(u->table), (void *)u) == NULL)
+      ok = recover_read_of(ctx, u->table, NULL, after);
+  }
+  strmap records; /* "table\nkey" read */
+  strmap_init(&records);
+  for (sub_t *sub = ctx->sink->subs; ok && !ctx->overflow && sub != NULL; sub = sub->owner_next) {
+    const uri_t *u = &sub->topic->parsed;
+    if (u->kind != URI_RECORD || strmap_get(&whole, u->table, strlen(u->table)) != NULL) continue;
+    buf_reset(&ctx->key);
+    buf_printf(&ctx->key, "%s\n%s", u->table, u->key);
+    if (strmap_put(&records, ctx->key.data, ctx->key.len, (void *)u) == NULL)
+      ok = recover_read_of(ctx, u->table, u->key, after);
+  }
+  strmap_finish(&records);
+  strmap_finish(&whole);
+  return ok;
+}
+
+/*
  * Sends what the owner's subscriptions missed after (or, inclusive, at)
  * position after, up to what is delivered live. Falls back to one re-read
  * update per subscription when the log no longer holds the whole gap or
@@ -1178,13 +1230,7 @@ static void subs_recover(worker_t *w, const recover_sink *sink, frame_pos after,
   /* Exact unless retention deleted a wanted change (0: it never deleted any). */
   bool exact =
       store_audit_pruned_through(w->store, &pruned) == 0 && (pruned == 0 || pruned < first);
-  ctx.last = first - 1;
-  while (exact && !ctx.overflow && ctx.last < ctx.upto) {
-    int n = 0;
-    int64_t before = ctx.last;
-    if (store_audit_read(w->store, before, TAILER_BATCH, recover_row, &ctx, &n) != 0) exact = false;
-    if (!exact || n < TAILER_BATCH || ctx.last == before) break;
-  }
+  if (exact) exact = recover_read(&ctx, first - 1);
   exact = exact && !ctx.overflow;
   /* All or nothing: a partial list would look complete to the client. */
   size_t sent = 0;

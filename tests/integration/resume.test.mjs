@@ -150,13 +150,18 @@ test('restart on the same database: subscriptions restored, the gap recovered fr
   let server = await startServer();
   try {
     const B = server.base;
-    sqlite(server.dbPath, 'CREATE TABLE Extra (id INTEGER PRIMARY KEY, v TEXT)');
+    sqlite(server.dbPath, `CREATE TABLE Extra (id INTEGER PRIMARY KEY, v TEXT);
+      CREATE TABLE Note (id INTEGER PRIMARY KEY, v TEXT);
+      INSERT INTO Note (id, v) VALUES (1, 'a'), (3, 'c')`);
     const s = await McpSession.open(server.port);
     const record = `${B}/Product/A-100`;
     const tools = `${B}/Product?category=tools`;
     const events = `${B}/StockEvent`;
     const extra = `${B}/Extra`;
-    for (const u of [record, tools, events, extra]) await subscribe(s, u);
+    // Note is watched by records only: the recovery reads just their changes.
+    const note1 = `${B}/Note/1`;
+    const note2 = `${B}/Note/2`;
+    for (const u of [record, tools, events, extra, note1, note2]) await subscribe(s, u);
     const st = await openPrimed(server, s);
     await rest(server.port, 'PATCH', '/Product/A-100', { price_cents: 1 });
     await st.waitUpdates(2);
@@ -176,7 +181,11 @@ test('restart on the same database: subscriptions restored, the gap recovered fr
        UPDATE StockEvent SET delta = 6 WHERE id = 701;
        DELETE FROM StockEvent WHERE id = 702;
        INSERT INTO Extra (id, v) VALUES (1, 'a');
-       DROP TABLE Extra;`,
+       DROP TABLE Extra;
+       UPDATE Note SET v = 'b' WHERE id = 1;
+       UPDATE Note SET v = 'c' WHERE id = 3;
+       INSERT INTO Note (id, v) VALUES (2, 'b');
+       UPDATE Note SET v = 'd' WHERE id = 1;`,
     );
     server = await restartServer(server);
     const st2 = await openPrimed(server, s, last);
@@ -188,6 +197,8 @@ test('restart on the same database: subscriptions restored, the gap recovered fr
       [`${B}/StockEvent/701`, events],
       [`${B}/StockEvent/702`, events],
       [`${B}/StockEvent/703`, events],
+      [note1, note1],
+      [note2, note2],
     ];
     assert.deepEqual(sortedPairs(st2.updates()), want.map(key).sort(), st2.describe());
     // Each recovered update is named by the newest change of its URI, in commit order, so
@@ -202,9 +213,9 @@ test('restart on the same database: subscriptions restored, the gap recovered fr
     assert.deepEqual(seqs2, [...seqs2].sort((x, y) => x - y), `recovered in commit order: ${seqs2}`);
     // The dropped table's subscription is gone, on the live session and on its row (which
     // the writer rewrites after the restore, without the request waiting for it).
-    assert.equal((await getStatus(server.port)).subscriptions, 3);
+    assert.equal((await getStatus(server.port)).subscriptions, 5);
     const rowSubs = () => JSON.stringify(JSON.parse(sessionRow(server.dbPath, s.id).subscriptions).sort());
-    const wantSubs = JSON.stringify([record, tools, events].sort());
+    const wantSubs = JSON.stringify([record, tools, events, note1, note2].sort());
     await waitFor(() => rowSubs() === wantSubs, { timeoutMs: 5000, message: `the row's subscriptions to be ${wantSubs}: ${rowSubs()}` });
     // Live again on the new process.
     await rest(server.port, 'PATCH', '/Product/A-100', { price_cents: 4999 });
