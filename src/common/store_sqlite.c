@@ -1708,21 +1708,14 @@ static int store_audit_row_call(sqlite3_stmt *st, int (*fn)(const store_audit_ro
   return stop;
 }
 
-static int sq_audit_read(store_t *s, int64_t after_seq, int limit,
-                         int (*fn)(const store_audit_row *row, void *data), void *data, int *n) {
-  sqlite3_stmt *st;
-  int rc, count = 0;
-
-  if (n != NULL) *n = 0;
-  if (limit < 1) limit = 1;
-  if (limit > STORE_QUERY_MAX_LIMIT) limit = STORE_QUERY_MAX_LIMIT;
-  int ret = store_stmt_get(s,
-                           "SELECT " STORE_AUDIT_COLUMNS " FROM audit_log "
-                           "WHERE seq > ?1 ORDER BY seq LIMIT ?2",
-                           &st, NULL, 0);
-  if (ret < 0) return ret;
-  sqlite3_bind_int64(st, 1, after_seq);
-  sqlite3_bind_int(st, 2, limit);
+/*
+ * Hands each row of st, a bound statement selecting STORE_AUDIT_COLUMNS, to
+ * fn until it returns non-zero; puts st back. *n (may be NULL): the rows
+ * handed.
+ */
+static int store_audit_rows(store_t *s, sqlite3_stmt *st,
+                            int (*fn)(const store_audit_row *row, void *data), void *data, int *n) {
+  int rc, ret = 0, count = 0;
   while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
     count++;
     if (store_audit_row_call(st, fn, data) != 0) break;
@@ -1733,14 +1726,29 @@ static int sq_audit_read(store_t *s, int64_t after_seq, int limit,
   return ret;
 }
 
+static int store_audit_limit(int limit) {
+  return limit < 1 ? 1 : limit > STORE_QUERY_MAX_LIMIT ? STORE_QUERY_MAX_LIMIT : limit;
+}
+
+static int sq_audit_read(store_t *s, int64_t after_seq, int limit,
+                         int (*fn)(const store_audit_row *row, void *data), void *data, int *n) {
+  sqlite3_stmt *st;
+  if (n != NULL) *n = 0;
+  int ret = store_stmt_get(s,
+                           "SELECT " STORE_AUDIT_COLUMNS " FROM audit_log "
+                           "WHERE seq > ?1 ORDER BY seq LIMIT ?2",
+                           &st, NULL, 0);
+  if (ret < 0) return ret;
+  sqlite3_bind_int64(st, 1, after_seq);
+  sqlite3_bind_int(st, 2, store_audit_limit(limit));
+  return store_audit_rows(s, st, fn, data, n);
+}
+
 static int sq_audit_read_of(store_t *s, const char *table, const char *key, int64_t after_seq,
                             int64_t upto_seq, int limit,
                             int (*fn)(const store_audit_row *row, void *data), void *data, int *n) {
   sqlite3_stmt *st;
-  int rc, count = 0;
   if (n != NULL) *n = 0;
-  if (limit < 1) limit = 1;
-  if (limit > STORE_QUERY_MAX_LIMIT) limit = STORE_QUERY_MAX_LIMIT;
   /* Two statements, so that each has its index: audit_log_by_key, audit_log_by_table. */
   int ret = store_stmt_get(s,
                            key != NULL ? "SELECT " STORE_AUDIT_COLUMNS " FROM audit_log WHERE "
@@ -1755,33 +1763,22 @@ static int sq_audit_read_of(store_t *s, const char *table, const char *key, int6
   if (key != NULL) sqlite3_bind_text(st, 2, key, -1, SQLITE_STATIC);
   sqlite3_bind_int64(st, 3, after_seq);
   sqlite3_bind_int64(st, 4, upto_seq);
-  sqlite3_bind_int(st, 5, limit);
-  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-    count++;
-    if (store_audit_row_call(st, fn, data) != 0) break;
-  }
-  if (rc != SQLITE_ROW && rc != SQLITE_DONE) ret = store_error(s, rc, NULL, 0);
-  store_stmt_put(s, st);
-  if (n != NULL) *n = count;
-  return ret;
+  sqlite3_bind_int(st, 5, store_audit_limit(limit));
+  return store_audit_rows(s, st, fn, data, n);
 }
 
 static int sq_audit_list(store_t *s, const char *table, int limit,
                          int (*fn)(const store_audit_row *row, void *data), void *data) {
   sqlite3_stmt *st;
-  int rc, ret = store_stmt_get(s,
-                               "SELECT * FROM (SELECT " STORE_AUDIT_COLUMNS " FROM audit_log"
-                               " WHERE ?1 IS NULL OR tbl = ?1 ORDER BY seq DESC LIMIT ?2)"
-                               " ORDER BY seq",
-                               &st, NULL, 0);
+  int ret = store_stmt_get(s,
+                           "SELECT * FROM (SELECT " STORE_AUDIT_COLUMNS " FROM audit_log"
+                           " WHERE ?1 IS NULL OR tbl = ?1 ORDER BY seq DESC LIMIT ?2)"
+                           " ORDER BY seq",
+                           &st, NULL, 0);
   if (ret < 0) return ret;
   if (table != NULL) sqlite3_bind_text(st, 1, table, -1, SQLITE_STATIC);
   sqlite3_bind_int(st, 2, limit);
-  while ((rc = sqlite3_step(st)) == SQLITE_ROW)
-    if (store_audit_row_call(st, fn, data) != 0) break;
-  if (rc != SQLITE_ROW && rc != SQLITE_DONE) ret = store_error(s, rc, NULL, 0);
-  store_stmt_put(s, st);
-  return ret;
+  return store_audit_rows(s, st, fn, data, NULL);
 }
 
 static int sq_counts(store_t *s, int64_t *sessions, int64_t *audit_rows) {
