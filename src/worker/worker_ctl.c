@@ -134,9 +134,9 @@ static void ctl_add_topic(const char *key, size_t len, void *value, void *data) 
 /*
  * {"cmd":"subs","busiest":N}: the N topics with the most updates since the
  * last such request (mcpsubctl top's view), then the most sessions. One walk
- * without allocation, so that a live view costs the worker little however
- * many URIs it holds; listing them all (ctl_add_topic) is for the operator's
- * explicit `subs`.
+ * that allocates nothing per URI, so that a live view costs the worker
+ * little however many URIs it holds; listing them all (ctl_add_topic) is
+ * for the operator's explicit `subs`.
  */
 typedef struct ctl_busy {
   const sub_topic *topic;
