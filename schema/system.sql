@@ -32,7 +32,8 @@ CREATE TABLE IF NOT EXISTS mcp_session (
   client_capabilities TEXT,               -- JSON object from initialize
   log_level           TEXT,               -- from logging/setLevel
   subscriptions       TEXT    NOT NULL DEFAULT '[]', -- unused since mcpsub_subscription (kept empty)
-  principal           TEXT    NOT NULL DEFAULT 'anonymous' -- who created it: "key:NAME", ...
+  principal           TEXT    NOT NULL DEFAULT 'anonymous', -- who created it: "key:NAME", ...
+  subscription_count  INTEGER NOT NULL DEFAULT 0 -- its mcpsub_subscription rows (triggers keep it)
 ) WITHOUT ROWID;
 
 -- A session's subscriptions, one row each, so that a subscribe writes one

@@ -48,7 +48,8 @@ CREATE TABLE IF NOT EXISTS mcp_session (
   client_capabilities text,              -- JSON object from initialize
   log_level           text,              -- from logging/setLevel
   subscriptions       text   NOT NULL DEFAULT '[]', -- unused since mcpsub_subscription (kept empty)
-  principal           text   NOT NULL DEFAULT 'anonymous' -- who created it: "key:NAME", ...
+  principal           text   NOT NULL DEFAULT 'anonymous', -- who created it: "key:NAME", ...
+  subscription_count  bigint NOT NULL DEFAULT 0 -- its mcpsub_subscription rows (the trigger keeps it)
 );
 DO $mcpsub$ BEGIN
   IF to_regclass('mcp_session_by_principal') IS NULL THEN
@@ -64,6 +65,35 @@ CREATE TABLE IF NOT EXISTS mcpsub_subscription (
   debounce text,
   PRIMARY KEY (session, uri)
 );
+
+-- Each session's subscription_count follows its mcpsub_subscription rows, so
+-- that a principal's usage (the --limit-subscriptions check, on every
+-- subscribe) reads its sessions, not all their subscriptions. Added to, and
+-- counted once in, a database made before it; the trigger made only when
+-- missing (CREATE TRIGGER locks the table against writers).
+CREATE OR REPLACE FUNCTION mcpsub_subscription_count() RETURNS trigger
+LANGUAGE plpgsql AS $mcpsub$
+BEGIN
+  IF TG_OP = 'INSERT' THEN
+    UPDATE mcp_session SET subscription_count = subscription_count + 1 WHERE id = NEW.session;
+  ELSE
+    UPDATE mcp_session SET subscription_count = subscription_count - 1 WHERE id = OLD.session;
+  END IF;
+  RETURN NULL;
+END $mcpsub$;
+DO $mcpsub$ BEGIN
+  IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = 'mcp_session'::regclass
+                 AND attname = 'subscription_count' AND NOT attisdropped) THEN
+    ALTER TABLE mcp_session ADD COLUMN subscription_count bigint NOT NULL DEFAULT 0;
+    UPDATE mcp_session AS m SET subscription_count =
+      (SELECT count(*) FROM mcpsub_subscription AS s WHERE s.session = m.id);
+  END IF;
+  IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = 'mcpsub_subscription'::regclass
+                 AND tgname = 'mcpsub_subscription_count') THEN
+    CREATE TRIGGER mcpsub_subscription_count AFTER INSERT OR DELETE ON mcpsub_subscription
+      FOR EACH ROW EXECUTE FUNCTION mcpsub_subscription_count();
+  END IF;
+END $mcpsub$;
 
 -- Small named values mcpsub keeps about itself, e.g. 'audit_pruned_through':
 -- the highest audit seq retention has deleted (resumption from below it

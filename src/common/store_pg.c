@@ -2648,8 +2648,7 @@ static int pg_principal_usage(store_t *s, const char *principal, int64_t since_m
   pg_param(&ps, principal);
   pg_param_int(&ps, since_ms);
   ret = pg_run(p,
-               "SELECT count(*), coalesce(sum((SELECT count(*) FROM mcpsub_subscription "
-               "WHERE session = mcp_session.id)), 0) "
+               "SELECT count(*), coalesce(sum(subscription_count), 0) "
                "FROM mcp_session WHERE principal = $1 AND last_seen >= $2::int8",
                &ps, &r, NULL, 0);
   pg_params_finish(&ps);

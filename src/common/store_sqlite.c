@@ -695,6 +695,21 @@ static bool store_has_column(store_t *s, const char *table, const char *col) {
 }
 
 /*
+ * Each session's subscription_count follows its mcpsub_subscription rows,
+ * so that a principal's usage (the --limit-subscriptions check, on every
+ * subscribe) reads its sessions, not all their subscriptions. The rows are
+ * written with upserts, never INSERT OR REPLACE, whose delete would not
+ * fire the delete trigger. Made after the column (store_migrate).
+ */
+#define STORE_SUBSCRIPTION_COUNT_TRIGGERS                                                          \
+  "CREATE TRIGGER IF NOT EXISTS mcpsub_subscription_added AFTER INSERT ON mcpsub_subscription "    \
+  "BEGIN UPDATE mcp_session SET subscription_count = subscription_count + 1 "                      \
+  "WHERE id = new.session; END; "                                                                  \
+  "CREATE TRIGGER IF NOT EXISTS mcpsub_subscription_removed AFTER DELETE ON mcpsub_subscription "  \
+  "BEGIN UPDATE mcp_session SET subscription_count = subscription_count - 1 "                      \
+  "WHERE id = old.session; END"
+
+/*
  * Brings the system tables of a database made by an older mcpsubd up to
  * the current system.sql (CREATE TABLE IF NOT EXISTS leaves an existing
  * table as it was): columns added since are added here, inside the
@@ -726,6 +741,14 @@ static int store_migrate(store_t *s, char *err, size_t errlen) {
                     "json_type(j.value, '$.uri') = 'text'); "
                     "UPDATE mcp_session SET subscriptions = '[]' WHERE subscriptions <> '[]'",
                     err, errlen);
+  /* Counted once, from the rows; the triggers keep it from then on. */
+  if (ret == 0 && !store_has_column(s, "mcp_session", "subscription_count"))
+    ret = store_ddl(s,
+                    "ALTER TABLE mcp_session ADD COLUMN subscription_count INTEGER NOT NULL "
+                    "DEFAULT 0; UPDATE mcp_session SET subscription_count = (SELECT count(*) FROM "
+                    "mcpsub_subscription WHERE session = mcp_session.id)",
+                    err, errlen);
+  if (ret == 0) ret = store_ddl(s, STORE_SUBSCRIPTION_COUNT_TRIGGERS, err, errlen);
   return ret;
 }
 
@@ -2074,10 +2097,11 @@ static int sq_session_set_subscriptions(store_t *s, const char *id, const char *
   if (ret == 0)
     ret = store_session_sub_exec(
         s,
-        "INSERT OR REPLACE INTO mcpsub_subscription (session, uri, debounce) "
+        "INSERT INTO mcpsub_subscription (session, uri, debounce) "
         "SELECT ?1, CASE j.type WHEN 'text' THEN j.value ELSE json_extract(j.value, '$.uri') END, "
         "CASE j.type WHEN 'object' THEN json_extract(j.value, '$.debounce') END "
-        "FROM json_each(?2) AS j WHERE j.type = 'text' OR json_type(j.value, '$.uri') = 'text'",
+        "FROM json_each(?2) AS j WHERE j.type = 'text' OR json_type(j.value, '$.uri') = 'text' "
+        "ON CONFLICT (session, uri) DO UPDATE SET debounce = excluded.debounce",
         id, json_array != NULL ? json_array : "[]", NULL, NULL);
   if (ret == 0) ret = store_commit(s, NULL, 0);
   if (ret < 0) store_rollback(s);
@@ -2109,8 +2133,9 @@ static int sq_session_sub_put(store_t *s, const char *id, const char *uri, const
   if (ret < 0) return ret;
   ret = store_session_sub_exec(
       s,
-      "INSERT OR REPLACE INTO mcpsub_subscription (session, uri, debounce) "
-      "SELECT ?1, ?2, ?3 WHERE EXISTS (SELECT 1 FROM mcp_session WHERE id = ?1)",
+      "INSERT INTO mcpsub_subscription (session, uri, debounce) "
+      "SELECT ?1, ?2, ?3 WHERE EXISTS (SELECT 1 FROM mcp_session WHERE id = ?1) "
+      "ON CONFLICT (session, uri) DO UPDATE SET debounce = excluded.debounce",
       id, uri, debounce, &n);
   if (ret == 0 && n == 0) ret = -ENOENT;
   if (ret == 0) {
@@ -2149,8 +2174,7 @@ static int sq_principal_usage(store_t *s, const char *principal, int64_t since_m
   sqlite3_stmt *st;
   int ret =
       store_stmt_get(s,
-                     "SELECT count(*), coalesce(sum((SELECT count(*) FROM mcpsub_subscription "
-                     "WHERE session = mcp_session.id)), 0) "
+                     "SELECT count(*), coalesce(sum(subscription_count), 0) "
                      "FROM mcp_session WHERE principal = ?1 AND last_seen >= ?2",
                      &st, NULL, 0);
   if (ret < 0) return ret;

@@ -1171,6 +1171,70 @@ static void set_session(store_session *ss, const char *suffix, int64_t last_seen
   snprintf(ss->protocol_version, sizeof(ss->protocol_version), "2025-06-18");
 }
 
+/* A principal's usage, as the --limit-* checks read it. */
+static void check_usage(store_t *s, const char *principal, int64_t sessions, int64_t subs) {
+  int64_t n_sessions = -1, n_subs = -1;
+  CHECK(store_principal_usage(s, principal, 0, &n_sessions, &n_subs) == 0);
+  CHECK_INT_EQ(n_sessions, sessions);
+  CHECK_INT_EQ(n_subs, subs);
+}
+
+/*
+ * Each session's subscription count follows its subscription rows through
+ * every way they change, and a database made before the count gets it.
+ */
+static void test_subscription_count(void) {
+  char path[300];
+  snprintf(path, sizeof(path), "%s/count.db", tmp_dir);
+  store_t *s = open_store(path);
+  store_session a, b;
+  set_session(&a, "1a", 1000);
+  set_session(&b, "1b", 1000);
+  a.principal = b.principal = "key:p";
+  CHECK(store_session_insert(s, &a) == 0);
+  CHECK(store_session_insert(s, &b) == 0);
+  check_usage(s, "key:p", 2, 0);
+  CHECK(store_session_sub_put(s, a.id, "u1", NULL, "k1") == 0);
+  CHECK(store_session_sub_put(s, a.id, "u1", "{\"ms\":5}", "k1") == 0); /* the same URI again */
+  CHECK(store_session_sub_put(s, a.id, "u2", NULL, "k2") == 0);
+  check_usage(s, "key:p", 2, 2);
+  CHECK(store_session_sub_delete(s, a.id, "u1") == 0);
+  CHECK(store_session_sub_delete(s, a.id, "u1") == 0); /* not there any more */
+  check_usage(s, "key:p", 2, 1);
+  CHECK(store_session_set_subscriptions(s, b.id, "[\"x\",\"y\",\"x\"]") == 0);
+  check_usage(s, "key:p", 2, 3);
+  CHECK(store_session_set_subscriptions(s, b.id, "[\"z\"]") == 0);
+  check_usage(s, "key:p", 2, 2);
+  check_usage(s, "anonymous", 0, 0);
+  CHECK(store_session_delete(s, b.id) == 0);
+  check_usage(s, "key:p", 1, 1);
+
+  store_close(s);
+
+  /* A database from before the count (its session rows and subscriptions as they were). */
+  snprintf(path, sizeof(path), "%s/count_old.db", tmp_dir);
+  sqlite3 *raw = NULL;
+  CHECK(sqlite3_open(path, &raw) == SQLITE_OK);
+  raw_exec(raw, "CREATE TABLE mcp_session (id TEXT PRIMARY KEY, created_at INTEGER NOT NULL, "
+                "last_seen INTEGER NOT NULL, protocol_version TEXT NOT NULL, client_info TEXT, "
+                "client_capabilities TEXT, log_level TEXT, subscriptions TEXT NOT NULL DEFAULT "
+                "'[]', principal TEXT NOT NULL DEFAULT 'anonymous') WITHOUT ROWID; "
+                "CREATE TABLE mcpsub_subscription (session TEXT NOT NULL, uri TEXT NOT NULL, "
+                "debounce TEXT, PRIMARY KEY (session, uri)) WITHOUT ROWID; "
+                "INSERT INTO mcp_session (id, created_at, last_seen, protocol_version, principal) "
+                "VALUES ('000000000000000000000000000000001a', 1000, 1000, '2025-06-18', 'key:p'); "
+                "INSERT INTO mcpsub_subscription (session, uri) VALUES "
+                "('000000000000000000000000000000001a', 'v1'), "
+                "('000000000000000000000000000000001a', 'v2'), "
+                "('000000000000000000000000000000001a', 'v3')");
+  sqlite3_close(raw);
+  s = open_store(path);
+  check_usage(s, "key:p", 1, 3);
+  CHECK(store_session_sub_put(s, a.id, "v4", NULL, "k4") == 0);
+  check_usage(s, "key:p", 1, 4);
+  store_close(s);
+}
+
 static void test_sessions(void) {
   store_t *s = open_store(db_path);
   store_session a, b, c, got;
@@ -1340,6 +1404,7 @@ int main(void) {
   RUN(test_audit_prune);
   RUN(test_audit_prune_steps);
   RUN(test_sessions);
+  RUN(test_subscription_count);
   RUN(test_batch);
   RUN(test_readonly);
   RUN(test_example_schema);

@@ -801,6 +801,16 @@ static void test_sessions(void) {
   CHECK(store_principal_usage(s, "key:bob", 0, &sessions, &n_subs) == 0);
   CHECK_INT_EQ(sessions, 1);
   CHECK_INT_EQ(n_subs, 2);
+  /* The count follows the rows: the same URI again, a repeated URI in a list. */
+  CHECK(store_session_sub_put(s, ss.id, "mcp://c", "{\"ms\":7}", "topic-c") == 0);
+  CHECK(store_principal_usage(s, "key:bob", 0, &sessions, &n_subs) == 0);
+  CHECK_INT_EQ(n_subs, 2);
+  CHECK(store_session_set_subscriptions(s, ss.id, "[\"mcp://x\",\"mcp://y\",\"mcp://x\"]") == 0);
+  CHECK(store_principal_usage(s, "key:bob", 0, &sessions, &n_subs) == 0);
+  CHECK_INT_EQ(n_subs, 2);
+  CHECK(store_session_sub_delete(s, ss.id, "mcp://y") == 0);
+  CHECK(store_principal_usage(s, "key:bob", 0, &sessions, &n_subs) == 0);
+  CHECK_INT_EQ(n_subs, 1);
   CHECK(store_session_load(s, ss.id, &got) == 0);
   CHECK_STR_EQ(got.log_level, "debug");
   CHECK_INT_EQ(got.last_seen, 3000);
