@@ -811,6 +811,24 @@ static void test_sessions(void) {
   CHECK(store_session_sub_delete(s, ss.id, "mcp://y") == 0);
   CHECK(store_principal_usage(s, "key:bob", 0, &sessions, &n_subs) == 0);
   CHECK_INT_EQ(n_subs, 1);
+  /* A database from before the count: opening it adds the column, counted from the rows. */
+  PGconn *old = client();
+  sql(old, "DROP TRIGGER mcpsub_subscription_count ON mcpsub_subscription");
+  sql(old, "ALTER TABLE mcp_session DROP COLUMN subscription_count");
+  char insert[160];
+  snprintf(insert, sizeof(insert),
+           "INSERT INTO mcpsub_subscription (session, uri) VALUES ('%s', 'mcp://o1'), "
+           "('%s', 'mcp://o2')",
+           ss.id, ss.id);
+  sql(old, insert);
+  PQfinish(old);
+  store_close(s);
+  s = open_store();
+  CHECK(store_principal_usage(s, "key:bob", 0, &sessions, &n_subs) == 0);
+  CHECK_INT_EQ(n_subs, 3);
+  CHECK(store_session_sub_put(s, ss.id, "mcp://o3", NULL, "topic-o3") == 0);
+  CHECK(store_principal_usage(s, "key:bob", 0, &sessions, &n_subs) == 0);
+  CHECK_INT_EQ(n_subs, 4);
   CHECK(store_session_load(s, ss.id, &got) == 0);
   CHECK_STR_EQ(got.log_level, "debug");
   CHECK_INT_EQ(got.last_seen, 3000);
