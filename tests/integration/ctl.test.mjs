@@ -506,11 +506,12 @@ test('a worker that does not answer in time: a list says so (unanswered, a warni
     try {
       const r = ctl(['--json', 'sessions', '--live']);
       assert.equal(r.status, 0, describe(r));
-      assert.deepEqual(JSON.parse(r.stdout).unanswered, [slot], r.stdout);
-      assert.match(r.stderr, new RegExp(`no answer in time from worker ${slot}: this is incomplete`));
+      // The stopped one at least (a worker waiting on a lock it holds may be late too).
+      assert.ok(JSON.parse(r.stdout).unanswered.includes(slot), r.stdout);
+      assert.match(r.stderr, new RegExp(`no answer in time from worker( \\d)* ${slot}( \\d)*: this is incomplete`));
       const s = ctl(['session', 'show', id]);
       assert.equal(s.status, 1, describe(s));
-      assert.match(s.stderr, new RegExp(`no answer from worker ${slot} in time`));
+      assert.match(s.stderr, new RegExp(`no answer from worker [0-9, ]*${slot}[0-9, ]* in time`));
     } finally {
       process.kill(pid, 'SIGCONT');
     }
