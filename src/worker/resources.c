@@ -379,9 +379,9 @@ static void add_completion(cJSON *values, int *total, const char *candidate, con
   (*total)++;
 }
 
-/* Keys of t starting with prefix, in key order, bounded. */
-static void complete_keys(mcp_call *call, const store_table *t, const char *prefix, cJSON *values,
-                          int *total) {
+/* Keys of t's rows in the caller's scope starting with prefix, in key order, bounded. */
+static void complete_keys(mcp_call *call, const store_table *t, const auth_scope *scope,
+                          const char *prefix, cJSON *values, int *total) {
   cJSON *rows = NULL;
   char *next = NULL;
   char *after = NULL;
@@ -390,6 +390,7 @@ static void complete_keys(mcp_call *call, const store_table *t, const char *pref
     if (store_query(call->w->store, t, NULL, 0, 1000, after, &rows, &next) != 0) break;
     const cJSON *row;
     cJSON_ArrayForEach(row, rows) {
+      if (!auth_scope_matches(scope, row)) continue; /* another's row: not even its key */
       char *key = store_row_key(t, row);
       add_completion(values, total, key, prefix);
       free(key);
@@ -432,6 +433,8 @@ cJSON *completion_complete(mcp_call *call) {
     return mcp_call_fail(call, JSONRPC_INVALID_PARAMS, "unknown template: %s", tmpl->valuestring);
   const char *rest = tmpl->valuestring + blen + 1;
   bool generic = strcmp(rest, "{table}/{key}") == 0;
+  /* A table the caller may not read does not exist for it; its row scope narrows the keys. */
+  auth_scope scope = {0};
   if (generic) {
     if (cJSON_IsString(ctx_table)) t = subs_find_table(call->w, ctx_table->valuestring);
   } else {
@@ -441,18 +444,23 @@ cJSON *completion_complete(mcp_call *call) {
     char *table = uri_decode_component(rest, tlen - 6);
     t = table != NULL ? subs_find_table(call->w, table) : NULL;
     free(table);
-    if (t == NULL)
-      return mcp_call_fail(call, JSONRPC_INVALID_PARAMS, "unknown template: %s", tmpl->valuestring);
   }
+  if (t != NULL && auth_table_access(call->principal, t->name, AUTH_READ, &scope) != 0) t = NULL;
+  if (!generic && t == NULL)
+    return mcp_call_fail(call, JSONRPC_INVALID_PARAMS, "unknown template: %s", tmpl->valuestring);
 
   cJSON *values = cJSON_CreateArray();
   int total = 0;
   if (generic && strcmp(name->valuestring, "table") == 0) {
     int n;
     const store_table *tables = store_tables(call->w->store, &n);
-    for (int i = 0; i < n; i++) add_completion(values, &total, tables[i].name, value->valuestring);
+    for (int i = 0; i < n; i++) {
+      auth_scope any;
+      if (auth_table_access(call->principal, tables[i].name, AUTH_READ, &any) == 0)
+        add_completion(values, &total, tables[i].name, value->valuestring);
+    }
   } else if (strcmp(name->valuestring, "key") == 0 && t != NULL) {
-    complete_keys(call, t, value->valuestring, values, &total);
+    complete_keys(call, t, &scope, value->valuestring, values, &total);
   } else if (strcmp(name->valuestring, "key") != 0) {
     cJSON_Delete(values);
     return mcp_call_fail(call, JSONRPC_INVALID_PARAMS, "unknown argument: %s", name->valuestring);

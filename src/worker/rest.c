@@ -252,10 +252,16 @@ void rest_handle(worker_t *w, http_conn_t *c, http_request_t *req, const auth_pr
     return;
   }
   if (rc != 0) {
-    /* Malformed under a table we export is the client's error; elsewhere, nothing is here. */
+    /*
+     * Malformed under a table we export, and the caller may use, is the
+     * client's error; elsewhere nothing is here (a table it has no grant on
+     * does not exist for it, not even by a 400).
+     */
     size_t seg = strcspn(req->path + 1, "/?");
     char *table = uri_decode_component(req->path + 1, seg);
-    bool known = table != NULL && subs_find_table(w, table) != NULL;
+    const store_table *known_t = table != NULL ? subs_find_table(w, table) : NULL;
+    auth_scope scope;
+    bool known = known_t != NULL && auth_table_access(p, known_t->name, need, &scope) == 0;
     free(table);
     char why[300];
     snprintf(why, sizeof(why), "malformed path%s%s", uri_error()[0] ? ": " : "", uri_error());

@@ -152,6 +152,9 @@ test('a table without a grant does not exist for the role; a key whose scope can
   assert.equal(missing.message, `resource is not subscribable: ${B}/NoSuchTable`, 'the same answer as for a table that does not exist');
   assert.equal((await s.error('resources/read', { uri: `${B}/Secret/1` })).code, -32002);
   assert.equal((await request(srv.port, { path: '/Secret', headers: bearer(key.acme) })).status, 404);
+  // Not even a malformed path tells it the table is there (the writer, who may read it, gets 400).
+  assert.equal((await request(srv.port, { path: '/Secret/%zz', headers: bearer(key.acme) })).status, 404);
+  assert.equal((await request(srv.port, { path: '/Secret/%zz', headers: bearer(key.ops) })).status, 400);
   const tables = await s.result('tools/call', { name: 'list_tables', arguments: {} });
   assert.deepEqual(JSON.parse(tables.content[0].text).map((t) => t.name), ['Widget']);
   // Writes: this role has no write right at all.
@@ -162,6 +165,30 @@ test('a table without a grant does not exist for the role; a key whose scope can
   assert.equal((await stray.error('resources/read', { uri: `${B}/Widget` })).code, -32002);
   assert.equal((await request(srv.port, { path: '/Widget', headers: bearer(key.nobody) })).status, 404);
   await stray.delete();
+});
+
+test('completion/complete agrees: only readable tables, only the caller\'s keys', async () => {
+  const B = srv.base;
+  const complete = (st, uri, name, value, context) => st.result('completion/complete', {
+    ref: { type: 'ref/resource', uri }, argument: { name, value }, ...(context ? { context: { arguments: context } } : {}),
+  });
+  const acme = await McpSession.open(srv.port, { headers: bearer(key.acme) });
+  assert.deepEqual((await complete(acme, `${B}/{table}/{key}`, 'table', '')).completion.values, ['Widget']);
+  assert.deepEqual((await complete(acme, `${B}/{table}/{key}`, 'table', 'Sec')).completion.values, []);
+  const keys = (await complete(acme, `${B}/Widget/{key}`, 'key', '')).completion.values;
+  assert.deepEqual([...keys].sort(), ['a1', 'a2'], 'acme\'s rows only');
+  assert.deepEqual((await complete(acme, `${B}/Widget/{key}`, 'key', 'b')).completion.values, []);
+  assert.deepEqual((await complete(acme, `${B}/{table}/{key}`, 'key', '', { table: 'Widget' })).completion.values.sort(), ['a1', 'a2']);
+  assert.deepEqual((await complete(acme, `${B}/{table}/{key}`, 'key', '', { table: 'Secret' })).completion.values, []);
+  const secret = await acme.error('completion/complete', { ref: { type: 'ref/resource', uri: `${B}/Secret/{key}` }, argument: { name: 'key', value: '' } });
+  const none = await acme.error('completion/complete', { ref: { type: 'ref/resource', uri: `${B}/NoSuchTable/{key}` }, argument: { name: 'key', value: '' } });
+  assert.deepEqual([secret.code, secret.message.replace('Secret', 'T')], [none.code, none.message.replace('NoSuchTable', 'T')],
+    'the same answer as for a table that does not exist');
+  await acme.delete();
+  const ops = await McpSession.open(srv.port, { headers: bearer(key.ops) });
+  assert.deepEqual((await complete(ops, `${B}/{table}/{key}`, 'table', '')).completion.values.sort(), ['Secret', 'Widget']);
+  assert.ok((await complete(ops, `${B}/Widget/{key}`, 'key', 'b')).completion.values.includes('b0'));
+  await ops.delete();
 });
 
 test('writes inside a row scope: only the caller\'s rows, in and out; the audit log records who wrote', async () => {
