@@ -379,9 +379,42 @@ static void add_completion(cJSON *values, int *total, const char *candidate, con
   (*total)++;
 }
 
+/*
+ * Keys of a text-keyed t starting with prefix, in the caller's scope, found
+ * by the store (a `sw` filter on the key and the scope's equality, as a
+ * read's): every key of the table counts, not only the first pages.
+ */
+static void complete_text_keys(mcp_call *call, const store_table *t, const auth_scope *scope,
+                               const char *prefix, cJSON *values, int *total) {
+  uri_filter f = {.column = t->cols[t->key_col].name, .value = (char *)prefix, .op = URI_SW};
+  uri_t u = {.kind = URI_FILTERED, .table = t->name, .n_filters = 1, .filters = &f};
+  uri_t scoped = uri_copy(&u);
+  cJSON *rows = NULL;
+  char *next = NULL;
+  const char *bad_column = NULL;
+  if (auth_scope_apply(scope, &scoped) == 0 &&
+      resources_query(call->w, t, &scoped, COMPLETION_MAX + 1, NULL, &rows, &next, &bad_column) ==
+          0) {
+    const cJSON *row;
+    cJSON_ArrayForEach(row, rows) {
+      char *key = store_row_key(t, row);
+      add_completion(values, total, key, prefix);
+      free(key);
+    }
+  }
+  cJSON_Delete(rows);
+  free(next);
+  uri_finish(&scoped);
+}
+
 /* Keys of t's rows in the caller's scope starting with prefix, in key order, bounded. */
 static void complete_keys(mcp_call *call, const store_table *t, const auth_scope *scope,
                           const char *prefix, cJSON *values, int *total) {
+  if (prefix[0] != '\0' && t->key_col >= 0 && !store_column_numeric(t, t->key_col)) {
+    complete_text_keys(call, t, scope, prefix, values, total);
+    return;
+  }
+  /* Numbers (whose text prefixes are no range) and an empty prefix: the first pages. */
   cJSON *rows = NULL;
   char *next = NULL;
   char *after = NULL;

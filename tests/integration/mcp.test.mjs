@@ -15,7 +15,7 @@ import {
   request,
 } from './lib/raw.mjs';
 import { McpSession } from './lib/mcp.mjs';
-import { sessionRow } from './lib/sqlite.mjs';
+import { sessionRow, sqlite } from './lib/sqlite.mjs';
 import { waitFor } from './lib/wait.mjs';
 
 const UNKNOWN_SESSION = `00${'ab'.repeat(16)}`; // well-formed, never minted here
@@ -368,6 +368,23 @@ test('completion/complete on the Product record template', async () => {
   assert.ok(Array.isArray(r.completion.values), JSON.stringify(r));
   assert.ok(r.completion.values.includes('A-100'), JSON.stringify(r));
   for (const v of r.completion.values) assert.ok(v.startsWith('A'), `completion ${v} does not start with A`);
+});
+
+test('completion/complete finds keys past the first 10,000 of a table, and says when there are more than it lists', async () => {
+  const keys = Array.from({ length: 10050 }, (_, i) => `a${String(i).padStart(5, '0')}`);
+  sqlite(srv.dbPath, `CREATE TABLE Big (id TEXT PRIMARY KEY);
+    INSERT INTO Big (id) VALUES ${[...keys, 'zz-target'].map((k) => `('${k}')`).join(', ')};`);
+  const complete = (value) => s.result('completion/complete', {
+    ref: { type: 'ref/resource', uri: `${srv.base}/Big/{key}` }, argument: { name: 'key', value },
+  });
+  await waitFor(async () => (await s.result('resources/list', {})).resources.some((r) => r.uri === `${srv.base}/Big`),
+    { message: 'the new table' });
+  assert.deepEqual((await complete('zz')).completion.values, ['zz-target']);
+  assert.deepEqual((await complete('a1004')).completion.values, keys.slice(10040));
+  const many = (await complete('a0')).completion;
+  assert.equal(many.values.length, 100);
+  assert.equal(many.hasMore, true);
+  assert.deepEqual(many.values, keys.slice(0, 100));
 });
 
 test('completion/complete of {table} in the generic template', async () => {
