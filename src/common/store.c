@@ -473,22 +473,26 @@ int store_audit_max_seq(store_t *s, int64_t *seq) {
   return s->ops->audit_max_seq(s, seq);
 }
 
+/* The audit readers' limit, within 1..STORE_QUERY_MAX_LIMIT: the backends take it as it comes. */
+static int store_audit_limit(int limit) {
+  return limit < 1 ? 1 : limit > STORE_QUERY_MAX_LIMIT ? STORE_QUERY_MAX_LIMIT : limit;
+}
+
 int store_audit_read(store_t *s, int64_t after_seq, int limit,
                      int (*fn)(const store_audit_row *row, void *data), void *data, int *n) {
-  return s->ops->audit_read(s, after_seq, limit, fn, data, n);
+  return s->ops->audit_read(s, after_seq, store_audit_limit(limit), fn, data, n);
 }
 
 int store_audit_read_of(store_t *s, const char *table, const char *key, int64_t after_seq,
                         int64_t upto_seq, int limit,
                         int (*fn)(const store_audit_row *row, void *data), void *data, int *n) {
-  return s->ops->audit_read_of(s, table, key, after_seq, upto_seq, limit, fn, data, n);
+  return s->ops->audit_read_of(s, table, key, after_seq, upto_seq, store_audit_limit(limit), fn,
+                               data, n);
 }
 
 int store_audit_list(store_t *s, const char *table, int limit,
                      int (*fn)(const store_audit_row *row, void *data), void *data) {
-  if (limit < 1) limit = 1;
-  if (limit > STORE_QUERY_MAX_LIMIT) limit = STORE_QUERY_MAX_LIMIT;
-  return s->ops->audit_list(s, table, limit, fn, data);
+  return s->ops->audit_list(s, table, store_audit_limit(limit), fn, data);
 }
 
 int store_data_version(store_t *s, int64_t *version) {

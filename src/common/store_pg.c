@@ -2065,8 +2065,6 @@ static int pg_audit_read(store_t *s, int64_t after_seq, int limit,
   int count = 0, retries = 0;
 
   if (n != NULL) *n = 0;
-  if (limit < 1) limit = 1;
-  if (limit > STORE_QUERY_MAX_LIMIT) limit = STORE_QUERY_MAX_LIMIT;
   int ret = pg_ready(p);
   if (ret < 0) return ret;
   for (;;) {
@@ -2119,6 +2117,15 @@ static int pg_audit_read(store_t *s, int64_t after_seq, int limit,
   return count > 0 ? 0 : ret;
 }
 
+/* Hands r's rows (PG_AUDIT_COLUMNS) to fn until it returns non-zero: the number handed. */
+static int pg_audit_rows(PGresult *r, int (*fn)(const store_audit_row *row, void *data),
+                         void *data) {
+  int i = 0;
+  while (i < PQntuples(r))
+    if (pg_audit_row_call(r, i++, 0, fn, data) != 0) break;
+  return i;
+}
+
 /* Positions below the tailer's are settled: no gap to wait for, as pg_audit_read must. */
 static int pg_audit_read_of(store_t *s, const char *table, const char *key, int64_t after_seq,
                             int64_t upto_seq, int limit,
@@ -2128,8 +2135,6 @@ static int pg_audit_read_of(store_t *s, const char *table, const char *key, int6
   PGresult *r = NULL;
   int count = 0;
   if (n != NULL) *n = 0;
-  if (limit < 1) limit = 1;
-  if (limit > STORE_QUERY_MAX_LIMIT) limit = STORE_QUERY_MAX_LIMIT;
   int ret = pg_ready(p);
   if (ret < 0) return ret;
   pg_param(&ps, table);
@@ -2146,10 +2151,7 @@ static int pg_audit_read_of(store_t *s, const char *table, const char *key, int6
                              "ORDER BY seq LIMIT $5::int8",
                &ps, &r, NULL, 0);
   pg_params_finish(&ps);
-  for (int i = 0; ret == 0 && i < PQntuples(r); i++) {
-    count++;
-    if (pg_audit_row_call(r, i, 0, fn, data) != 0) break;
-  }
+  if (ret == 0) count = pg_audit_rows(r, fn, data);
   PQclear(r);
   if (n != NULL) *n = count;
   return ret;
@@ -2161,8 +2163,6 @@ static int pg_audit_list(store_t *s, const char *table, int limit,
   pg_store *p = pg_of(s);
   pg_params ps = {0};
   PGresult *r = NULL;
-  if (limit < 1) limit = 1;
-  if (limit > STORE_QUERY_MAX_LIMIT) limit = STORE_QUERY_MAX_LIMIT;
   int ret = pg_ready(p);
   if (ret < 0) return ret;
   pg_param(&ps, table);
@@ -2173,8 +2173,7 @@ static int pg_audit_list(store_t *s, const char *table, int limit,
                "ORDER BY seq",
                &ps, &r, NULL, 0);
   pg_params_finish(&ps);
-  for (int i = 0; ret == 0 && i < PQntuples(r); i++)
-    if (pg_audit_row_call(r, i, 0, fn, data) != 0) break;
+  if (ret == 0) pg_audit_rows(r, fn, data);
   PQclear(r);
   return ret;
 }

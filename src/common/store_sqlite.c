@@ -1749,10 +1749,6 @@ static int store_audit_rows(store_t *s, sqlite3_stmt *st,
   return ret;
 }
 
-static int store_audit_limit(int limit) {
-  return limit < 1 ? 1 : limit > STORE_QUERY_MAX_LIMIT ? STORE_QUERY_MAX_LIMIT : limit;
-}
-
 static int sq_audit_read(store_t *s, int64_t after_seq, int limit,
                          int (*fn)(const store_audit_row *row, void *data), void *data, int *n) {
   sqlite3_stmt *st;
@@ -1763,7 +1759,7 @@ static int sq_audit_read(store_t *s, int64_t after_seq, int limit,
                            &st, NULL, 0);
   if (ret < 0) return ret;
   sqlite3_bind_int64(st, 1, after_seq);
-  sqlite3_bind_int(st, 2, store_audit_limit(limit));
+  sqlite3_bind_int(st, 2, limit);
   return store_audit_rows(s, st, fn, data, n);
 }
 
@@ -1786,7 +1782,7 @@ static int sq_audit_read_of(store_t *s, const char *table, const char *key, int6
   if (key != NULL) sqlite3_bind_text(st, 2, key, -1, SQLITE_STATIC);
   sqlite3_bind_int64(st, 3, after_seq);
   sqlite3_bind_int64(st, 4, upto_seq);
-  sqlite3_bind_int(st, 5, store_audit_limit(limit));
+  sqlite3_bind_int(st, 5, limit);
   return store_audit_rows(s, st, fn, data, n);
 }
 
@@ -2172,11 +2168,10 @@ static int sq_session_delete(store_t *s, const char *id) {
 static int sq_principal_usage(store_t *s, const char *principal, int64_t since_ms,
                               int64_t *sessions, int64_t *subscriptions) {
   sqlite3_stmt *st;
-  int ret =
-      store_stmt_get(s,
-                     "SELECT count(*), coalesce(sum(subscription_count), 0) "
-                     "FROM mcp_session WHERE principal = ?1 AND last_seen >= ?2",
-                     &st, NULL, 0);
+  int ret = store_stmt_get(s,
+                           "SELECT count(*), coalesce(sum(subscription_count), 0) "
+                           "FROM mcp_session WHERE principal = ?1 AND last_seen >= ?2",
+                           &st, NULL, 0);
   if (ret < 0) return ret;
   sqlite3_bind_text(st, 1, principal, -1, SQLITE_STATIC);
   sqlite3_bind_int64(st, 2, since_ms);

@@ -3,9 +3,10 @@
  * or redis-cli --stat. Every interval it asks the control socket for the
  * workers' reports ("stats") and the busiest subscribed URIs with their
  * updates since the sample before ("subs" with "busiest"), and draws one
- * frame from the difference with the sample before: per-worker sessions, streams, subscriptions,
- * connections and queued bytes; notifications and commits per second, the tailer's lag and the p99
- * of commit -> notification over the interval; the busiest URIs.
+ * frame from the difference with the sample before: per-worker sessions,
+ * streams, subscriptions, connections and queued bytes; notifications and
+ * commits per second, the tailer's lag and the p99 of commit ->
+ * notification over the interval; the busiest URIs.
  *
  * On a terminal it takes the alternate screen, hides the cursor and reads
  * keys without echo; q, Ctrl-C (SIGINT) or SIGTERM end it, and the
