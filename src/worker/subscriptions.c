@@ -1056,9 +1056,10 @@ typedef struct recover_ctx {
   buf_t key;
   recover_item *items; /* SUBS_RECOVER_MAX slots */
   size_t n_items;
-  int64_t last; /* last seq read */
-  bool rows;    /* the row images are parsed (the table has filtered or row-scoped topics) */
-  bool overflow;
+  int64_t last;     /* last seq read */
+  size_t rows_read; /* of SUBS_RECOVER_ROWS */
+  bool rows;        /* the row images are parsed (the table has filtered or row-scoped topics) */
+  bool overflow;    /* too many URIs or rows: the re-read fallback */
 } recover_ctx;
 
 /* Does the update (seq, order) of a pair come after the resume point? */
@@ -1071,6 +1072,10 @@ static bool recover_wanted(const recover_ctx *ctx, int64_t seq, uint64_t order) 
 static int recover_row(const store_audit_row *row, void *data) {
   recover_ctx *ctx = data;
   if (row->seq > ctx->upto) return 1;
+  if (++ctx->rows_read > SUBS_RECOVER_ROWS) {
+    ctx->overflow = true;
+    return 1;
+  }
   ctx->last = row->seq;
   sub_change change = change_of(row, ctx->rows);
   char *record_uri = NULL;
@@ -1210,7 +1215,7 @@ static bool recover_read(recover_ctx *ctx, int64_t after) {
  * Sends what the owner's subscriptions missed after (or, inclusive, at)
  * position after, up to what is delivered live. Falls back to one re-read
  * update per subscription when the log no longer holds the whole gap or
- * the gap is too wide.
+ * the gap is too wide (SUBS_RECOVER_MAX URIs, SUBS_RECOVER_ROWS rows).
  */
 static void subs_recover(worker_t *w, const recover_sink *sink, frame_pos after, bool inclusive) {
   if (sink->subs == NULL) return;

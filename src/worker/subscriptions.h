@@ -20,6 +20,13 @@
 /* Largest number of distinct URIs a resumption replays from the audit log. */
 #define SUBS_RECOVER_MAX 1000
 /*
+ * Most audit rows a resumption reads, on the worker's loop, before it
+ * falls back to one re-read update per subscription: the bound of what
+ * one reconnecting client can hold every other session of the worker up
+ * (about 1.5 us a row: some 75 ms).
+ */
+#define SUBS_RECOVER_ROWS 50000
+/*
  * The _meta key of the last update of a subscription that ended because its
  * URI stopped resolving (a dropped table or column); its value says why.
  */

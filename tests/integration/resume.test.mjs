@@ -2,10 +2,11 @@
 // over the raw client: exact replay from the per-session ring with
 // Last-Event-ID, recovery from the audit log after a restart on the same
 // database (one notification per changed URI and subscription), the
-// fallbacks when the log was pruned or too many URIs changed, an id the
-// server cannot parse, a slow reader cut at --max-stream-queue that
-// reconnects and misses nothing, coalescing with --coalesce-ms, and
-// notifications/resources/list_changed when the exported tables change.
+// fallbacks when the log was pruned or the gap holds too many URIs or
+// rows, an id the server cannot parse, a slow reader cut at
+// --max-stream-queue that reconnects and misses nothing, coalescing with
+// --coalesce-ms, and notifications/resources/list_changed when the
+// exported tables change.
 
 import test, { before, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -301,6 +302,40 @@ test('more than 1000 URIs changed in the gap: one update per subscription, namin
       `BEGIN; WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 1100)
        INSERT INTO StockEvent (id, sku, delta) SELECT 30000 + i, 'MANY', i FROM n;
        UPDATE Product SET price_cents = 4 WHERE sku = 'B-200'; COMMIT;`,
+    );
+    await caughtUp(srv);
+    st = await openPrimed(srv, s, last);
+    assert.deepEqual(sortedPairs(st.updates()), [[events, events], [record, record]].map(key).sort(), st.describe(5));
+    st.close();
+  } finally {
+    await s.delete();
+  }
+});
+
+/*
+ * Reading a gap holds the worker's loop up: past 50,000 rows it stops and
+ * falls back, whatever the number of URIs (here 500, under the 1,000 of
+ * the test above).
+ */
+test('more than 50,000 changes in the gap to a watched table: one update per subscription, naming the subscribed URI', async () => {
+  const s = await McpSession.open(srv.port);
+  try {
+    const B = srv.base;
+    const events = `${B}/StockEvent`;
+    const record = `${B}/Product/B-200`;
+    await subscribe(s, events);
+    await subscribe(s, record);
+    let st = await openPrimed(srv, s);
+    await rest(srv.port, 'PATCH', '/Product/B-200', { price_cents: 5 });
+    await st.waitUpdates(1);
+    const last = st.lastId;
+    await dropStream(srv, st);
+    sqlite(
+      srv.dbPath,
+      `BEGIN; WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 500)
+       INSERT INTO StockEvent (id, sku, delta) SELECT 40000 + i, 'WIDE', 0 FROM n;
+       ${'UPDATE StockEvent SET delta = delta + 1 WHERE id > 40000;\n'.repeat(100)}
+       UPDATE Product SET price_cents = 6 WHERE sku = 'B-200'; COMMIT;`,
     );
     await caughtUp(srv);
     st = await openPrimed(srv, s, last);
