@@ -55,6 +55,10 @@ DO $mcpsub$ BEGIN
   IF to_regclass('mcp_session_by_principal') IS NULL THEN
     CREATE INDEX mcp_session_by_principal ON mcp_session (principal, last_seen);
   END IF;
+  -- The sweep deletes the sessions idle too long: without it, a scan of every row.
+  IF to_regclass('mcp_session_by_last_seen') IS NULL THEN
+    CREATE INDEX mcp_session_by_last_seen ON mcp_session (last_seen);
+  END IF;
 END $mcpsub$;
 
 -- A session's subscriptions, one row each. debounce: its io.mcpsub/debounce

@@ -729,6 +729,12 @@ static int store_migrate(store_t *s, char *err, size_t errlen) {
                     "CREATE INDEX IF NOT EXISTS mcp_session_by_principal ON mcp_session "
                     "(principal, last_seen)",
                     err, errlen);
+  /* The sweep deletes the sessions idle too long: without it, a scan of every row. */
+  if (ret == 0)
+    ret = store_ddl(s,
+                    "CREATE INDEX IF NOT EXISTS mcp_session_by_last_seen ON mcp_session "
+                    "(last_seen)",
+                    err, errlen);
   /* Subscriptions stored as a JSON list on the session row move to their own rows. */
   if (ret == 0)
     ret = store_ddl(s,

@@ -1295,6 +1295,17 @@ static void test_sessions(void) {
   CHECK(store_session_load(s, a.id, &got) == 0);
   store_session_finish(&got);
   store_session_finish(NULL);
+  /* The sweeps find the idle sessions by an index, not by reading every row. */
+  sqlite3 *raw = raw_open(db_path);
+  sqlite3_stmt *st = NULL;
+  CHECK(sqlite3_prepare_v2(raw,
+                           "EXPLAIN QUERY PLAN DELETE FROM mcp_session WHERE last_seen < 1 AND "
+                           "(substr(id, 1, 2) = '00' OR substr(id, 1, 2) >= '02')",
+                           -1, &st, NULL) == SQLITE_OK);
+  CHECK(sqlite3_step(st) == SQLITE_ROW);
+  CHECK(strstr((const char *)sqlite3_column_text(st, 3), "INDEX mcp_session_by_last_seen ("));
+  sqlite3_finalize(st);
+  sqlite3_close(raw);
 
   store_close(s);
 }

@@ -854,6 +854,10 @@ static void test_sessions(void) {
   PGresult *r = PQexec(c, "SELECT count(*) FROM mcpsub_subscription");
   CHECK_STR_EQ(PQgetvalue(r, 0, 0), "0");
   PQclear(r);
+  /* The sweeps find the idle sessions by an index, not by reading every row. */
+  r = PQexec(c, "SELECT to_regclass('mcp_session_by_last_seen') IS NOT NULL");
+  CHECK_STR_EQ(PQgetvalue(r, 0, 0), "t");
+  PQclear(r);
   PQfinish(c);
   CHECK(store_session_insert(s, &ss) == 0);
   CHECK(store_session_delete(s, ss.id) == 0);
