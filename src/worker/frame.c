@@ -100,18 +100,25 @@ void frame_tag_init(frame_tag *t, char tag, uint64_t n) {
   t->len = (uint8_t)(2 + put_decimal(t->text + 2, n));
 }
 
+/* The number of decimal digits of v (1 to 20). */
+static int decimal_digits(uint64_t v) {
+  int n = 1;
+  while (v >= 10) {
+    v /= 10;
+    n++;
+  }
+  return n;
+}
+
 frame_t *frame_create_tagged(int64_t seq, const frame_tag *tag, const frame_part *parts,
                              size_t n_parts) {
-  /* "<seq><tag>": by hand, as snprintf costs more than the rest of a frame. */
-  char id[64];
-  int id_len = 0;
-  if (seq < 0) id[id_len++] = '-';
-  id_len += put_decimal(id + id_len, seq < 0 ? (uint64_t)0 - (uint64_t)seq : (uint64_t)seq);
-  memcpy(id + id_len, tag->text, tag->len);
-  id_len += tag->len;
+  /* The id "<seq><tag>" is written in place, by hand: snprintf costs more than the rest. */
+  uint64_t mag = seq < 0 ? (uint64_t)0 - (uint64_t)seq : (uint64_t)seq;
+  int digits = decimal_digits(mag);
+  size_t id_len = (seq < 0) + (size_t)digits + tag->len;
   size_t json_len = 0;
   for (size_t i = 0; i < n_parts; i++) json_len += parts[i].len;
-  size_t len = 4 + (size_t)id_len + 1 + 6 + json_len + 2;
+  size_t len = 4 + id_len + 1 + 6 + json_len + 2;
   frame_t *f = frame_alloc(sizeof(*f) + len + 1);
   f->refs = 1;
   f->id_len = (uint16_t)id_len;
@@ -119,8 +126,20 @@ frame_t *frame_create_tagged(int64_t seq, const frame_tag *tag, const frame_part
   f->len = len;
   char *p = f->data;
   memcpy(p, "id: ", 4);
-  memcpy(p + 4, id, (size_t)id_len);
-  p += 4 + id_len;
+  p += 4;
+  if (seq < 0) *p++ = '-';
+  for (int i = digits; i-- > 0; mag /= 10) p[i] = (char)('0' + mag % 10);
+  p += digits;
+  /*
+   * A copy of a length known only at run time compiles to rep movs, whose
+   * start-up costs more than the copy: the tag goes whole (its fixed size)
+   * when the frame has room after it, and what follows overwrites the excess.
+   */
+  if ((size_t)(f->data + len - p) >= sizeof(tag->text))
+    memcpy(p, tag->text, sizeof(tag->text));
+  else
+    memcpy(p, tag->text, tag->len);
+  p += tag->len;
   memcpy(p, "\ndata: ", 7);
   p += 7;
   for (size_t i = 0; i < n_parts; i++) {

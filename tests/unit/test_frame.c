@@ -69,6 +69,9 @@ static void test_tagged(void) {
     frame_unref(a);
     frame_unref(b);
   }
+  frame_t *neg = frame_create_tagged(-3, &tag, parts, 2);
+  CHECK_STR_EQ(neg->data, "id: -3-t18446744073709551615\ndata: {\"a\":1}\n\n");
+  frame_unref(neg);
   frame_tag_init(&tag, 'r', 0);
   frame_t *f = frame_create_tagged(12, &tag, parts, 0);
   CHECK_STR_EQ(f->data, "id: 12-r0\ndata: \n\n");
