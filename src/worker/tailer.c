@@ -198,9 +198,15 @@ static void tailer_on_fs(uv_fs_event_t *h, const char *filename, int events, int
   tailer_t *t = h->data;
   if (status < 0 || filename == NULL) return;
   if (strcmp(filename, t->wal_name) != 0 && strcmp(filename, t->db_name) != 0) return;
-  /* If nothing moved yet, the commit may not be published: the job looks again shortly. */
+  /*
+   * A commit of several pages is several writes, each an event, and is
+   * published just after its last: every event looks at once (one job for
+   * all those of a loop turn), and only if nothing moved yet does the job
+   * look again shortly.
+   */
   t->rechecks_left = TAILER_RECHECKS;
-  if (!uv_is_active((uv_handle_t *)&t->recheck)) tailer_queue(t, TAILER_DO_RECHECK);
+  uv_timer_stop(&t->recheck);
+  tailer_queue(t, TAILER_DO_RECHECK);
 }
 
 static void tailer_free_poll(uv_handle_t *h) {
