@@ -284,7 +284,12 @@ test('audit log pruned past the Last-Event-ID: one update per subscription, nami
   }
 });
 
-test('more than 1000 URIs changed in the gap: one update per subscription, naming the subscribed URI', async () => {
+/*
+ * A session on StockEvent (whole) and Product/B-200 misses the changes gap
+ * (SQL, ending with a change to B-200) and resumes: the gap is too wide for
+ * the log, so each subscription gets one update naming itself ("re-read").
+ */
+async function resumeOverWideGap(gap, price) {
   const s = await McpSession.open(srv.port);
   try {
     const B = srv.base;
@@ -293,16 +298,11 @@ test('more than 1000 URIs changed in the gap: one update per subscription, namin
     await subscribe(s, events);
     await subscribe(s, record);
     let st = await openPrimed(srv, s);
-    await rest(srv.port, 'PATCH', '/Product/B-200', { price_cents: 3 });
+    await rest(srv.port, 'PATCH', '/Product/B-200', { price_cents: price });
     await st.waitUpdates(1);
     const last = st.lastId;
     await dropStream(srv, st);
-    sqlite(
-      srv.dbPath,
-      `BEGIN; WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 1100)
-       INSERT INTO StockEvent (id, sku, delta) SELECT 30000 + i, 'MANY', i FROM n;
-       UPDATE Product SET price_cents = 4 WHERE sku = 'B-200'; COMMIT;`,
-    );
+    sqlite(srv.dbPath, `BEGIN; ${gap} UPDATE Product SET price_cents = ${price + 1} WHERE sku = 'B-200'; COMMIT;`);
     await caughtUp(srv);
     st = await openPrimed(srv, s, last);
     assert.deepEqual(sortedPairs(st.updates()), [[events, events], [record, record]].map(key).sort(), st.describe(5));
@@ -310,6 +310,14 @@ test('more than 1000 URIs changed in the gap: one update per subscription, namin
   } finally {
     await s.delete();
   }
+}
+
+test('more than 1000 URIs changed in the gap: one update per subscription, naming the subscribed URI', async () => {
+  await resumeOverWideGap(
+    `WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 1100)
+     INSERT INTO StockEvent (id, sku, delta) SELECT 30000 + i, 'MANY', i FROM n;`,
+    3,
+  );
 });
 
 /*
@@ -318,32 +326,12 @@ test('more than 1000 URIs changed in the gap: one update per subscription, namin
  * the test above).
  */
 test('more than 50,000 changes in the gap to a watched table: one update per subscription, naming the subscribed URI', async () => {
-  const s = await McpSession.open(srv.port);
-  try {
-    const B = srv.base;
-    const events = `${B}/StockEvent`;
-    const record = `${B}/Product/B-200`;
-    await subscribe(s, events);
-    await subscribe(s, record);
-    let st = await openPrimed(srv, s);
-    await rest(srv.port, 'PATCH', '/Product/B-200', { price_cents: 5 });
-    await st.waitUpdates(1);
-    const last = st.lastId;
-    await dropStream(srv, st);
-    sqlite(
-      srv.dbPath,
-      `BEGIN; WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 500)
-       INSERT INTO StockEvent (id, sku, delta) SELECT 40000 + i, 'WIDE', 0 FROM n;
-       ${'UPDATE StockEvent SET delta = delta + 1 WHERE id > 40000;\n'.repeat(100)}
-       UPDATE Product SET price_cents = 6 WHERE sku = 'B-200'; COMMIT;`,
-    );
-    await caughtUp(srv);
-    st = await openPrimed(srv, s, last);
-    assert.deepEqual(sortedPairs(st.updates()), [[events, events], [record, record]].map(key).sort(), st.describe(5));
-    st.close();
-  } finally {
-    await s.delete();
-  }
+  await resumeOverWideGap(
+    `WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 500)
+     INSERT INTO StockEvent (id, sku, delta) SELECT 40000 + i, 'WIDE', 0 FROM n;
+     ${'UPDATE StockEvent SET delta = delta + 1 WHERE id > 40000;\n'.repeat(100)}`,
+    5,
+  );
 });
 
 /*
