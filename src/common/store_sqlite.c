@@ -456,6 +456,10 @@ static int store_read_table(store_t *s, const char *name, bool without_rowid, st
     col->notnull = sqlite3_column_int(st, 2) != 0;
     col->generated = sqlite3_column_int(st, 4) != 0;
     col->numeric = sq_affinity_numeric(col->decl_type);
+    const char *collation = NULL;
+    col->binary = sqlite3_table_column_metadata(sq(s)->db, "main", name, col->name, NULL,
+                                                &collation, NULL, NULL, NULL) == SQLITE_OK &&
+                  collation != NULL && strcasecmp(collation, "BINARY") == 0;
     if (sqlite3_column_int(st, 3) > 0) {
       n_pk++;
       pk_col = t->n_cols;
@@ -1112,6 +1116,23 @@ static int sq_get_record(store_t *s, const store_table *t, const char *key, cJSO
   return ret;
 }
 
+/*
+ * Does a sw filter also bound its column to the range of its prefix? Under
+ * BINARY collation the text values starting with p are exactly those from
+ * p up to p with its last byte one higher (the filter keeps its substr()
+ * test, the range only narrows what is read): the range lets an index on the
+ * column seek, where substr() alone reads every row (a key completion on a
+ * table of a million rows held the worker up 135 ms). An empty prefix (all
+ * text) or one ending in byte 0xFF (no such successor) goes without.
+ */
+static bool store_sw_range(const store_table *t, const store_filter *f) {
+  const store_column *c = &t->cols[f->col];
+  /* Not under numeric affinity either: there "12" would be bound as 12, and text sorts after it. */
+  if (f->op != STORE_SW || !c->binary || c->numeric || !cJSON_IsString(f->value)) return false;
+  size_t len = strlen(f->value->valuestring);
+  return len > 0 && (unsigned char)f->value->valuestring[len - 1] != 0xFF;
+}
+
 /* Appends one filter's condition on its column; *param numbers the placeholders. */
 static void store_sql_filter(sqlite3_str *q, const store_table *t, const store_filter *f,
                              int *param) {
@@ -1137,6 +1158,14 @@ static void store_sql_filter(sqlite3_str *q, const store_table *t, const store_f
       sqlite3_str_appendall(q, "substr(");
       store_sql_ident(q, col);
       sqlite3_str_appendf(q, ", 1, length(?%d)) = ?%d)", *param, *param);
+      if (store_sw_range(t, f)) {
+        sqlite3_str_appendall(q, " AND ");
+        store_sql_ident(q, col);
+        sqlite3_str_appendf(q, " >= ?%d AND ", *param);
+        store_sql_ident(q, col);
+        sqlite3_str_appendf(q, " < ?%d", *param + 1);
+        ++*param;
+      }
     } else {
       sqlite3_str_appendall(q, "instr(");
       store_sql_ident(q, col);
@@ -1159,8 +1188,19 @@ static void store_sql_filter(sqlite3_str *q, const store_table *t, const store_f
 }
 
 /* Binds one filter's values from *param on (the numbering of store_sql_filter). */
-static int store_bind_filter(sqlite3_stmt *st, const store_filter *f, int *param) {
+static int store_bind_filter(sqlite3_stmt *st, const store_table *t, const store_filter *f,
+                             int *param) {
   if (f->op == STORE_EQ && cJSON_IsNull(f->value)) return SQLITE_OK;
+  if (store_sw_range(t, f)) { /* the prefix, then its successor (store_sw_range) */
+    const char *p = f->value->valuestring;
+    size_t len = strlen(p);
+    char *upper = mem_strdup(p);
+    upper[len - 1] = (char)((unsigned char)upper[len - 1] + 1);
+    int rc = sqlite3_bind_text(st, ++*param, p, (int)len, SQLITE_TRANSIENT);
+    if (rc == SQLITE_OK) rc = sqlite3_bind_text(st, ++*param, upper, (int)len, SQLITE_TRANSIENT);
+    free(upper);
+    return rc;
+  }
   if (f->op != STORE_IN) return store_bind_json(st, ++*param, f->value);
   const cJSON *v;
   cJSON_ArrayForEach(v, f->value) {
@@ -1180,10 +1220,10 @@ static void store_sql_where(sqlite3_str *q, const store_table *t, const store_fi
 }
 
 /* Binds the values store_sql_where placed, from *param on. */
-static int store_bind_filters(store_t *s, sqlite3_stmt *st, const store_filter *filters, size_t n,
-                              int *param) {
+static int store_bind_filters(store_t *s, sqlite3_stmt *st, const store_table *t,
+                              const store_filter *filters, size_t n, int *param) {
   for (size_t i = 0; i < n; i++) {
-    int rc = store_bind_filter(st, &filters[i], param);
+    int rc = store_bind_filter(st, t, &filters[i], param);
     if (rc != SQLITE_OK) return store_error(s, rc, NULL, 0);
   }
   return 0;
@@ -1204,7 +1244,7 @@ static int sq_count_where(store_t *s, const store_table *t, const store_filter *
   sqlite3_free(sql);
   if (ret < 0) return ret;
   param = 0;
-  ret = store_bind_filters(s, st, filters, n, &param);
+  ret = store_bind_filters(s, st, t, filters, n, &param);
   if (ret == 0) ret = store_step_int64(s, st, count, NULL, 0);
   store_stmt_put(s, st);
   return ret;
@@ -1242,7 +1282,7 @@ static int sq_query(store_t *s, const store_table *t, const store_filter *filter
   ret = store_stmt_get(s, sql, &st, NULL, 0);
   if (ret < 0) goto done;
   param = 0;
-  ret = store_bind_filters(s, st, filters, n_filters, &param);
+  ret = store_bind_filters(s, st, t, filters, n_filters, &param);
   if (ret < 0) goto done;
   if (after_key != NULL) store_bind_key(st, ++param, t, after_key);
   sqlite3_bind_int(st, ++param, limit + 1);
@@ -1644,7 +1684,7 @@ static int store_bulk_run(store_t *s, const store_table *t, const store_filter *
     int rc = store_bind_json(st, ++param, assigns[i].value);
     if (rc != SQLITE_OK) ret = store_error(s, rc, err, errlen);
   }
-  if (ret == 0) ret = store_bind_filters(s, st, filters, n, &param);
+  if (ret == 0) ret = store_bind_filters(s, st, t, filters, n, &param);
   if (ret == 0) ret = store_step_done(s, st, changed, err, errlen);
   store_stmt_put(s, st);
   return ret;

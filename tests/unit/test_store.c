@@ -805,6 +805,58 @@ static void test_query(void) {
   store_close(s);
 }
 
+/* The keys (the first column) of the rows a sw filter on column col matches, comma-joined. */
+static void sw_keys(store_t *s, const store_table *t, const char *col, const char *prefix,
+                    char *out, size_t cap) {
+  cJSON *value = cJSON_CreateString(prefix), *rows = NULL;
+  char *next = NULL;
+  store_filter f = {.col = store_column_index(t, col), .op = STORE_SW, .value = value};
+  CHECK(store_query(s, t, &f, 1, 100, NULL, &rows, &next) == 0);
+  out[0] = '\0';
+  const cJSON *row;
+  cJSON_ArrayForEach(row, rows) {
+    snprintf(out + strlen(out), cap - strlen(out), "%s%s", out[0] ? "," : "",
+             json_str(row, t->cols[0].name));
+  }
+  cJSON_Delete(rows);
+  cJSON_Delete(value);
+  free(next);
+}
+
+/*
+ * A prefix (sw) matches the same rows whether the store narrows it to a
+ * range of the column (BINARY text: an index seeks) or not (another
+ * collation, numeric affinity): byte for byte, text only.
+ */
+static void test_prefix_filter(void) {
+  store_t *s = open_store(db_path);
+  sqlite3 *raw = raw_open(db_path);
+  bool changed = false;
+  raw_exec(raw, "CREATE TABLE Words (w TEXT PRIMARY KEY, ci TEXT COLLATE NOCASE, n INTEGER);"
+                "INSERT INTO Words VALUES ('a', 'a', NULL), ('ap', 'ap', 12), "
+                "('apple', 'Apple', '12abc'), ('apricot', 'APRICOT', 120), ('aq', 'aq', 3), "
+                "('A-up', 'A-up', '12'), ('b', 'b', 'x12');");
+  CHECK(store_refresh_schema(s, &changed) == 0);
+  const store_table *t = table(s, "Words");
+  CHECK(t->cols[store_column_index(t, "w")].binary);
+  CHECK(!t->cols[store_column_index(t, "ci")].binary);
+  char got[256];
+  sw_keys(s, t, "w", "ap", got, sizeof(got));
+  CHECK_STR_EQ(got, "ap,apple,apricot"); /* not aq: the range ends before it */
+  sw_keys(s, t, "w", "a", got, sizeof(got));
+  CHECK_STR_EQ(got, "a,ap,apple,apricot,aq"); /* not A-up */
+  sw_keys(s, t, "w", "zz", got, sizeof(got));
+  CHECK_STR_EQ(got, "");
+  sw_keys(s, t, "ci", "A", got, sizeof(got)); /* NOCASE orders, but the test is byte for byte */
+  CHECK_STR_EQ(got, "A-up,apple,apricot");
+  sw_keys(s, t, "n", "12", got, sizeof(got)); /* text values only, where "12" would bind as 12 */
+  CHECK_STR_EQ(got, "apple");                 /* A-up's "12" was stored as 12 */
+  raw_exec(raw, "DROP TABLE Words");
+  CHECK(store_refresh_schema(s, &changed) == 0);
+  sqlite3_close(raw);
+  store_close(s);
+}
+
 static void test_refresh_schema(void) {
   store_t *s = open_store(db_path);
   store_t *s2 = open_store(db_path);
@@ -1411,6 +1463,7 @@ int main(void) {
   RUN(test_external_writer);
   RUN(test_audit_read_and_data_version);
   RUN(test_query);
+  RUN(test_prefix_filter);
   RUN(test_refresh_schema);
   RUN(test_audit_prune);
   RUN(test_audit_prune_steps);
