@@ -82,24 +82,6 @@ void frame_pool_drain(void) {
   }
 }
 
-/* Writes v in decimal at p; returns the digits written (at most 20). */
-static int put_decimal(char *p, uint64_t v) {
-  char tmp[20];
-  int n = 0;
-  do {
-    tmp[n++] = (char)('0' + v % 10);
-    v /= 10;
-  } while (v != 0);
-  for (int i = 0; i < n; i++) p[i] = tmp[n - 1 - i];
-  return n;
-}
-
-void frame_tag_init(frame_tag *t, char tag, uint64_t n) {
-  t->text[0] = '-';
-  t->text[1] = tag;
-  t->len = (uint8_t)(2 + put_decimal(t->text + 2, n));
-}
-
 /* The number of decimal digits of v (1 to 20). */
 static int decimal_digits(uint64_t v) {
   int n = 1;
@@ -108,6 +90,19 @@ static int decimal_digits(uint64_t v) {
     n++;
   }
   return n;
+}
+
+/* Writes v, of digits decimal digits, at p (from its last digit back). */
+static void write_decimal(char *p, uint64_t v, int digits) {
+  for (int i = digits; i-- > 0; v /= 10) p[i] = (char)('0' + v % 10);
+}
+
+void frame_tag_init(frame_tag *t, char tag, uint64_t n) {
+  int digits = decimal_digits(n);
+  t->text[0] = '-';
+  t->text[1] = tag;
+  write_decimal(t->text + 2, n, digits);
+  t->len = (uint8_t)(2 + digits);
 }
 
 frame_t *frame_create_tagged(int64_t seq, const frame_tag *tag, const frame_part *parts,
@@ -128,7 +123,7 @@ frame_t *frame_create_tagged(int64_t seq, const frame_tag *tag, const frame_part
   memcpy(p, "id: ", 4);
   p += 4;
   if (seq < 0) *p++ = '-';
-  for (int i = digits; i-- > 0; mag /= 10) p[i] = (char)('0' + mag % 10);
+  write_decimal(p, mag, digits);
   p += digits;
   /*
    * A copy of a length known only at run time compiles to rep movs, whose
