@@ -847,6 +847,14 @@ static void test_prefix_filter(void) {
   CHECK_STR_EQ(got, "a,ap,apple,apricot,aq"); /* not A-up */
   sw_keys(s, t, "w", "zz", got, sizeof(got));
   CHECK_STR_EQ(got, "");
+  /* A prefix ending in byte 0xFF has no successor: read without a range, it still matches. */
+  raw_exec(raw, "INSERT INTO Words (w) VALUES (CAST(X'61FF41' AS TEXT))");
+  cJSON *ff = cJSON_CreateString("a\xff");
+  store_filter f_ff = {.col = store_column_index(t, "w"), .op = STORE_SW, .value = ff};
+  int64_t n_ff = 0;
+  CHECK(store_count_where(s, t, &f_ff, 1, &n_ff) == 0);
+  CHECK_INT_EQ(n_ff, 1);
+  cJSON_Delete(ff);
   sw_keys(s, t, "ci", "A", got, sizeof(got)); /* NOCASE orders, but the test is byte for byte */
   CHECK_STR_EQ(got, "A-up,apple,apricot");
   sw_keys(s, t, "n", "12", got, sizeof(got)); /* text values only, where "12" would bind as 12 */
