@@ -85,8 +85,12 @@ static strmap_entry **strmap_slot(const strmap *m, const char *key, size_t len, 
   return p;
 }
 
+strmap_entry *strmap_find(const strmap *m, const char *key, size_t len) {
+  return *strmap_slot(m, key, len, strmap_hash(key, len));
+}
+
 void *strmap_get(const strmap *m, const char *key, size_t len) {
-  strmap_entry *e = *strmap_slot(m, key, len, strmap_hash(key, len));
+  strmap_entry *e = strmap_find(m, key, len);
   return e != NULL ? e->value : NULL;
 }
 

@@ -31,6 +31,8 @@ void strmap_init(strmap *m);
 void strmap_finish(strmap *m);
 /* The value stored under key, or NULL. */
 void *strmap_get(const strmap *m, const char *key, size_t len);
+/* The entry of key, or NULL: its key and value stay where they are until it is removed. */
+strmap_entry *strmap_find(const strmap *m, const char *key, size_t len);
 /* Stores value under key, replacing (and returning) any earlier value. */
 void *strmap_put(strmap *m, const char *key, size_t len, void *value);
 /* Removes key; returns its value, or NULL when absent. */

@@ -89,61 +89,67 @@ enum conn_pause {
   PAUSE_MESSAGE, /* on_message_complete: dispatch */
 };
 
+/*
+ * Every idle stream holds one (server memory per idle session is a goal in
+ * docs/BENCHMARKS.md): members are ordered by size, so the struct has no
+ * holes, and the header counters are 32-bit (max_header is 16 KiB).
+ */
 struct http_conn {
   http_server_t *srv;
-  uint64_t dispatched_ns;         /* uv_hrtime() when the request in hand was complete */
-  int label;                      /* its label for on_answered (-1: none) */
-  char address[INET6_ADDRSTRLEN]; /* the peer's address, counted in srv->per_address; "" if not */
-  http_conn_t *prev, *next;       /* the server's list of connections */
-  http_conn_t *pending_next;      /* the server's deferred-work lists */
-  bool pending;                   /* on one of them */
+  http_conn_t *prev, *next;  /* the server's list of connections */
+  http_conn_t *pending_next; /* the server's deferred-work lists */
+  /* The peer's address, counted in srv->per_address (the entry's key), or NULL if not. */
+  strmap_entry *address;
+  uint64_t dispatched_ns; /* uv_hrtime() when the request in hand was complete */
 
   uv_tcp_t tcp;
   uv_timer_t timer; /* header, body, keep-alive, drain and linger timeouts */
-  int handles_open;
-
   llhttp_t parser;
-  enum conn_phase phase;
-  enum conn_pause pause;
-  buf_t in;            /* received, not yet parsed */
-  size_t hdr_raw;      /* raw bytes of the current header block */
-  size_t hdr_copied;   /* bytes of url, names and values copied from it */
-  size_t chunk_ext;    /* bytes of chunk extensions in the current body */
-  int fail_status;     /* set by an llhttp callback that rejects the request */
-  bool msg_keep_alive; /* llhttp's verdict at on_message_complete */
-  uint8_t http_major, http_minor;
-
-  bool reading;         /* uv_read_start in effect */
-  bool peer_eof;        /* the peer shut down its side */
-  bool closing;         /* no more requests or stream bytes; on the way out */
-  bool shutdown_done;   /* our FIN went out; lingering */
-  bool handle_closing;  /* uv_close called */
-  bool owner_holds;     /* the request was dispatched and its owner has not finished */
-  bool zombie;          /* handles closed, waiting for the owner (no close_cb) */
-  unsigned adopt_flags; /* http_server_adopt_flags: apply to the first request dispatched */
-  unsigned req_flags;   /* flags of the request in hand */
+  buf_t in; /* received, not yet parsed */
 
   http_request_t req; /* being built, then dispatched */
-  size_t headers_cap;
   /*
    * The request's text in one allocation: the target, each header's name
    * and value, NUL-terminated, and (from dispatch) the path and query.
    * req's strings point into it once its header block is complete.
    */
   buf_t text;
-  enum conn_text text_state;
-  size_t name_at, value_at; /* where the header being read starts in text */
   buf_t body;
 
-  buf_t out;           /* response or stream bytes queued during this loop turn */
-  buf_t inflight;      /* stream bytes being written (out's buffer, handed over) */
-  bool stream_writing; /* inflight is in a uv_write (its request allocated for it: most
-                          streams never leave bytes behind, and an idle one holds none) */
-  bool stream_exempt;  /* a bounded replay is being queued: no queue cap */
-  size_t queued;       /* out.len plus bytes in unfinished uv_write requests */
+  buf_t out;      /* response or stream bytes queued during this loop turn */
+  buf_t inflight; /* stream bytes being written (out's buffer, handed over) */
+  size_t queued;  /* out.len plus bytes in unfinished uv_write requests */
 
   void (*close_cb)(http_conn_t *c, void *data);
   void *close_data;
+
+  uint32_t hdr_raw;           /* raw bytes of the current header block */
+  uint32_t hdr_copied;        /* bytes of url, names and values copied from it */
+  uint32_t chunk_ext;         /* bytes of chunk extensions in the current body */
+  uint32_t headers_cap;       /* req.headers' slots */
+  uint32_t name_at, value_at; /* where the header being read starts in text */
+  int label;                  /* the request's label for on_answered (-1: none) */
+  int handles_open;
+  int fail_status;      /* set by an llhttp callback that rejects the request */
+  unsigned adopt_flags; /* http_server_adopt_flags: apply to the first request dispatched */
+  unsigned req_flags;   /* flags of the request in hand */
+  uint8_t phase;        /* enum conn_phase */
+  uint8_t pause;        /* enum conn_pause */
+  uint8_t text_state;   /* enum conn_text: what text is receiving */
+  uint8_t http_major, http_minor;
+
+  bool pending;        /* on one of the server's deferred-work lists */
+  bool msg_keep_alive; /* llhttp's verdict at on_message_complete */
+  bool reading;        /* uv_read_start in effect */
+  bool peer_eof;       /* the peer shut down its side */
+  bool closing;        /* no more requests or stream bytes; on the way out */
+  bool shutdown_done;  /* our FIN went out; lingering */
+  bool handle_closing; /* uv_close called */
+  bool owner_holds;    /* the request was dispatched and its owner has not finished */
+  bool zombie;         /* handles closed, waiting for the owner (no close_cb) */
+  bool stream_writing; /* inflight is in a uv_write (its request allocated for it: most
+                          streams never leave bytes behind, and an idle one holds none) */
+  bool stream_exempt;  /* a bounded replay is being queued: no queue cap */
 };
 
 struct http_server {
@@ -390,13 +396,12 @@ static void conn_free(http_conn_t *c) {
     srv->conns = c->next;
   if (c->next) c->next->prev = c->prev;
   srv->n_conns--;
-  if (c->address[0] != '\0') {
-    size_t len = strlen(c->address);
-    uintptr_t n = (uintptr_t)strmap_get(&srv->per_address, c->address, len);
+  if (c->address != NULL) {
+    uintptr_t n = (uintptr_t)c->address->value;
     if (n <= 1)
-      strmap_remove(&srv->per_address, c->address, len);
+      strmap_remove(&srv->per_address, c->address->key, c->address->len);
     else
-      strmap_put(&srv->per_address, c->address, len, (void *)(n - 1));
+      c->address->value = (void *)(n - 1);
   }
   free(c);
   server_check_done(srv);
@@ -1231,25 +1236,32 @@ static http_conn_t *conn_create(http_server_t *srv) {
 static bool conn_admit(http_conn_t *c) {
   http_server_t *srv = c->srv;
   const http_server_options *o = &srv->opts;
+  char name[INET6_ADDRSTRLEN] = "";
   if (o->max_per_address > 0) {
     struct sockaddr_storage ss;
     int len = (int)sizeof ss;
     if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&ss, &len) == 0) {
       if (ss.ss_family == AF_INET)
-        uv_ip4_name((const struct sockaddr_in *)&ss, c->address, sizeof c->address);
+        uv_ip4_name((const struct sockaddr_in *)&ss, name, sizeof name);
       else if (ss.ss_family == AF_INET6)
-        uv_ip6_name((const struct sockaddr_in6 *)&ss, c->address, sizeof c->address);
+        uv_ip6_name((const struct sockaddr_in6 *)&ss, name, sizeof name);
     }
   }
-  size_t alen = strlen(c->address);
-  uintptr_t from_here = alen > 0 ? (uintptr_t)strmap_get(&srv->per_address, c->address, alen) : 0;
+  size_t alen = strlen(name);
+  strmap_entry *e = alen > 0 ? strmap_find(&srv->per_address, name, alen) : NULL;
+  uintptr_t from_here = e != NULL ? (uintptr_t)e->value : 0;
   bool over = (o->max_connections > 0 && srv->n_conns > o->max_connections) ||
               (o->max_per_address > 0 && alen > 0 && from_here >= o->max_per_address);
   if (!over) {
-    if (alen > 0) strmap_put(&srv->per_address, c->address, alen, (void *)(from_here + 1));
+    if (e != NULL)
+      e->value = (void *)(from_here + 1);
+    else if (alen > 0) {
+      (void)strmap_put(&srv->per_address, name, alen, (void *)1);
+      e = strmap_find(&srv->per_address, name, alen);
+    }
+    c->address = e;
     return true;
   }
-  c->address[0] = '\0'; /* not counted */
   srv->refused++;
   static const char busy[] =
       "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
