@@ -1123,7 +1123,11 @@ static void master_ctl_merge(master_t *m, control_request_t *r, const cJSON *req
     cJSON *all = cJSON_AddArrayToObject(out, "subscriptions");
     strmap rows;
     strmap_init(&rows);
+    bool more = false; /* a worker left URIs out */
     for (size_t i = 0; i < n; i++) {
+      const cJSON *uris = cJSON_GetObjectItemCaseSensitive(replies[i], "uris");
+      const cJSON *listed = cJSON_GetObjectItemCaseSensitive(replies[i], "subscriptions");
+      if (cJSON_IsNumber(uris) && uris->valuedouble > cJSON_GetArraySize(listed)) more = true;
       const cJSON *item;
       cJSON_ArrayForEach(item, cJSON_GetObjectItemCaseSensitive(replies[i], "subscriptions")) {
         const cJSON *uri = cJSON_GetObjectItemCaseSensitive(item, "uri");
@@ -1161,6 +1165,14 @@ static void master_ctl_merge(master_t *m, control_request_t *r, const cJSON *req
       }
     }
     strmap_finish(&rows);
+    /* The plain listing: the most subscribed first, as many as asked for. */
+    if (cJSON_GetObjectItemCaseSensitive(req, "busiest") == NULL &&
+        !cJSON_IsString(cJSON_GetObjectItemCaseSensitive(req, "uri"))) {
+      const cJSON *limit = cJSON_GetObjectItemCaseSensitive(req, "limit");
+      size_t max = cJSON_IsNumber(limit) ? (size_t)limit->valuedouble : WORKER_CTL_SUBS_DEFAULT;
+      more |= worker_ctl_subs_rank(all, max);
+      cJSON_AddBoolToObject(out, "more", more);
+    }
   }
   if (cJSON_GetArraySize(unanswered) > 0)
     cJSON_AddItemToObject(out, "unanswered", unanswered);
@@ -1197,6 +1209,13 @@ static void master_ctl_local(void *arg) {
   cJSON_Delete(j.req);
 }
 
+/* Is req[name] absent, or a whole number from 1 to max? */
+static bool master_ctl_count(const cJSON *req, const char *name, int max) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(req, name);
+  return v == NULL || (cJSON_IsNumber(v) && v->valuedouble >= 1 && v->valuedouble <= max &&
+                       v->valuedouble == (double)(int)v->valuedouble);
+}
+
 static void master_ctl_handle(control_request_t *r, const cJSON *req, void *data) {
   master_t *m = data;
   const char *cmd = cJSON_GetObjectItemCaseSensitive(req, "cmd")->valuestring;
@@ -1220,12 +1239,13 @@ static void master_ctl_handle(control_request_t *r, const cJSON *req, void *data
     control_answer_error(r, "\"uri\" must be a string");
     return;
   }
-  const cJSON *busiest = cJSON_GetObjectItemCaseSensitive(req, "busiest");
-  if (strcmp(cmd, "subs") == 0 && busiest != NULL &&
-      (!cJSON_IsNumber(busiest) || !(busiest->valuedouble >= 1) ||
-       busiest->valuedouble > WORKER_CTL_BUSIEST_MAX ||
-       busiest->valuedouble != (double)(int)busiest->valuedouble)) {
-    control_answer_error(r, "\"busiest\" must be a whole number from 1 to 100");
+  if (strcmp(cmd, "subs") == 0 && (!master_ctl_count(req, "busiest", WORKER_CTL_BUSIEST_MAX) ||
+                                   !master_ctl_count(req, "limit", WORKER_CTL_SUBS_MAX))) {
+    char msg[96];
+    snprintf(msg, sizeof(msg),
+             "\"busiest\" must be a whole number from 1 to %d, \"limit\" from 1 to %d",
+             WORKER_CTL_BUSIEST_MAX, WORKER_CTL_SUBS_MAX);
+    control_answer_error(r, msg);
     return;
   }
   if (m->local != NULL) { /* one process: the worker is right here, and so is its store lane */

@@ -114,16 +114,117 @@ static cJSON *ctl_evict(worker_t *w, const cJSON *req) {
   return out;
 }
 
-typedef struct ctl_subs_ctx {
-  const char *only; /* a URI, or NULL for all */
-  cJSON *list;
-} ctl_subs_ctx;
+/*
+ * "subs" walks the worker's topics once and keeps the N best of them in a
+ * heap (the least good at its root), allocating nothing per URI: listing
+ * a worker's URIs costs time linear in them and an answer of N rows,
+ * however many it holds. Plain "subs" keeps the URIs with the most
+ * sessions (N up to WORKER_CTL_SUBS_MAX), "busiest" those with the most
+ * updates since the last such request (mcpsubctl top's view; N up to
+ * WORKER_CTL_BUSIEST_MAX). A topic is a URI, or a URI and a subscriber's
+ * row scope: the master sums rows by URI.
+ */
+typedef struct ctl_pick {
+  const sub_topic *topic;
+  uint64_t recent; /* updates since the last "busiest" request */
+} ctl_pick;
 
-static void ctl_add_topic(const char *key, size_t len, void *value, void *data) {
-  ctl_subs_ctx *ctx = data;
-  const sub_topic *t = value;
+typedef struct ctl_top {
+  ctl_pick *heap;
+  size_t n, max;
+  size_t topics; /* topics with sessions, walked */
+  bool busiest;
+} ctl_top;
+
+/* Is a to be listed before b? */
+static bool ctl_better(const ctl_top *top, const ctl_pick *a, const ctl_pick *b) {
+  if (top->busiest && a->recent != b->recent) return a->recent > b->recent;
+  if (a->topic->n_session_subs != b->topic->n_session_subs)
+    return a->topic->n_session_subs > b->topic->n_session_subs;
+  return a->topic->notified > b->topic->notified;
+}
+
+/* Moves heap[i] down to its place (the least good at the root). */
+static void ctl_top_sift(ctl_top *top, size_t i, size_t n) {
+  for (;;) {
+    size_t worst = i, l = 2 * i + 1, r = l + 1;
+    if (l < n && ctl_better(top, &top->heap[worst], &top->heap[l])) worst = l;
+    if (r < n && ctl_better(top, &top->heap[worst], &top->heap[r])) worst = r;
+    if (worst == i) return;
+    ctl_pick t = top->heap[i];
+    top->heap[i] = top->heap[worst];
+    top->heap[worst] = t;
+    i = worst;
+  }
+}
+
+static void ctl_top_offer(const char *key, size_t len, void *value, void *data) {
+  (void)key;
+  (void)len;
+  ctl_top *top = data;
+  sub_topic *t = value;
+  ctl_pick p = {t, t->notified - t->busy_mark};
+  if (top->busiest) t->busy_mark = t->notified;
   if (t->n_session_subs == 0) return; /* only wait_and_read calls */
-  if (ctx->only != NULL && strcmp(ctx->only, t->uri) != 0) return;
+  top->topics++;
+  if (top->n < top->max) { /* still filling: up from the end */
+    size_t i = top->n++;
+    top->heap[i] = p;
+    while (i > 0 && ctl_better(top, &top->heap[(i - 1) / 2], &top->heap[i])) {
+      ctl_pick up = top->heap[(i - 1) / 2];
+      top->heap[(i - 1) / 2] = top->heap[i];
+      top->heap[i] = up;
+      i = (i - 1) / 2;
+    }
+  } else if (ctl_better(top, &p, &top->heap[0])) {
+    top->heap[0] = p;
+    ctl_top_sift(top, 0, top->n);
+  }
+}
+
+/* The worker's max best topics, best first: {"subscriptions": [...], "uris": topics walked}. */
+static cJSON *ctl_subs_top(worker_t *w, size_t max, bool busiest) {
+  ctl_top top = {mem_alloc(max * sizeof(ctl_pick)), 0, max, 0, busiest};
+  strmap_foreach(&w->subs.topics, ctl_top_offer, &top);
+  for (size_t n = top.n; n > 1; n--) { /* heap sort: the least good goes last */
+    ctl_pick t = top.heap[0];
+    top.heap[0] = top.heap[n - 1];
+    top.heap[n - 1] = t;
+    ctl_top_sift(&top, 0, n - 1);
+  }
+  cJSON *out = cJSON_CreateObject();
+  cJSON *list = cJSON_AddArrayToObject(out, "subscriptions");
+  for (size_t i = 0; i < top.n; i++) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "uri", top.heap[i].topic->uri);
+    cJSON_AddNumberToObject(o, "sessions", (double)top.heap[i].topic->n_session_subs);
+    cJSON_AddNumberToObject(o, "notified", (double)top.heap[i].topic->notified);
+    if (busiest) cJSON_AddNumberToObject(o, "recent", (double)top.heap[i].recent);
+    cJSON_AddItemToArray(list, o);
+  }
+  cJSON_AddNumberToObject(out, "uris", (double)top.topics);
+  if (busiest) {
+    int64_t now = store_now_ms();
+    int64_t since = w->busy_mark_ms != 0 ? w->busy_mark_ms : w->started_ms;
+    cJSON_AddNumberToObject(out, "windowMs", (double)(now > since ? now - since : 0));
+    w->busy_mark_ms = now;
+  }
+  free(top.heap);
+  return out;
+}
+
+typedef struct ctl_uri_ctx {
+  const char *uri;
+  cJSON *list;
+} ctl_uri_ctx;
+
+/* The topics of one URI (one per row scope): a walk, as a scoped topic is not keyed by its URI. */
+static void ctl_uri_topic(const char *key, size_t len, void *value, void *data) {
+  (void)key;
+  (void)len;
+  ctl_uri_ctx *ctx = data;
+  const sub_topic *t = value;
+  if (t->n_session_subs == 0 || strcmp(ctx->uri, t->uri) != 0) return;
   cJSON *o = cJSON_CreateObject();
   cJSON_AddStringToObject(o, "uri", t->uri);
   cJSON_AddNumberToObject(o, "sessions", (double)t->n_session_subs);
@@ -131,74 +232,55 @@ static void ctl_add_topic(const char *key, size_t len, void *value, void *data) 
   cJSON_AddItemToArray(ctx->list, o);
 }
 
-/*
- * {"cmd":"subs","busiest":N}: the N topics with the most updates since the
- * last such request (mcpsubctl top's view), then the most sessions. One walk
- * that allocates nothing per URI, so that a live view costs the worker
- * little however many URIs it holds; listing them all (ctl_add_topic) is
- * for the operator's explicit `subs`.
- */
-typedef struct ctl_busy {
-  const sub_topic *topic;
-  uint64_t recent;
-} ctl_busy;
-
-typedef struct ctl_busiest_ctx {
-  ctl_busy best[WORKER_CTL_BUSIEST_MAX]; /* busiest first */
-  size_t n, max;
-} ctl_busiest_ctx;
-
-static bool ctl_busier(const ctl_busy *a, const ctl_busy *b) {
-  if (a->recent != b->recent) return a->recent > b->recent;
-  return a->topic->n_session_subs > b->topic->n_session_subs;
-}
-
-static void ctl_busy_topic(const char *key, size_t len, void *value, void *data) {
-  ctl_busiest_ctx *ctx = data;
-  sub_topic *t = value;
-  ctl_busy b = {t, t->notified - t->busy_mark};
-  t->busy_mark = t->notified;
-  if (t->n_session_subs == 0) return;
-  if (ctx->n == ctx->max && !ctl_busier(&b, &ctx->best[ctx->n - 1])) return;
-  size_t i = ctx->n < ctx->max ? ctx->n++ : ctx->n - 1;
-  for (; i > 0 && ctl_busier(&b, &ctx->best[i - 1]); i--) ctx->best[i] = ctx->best[i - 1];
-  ctx->best[i] = b;
-}
-
-static cJSON *ctl_subs_busiest(worker_t *w, size_t max) {
-  ctl_busiest_ctx *ctx = mem_alloc(sizeof(*ctx));
-  ctx->n = 0;
-  ctx->max = max;
-  strmap_foreach(&w->subs.topics, ctl_busy_topic, ctx);
-  int64_t now = store_now_ms();
-  cJSON *out = cJSON_CreateObject();
-  cJSON *list = cJSON_AddArrayToObject(out, "subscriptions");
-  for (size_t i = 0; i < ctx->n; i++) {
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "uri", ctx->best[i].topic->uri);
-    cJSON_AddNumberToObject(o, "sessions", (double)ctx->best[i].topic->n_session_subs);
-    cJSON_AddNumberToObject(o, "notified", (double)ctx->best[i].topic->notified);
-    cJSON_AddNumberToObject(o, "recent", (double)ctx->best[i].recent);
-    cJSON_AddItemToArray(list, o);
-  }
-  int64_t since = w->busy_mark_ms != 0 ? w->busy_mark_ms : w->started_ms;
-  cJSON_AddNumberToObject(out, "windowMs", (double)(now > since ? now - since : 0));
-  w->busy_mark_ms = now;
-  free(ctx);
-  return out;
+/* A whole number from 1 to max in req[name], else dflt (the master checked the request). */
+static size_t ctl_count(const cJSON *req, const char *name, size_t dflt, size_t max) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(req, name);
+  return cJSON_IsNumber(v) && v->valuedouble >= 1 && v->valuedouble <= (double)max
+             ? (size_t)v->valuedouble
+             : dflt;
 }
 
 static cJSON *ctl_subs(worker_t *w, const cJSON *req) {
-  const cJSON *busiest = cJSON_GetObjectItemCaseSensitive(req, "busiest");
-  if (cJSON_IsNumber(busiest) && busiest->valuedouble >= 1 &&
-      busiest->valuedouble <= WORKER_CTL_BUSIEST_MAX)
-    return ctl_subs_busiest(w, (size_t)busiest->valuedouble);
+  if (cJSON_GetObjectItemCaseSensitive(req, "busiest") != NULL)
+    return ctl_subs_top(w, ctl_count(req, "busiest", 5, WORKER_CTL_BUSIEST_MAX), true);
   const cJSON *uri = cJSON_GetObjectItemCaseSensitive(req, "uri");
+  if (!cJSON_IsString(uri))
+    return ctl_subs_top(w, ctl_count(req, "limit", WORKER_CTL_SUBS_DEFAULT, WORKER_CTL_SUBS_MAX),
+                        false);
   cJSON *out = cJSON_CreateObject();
-  ctl_subs_ctx ctx = {cJSON_IsString(uri) ? uri->valuestring : NULL,
-                      cJSON_AddArrayToObject(out, "subscriptions")};
-  strmap_foreach(&w->subs.topics, ctl_add_topic, &ctx);
+  ctl_uri_ctx ctx = {uri->valuestring, cJSON_AddArrayToObject(out, "subscriptions")};
+  strmap_foreach(&w->subs.topics, ctl_uri_topic, &ctx);
   return out;
+}
+
+static double ctl_row_sessions(const cJSON *row) {
+  const cJSON *n = cJSON_GetObjectItemCaseSensitive(row, "sessions");
+  return cJSON_IsNumber(n) ? n->valuedouble : 0;
+}
+
+static int ctl_row_rank(const void *a, const void *b) {
+  const cJSON *ra = *(cJSON *const *)a, *rb = *(cJSON *const *)b;
+  double sa = ctl_row_sessions(ra), sb = ctl_row_sessions(rb);
+  if (sa != sb) return sa > sb ? -1 : 1;
+  const char *ua = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(ra, "uri"));
+  const char *ub = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(rb, "uri"));
+  return strcmp(ua != NULL ? ua : "", ub != NULL ? ub : "");
+}
+
+bool worker_ctl_subs_rank(cJSON *list, size_t limit) {
+  size_t n = (size_t)cJSON_GetArraySize(list);
+  if (n == 0) return false;
+  cJSON **rows = mem_alloc(n * sizeof(*rows));
+  for (size_t i = 0; i < n; i++) rows[i] = cJSON_DetachItemViaPointer(list, list->child);
+  qsort(rows, n, sizeof(*rows), ctl_row_rank);
+  for (size_t i = 0; i < n; i++) {
+    if (i < limit)
+      cJSON_AddItemToArray(list, rows[i]);
+    else
+      cJSON_Delete(rows[i]);
+  }
+  free(rows);
+  return n > limit;
 }
 
 cJSON *worker_ctl_handle(worker_t *w, const cJSON *req) {

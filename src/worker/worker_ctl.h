@@ -10,11 +10,16 @@
 #define MCPSUB_WORKER_CTL_H
 
 #include <cjson/cJSON.h>
+#include <stdbool.h>
+#include <stddef.h>
 
 #include "worker/worker.h"
 
 /* Most rows a "subs" {busiest} request may ask for. */
 #define WORKER_CTL_BUSIEST_MAX 100
+/* Rows of a plain "subs" request: by default, and the most it may ask for ({limit}). */
+#define WORKER_CTL_SUBS_DEFAULT 1000
+#define WORKER_CTL_SUBS_MAX     10000
 
 /*
  * Answers req, a JSON object {"cmd": C, ...}:
@@ -23,9 +28,13 @@
  *                                true, else from its mcp_session row (live: false)
  *   "evict" {id}              -> {"evicted": bool}             ends it here as DELETE
  *                                would, or deletes its row when no worker holds it
- *   "subs" {uri?}             -> {"subscriptions": [{uri, sessions, notified}]}
+ *   "subs" {uri}              -> {"subscriptions": [{uri, sessions, notified}]}
+ *   "subs" {limit?}           -> {"subscriptions": [...], uris}: the limit (default
+ *                                WORKER_CTL_SUBS_DEFAULT, at most WORKER_CTL_SUBS_MAX)
+ *                                URIs with the most sessions, most first, of the uris
+ *                                subscribed here
  *   "subs" {busiest: N}       -> {"subscriptions": [{uri, sessions, notified, recent}],
- *                                 windowMs}: the N (1..WORKER_CTL_BUSIEST_MAX) URIs
+ *                                 uris, windowMs}: the N (1..WORKER_CTL_BUSIEST_MAX) URIs
  *                                with the most updates (recent) in the windowMs since
  *                                the last such request, then the most sessions
  * A session is {id, worker, live, protocolVersion, createdMs, lastSeenMs,
@@ -33,5 +42,13 @@
  * {"error": message}. Returns a new object the caller owns; never NULL.
  */
 cJSON *worker_ctl_handle(worker_t *w, const cJSON *req);
+
+/*
+ * Puts a "subs" listing (rows {uri, sessions, ...}) in its order, the most
+ * sessions first, then by URI, and keeps its first limit rows: true when it
+ * dropped some. The master's merged answer and mcpsubctl's listing from the
+ * stored sessions both use it.
+ */
+bool worker_ctl_subs_rank(cJSON *list, size_t limit);
 
 #endif

@@ -169,7 +169,10 @@ const storedSubs = () => {
   for (const row of sqliteRows(run.dbPath, `SELECT ${SUBSCRIPTIONS_OF('mcp_session.id')} AS subscriptions FROM mcp_session`)) {
     for (const uri of new Set(JSON.parse(row.subscriptions))) counts.set(uri, (counts.get(uri) || 0) + 1);
   }
-  return [...counts].map(([uri, sessions]) => ({ uri, sessions })).sort((x, y) => (x.uri < y.uri ? -1 : 1));
+  // The listing's order: the most sessions first, then by URI.
+  return [...counts]
+    .map(([uri, sessions]) => ({ uri, sessions }))
+    .sort((x, y) => y.sessions - x.sessions || (x.uri < y.uri ? -1 : 1));
 };
 
 /* Runs `mcpsubctl audit tail -f` in the background. */
@@ -369,6 +372,24 @@ test('running: subs aggregates the live subscriptions; --uri picks one', async (
   assert.match(lines(r.stdout)[0], /^SESSIONS\s+URI$/);
   assert.ok(lines(r.stdout).some((l) => new RegExp(`^\\s*2\\s+${state.products}$`).test(l)), describe(r));
   assert.equal(lines(r.stdout).at(-1), '(2 URIs)');
+  assert.deepEqual(j.subscriptions.map((x) => x.uri), [state.products, state.anvil], 'the most subscribed first');
+  assert.equal(j.more, false, JSON.stringify(j));
+});
+
+test('running: subs --limit keeps the most subscribed URIs and says there are more', () => {
+  // Each worker lists its own most subscribed URIs (the sessions may be on two workers).
+  const j = runJson(['subs', '--limit', '1']);
+  assert.equal(j.subscriptions.length, 1, JSON.stringify(j));
+  assert.ok([state.products, state.anvil].includes(j.subscriptions[0].uri), JSON.stringify(j));
+  assert.equal(j.more, true, JSON.stringify(j));
+  const r = runCtl(['subs', '--limit', '1']);
+  assert.equal(r.status, 0, describe(r));
+  assert.deepEqual(lines(r.stdout).slice(-2), ['(1 URI)', '(the 1 most subscribed: there are more; --limit shows up to 10000)']);
+  for (const bad of ['0', '10001', 'x', '']) {
+    const b = runCtl(['subs', '--limit', bad]);
+    assert.equal(b.status, 2, describe(b));
+    assert.match(b.stderr, /--limit takes a number of URIs from 1 to 10000/, describe(b));
+  }
 });
 
 test('running: audit tail reads the audit log', checkAuditTail);
@@ -489,6 +510,9 @@ test('stopped: subs aggregates the stored subscriptions', async () => {
   assert.equal(r.status, 0, describe(r));
   assert.ok(lines(r.stdout).some((l) => new RegExp(`^\\s*1\\s+${state.anvil}$`).test(l)), describe(r));
   assert.equal(lines(r.stdout).at(-1), `(${expected.length} URI${expected.length === 1 ? '' : 's'})`);
+  const one = runJson(['subs', '--limit', '1']);
+  assert.deepEqual(one.subscriptions, expected.slice(0, 1));
+  assert.equal(one.more, expected.length > 1, JSON.stringify(one));
 });
 
 test('stopped: audit tail reads the audit log', checkAuditTail);

@@ -41,8 +41,9 @@ static const ctl_command ctl_commands[] = {
      CTL_SERVER_OPTIONAL, ctl_cmd_session_show},
     {"session", "evict", "ID", "end a live session on its worker", CTL_SERVER_REQUIRED,
      ctl_cmd_session_evict},
-    {"subs", NULL, "[--uri U]", "subscribed URIs and the number of sessions on each",
-     CTL_SERVER_OPTIONAL, ctl_cmd_subs},
+    {"subs", NULL, "[--uri U] [--limit N]",
+     "subscribed URIs, most sessions first, and the sessions on each", CTL_SERVER_OPTIONAL,
+     ctl_cmd_subs},
     {"audit", "tail", "[-f] [--table T] [-n N]", "last N audit_log rows (20), oldest first",
      CTL_SERVER_NEVER, ctl_cmd_audit_tail},
     {"stats", NULL, "", "every worker's counters, with totals", CTL_SERVER_REQUIRED, ctl_cmd_stats},
@@ -92,6 +93,7 @@ static void ctl_usage(FILE *out) {
         "command options:\n"
         "  sessions --live       the live sessions (worker, stream, ring, undelivered)\n"
         "  subs --uri U          only URI U\n"
+        "  subs --limit N        at most N URIs, 1 to 10000 (default 1000)\n"
         "  audit tail -n N       rows to show first, 0 to 100000 (default 20); or --lines N\n"
         "  audit tail --table T  only the changes of table T\n"
         "  top --once            print one frame (two samples an interval apart) and exit\n"

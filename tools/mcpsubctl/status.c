@@ -5,11 +5,14 @@
  * workers and stats need it. Output is column and field descriptions over
  * the JSON answer (output.c); --json prints the answer itself.
  */
+#include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/mem.h"
 #include "common/strmap.h"
+#include "worker/worker_ctl.h"
 #include "ctl.h"
 
 /* status ------------------------------------------------------------------ */
@@ -220,17 +223,13 @@ static void ctl_uri_count(ctl_uri_counts *c, const char *uri) {
   cJSON_SetNumberValue(n, n->valuedouble + 1);
 }
 
-static int ctl_row_uri_cmp(const void *a, const void *b) {
-  const cJSON *ra = *(cJSON *const *)a, *rb = *(cJSON *const *)b;
-  return strcmp(cJSON_GetObjectItemCaseSensitive(ra, "uri")->valuestring,
-                cJSON_GetObjectItemCaseSensitive(rb, "uri")->valuestring);
-}
-
 /*
- * Stopped: {"subscriptions": [{uri, sessions}]} from the stored sessions'
- * URIs, sorted by URI. Only URI (and a row for it, maybe 0) when not NULL.
+ * Stopped: {"subscriptions": [{uri, sessions}], more} from the stored
+ * sessions' URIs, the most subscribed first, at most limit of them, as the
+ * server answers. Only URI (and a row for it, maybe 0) when not NULL.
  */
-static int ctl_durable_subscriptions(ctl_context *ctx, const char *only, cJSON **out) {
+static int ctl_durable_subscriptions(ctl_context *ctx, const char *only, size_t limit,
+                                     cJSON **out) {
   cJSON *sessions = NULL;
   int rc = ctl_durable_sessions(ctx, &sessions);
   if (rc != 0) return rc;
@@ -252,11 +251,12 @@ static int ctl_durable_subscriptions(ctl_context *ctx, const char *only, cJSON *
     }
     strmap_finish(&seen);
   }
-  qsort(c.rows, c.n, sizeof(*c.rows), ctl_row_uri_cmp);
   cJSON *list = cJSON_CreateArray();
   for (size_t i = 0; i < c.n; i++) cJSON_AddItemToArray(list, c.rows[i]);
+  bool more = worker_ctl_subs_rank(list, limit);
   *out = cJSON_CreateObject();
   cJSON_AddItemToObject(*out, "subscriptions", list);
+  if (only == NULL) cJSON_AddBoolToObject(*out, "more", more);
   strmap_finish(&c.by_uri);
   free(c.rows);
   cJSON_Delete(sessions);
@@ -264,16 +264,37 @@ static int ctl_durable_subscriptions(ctl_context *ctx, const char *only, cJSON *
 }
 
 int ctl_cmd_subs(ctl_context *ctx, int argc, char **argv) {
-  const char *uri = NULL;
-  const ctl_flag flags[] = {{"--uri", NULL, &uri, NULL}};
+  const char *uri = NULL, *limit_text = NULL;
+  const ctl_flag flags[] = {{"--uri", NULL, &uri, NULL}, {"--limit", NULL, &limit_text, NULL}};
   int rc = ctl_parse_args("subs", argc, argv, flags, ARRAY_LEN(flags), NULL, 0);
   if (rc != 0) return rc;
-  cJSON *subs = NULL;
-  rc = ctl_server_request(ctx, "subs", uri != NULL ? "uri" : NULL, uri, &subs);
-  if (rc == CTL_SERVER_DOWN) rc = ctl_durable_subscriptions(ctx, uri, &subs);
+  long limit = WORKER_CTL_SUBS_DEFAULT;
+  if (limit_text != NULL) {
+    char *end;
+    errno = 0;
+    limit = strtol(limit_text, &end, 10);
+    if (errno != 0 || end == limit_text || *end != '\0' || limit < 1 ||
+        limit > WORKER_CTL_SUBS_MAX) {
+      ctl_error("subs: --limit takes a number of URIs from 1 to %d, not '%s'", WORKER_CTL_SUBS_MAX,
+                limit_text);
+      return CTL_EXIT_USAGE;
+    }
+  }
+  cJSON *request = cJSON_CreateObject(), *subs = NULL;
+  cJSON_AddStringToObject(request, "cmd", "subs");
+  if (uri != NULL)
+    cJSON_AddStringToObject(request, "uri", uri);
+  else
+    cJSON_AddNumberToObject(request, "limit", (double)limit);
+  rc = ctl_server_call(ctx, request, &subs);
+  cJSON_Delete(request);
+  if (rc == CTL_SERVER_DOWN) rc = ctl_durable_subscriptions(ctx, uri, (size_t)limit, &subs);
   if (rc != 0) return rc;
   ctl_print_list(ctx, subs, "subscriptions", ctl_subs_columns, ARRAY_LEN(ctl_subs_columns), "URI",
                  "URIs");
+  if (!ctx->json && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(subs, "more")))
+    printf("(the %ld most subscribed: there are more; --limit shows up to %d)\n", limit,
+           WORKER_CTL_SUBS_MAX);
   cJSON_Delete(subs);
   return CTL_EXIT_OK;
 }
