@@ -44,9 +44,16 @@ struct writer {
   uv_mutex_t lock;
   uv_cond_t wake;
   uv_async_t async;
+  /*
+   * The thread is woken once per loop turn, after the turn's callbacks
+   * queued what they had (writer_submit): the check phase runs right after
+   * them; the idle handle keeps the loop from waiting in poll when a job
+   * was queued after that phase.
+   */
+  uv_check_t kick;
+  uv_idle_t kick_idle;
   writer_job *queue_head, *queue_tail; /* waiting for the thread */
   writer_job *done_head, *done_tail;   /* done by the thread, for the loop */
-  size_t pending;                      /* queued or running or done-not-delivered */
   bool stopping;
   bool thread_running;
   lane_task completions; /* writer_completions, a job on the worker's lane */
@@ -183,9 +190,6 @@ static void writer_completions(void *arg) {
       wr->disk_full = false;
       log_info("writes succeed again after the disk was full");
     }
-    uv_mutex_lock(&wr->lock);
-    wr->pending--;
-    uv_mutex_unlock(&wr->lock);
     j->done(j);
   }
   /* Once per batch of completions: the tailer reads them, other workers are told. */
@@ -214,6 +218,9 @@ int writer_start(worker_t *w, writer_t **out, char *err, size_t errlen) {
   rc = uv_async_init(w->loop, &wr->async, writer_on_async);
   if (rc != 0) abort(); /* only on exhausted fds at start */
   wr->async.data = wr;
+  uv_check_init(w->loop, &wr->kick); /* cannot fail */
+  uv_idle_init(w->loop, &wr->kick_idle);
+  wr->kick.data = wr->kick_idle.data = wr;
   uv_timer_init(w->loop, &wr->prune_timer);
   wr->prune_timer.data = wr;
   rc = uv_thread_create(&wr->thread, writer_thread, wr);
@@ -226,20 +233,32 @@ int writer_start(worker_t *w, writer_t **out, char *err, size_t errlen) {
   return 0;
 }
 
-void writer_submit(writer_t *wr, writer_job *j, uint64_t timeout_ms) {
-  j->deadline = uv_hrtime() + timeout_ms * 1000000ull;
+static void writer_wake(writer_t *wr) {
+  uv_check_stop(&wr->kick);
+  uv_idle_stop(&wr->kick_idle);
   uv_mutex_lock(&wr->lock);
-  wr->pending++;
-  writer_push(&wr->queue_head, &wr->queue_tail, j);
   uv_cond_signal(&wr->wake);
   uv_mutex_unlock(&wr->lock);
 }
 
-size_t writer_pending(const writer_t *wr) {
-  uv_mutex_lock((uv_mutex_t *)&wr->lock);
-  size_t n = wr->pending;
-  uv_mutex_unlock((uv_mutex_t *)&wr->lock);
-  return n;
+static void writer_on_kick(uv_check_t *h) {
+  writer_wake(h->data);
+}
+
+static void writer_on_kick_idle(uv_idle_t *h) {
+  writer_wake(h->data);
+}
+
+void writer_submit(writer_t *wr, writer_job *j, uint64_t timeout_ms) {
+  j->deadline = uv_hrtime() + timeout_ms * 1000000ull;
+  uv_mutex_lock(&wr->lock);
+  writer_push(&wr->queue_head, &wr->queue_tail, j);
+  uv_mutex_unlock(&wr->lock);
+  /* The writes of this loop turn go to the thread together (group commit). */
+  if (wr->thread_running && !uv_is_active((uv_handle_t *)&wr->kick)) { /* not after writer_stop */
+    uv_check_start(&wr->kick, writer_on_kick);
+    uv_idle_start(&wr->kick_idle, writer_on_kick_idle);
+  }
 }
 
 void writer_stop(writer_t *wr) {
@@ -252,6 +271,8 @@ void writer_stop(writer_t *wr) {
   wr->thread_running = false;
   writer_on_async(&wr->async); /* the completions the thread left */
   uv_close((uv_handle_t *)&wr->async, NULL);
+  uv_close((uv_handle_t *)&wr->kick, NULL);
+  uv_close((uv_handle_t *)&wr->kick_idle, NULL);
   uv_close((uv_handle_t *)&wr->prune_timer, NULL); /* a step it waited for is not taken */
 }
 

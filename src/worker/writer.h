@@ -45,11 +45,11 @@ struct writer_job {
 int writer_start(worker_t *w, writer_t **out, char *err, size_t errlen) MCPSUB_NODISCARD;
 /*
  * Queues j, to be given up (-EBUSY) when the database stays locked for
- * timeout_ms from now. Takes ownership of j: done runs exactly once.
+ * timeout_ms from now. Takes ownership of j: done runs exactly once. Loop
+ * thread only: the thread starts on the jobs of a loop turn once the
+ * turn's callbacks are done, so that they share one transaction.
  */
 void writer_submit(writer_t *wr, writer_job *j, uint64_t timeout_ms);
-/* Jobs queued and not yet done. */
-size_t writer_pending(const writer_t *wr);
 /*
  * Runs what is queued (each job until its deadline), stops the thread and
  * runs the last completions; the handle closes with the loop. NULL is a
