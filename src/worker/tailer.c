@@ -14,8 +14,6 @@
 #include "common/log.h"
 #include "common/mem.h"
 
-#define TAILER_MAX_BATCHES_PER_TURN 16
-
 static void tailer_on_kick(uv_timer_t *h);
 static void tailer_on_poll(uv_timer_t *h);
 static void tailer_on_fs(uv_fs_event_t *h, const char *filename, int events, int status);

@@ -35,8 +35,10 @@
 #include "common/store.h"
 #include "worker/lane.h"
 
-#define TAILER_BATCH          256
-#define TAILER_SAFETY_POLL_MS 1000
+#define TAILER_BATCH 256
+/* Batches one run reads before it yields to the sockets (the rest: next turn). */
+#define TAILER_MAX_BATCHES_PER_TURN 16
+#define TAILER_SAFETY_POLL_MS       1000
 /*
  * A writer appends its commit frame to the -wal file before it publishes
  * the commit in the -shm index (a memory map: no file event), so the event

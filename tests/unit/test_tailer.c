@@ -19,8 +19,9 @@
 #include "worker/lane.h"
 #include "worker/tailer.h"
 
-/* More than one turn reads (16 batches of TAILER_BATCH). */
+/* More than one turn reads (TAILER_MAX_BATCHES_PER_TURN batches of TAILER_BATCH). */
 #define BACKLOG 5000
+_Static_assert(BACKLOG > TAILER_MAX_BATCHES_PER_TURN * TAILER_BATCH, "a backlog of one turn");
 /* How long the blocking job holds the lane. */
 #define HOLD_MS 100
 
@@ -64,7 +65,7 @@ static void on_hold(uv_timer_t *t) {
  */
 static void on_batch_end(void *data) {
   harness *h = data;
-  if (++h->batches != 16 || h->held) return;
+  if (++h->batches != TAILER_MAX_BATCHES_PER_TURN || h->held) return;
   h->held = true;
   CHECK(uv_timer_start(&h->hold, on_hold, 0, 0) == 0);
   CHECK(utime(db_path, NULL) == 0);
@@ -123,8 +124,12 @@ static void test_backlog_read_on_after_a_look_that_found_nothing(void) {
   /* Another connection commits the backlog: its file events wake the tailer. */
   sqlite3 *db = NULL;
   CHECK(sqlite3_open(db_path, &db) == SQLITE_OK);
-  exec_sql(db, "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 5000) "
-               "INSERT INTO Item (id, n) SELECT i, i FROM n");
+  char sql[200];
+  snprintf(sql, sizeof(sql),
+           "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < %d) "
+           "INSERT INTO Item (id, n) SELECT i, i FROM n",
+           BACKLOG);
+  exec_sql(db, sql);
   sqlite3_close(db);
 
   h.started = uv_now(h.loop);
