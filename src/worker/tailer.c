@@ -17,7 +17,7 @@
 static void tailer_on_kick(uv_timer_t *h);
 static void tailer_on_poll(uv_timer_t *h);
 static void tailer_on_fs(uv_fs_event_t *h, const char *filename, int events, int status);
-static bool tailer_wake_external(tailer_t *t, bool *ran);
+static bool tailer_wake_external(tailer_t *t, bool run);
 static bool tailer_watch_wake(tailer_t *t);
 static void tailer_on_wake(uv_poll_t *h, int status, int events);
 static void tailer_job(void *arg);
@@ -136,9 +136,13 @@ static void tailer_job(void *arg) {
   t->queued = 0;
   if (t->closing || !t->active) return;
   if (what & TAILER_DO_SCHEMA) tailer_check_schema(t);
-  bool ran = false;
   if (what & (TAILER_DO_WAKE | TAILER_DO_RECHECK)) {
-    bool moved = tailer_wake_external(t, &ran);
+    /*
+     * A run asked for with the look (tailer_kick: more was there at the last
+     * run's end) reads on even when the look finds nothing new; else the
+     * rest of a backlog waited for the next commit.
+     */
+    bool moved = tailer_wake_external(t, (what & TAILER_DO_RUN) != 0);
     if ((what & TAILER_DO_RECHECK) && !moved && --t->rechecks_left > 0) {
       bool fast = t->rechecks_left >= TAILER_RECHECKS - TAILER_RECHECKS_FAST;
       uv_timer_start(&t->recheck, tailer_on_recheck, fast ? 1 : TAILER_RECHECK_MS, 0);
@@ -146,13 +150,9 @@ static void tailer_job(void *arg) {
     /* The wake-up socket was left alone while the job waited its turn. */
     if (t->wake != NULL && !t->closing)
       (void)uv_poll_start(t->wake, UV_READABLE, tailer_on_wake); /* cannot fail on a live handle */
+  } else if (what & TAILER_DO_RUN) {
+    tailer_run(t);
   }
-  /*
-   * More was there at the last run's end (tailer_kick): read on, even when a
-   * look that found nothing new came with it in the same job; else the rest
-   * of a backlog waited for the next commit.
-   */
-  if ((what & TAILER_DO_RUN) && !ran) tailer_run(t);
 }
 
 /* Asks for what (TAILER_DO_*) as a job on the lane: one job at a time does all that was asked. */
@@ -166,10 +166,10 @@ static void tailer_on_kick(uv_timer_t *h) {
 }
 
 /*
- * Another connection committed iff data_version moved: then, or while
- * behind, reads (*ran). Returns whether it moved.
+ * Another connection committed iff data_version moved: then, while behind,
+ * or when run is asked for, reads. Returns whether it moved.
  */
-static bool tailer_wake_external(tailer_t *t, bool *ran) {
+static bool tailer_wake_external(tailer_t *t, bool run) {
   int64_t v;
   int rc = store_data_version(t->store, &v);
   /*
@@ -179,8 +179,7 @@ static bool tailer_wake_external(tailer_t *t, bool *ran) {
   if (t->wake_socket) tailer_watch_wake(t);
   bool moved = rc == 0 && v != t->data_version;
   if (moved) t->data_version = v;
-  *ran = moved || t->behind;
-  if (*ran) tailer_run(t);
+  if (moved || t->behind || run) tailer_run(t);
   return moved;
 }
 
