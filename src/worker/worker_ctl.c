@@ -144,6 +144,12 @@ static bool ctl_better(const ctl_top *top, const ctl_pick *a, const ctl_pick *b)
   return a->topic->notified > b->topic->notified;
 }
 
+static void ctl_top_swap(ctl_top *top, size_t a, size_t b) {
+  ctl_pick t = top->heap[a];
+  top->heap[a] = top->heap[b];
+  top->heap[b] = t;
+}
+
 /* Moves heap[i] down to its place (the least good at the root). */
 static void ctl_top_sift(ctl_top *top, size_t i, size_t n) {
   for (;;) {
@@ -151,9 +157,7 @@ static void ctl_top_sift(ctl_top *top, size_t i, size_t n) {
     if (l < n && ctl_better(top, &top->heap[worst], &top->heap[l])) worst = l;
     if (r < n && ctl_better(top, &top->heap[worst], &top->heap[r])) worst = r;
     if (worst == i) return;
-    ctl_pick t = top->heap[i];
-    top->heap[i] = top->heap[worst];
-    top->heap[worst] = t;
+    ctl_top_swap(top, i, worst);
     i = worst;
   }
 }
@@ -170,12 +174,8 @@ static void ctl_top_offer(const char *key, size_t len, void *value, void *data) 
   if (top->n < top->max) { /* still filling: up from the end */
     size_t i = top->n++;
     top->heap[i] = p;
-    while (i > 0 && ctl_better(top, &top->heap[(i - 1) / 2], &top->heap[i])) {
-      ctl_pick up = top->heap[(i - 1) / 2];
-      top->heap[(i - 1) / 2] = top->heap[i];
-      top->heap[i] = up;
-      i = (i - 1) / 2;
-    }
+    for (; i > 0 && ctl_better(top, &top->heap[(i - 1) / 2], &top->heap[i]); i = (i - 1) / 2)
+      ctl_top_swap(top, i, (i - 1) / 2);
   } else if (ctl_better(top, &p, &top->heap[0])) {
     top->heap[0] = p;
     ctl_top_sift(top, 0, top->n);
@@ -187,9 +187,7 @@ static cJSON *ctl_subs_top(worker_t *w, size_t max, bool busiest) {
   ctl_top top = {mem_alloc(max * sizeof(ctl_pick)), 0, max, 0, busiest};
   strmap_foreach(&w->subs.topics, ctl_top_offer, &top);
   for (size_t n = top.n; n > 1; n--) { /* heap sort: the least good goes last */
-    ctl_pick t = top.heap[0];
-    top.heap[0] = top.heap[n - 1];
-    top.heap[n - 1] = t;
+    ctl_top_swap(&top, 0, n - 1);
     ctl_top_sift(&top, 0, n - 1);
   }
   cJSON *out = cJSON_CreateObject();
