@@ -600,3 +600,15 @@ bool store_batch_broken(store_t *s) {
 int store_batch_end(store_t *s, bool commit) {
   return s->ops->batch_end(s, commit);
 }
+
+int store_defer_checkpoints(store_t *s) {
+  return s->ops->defer_checkpoints != NULL ? s->ops->defer_checkpoints(s) : -ENOTSUP;
+}
+
+bool store_checkpoint_due(store_t *s) {
+  return s->ops->checkpoint_due != NULL && s->ops->checkpoint_due(s);
+}
+
+int store_checkpoint(store_t *s) {
+  return s->ops->checkpoint != NULL ? s->ops->checkpoint(s) : -ENOTSUP;
+}

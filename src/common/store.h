@@ -438,6 +438,20 @@ bool store_batch_broken(store_t *s);
 /* Commits (commit true) or rolls back the batch. The commit's result: 0 or -errno. */
 int store_batch_end(store_t *s, bool commit);
 
+/*
+ * Checkpoints apart from commits: after store_defer_checkpoints, a commit
+ * on s no longer copies the write-ahead log back into the database itself
+ * (SQLite's auto-checkpoint, an fsync); store_checkpoint_due says when the
+ * log has grown to the size at which it would have, and store_checkpoint
+ * does it (passive: it waits for no reader or writer). So the commits of
+ * a connection can be made where a long I/O must not happen, and its
+ * checkpoints where it may. -ENOTSUP for a backend without such a log
+ * (PostgreSQL checkpoints on its own).
+ */
+int store_defer_checkpoints(store_t *s) MCPSUB_NODISCARD;
+bool store_checkpoint_due(store_t *s);
+int store_checkpoint(store_t *s) MCPSUB_NODISCARD;
+
 /* Who writes through s (at most 63 bytes; "" by default), as the subscription log records it. */
 void store_set_origin(store_t *s, const char *origin);
 /*

@@ -108,6 +108,11 @@ struct store_ops {
   int (*batch_begin)(store_t *s);
   bool (*batch_broken)(store_t *s);
   int (*batch_end)(store_t *s, bool commit);
+
+  /* Checkpoints apart from commits (NULL: not offered) */
+  int (*defer_checkpoints)(store_t *s);
+  bool (*checkpoint_due)(store_t *s);
+  int (*checkpoint)(store_t *s);
 };
 
 extern const store_ops store_sqlite_ops;

@@ -54,6 +54,9 @@ extern const char store_system_sql[];
 #define STORE_JSON_CHUNK     50
 #define STORE_TRIGGER_PREFIX "mcpsub_audit_"
 
+/* WAL frames at which a deferred checkpoint is due: SQLite's auto-checkpoint default. */
+#define STORE_CHECKPOINT_PAGES 1000
+
 /* Unix milliseconds, as SQL, for audit_log.committed_at. */
 #define STORE_SQL_NOW_MS "CAST(round((julianday('now') - 2440587.5) * 86400000) AS INTEGER)"
 /* Tables that are never application tables (see schema/system.sql). */
@@ -79,6 +82,7 @@ typedef struct sq {
   char **get_sql; /* per exported table (by index), its store_get_record statement's text */
   bool batch;     /* a group commit's transaction is open (store_batch_begin) */
   int depth;      /* savepoints open inside it */
+  int wal_pages;  /* frames in the WAL after our last commit (store_defer_checkpoints) */
 } sq_t;
 
 static inline sq_t *sq(store_t *s) {
@@ -326,6 +330,33 @@ static int sq_batch_end(store_t *s, bool commit) {
     store_rollback(s); /* after a failed COMMIT; nothing when it succeeded */
   }
   return commit ? ret : 0;
+}
+
+/*
+ * Deferred checkpoints: the WAL hook replaces SQLite's auto-checkpoint
+ * (which is itself a WAL hook) and only notes the log's size; the
+ * checkpoint is due at the size auto-checkpoint uses by default.
+ */
+static int sq_wal_hook(void *arg, sqlite3 *db, const char *name, int pages) {
+  (void)db;
+  (void)name;
+  sq(arg)->wal_pages = pages;
+  return SQLITE_OK;
+}
+
+static int sq_defer_checkpoints(store_t *s) {
+  sqlite3_wal_hook(sq(s)->db, sq_wal_hook, s);
+  return 0;
+}
+
+static bool sq_checkpoint_due(store_t *s) {
+  return sq(s)->wal_pages >= STORE_CHECKPOINT_PAGES;
+}
+
+static int sq_checkpoint(store_t *s) {
+  sq(s)->wal_pages = 0;
+  int rc = sqlite3_wal_checkpoint_v2(sq(s)->db, NULL, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
+  return rc == SQLITE_OK ? 0 : store_error(s, rc, NULL, 0);
 }
 
 static int store_schema_version(store_t *s, int *version, char *err, size_t errlen) {
@@ -2336,4 +2367,7 @@ const store_ops store_sqlite_ops = {
     .batch_begin = sq_batch_begin,
     .batch_broken = sq_batch_broken,
     .batch_end = sq_batch_end,
+    .defer_checkpoints = sq_defer_checkpoints,
+    .checkpoint_due = sq_checkpoint_due,
+    .checkpoint = sq_checkpoint,
 };

@@ -344,6 +344,7 @@ static cJSON *tool_write(mcp_call *call, tool_args *a, cJSON *record, cJSON *whe
                            where != NULL ? NULL : a->key, record, STORE_WRITE_REPLACE, is_delete,
                            &g, waits ? tool_write_done : NULL);
   rec->where = where;
+  rec->job.quick = where == NULL; /* a bulk write's rows are not bounded: the thread's */
   tool_write_job *tw = waits ? (tool_write_job *)rec : NULL;
   if (tw != NULL) {
     tw->w = w;

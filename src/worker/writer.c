@@ -6,6 +6,12 @@
  * handler sleeps in short steps on this thread, never on the loop, until
  * the job's deadline.
  *
+ * The writer's connection is used by one side at a time: the thread, or
+ * the loop for a turn's quick writes (writer_flush); store_taken, under
+ * the mutex, says that one of them has it. Its checkpoints are deferred
+ * (store_defer_checkpoints) and made by the thread after a batch, so that
+ * a commit on the loop never syncs the database file.
+ *
  * A full disk (SQLITE_FULL) is logged once when it starts and once when
  * writes succeed again, not once per request.
  */
@@ -24,6 +30,14 @@
 
 /* Jobs at most in one group commit: bounds the wait of the first for the last. */
 #define WRITER_BATCH_MAX 64
+/*
+ * Jobs at most in a turn that the loop commits itself (writer.h). More
+ * arrive together only under many concurrent writers: the thread then
+ * commits them beside the loop's fan-out, in larger batches that the
+ * tailer reads together (committed on the loop, REST fan-out with 32
+ * writers lost ~15% per CPU-second; docs/BENCHMARKS.md).
+ */
+#define WRITER_HERE_MAX 8
 
 /*
  * Audit rows one retention step examines at most, in one transaction: a
@@ -52,10 +66,16 @@ struct writer {
    */
   uv_check_t kick;
   uv_idle_t kick_idle;
-  writer_job *queue_head, *queue_tail; /* waiting for the thread */
+  writer_job *turn_head, *turn_tail;   /* loop only: queued this turn (or kept, writer_flush) */
+  writer_job *queue_head, *queue_tail; /* handed to the thread */
   writer_job *done_head, *done_tail;   /* done by the thread, for the loop */
   bool stopping;
   bool thread_running;
+  bool here;           /* quick writes may run on the loop (SQLite: checkpoints deferred) */
+  bool running_here;   /* they do now: the busy handler gives up at once */
+  bool store_taken;    /* the connection is in use, by the thread or the loop (mutex) */
+  bool checkpoint_due; /* a commit on the loop left the WAL at checkpoint size (mutex) */
+  bool loop_waits;     /* the loop keeps jobs until the thread gives the connection back (mutex) */
   lane_task completions; /* writer_completions, a job on the worker's lane */
   uint64_t deadline;     /* of the job running now (busy handler) */
   store_t *store;        /* the thread's own */
@@ -96,8 +116,8 @@ static writer_job *writer_pop(writer_job **head, writer_job **tail) {
 static int writer_busy(void *data, int count) {
   writer_t *wr = data;
   uint64_t now = uv_hrtime();
-  if (now >= wr->deadline) return 0; /* give up: SQLITE_BUSY */
-  uint64_t step = 5 * 1000 * 1000;   /* 5 ms */
+  if (wr->running_here || now >= wr->deadline) return 0; /* give up: SQLITE_BUSY */
+  uint64_t step = 5 * 1000 * 1000;                       /* 5 ms */
   if (wr->deadline - now < step) step = wr->deadline - now;
   struct timespec ts = {0, (long)step};
   nanosleep(&ts, NULL);
@@ -118,17 +138,21 @@ static void writer_run_one(writer_t *wr, writer_job *j) {
  * run in one transaction, each in its own savepoint, so that one failing
  * job fails alone; none is done before the commit, whose failure fails
  * them all. Alone, or when the backend offers no batch or the lock is not
- * to be had by the earliest deadline, each job runs by itself.
+ * to be had by the earliest deadline, each job runs by itself. On the loop
+ * (running_here), the batch's lock is had at once or nothing runs: false.
  */
-static void writer_run_batch(writer_t *wr, writer_job *list, size_t n) {
+static bool writer_run_batch(writer_t *wr, writer_job *list, size_t n) {
   writer_job *j;
   uint64_t earliest = UINT64_MAX;
   for (j = list; j != NULL; j = j->next)
     if (j->deadline < earliest) earliest = j->deadline;
   wr->deadline = earliest;
-  if (n < 2 || wr->store == NULL || store_batch_begin(wr->store) != 0) {
+  bool here = wr->running_here;
+  bool batch = (here || n >= 2) && wr->store != NULL && store_batch_begin(wr->store) == 0;
+  if (!batch) {
+    if (here) return false;
     for (j = list; j != NULL; j = j->next) writer_run_one(wr, j);
-    return;
+    return true;
   }
   for (j = list; j != NULL; j = j->next) {
     writer_run_one(wr, j);
@@ -140,20 +164,28 @@ static void writer_run_batch(writer_t *wr, writer_job *list, size_t n) {
     int ret = store_batch_end(wr->store, false);
     (void)ret;
     for (j = j->next; j != NULL; j = j->next) writer_run_one(wr, j);
-    return;
+    return true;
   }
   int rc = store_batch_end(wr->store, true);
   if (rc != 0)
     for (j = list; j != NULL; j = j->next)
       if (j->rc == 0) j->rc = rc;
+  return true;
+}
+
+/* A checkpoint is due (store_defer_checkpoints); its failure is SQLite's to retry next time. */
+static void writer_checkpoint(writer_t *wr) {
+  if (wr->store != NULL && store_checkpoint_due(wr->store) && store_checkpoint(wr->store) != 0)
+    log_debug("checkpoint not made", "error", "busy or failed");
 }
 
 static void writer_thread(void *arg) {
   writer_t *wr = arg;
   uv_mutex_lock(&wr->lock);
   for (;;) {
-    while (wr->queue_head == NULL && !wr->stopping) uv_cond_wait(&wr->wake, &wr->lock);
-    if (wr->queue_head == NULL) break; /* stopping, and nothing left */
+    while ((wr->store_taken || (wr->queue_head == NULL && !wr->checkpoint_due)) && !wr->stopping)
+      uv_cond_wait(&wr->wake, &wr->lock);
+    if (wr->queue_head == NULL && !wr->checkpoint_due) break; /* stopping, and nothing left */
     /* Everything queued, up to WRITER_BATCH_MAX jobs, goes in one batch. */
     writer_job *list = NULL, *tail = NULL, *j;
     size_t n = 0;
@@ -161,14 +193,27 @@ static void writer_thread(void *arg) {
       writer_push(&list, &tail, j);
       n++;
     }
+    wr->store_taken = true;
+    wr->checkpoint_due = false;
     uv_mutex_unlock(&wr->lock);
-    writer_run_batch(wr, list, n);
+    if (n > 0) {
+      bool ran = writer_run_batch(wr, list, n);
+      (void)ran; /* always, off the loop */
+      uv_mutex_lock(&wr->lock);
+      while ((j = writer_pop(&list, &tail)) != NULL) writer_push(&wr->done_head, &wr->done_tail, j);
+      uv_async_send(&wr->async);
+      uv_mutex_unlock(&wr->lock);
+    }
+    writer_checkpoint(wr); /* after the answers went */
     uv_mutex_lock(&wr->lock);
-    while ((j = writer_pop(&list, &tail)) != NULL) writer_push(&wr->done_head, &wr->done_tail, j);
-    uv_async_send(&wr->async);
+    wr->store_taken = false;
+    if (wr->loop_waits) uv_async_send(&wr->async); /* writer_completions kicks the loop's jobs */
+    wr->loop_waits = false;
   }
   uv_mutex_unlock(&wr->lock);
 }
+
+static void writer_kick(writer_t *wr);
 
 /* The loop's side: completions, in queue order. */
 /* Completions run as a job on the worker's store lane (they answer requests, which may read). */
@@ -194,6 +239,8 @@ static void writer_completions(void *arg) {
   }
   /* Once per batch of completions: the tailer reads them, other workers are told. */
   if (committed) subs_after_write(wr->w);
+  /* What waited for the connection (writer_flush), or was queued by a done: at this turn's end. */
+  if (wr->turn_head != NULL) writer_kick(wr);
 }
 
 static void writer_on_async(uv_async_t *h) {
@@ -213,6 +260,7 @@ int writer_start(worker_t *w, writer_t **out, char *err, size_t errlen) {
     return rc;
   }
   store_set_busy_handler(wr->store, writer_busy, wr);
+  wr->here = store_defer_checkpoints(wr->store) == 0; /* SQLite */
   store_set_origin(wr->store, w->origin); /* the tailer knows its own subscription log rows */
   if (uv_mutex_init(&wr->lock) != 0 || uv_cond_init(&wr->wake) != 0) abort();
   rc = uv_async_init(w->loop, &wr->async, writer_on_async);
@@ -233,36 +281,92 @@ int writer_start(worker_t *w, writer_t **out, char *err, size_t errlen) {
   return 0;
 }
 
-static void writer_wake(writer_t *wr) {
-  uv_check_stop(&wr->kick);
-  uv_idle_stop(&wr->kick_idle);
+/* Hands the turn's jobs to the thread, after those it has (queue order is kept). */
+static void writer_hand_over(writer_t *wr) {
   uv_mutex_lock(&wr->lock);
+  if (wr->queue_tail != NULL)
+    wr->queue_tail->next = wr->turn_head;
+  else
+    wr->queue_head = wr->turn_head;
+  wr->queue_tail = wr->turn_tail;
+  wr->turn_head = wr->turn_tail = NULL;
   uv_cond_signal(&wr->wake);
   uv_mutex_unlock(&wr->lock);
 }
 
+/*
+ * The turn's jobs (writer.h): run on the loop when they all are quick and
+ * the lock is free now, else handed to the thread. While the thread has
+ * the connection, quick jobs wait for its completions (writer_completions
+ * flushes again), so that a turn's writes do not go to the thread only
+ * because the last turn's did.
+ */
+static void writer_flush(writer_t *wr) {
+  uv_check_stop(&wr->kick);
+  uv_idle_stop(&wr->kick_idle);
+  if (wr->turn_head == NULL) return;
+  size_t n = 0;
+  bool quick = wr->here;
+  for (writer_job *j = wr->turn_head; quick && j != NULL; j = j->next)
+    quick = j->quick && ++n <= WRITER_HERE_MAX;
+  if (!quick) {
+    writer_hand_over(wr);
+    return;
+  }
+  uv_mutex_lock(&wr->lock);
+  bool taken = wr->store_taken || wr->queue_head != NULL || wr->checkpoint_due;
+  wr->loop_waits = taken;
+  if (!taken) wr->store_taken = true;
+  uv_mutex_unlock(&wr->lock);
+  if (taken) return; /* the thread's completions come back here */
+  writer_job *list = wr->turn_head, *tail = wr->turn_tail, *j;
+  wr->turn_head = wr->turn_tail = NULL;
+  wr->running_here = true;
+  bool ran = writer_run_batch(wr, list, n);
+  wr->running_here = false;
+  uv_mutex_lock(&wr->lock);
+  wr->store_taken = false;
+  if (ran) {
+    while ((j = writer_pop(&list, &tail)) != NULL) writer_push(&wr->done_head, &wr->done_tail, j);
+    wr->checkpoint_due = store_checkpoint_due(wr->store);
+    if (wr->checkpoint_due) uv_cond_signal(&wr->wake);
+  }
+  uv_mutex_unlock(&wr->lock);
+  if (ran) {
+    writer_on_async(&wr->async); /* the completions, now */
+    return;
+  }
+  /* The lock is taken: the thread waits for it (nothing was queued meanwhile: only the loop
+   * queues). */
+  wr->turn_head = list;
+  wr->turn_tail = tail;
+  writer_hand_over(wr);
+}
+
 static void writer_on_kick(uv_check_t *h) {
-  writer_wake(h->data);
+  writer_flush(h->data);
 }
 
 static void writer_on_kick_idle(uv_idle_t *h) {
-  writer_wake(h->data);
+  writer_flush(h->data);
 }
 
-void writer_submit(writer_t *wr, writer_job *j, uint64_t timeout_ms) {
-  j->deadline = uv_hrtime() + timeout_ms * 1000000ull;
-  uv_mutex_lock(&wr->lock);
-  writer_push(&wr->queue_head, &wr->queue_tail, j);
-  uv_mutex_unlock(&wr->lock);
-  /* The writes of this loop turn go to the thread together (group commit). */
+static void writer_kick(writer_t *wr) {
   if (wr->thread_running && !uv_is_active((uv_handle_t *)&wr->kick)) { /* not after writer_stop */
     uv_check_start(&wr->kick, writer_on_kick);
     uv_idle_start(&wr->kick_idle, writer_on_kick_idle);
   }
 }
 
+void writer_submit(writer_t *wr, writer_job *j, uint64_t timeout_ms) {
+  j->deadline = uv_hrtime() + timeout_ms * 1000000ull;
+  writer_push(&wr->turn_head, &wr->turn_tail, j);
+  writer_kick(wr); /* the writes of this loop turn go together (group commit) */
+}
+
 void writer_stop(writer_t *wr) {
   if (wr == NULL || !wr->thread_running) return;
+  if (wr->turn_head != NULL) writer_hand_over(wr);
   uv_mutex_lock(&wr->lock);
   wr->stopping = true;
   uv_cond_signal(&wr->wake);
@@ -341,6 +445,7 @@ writer_record *writer_record_create(size_t size, const char *table, const char *
   r->job.run = writer_record_run;
   r->job.done = done;
   r->job.app_write = true;
+  r->job.quick = true; /* one row (a bulk write clears it) */
   r->table = mem_strdup(table);
   r->key = key != NULL ? mem_strdup(key) : NULL;
   r->record = record;
@@ -539,6 +644,7 @@ static writer_session_job *writer_session_job_create(session_op op, const char *
   writer_session_job *sj = mem_calloc(1, sizeof(*sj));
   sj->job.run = writer_session_run;
   sj->job.done = writer_session_done;
+  sj->job.quick = op != SESSION_SWEEP && op != AUDIT_PRUNE && op != SCHEMA_TRIGGERS; /* one row */
   sj->op = op;
   if (id != NULL) snprintf(sj->row.id, sizeof(sj->row.id), "%s", id);
   return sj;

@@ -8,6 +8,14 @@
  * until the job's deadline (--write-timeout). Completions come back to the
  * loop through a uv_async and run there, in queue order.
  *
+ * On SQLite, the writes of a loop turn that are all quick (one row each)
+ * run on the loop itself when the thread is idle and the database's write
+ * lock is free at that moment (it is tried, never waited for): handing
+ * them to the thread and its answer back costs two thread wake-ups, more
+ * than such a commit. The connection's checkpoints, which write the
+ * database file and sync it, stay on the thread. When the lock is taken,
+ * the jobs go to the thread as above.
+ *
  * A job is a struct the caller allocates with a writer_job first; run is
  * called on the writer thread with the writer's store, done on the loop
  * (which frees the job). A job must not touch loop state in run.
@@ -33,6 +41,7 @@ struct writer_job {
   void (*done)(writer_job *j);           /* loop: sees j->rc; frees j */
   int rc;
   bool app_write;        /* commits application rows: the feed is woken after it */
+  bool quick;            /* small and bounded (one row): may run on the loop (above) */
   uint64_t deadline;     /* uv_hrtime() past which a lock is not waited for */
   atomic_bool cancelled; /* set on the loop: a job not started yet is not run (-ECANCELED) */
   writer_job *next;

@@ -8,6 +8,7 @@
  */
 #include <errno.h>
 #include <ftw.h>
+#include <sys/stat.h>
 #include <sqlite3.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -1408,6 +1409,50 @@ static void test_batch(void) {
   store_close(s);
 }
 
+static int64_t file_size(const char *path) {
+  struct stat st;
+  return stat(path, &st) == 0 ? (int64_t)st.st_size : -1;
+}
+
+static int write_checkpoint_rows(store_t *s, int from, int n) {
+  char key[32];
+  for (int i = from; i < from + n; i++) {
+    snprintf(key, sizeof(key), "CK-%d", i);
+    write_ok(s, "Product", key, "{\"name\":\"Checkpoint\"}", STORE_WRITE_REPLACE);
+  }
+  return from + n;
+}
+
+/* Checkpoints apart from commits: the log grows past SQLite's size until one is made. */
+static void test_deferred_checkpoints(void) {
+  store_t *s = open_store(db_path);
+  sqlite3 *raw = raw_open(db_path);
+  char wal[4096];
+  snprintf(wal, sizeof(wal), "%s-wal", db_path);
+  int64_t frame = 24 + raw_int(raw, "PRAGMA page_size");
+  CHECK(store_checkpoint(s) == 0);
+  CHECK(store_defer_checkpoints(s) == 0);
+  CHECK(!store_checkpoint_due(s));
+  int n = 0;
+  while (!store_checkpoint_due(s) && n < 5000) n = write_checkpoint_rows(s, n, 1);
+  CHECK(store_checkpoint_due(s));
+  /* As many commits again: no commit checkpoints on its own, so the log never starts again
+   * (auto-checkpoint would have at 1,000 frames, and the file would stay near that size). */
+  n = write_checkpoint_rows(s, n, n);
+  CHECK(store_checkpoint_due(s));
+  CHECK(file_size(wal) >= 32 + 1900 * frame);
+  CHECK(store_checkpoint(s) == 0);
+  CHECK(!store_checkpoint_due(s));
+  /* Checkpointed whole: the next commits write the log from its start, the file does not grow. */
+  int64_t size = file_size(wal);
+  n = write_checkpoint_rows(s, n, 10);
+  CHECK_INT_EQ(file_size(wal), size);
+  CHECK(!store_checkpoint_due(s));
+  CHECK_INT_EQ(raw_int(raw, "SELECT count(*) FROM Product WHERE name = 'Checkpoint'"), n);
+  sqlite3_close(raw);
+  store_close(s);
+}
+
 static void test_readonly(void) {
   store_t *s = NULL;
   char err[256] = "";
@@ -1478,6 +1523,7 @@ int main(void) {
   RUN(test_sessions);
   RUN(test_subscription_count);
   RUN(test_batch);
+  RUN(test_deferred_checkpoints);
   RUN(test_readonly);
   RUN(test_example_schema);
 
