@@ -8,17 +8,18 @@
  * until the job's deadline (--write-timeout). Completions come back to the
  * loop through a uv_async and run there, in queue order.
  *
- * On SQLite, the writes of a loop turn that are all quick (one row each)
- * run on the loop itself when the thread is idle and the database's write
- * lock is free at that moment (it is tried, never waited for): handing
- * them to the thread and its answer back costs two thread wake-ups, more
- * than such a commit. The connection's checkpoints, which write the
- * database file and sync it, stay on the thread. When the lock is taken,
- * the jobs go to the thread as above.
+ * On SQLite, the writes of a loop turn that are all quick (one row each,
+ * a few of them) run on the loop itself when the thread is idle and the
+ * database's write lock is free at that moment (it is tried, never waited
+ * for): handing them to the thread and its answer back costs two thread
+ * wake-ups, more than such a commit. The connection's checkpoints, which
+ * write the database file and sync it, stay on the thread. When the lock
+ * is taken, the jobs go to the thread as above.
  *
  * A job is a struct the caller allocates with a writer_job first; run is
- * called on the writer thread with the writer's store, done on the loop
- * (which frees the job). A job must not touch loop state in run.
+ * called with the writer's store on the writer thread (or, for a quick
+ * job, on the loop), done on the loop (which frees the job). A job must
+ * not touch loop state in run.
  */
 #ifndef MCPSUB_WRITER_H
 #define MCPSUB_WRITER_H
