@@ -1087,12 +1087,19 @@ static void master_ctl_merge(master_t *m, control_request_t *r, const cJSON *req
            "no answer from worker %s in time: it may hold the session; try again", missing);
   cJSON *out = cJSON_CreateObject();
   if (strcmp(cmd, "sessions") == 0) {
+    /* Each worker's most recent, bounded; together, the most recent of them all. */
     cJSON *all = cJSON_AddArrayToObject(out, "sessions");
+    bool more = false; /* a worker left sessions out */
     for (size_t i = 0; i < n; i++) {
       cJSON *list = cJSON_GetObjectItemCaseSensitive(replies[i], "sessions");
       while (cJSON_IsArray(list) && list->child != NULL)
         cJSON_AddItemToArray(all, cJSON_DetachItemViaPointer(list, list->child));
+      more |= cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(replies[i], "more"));
     }
+    const cJSON *limit = cJSON_GetObjectItemCaseSensitive(req, "limit");
+    size_t max = cJSON_IsNumber(limit) ? (size_t)limit->valuedouble : WORKER_CTL_SESSIONS_DEFAULT;
+    more |= worker_ctl_sessions_rank(all, max);
+    cJSON_AddBoolToObject(out, "more", more);
   } else if (strcmp(cmd, "session") == 0) {
     cJSON *found = NULL;
     for (size_t i = 0; i < n; i++) {
@@ -1237,6 +1244,13 @@ static void master_ctl_handle(control_request_t *r, const cJSON *req, void *data
   const cJSON *uri = cJSON_GetObjectItemCaseSensitive(req, "uri");
   if (strcmp(cmd, "subs") == 0 && uri != NULL && !cJSON_IsString(uri) && !cJSON_IsNull(uri)) {
     control_answer_error(r, "\"uri\" must be a string");
+    return;
+  }
+  if (strcmp(cmd, "sessions") == 0 && !master_ctl_count(req, "limit", WORKER_CTL_SESSIONS_MAX)) {
+    char msg[64];
+    snprintf(msg, sizeof(msg), "\"limit\" must be a whole number from 1 to %d",
+             WORKER_CTL_SESSIONS_MAX);
+    control_answer_error(r, msg);
     return;
   }
   if (strcmp(cmd, "subs") == 0 && (!master_ctl_count(req, "busiest", WORKER_CTL_BUSIEST_MAX) ||

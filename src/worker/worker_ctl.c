@@ -9,12 +9,49 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/ipc.h"
 #include "common/log.h"
 #include "common/mem.h"
 #include "common/session_id.h"
 #include "common/store.h"
 
-static cJSON *ctl_session_json(worker_t *w, const session_t *s) {
+/*
+ * Bytes a string takes in printed JSON, at most: its quotes, a comma, and
+ * each character as cJSON escapes it ("\\n" two bytes, "\\u0001" six).
+ */
+static size_t ctl_text_cost(const char *s) {
+  size_t n = 3;
+  for (; *s != '\0'; s++) n += (unsigned char)*s < 0x20 ? 6 : (*s == '"' || *s == '\\') ? 2 : 1;
+  return n;
+}
+
+/*
+ * What a listed session's members other than its strings take at most:
+ * the names, numbers of up to 24 characters, booleans and punctuation
+ * come to about 320 bytes.
+ */
+#define CTL_SESSION_FIXED_COST 512
+
+/* Bytes session s takes in a "sessions" answer without its URIs, at most. */
+static size_t ctl_session_head_cost(const session_t *s) {
+  return CTL_SESSION_FIXED_COST + ctl_text_cost(s->id) + ctl_text_cost(s->protocol_version) +
+         ctl_text_cost(s->principal != NULL ? s->principal : "");
+}
+
+/* ...and with them: as worker_ctl_sessions_rank counts the session's JSON. */
+static size_t ctl_session_cost(const session_t *s) {
+  size_t n = ctl_session_head_cost(s);
+  for (const sub_t *sub = s->subs; sub != NULL; sub = sub->owner_next)
+    n += ctl_text_cost(sub->topic->uri);
+  return n;
+}
+
+/*
+ * A live session as JSON, with the URIs of its subscriptions that fit in
+ * uri_room bytes (SIZE_MAX: all of them); when some do not,
+ * "subscriptionsOmitted" says how many were left out.
+ */
+static cJSON *ctl_session_json(worker_t *w, const session_t *s, size_t uri_room) {
   cJSON *o = cJSON_CreateObject();
   cJSON_AddStringToObject(o, "id", s->id);
   cJSON_AddNumberToObject(o, "worker", w->slot);
@@ -25,10 +62,19 @@ static cJSON *ctl_session_json(worker_t *w, const session_t *s) {
   cJSON_AddNumberToObject(o, "lastSeenMs", (double)s->last_seen_ms);
   cJSON_AddBoolToObject(o, "stream", s->stream != NULL);
   cJSON *subs = cJSON_AddArrayToObject(o, "subscriptions");
-  for (const sub_t *sub = s->subs; sub != NULL; sub = sub->owner_next)
-    cJSON_AddItemToArray(subs, cJSON_CreateString(sub->topic->uri));
+  size_t omitted = 0; /* once one is, all that follow are: a prefix is listed */
+  for (const sub_t *sub = s->subs; sub != NULL; sub = sub->owner_next) {
+    size_t cost = uri_room == SIZE_MAX ? 0 : ctl_text_cost(sub->topic->uri);
+    if (omitted == 0 && cost <= uri_room) {
+      uri_room -= cost;
+      cJSON_AddItemToArray(subs, cJSON_CreateString(sub->topic->uri));
+    } else {
+      omitted++;
+    }
+  }
   cJSON_AddNumberToObject(o, "ring", s->ring_count);
   cJSON_AddNumberToObject(o, "undelivered", s->undelivered);
+  if (omitted > 0) cJSON_AddNumberToObject(o, "subscriptionsOmitted", (double)omitted);
   return o;
 }
 
@@ -54,23 +100,6 @@ static cJSON *ctl_session_row_json(const store_session *row) {
   return o;
 }
 
-typedef struct ctl_list_ctx {
-  worker_t *w;
-  cJSON *list;
-} ctl_list_ctx;
-
-static void ctl_add_session(session_t *s, void *data) {
-  ctl_list_ctx *ctx = data;
-  cJSON_AddItemToArray(ctx->list, ctl_session_json(ctx->w, s));
-}
-
-static cJSON *ctl_sessions(worker_t *w) {
-  cJSON *out = cJSON_CreateObject();
-  ctl_list_ctx ctx = {w, cJSON_AddArrayToObject(out, "sessions")};
-  session_registry_foreach(&w->sessions, ctl_add_session, &ctx);
-  return out;
-}
-
 /* The session named by req's "id", live here, or NULL. */
 static session_t *ctl_find(worker_t *w, const cJSON *req, const char **id) {
   const cJSON *item = cJSON_GetObjectItemCaseSensitive(req, "id");
@@ -84,7 +113,8 @@ static cJSON *ctl_session(worker_t *w, const cJSON *req) {
   session_t *s = ctl_find(w, req, &id);
   cJSON *out = cJSON_CreateObject();
   if (s != NULL) {
-    cJSON_AddItemToObject(out, "session", ctl_session_json(w, s));
+    size_t head = ctl_session_head_cost(s); /* bounded like a listing's first session */
+    cJSON_AddItemToObject(out, "session", ctl_session_json(w, s, WORKER_CTL_SESSIONS_BYTES - head));
   } else if (id != NULL && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(req, "durable")) &&
              session_id_valid(id, strlen(id))) {
     store_session row;
@@ -111,6 +141,100 @@ static cJSON *ctl_evict(worker_t *w, const cJSON *req) {
   }
   cJSON *out = cJSON_CreateObject();
   cJSON_AddBoolToObject(out, "evicted", evicted);
+  return out;
+}
+
+/*
+ * "sessions" answers with the N sessions seen most recently (N up to
+ * WORKER_CTL_SESSIONS_MAX), and no more of them than fit in
+ * WORKER_CTL_SESSIONS_BYTES: a worker holding a hundred thousand sessions
+ * with a thousand URIs each still answers well within the IPC message
+ * bound. The walk keeps the best N in a heap of pointers (the least recent
+ * at its root) and allocates nothing per session.
+ */
+_Static_assert(2 * WORKER_CTL_SESSIONS_BYTES <= IPC_MAX_TOTAL,
+               "a \"sessions\" answer fits an IPC message with room to spare");
+
+typedef struct ctl_recent {
+  const session_t **heap;
+  size_t n, max;
+  size_t sessions; /* sessions walked */
+} ctl_recent;
+
+/* Is a listed before b? The most recently seen first, then by id. */
+static bool ctl_more_recent(const session_t *a, const session_t *b) {
+  if (a->last_seen_ms != b->last_seen_ms) return a->last_seen_ms > b->last_seen_ms;
+  return strcmp(a->id, b->id) < 0;
+}
+
+static void ctl_recent_swap(ctl_recent *r, size_t a, size_t b) {
+  const session_t *t = r->heap[a];
+  r->heap[a] = r->heap[b];
+  r->heap[b] = t;
+}
+
+/* Moves heap[i] down to its place among heap[0..n) (the least recent at the root). */
+static void ctl_recent_sift(ctl_recent *r, size_t i, size_t n) {
+  for (;;) {
+    size_t least = i, l = 2 * i + 1, rt = l + 1;
+    if (l < n && ctl_more_recent(r->heap[least], r->heap[l])) least = l;
+    if (rt < n && ctl_more_recent(r->heap[least], r->heap[rt])) least = rt;
+    if (least == i) return;
+    ctl_recent_swap(r, i, least);
+    i = least;
+  }
+}
+
+static void ctl_recent_offer(const char *key, size_t len, void *value, void *data) {
+  (void)key;
+  (void)len;
+  ctl_recent *r = data;
+  const session_t *s = value;
+  r->sessions++;
+  if (r->n < r->max) { /* still filling: up from the end */
+    size_t i = r->n++;
+    r->heap[i] = s;
+    for (; i > 0 && ctl_more_recent(r->heap[(i - 1) / 2], r->heap[i]); i = (i - 1) / 2)
+      ctl_recent_swap(r, i, (i - 1) / 2);
+  } else if (r->n > 0 && ctl_more_recent(s, r->heap[0])) {
+    r->heap[0] = s;
+    ctl_recent_sift(r, 0, r->n);
+  }
+}
+
+/*
+ * {"sessions": [...], "more": bool}: the max most recent, most recent
+ * first, while they fit in WORKER_CTL_SESSIONS_BYTES. The first session
+ * always goes in, its URIs cut to what fits when they alone would not.
+ */
+static cJSON *ctl_sessions(worker_t *w, size_t max) {
+  if (max > w->sessions.count) max = w->sessions.count; /* no room for sessions not there */
+  ctl_recent r = {mem_alloc(max * sizeof(*r.heap)), 0, max, 0};
+  strmap_foreach(&w->sessions.by_id, ctl_recent_offer, &r);
+  for (size_t n = r.n; n > 1; n--) { /* heap sort: the least recent goes last */
+    ctl_recent_swap(&r, 0, n - 1);
+    ctl_recent_sift(&r, 0, n - 1);
+  }
+  cJSON *out = cJSON_CreateObject();
+  cJSON *list = cJSON_AddArrayToObject(out, "sessions");
+  bool more = r.sessions > r.n;
+  size_t room = WORKER_CTL_SESSIONS_BYTES;
+  for (size_t i = 0; i < r.n; i++) {
+    size_t cost = ctl_session_cost(r.heap[i]);
+    if (cost <= room) {
+      cJSON_AddItemToArray(list, ctl_session_json(w, r.heap[i], SIZE_MAX));
+      room -= cost;
+      continue;
+    }
+    more = true;
+    if (i == 0) { /* the most recent is listed, with as many of its URIs as fit */
+      size_t head = ctl_session_head_cost(r.heap[i]);
+      cJSON_AddItemToArray(list, ctl_session_json(w, r.heap[i], room > head ? room - head : 0));
+    }
+    break;
+  }
+  cJSON_AddBoolToObject(out, "more", more);
+  free(r.heap);
   return out;
 }
 
@@ -281,10 +405,59 @@ bool worker_ctl_subs_rank(cJSON *list, size_t limit) {
   return n > limit;
 }
 
+static const char *ctl_member_text(const cJSON *o, const char *name) {
+  const char *text = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, name));
+  return text != NULL ? text : "";
+}
+
+static double ctl_member_number(const cJSON *o, const char *name) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
+  return cJSON_IsNumber(v) ? v->valuedouble : 0;
+}
+
+/* A listed session's bytes, counted as ctl_session_cost counts a live one. */
+static size_t ctl_row_cost(const cJSON *session) {
+  size_t n = CTL_SESSION_FIXED_COST + ctl_text_cost(ctl_member_text(session, "id")) +
+             ctl_text_cost(ctl_member_text(session, "protocolVersion")) +
+             ctl_text_cost(ctl_member_text(session, "principal"));
+  const cJSON *uri;
+  cJSON_ArrayForEach(uri, cJSON_GetObjectItemCaseSensitive(session, "subscriptions")) {
+    if (cJSON_IsString(uri)) n += ctl_text_cost(uri->valuestring);
+  }
+  return n;
+}
+
+static int ctl_row_recent(const void *a, const void *b) {
+  const cJSON *ra = *(cJSON *const *)a, *rb = *(cJSON *const *)b;
+  double sa = ctl_member_number(ra, "lastSeenMs"), sb = ctl_member_number(rb, "lastSeenMs");
+  if (sa != sb) return sa > sb ? -1 : 1;
+  return strcmp(ctl_member_text(ra, "id"), ctl_member_text(rb, "id"));
+}
+
+bool worker_ctl_sessions_rank(cJSON *list, size_t limit) {
+  size_t n = (size_t)cJSON_GetArraySize(list);
+  if (n == 0) return false;
+  cJSON **rows = mem_alloc(n * sizeof(*rows));
+  for (size_t i = 0; i < n; i++) rows[i] = cJSON_DetachItemViaPointer(list, list->child);
+  qsort(rows, n, sizeof(*rows), ctl_row_recent);
+  size_t kept = 0, room = WORKER_CTL_SESSIONS_BYTES;
+  for (; kept < n && kept < limit; kept++) {
+    size_t cost = ctl_row_cost(rows[kept]);
+    if (cost > room && kept > 0) break; /* the first goes in: its worker made it fit */
+    room = cost < room ? room - cost : 0;
+    cJSON_AddItemToArray(list, rows[kept]);
+  }
+  for (size_t i = kept; i < n; i++) cJSON_Delete(rows[i]);
+  free(rows);
+  return kept < n;
+}
+
 cJSON *worker_ctl_handle(worker_t *w, const cJSON *req) {
   const cJSON *cmd = cJSON_GetObjectItemCaseSensitive(req, "cmd");
   const char *name = cJSON_IsString(cmd) ? cmd->valuestring : "";
-  if (strcmp(name, "sessions") == 0) return ctl_sessions(w);
+  if (strcmp(name, "sessions") == 0)
+    return ctl_sessions(
+        w, ctl_count(req, "limit", WORKER_CTL_SESSIONS_DEFAULT, WORKER_CTL_SESSIONS_MAX));
   if (strcmp(name, "session") == 0) return ctl_session(w, req);
   if (strcmp(name, "evict") == 0) return ctl_evict(w, req);
   if (strcmp(name, "subs") == 0) return ctl_subs(w, req);

@@ -9,6 +9,7 @@ import test, { before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
+import net from 'node:net';
 import path from 'node:path';
 
 import { startServer, makeTempDir, MCPSUBCTL, MCPSUBD } from './lib/server.mjs';
@@ -16,7 +17,7 @@ import { McpSession } from './lib/mcp.mjs';
 import { initialize, mcpPost, newId, openStream } from './lib/raw.mjs';
 import { SUBSCRIPTIONS_OF, q, sessionRow, sqlite, sqliteRows } from './lib/sqlite.mjs';
 import { PG_MODE, ctlDbArgs, dbTarget } from './lib/pg.mjs';
-import { waitFor } from './lib/wait.mjs';
+import { sleep, waitFor } from './lib/wait.mjs';
 
 let srv;
 let empty; // a server that never gets a session
@@ -549,6 +550,140 @@ test('a worker that does not answer in time: a list says so (unanswered, a warni
   }
 });
 
+/* One request on a server's control socket, as mcpsubctl sends it: a JSON line out, one back. */
+function controlCall(server, request) {
+  return new Promise((resolve, reject) => {
+    const sock = net.connect(path.join(path.dirname(server.dbPath), 'mcpsubd.sock'));
+    let text = '';
+    sock.setEncoding('utf8');
+    sock.on('connect', () => sock.write(`${JSON.stringify(request)}\n`));
+    sock.on('data', (d) => {
+      text += d;
+      if (text.includes('\n')) {
+        sock.end();
+        resolve(JSON.parse(text.slice(0, text.indexOf('\n'))));
+      }
+    });
+    sock.on('error', reject);
+  });
+}
+
+// Two workers (each lists its own most recent, the master merges) and one process.
+for (const workers of ['2', '0']) {
+  test(`sessions --live --limit N (--workers ${workers}): the N most recently seen, and a line saying there are more`, async () => {
+    const server = await startServer({ args: ['--workers', workers] });
+    const sctl = (args) => spawnSync(MCPSUBCTL, [...ctlDbArgs(server.dbPath), ...args], { encoding: 'utf8' });
+    try {
+      const ids = [];
+      for (let i = 0; i < 5; i++) ids.push(await initialize(server.port, { clientInfo: { name: `ctl-limit-${i}`, version: '1' } }));
+      // Seen in an order other than created: a listing by creation, or by id, comes out wrong.
+      const touched = [ids[3], ids[0], ids[4], ids[1], ids[2]];
+      for (const id of touched) {
+        await sleep(5); // a later millisecond than the session before
+        const res = await mcpPost(server.port, id, { jsonrpc: '2.0', id: newId(), method: 'ping' });
+        assert.equal(res.status, 200, res.text);
+      }
+      const newest = [...touched].reverse();
+
+      const two = sctl(['--json', 'sessions', '--live', '--limit', '2']);
+      assert.equal(two.status, 0, describe(two));
+      const j = JSON.parse(two.stdout);
+      assert.deepEqual(j.sessions.map((x) => x.id), newest.slice(0, 2), two.stdout);
+      assert.equal(j.more, true, two.stdout);
+      const r = sctl(['sessions', '--live', '--limit', '2']);
+      assert.equal(r.status, 0, describe(r));
+      assert.deepEqual(lines(r.stdout).slice(1, 3).map((l) => l.split(/\s+/)[0]), newest.slice(0, 2), describe(r));
+      assert.deepEqual(lines(r.stdout).slice(-2), ['(2 live sessions)', '(the 2 most recently seen: there are more; --limit shows up to 10000)'], describe(r));
+
+      // By default (1,000) and with a limit they fit in: all of them, the most recent first, nothing more.
+      for (const args of [[], ['--limit', '5']]) {
+        const all = sctl(['--json', 'sessions', '--live', ...args]);
+        assert.equal(all.status, 0, describe(all));
+        const a = JSON.parse(all.stdout);
+        assert.deepEqual(a.sessions.map((x) => x.id), newest, all.stdout);
+        assert.equal(a.more, false, all.stdout);
+        const t = sctl(['sessions', '--live', ...args]);
+        assert.equal(lines(t.stdout).at(-1), '(5 live sessions)', describe(t));
+      }
+
+      for (const bad of ['0', '10001', 'abc', '1.5', '']) {
+        const b = sctl(['sessions', '--live', '--limit', bad]);
+        assert.equal(b.status, 2, describe(b));
+        assert.match(b.stderr, /--limit takes a number of sessions from 1 to 10000/, describe(b));
+      }
+      const durable = sctl(['sessions', '--limit', '2']);
+      assert.equal(durable.status, 2, describe(durable));
+      assert.match(durable.stderr, /--limit goes with --live/, describe(durable));
+      // The server checks the request itself, as it does subs'.
+      for (const limit of [0, 10001, 2.5, '2', null]) {
+        const answer = await controlCall(server, { cmd: 'sessions', limit });
+        assert.equal(answer.ok, false, `${JSON.stringify(limit)}: ${JSON.stringify(answer)}`);
+        assert.match(answer.error, /"limit" must be a whole number from 1 to 10000/);
+      }
+      const one = await controlCall(server, { cmd: 'sessions', limit: 1 });
+      assert.equal(one.ok, true, JSON.stringify(one));
+      assert.deepEqual(one.sessions.map((x) => x.id), newest.slice(0, 1));
+      assert.equal(one.more, true);
+    } finally {
+      await server.stop();
+    }
+  });
+}
+
+test('sessions --live stops at 4 MiB of sessions: a session past it alone is listed with the URIs that fit', async () => {
+  const server = await startServer({ args: ['--workers', '2', '--max-subscriptions', '1100'] });
+  const sctl = (args) => spawnSync(MCPSUBCTL, [...ctlDbArgs(server.dbPath), ...args], { encoding: 'utf8', maxBuffer: 64 << 20 });
+  const MiB = 1024 * 1024;
+  try {
+    const small = await initialize(server.port, { clientInfo: { name: 'ctl-small', version: '1' } });
+    const big = await initialize(server.port, { clientInfo: { name: 'ctl-big', version: '1' } });
+    // 1,100 URIs of about 4 KB: some 4.3 MiB of them, more than an answer holds.
+    const pad = 'x'.repeat(3990 - server.base.length);
+    for (let k = 0; k < 1100; k++) {
+      const uri = `${server.base}/Product?name=${pad}${String(k).padStart(4, '0')}`;
+      const res = await mcpPost(server.port, big, { jsonrpc: '2.0', id: newId(), method: 'resources/subscribe', params: { uri } });
+      assert.equal(res.status, 200, res.text);
+      assert.deepEqual(res.json().result, {}, res.text);
+    }
+    let r = sctl(['--json', 'sessions', '--live']);
+    assert.equal(r.status, 0, describe(r));
+    let j = JSON.parse(r.stdout);
+    assert.ok(JSON.stringify(j).length <= 4 * MiB, `${JSON.stringify(j).length} bytes`);
+    // The most recent first, cut to fit; the other one only when on another worker and within what is left.
+    assert.equal(j.sessions[0].id, big);
+    assert.ok(j.sessions.length === 1 || j.sessions[1].id === small, JSON.stringify(j.sessions.map((x) => x.id)));
+    assert.equal(j.more, true);
+    const listed = j.sessions[0].subscriptions.length;
+    assert.ok(listed > 900 && listed < 1100, `${listed} URIs listed`);
+    assert.equal(listed + j.sessions[0].subscriptionsOmitted, 1100);
+    const t = sctl(['sessions', '--live']);
+    assert.equal(t.status, 0, describe(t));
+    assert.match(lines(t.stdout)[1], new RegExp(`^${big}\\s.*\\s1100\\s+\\d+\\s+\\d+$`), 'SUBS counts the omitted URIs too');
+    const n = j.sessions.length;
+    assert.deepEqual(lines(t.stdout).slice(-2), [
+      `(${n} live session${n === 1 ? '' : 's'})`,
+      `(the ${n} most recently seen, all an answer holds (4 MiB): there are more; sessions without --live lists the stored ones)`,
+    ]);
+    // The one session asked for by id is bounded alike.
+    const one = await controlCall(server, { cmd: 'session', id: big });
+    assert.ok(JSON.stringify(one).length <= 4 * MiB, `${JSON.stringify(one).length} bytes`);
+    assert.equal(one.session.subscriptions.length + one.session.subscriptionsOmitted, 1100);
+
+    // Seen last, the small one comes first; the big one may follow only cut to what is left.
+    const res = await mcpPost(server.port, small, { jsonrpc: '2.0', id: newId(), method: 'ping' });
+    assert.equal(res.status, 200, res.text);
+    r = sctl(['--json', 'sessions', '--live']);
+    assert.equal(r.status, 0, describe(r));
+    j = JSON.parse(r.stdout);
+    assert.ok(JSON.stringify(j).length <= 4 * MiB, `${JSON.stringify(j).length} bytes`);
+    assert.equal(j.sessions[0].id, small, r.stdout.slice(0, 2000));
+    assert.ok(j.sessions.length === 1 || j.sessions[1].subscriptionsOmitted > 0, 'the big one is cut');
+    assert.equal(j.more, true);
+  } finally {
+    await server.stop();
+  }
+});
+
 test('usage: bad commands and options -> exit 2; --help documents every command', async () => {
   for (const args of [[], ['bogus'], ['session'], ['session', 'show'], ['session', 'drop', 'x'], ['subs', '--uri'], ['audit'], ['status', 'extra'], ['sessions', '--what']]) {
     const r = runCtl(args);
@@ -557,7 +692,7 @@ test('usage: bad commands and options -> exit 2; --help documents every command'
   }
   const h = ctl(['--help']);
   assert.equal(h.status, 0, describe(h));
-  for (const w of ['status', 'workers', 'sessions [--live]', 'session show ID', 'session evict ID', 'subs [--uri U]', 'audit tail [-f] [--table T] [-n N]', 'stats', '--control PATH', 'exit status']) {
+  for (const w of ['status', 'workers', 'sessions [--live [--limit N]]', 'session show ID', 'session evict ID', 'subs [--uri U]', 'audit tail [-f] [--table T] [-n N]', 'stats', '--control PATH', 'exit status']) {
     assert.ok(h.stdout.includes(w), `--help lacks "${w}"\n${h.stdout}`);
   }
 });

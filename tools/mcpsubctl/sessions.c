@@ -1,15 +1,19 @@
 /*
  * The session commands. `sessions` lists the durable mcp_session rows
  * (whether or not the server runs); `sessions --live` what the workers
- * hold. `session show` joins both views of one session: its durable record
- * and, when the server runs and holds it, its live state (worker, stream,
- * replay ring). `session evict` asks the server to end a live session.
+ * hold, the N most recently seen (--limit, as bounded as the server's
+ * answer). `session show` joins both views of one session: its durable
+ * record and, when the server runs and holds it, its live state (worker,
+ * stream, replay ring). `session evict` asks the server to end a live
+ * session.
  */
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common/mem.h"
+#include "worker/worker_ctl.h"
 #include "ctl.h"
 
 /* sessions ---------------------------------------------------------------- */
@@ -24,6 +28,13 @@ static const ctl_column ctl_durable_session_columns[] = {
     {"CLIENT", "clientInfo", ctl_fmt_client, false},
 };
 
+/* A live session's subscriptions: those listed and those its worker left out to fit. */
+static void ctl_fmt_live_subs(const cJSON *session, char *out, size_t n) {
+  const cJSON *omitted = cJSON_GetObjectItemCaseSensitive(session, "subscriptionsOmitted");
+  double count = cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(session, "subscriptions"));
+  snprintf(out, n, "%.0f", count + (cJSON_IsNumber(omitted) ? omitted->valuedouble : 0));
+}
+
 static const ctl_column ctl_live_session_columns[] = {
     {"ID", "id", ctl_fmt_text, false},
     {"WORKER", "worker", ctl_fmt_text, true},
@@ -32,28 +43,62 @@ static const ctl_column ctl_live_session_columns[] = {
     {"CREATED", "createdMs", ctl_fmt_time, false},
     {"LAST SEEN", "lastSeenMs", ctl_fmt_time, false},
     {"STREAM", "stream", ctl_fmt_yes_no, false},
-    {"SUBS", "subscriptions", ctl_fmt_count, true},
+    {"SUBS", NULL, ctl_fmt_live_subs, true},
     {"RING", "ring", ctl_fmt_text, true},
     {"UNDELIVERED", "undelivered", ctl_fmt_text, true},
 };
 
-static int ctl_sessions_live(ctl_context *ctx) {
+/* Says why a live listing stopped short, and how to see more. */
+static void ctl_print_sessions_cut(const cJSON *reply, long limit) {
+  int listed = cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(reply, "sessions"));
+  if (listed >= limit)
+    printf("(the %ld most recently seen: there are more; --limit shows up to %d)\n", limit,
+           WORKER_CTL_SESSIONS_MAX);
+  else
+    printf("(the %d most recently seen, all an answer holds (%zu MiB): there are more; "
+           "sessions without --live lists the stored ones)\n",
+           listed, WORKER_CTL_SESSIONS_BYTES >> 20);
+}
+
+static int ctl_sessions_live(ctl_context *ctx, long limit) {
   ctx->server_required = true;
-  cJSON *reply = NULL;
-  int rc = ctl_server_request(ctx, "sessions", NULL, NULL, &reply);
+  cJSON *request = cJSON_CreateObject(), *reply = NULL;
+  cJSON_AddStringToObject(request, "cmd", "sessions");
+  cJSON_AddNumberToObject(request, "limit", (double)limit);
+  int rc = ctl_server_call(ctx, request, &reply);
+  cJSON_Delete(request);
   if (rc != 0) return rc;
   ctl_print_list(ctx, reply, "sessions", ctl_live_session_columns,
                  ARRAY_LEN(ctl_live_session_columns), "live session", "live sessions");
+  if (!ctx->json && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(reply, "more")))
+    ctl_print_sessions_cut(reply, limit);
   cJSON_Delete(reply);
   return CTL_EXIT_OK;
 }
 
 int ctl_cmd_sessions(ctl_context *ctx, int argc, char **argv) {
   bool live = false;
-  const ctl_flag flags[] = {{"--live", NULL, NULL, &live}};
+  const char *limit_text = NULL;
+  const ctl_flag flags[] = {{"--live", NULL, NULL, &live}, {"--limit", NULL, &limit_text, NULL}};
   int rc = ctl_parse_args("sessions", argc, argv, flags, ARRAY_LEN(flags), NULL, 0);
   if (rc != 0) return rc;
-  if (live) return ctl_sessions_live(ctx);
+  long limit = WORKER_CTL_SESSIONS_DEFAULT;
+  if (limit_text != NULL) {
+    char *end;
+    errno = 0;
+    limit = strtol(limit_text, &end, 10);
+    if (errno != 0 || end == limit_text || *end != '\0' || limit < 1 ||
+        limit > WORKER_CTL_SESSIONS_MAX) {
+      ctl_error("sessions: --limit takes a number of sessions from 1 to %d, not '%s'",
+                WORKER_CTL_SESSIONS_MAX, limit_text);
+      return CTL_EXIT_USAGE;
+    }
+    if (!live) { /* the stored rows are read whole, not through the server's bounded answer */
+      ctl_error("sessions: --limit goes with --live");
+      return CTL_EXIT_USAGE;
+    }
+  }
+  if (live) return ctl_sessions_live(ctx, limit);
   cJSON *list = NULL;
   rc = ctl_durable_sessions(ctx, &list);
   if (rc != 0) return rc;
@@ -131,6 +176,7 @@ static cJSON *ctl_session_from_live(const cJSON *live) {
       {"protocolVersion", "protocolVersion"},
       {"principal", "principal"},
       {"subscriptions", "subscriptions"},
+      {"subscriptionsOmitted", "subscriptionsOmitted"},
   };
   cJSON *session = cJSON_CreateObject();
   for (size_t i = 0; i < ARRAY_LEN(renames); i++) {
@@ -161,6 +207,9 @@ static void ctl_print_session(const ctl_context *ctx, const cJSON *session) {
   cJSON_ArrayForEach(uri, cJSON_GetObjectItemCaseSensitive(session, "subscriptions")) {
     if (cJSON_IsString(uri)) printf("  %s\n", uri->valuestring);
   }
+  const cJSON *omitted = cJSON_GetObjectItemCaseSensitive(session, "subscriptionsOmitted");
+  if (cJSON_IsNumber(omitted))
+    printf("  (and %.0f more, left out of the answer)\n", omitted->valuedouble);
 }
 
 int ctl_cmd_session_show(ctl_context *ctx, int argc, char **argv) {
