@@ -567,6 +567,10 @@ int store_session_sub_delete(store_t *s, const char *id, const char *uri) {
   return s->ops->session_sub_delete(s, id, uri);
 }
 
+int store_signal(store_t *s, const char *session, const char *image) {
+  return s->ops->signal(s, session, image);
+}
+
 int store_session_delete(store_t *s, const char *id) {
   return s->ops->session_delete(s, id);
 }

@@ -397,6 +397,15 @@ int store_session_set_subscriptions(store_t *s, const char *id,
 int store_session_sub_put(store_t *s, const char *id, const char *uri, const char *debounce,
                           const char *topic_key) MCPSUB_NODISCARD;
 int store_session_sub_delete(store_t *s, const char *id, const char *uri) MCPSUB_NODISCARD;
+/*
+ * A signal to the worker, on whichever host, that holds a call of a
+ * session: one audit row of table STORE_SIGNAL_LOG, key the session id ("":
+ * a call outside any session), op INSERT, new_row image (JSON text: what
+ * the signal says), principal the origin; committed on its own (or with the
+ * batch). Every host's tailer reads it. Wakes the other hosts' tailers.
+ */
+#define STORE_SIGNAL_LOG "mcpsub_signal"
+int store_signal(store_t *s, const char *session, const char *image) MCPSUB_NODISCARD;
 /* -ENOENT if unknown. */
 int store_session_delete(store_t *s, const char *id) MCPSUB_NODISCARD;
 /* Deletes rows with last_seen < before_ms. *deleted may be NULL. */

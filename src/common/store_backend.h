@@ -96,6 +96,7 @@ struct store_ops {
   int (*session_sub_put)(store_t *s, const char *id, const char *uri, const char *debounce,
                          const char *topic_key);
   int (*session_sub_delete)(store_t *s, const char *id, const char *uri);
+  int (*signal)(store_t *s, const char *session, const char *image);
   int (*session_delete)(store_t *s, const char *id);
   int (*session_prune_slot)(store_t *s, int64_t before_ms, unsigned slot, unsigned n_slots,
                             int64_t *deleted);

@@ -2534,13 +2534,15 @@ static int pg_session_set_subscriptions(store_t *s, const char *id, const char *
 }
 
 /*
- * Appends the subscription log's audit row (store.h) in the current
- * transaction, after the subscription row changed: that change gave the
- * transaction its id before this row takes its seq, which the commit-order
- * rule relies on. Also wakes the other hosts' tailers.
+ * Appends an audit row of mcpsub's own (table tbl: the subscription log or
+ * the signal log, store.h) in the current transaction, which must have its
+ * transaction id already (a row it changed, or pg_current_xact_id()): the
+ * commit-order rule relies on the id being taken before this row's seq.
+ * Also wakes the other hosts' tailers.
  */
-static int pg_sub_log(pg_store *p, const char *id, bool put, const char *image) {
+static int pg_log_row(pg_store *p, const char *tbl, const char *id, bool put, const char *image) {
   pg_params ps = {0};
+  pg_param(&ps, tbl);
   pg_param(&ps, id);
   pg_param(&ps, put ? "INSERT" : "DELETE");
   pg_param(&ps, put ? NULL : image);
@@ -2549,8 +2551,8 @@ static int pg_sub_log(pg_store *p, const char *id, bool put, const char *image) 
   int ret =
       pg_run(p,
              "INSERT INTO audit_log (tbl, key, op, old_row, new_row, committed_at, principal) "
-             "VALUES ('" STORE_SUBSCRIPTION_LOG "', $1, $2, $3::jsonb, $4::jsonb, "
-             "(extract(epoch FROM clock_timestamp()) * 1000)::int8, $5)",
+             "VALUES ($1, $2, $3, $4::jsonb, $5::jsonb, "
+             "(extract(epoch FROM clock_timestamp()) * 1000)::int8, $6)",
              &ps, NULL, NULL, 0);
   if (ret == 0) ret = pg_exec(p, "SELECT pg_notify('" PG_CHANNEL "', '')", NULL, 0);
   pg_params_finish(&ps);
@@ -2572,9 +2574,22 @@ static int pg_session_sub_put(store_t *s, const char *id, const char *uri, const
   if (ret == -EEXIST || (ret == 0 && n == 0)) ret = -ENOENT; /* no session (or it just went) */
   if (ret == 0) {
     char *image = store_subscription_image(true, uri, topic_key, debounce);
-    ret = pg_sub_log(p, id, true, image);
+    ret = pg_log_row(p, STORE_SUBSCRIPTION_LOG, id, true, image);
     cJSON_free(image);
   }
+  if (ret == 0) ret = pg_commit(p, NULL, 0);
+  if (ret < 0) pg_rollback(p);
+  return ret;
+}
+
+static int pg_signal(store_t *s, const char *session, const char *image) {
+  pg_store *p = pg_of(s);
+  int64_t xid;
+  int ret = pg_ready(p);
+  if (ret == 0) ret = pg_begin(p, NULL, 0);
+  /* The transaction's id before the row's seq (pg_log_row). */
+  if (ret == 0) ret = pg_run_int64(p, "SELECT pg_current_xact_id()::text", NULL, &xid, NULL, 0);
+  if (ret == 0) ret = pg_log_row(p, STORE_SIGNAL_LOG, session, true, image);
   if (ret == 0) ret = pg_commit(p, NULL, 0);
   if (ret < 0) pg_rollback(p);
   return ret;
@@ -2590,7 +2605,7 @@ static int pg_session_sub_delete(store_t *s, const char *id, const char *uri) {
                   NULL, &n);
   if (ret == 0 && n > 0) {
     char *image = store_subscription_image(false, uri, NULL, NULL);
-    ret = pg_sub_log(p, id, false, image);
+    ret = pg_log_row(p, STORE_SUBSCRIPTION_LOG, id, false, image);
     cJSON_free(image);
   }
   if (ret == 0) ret = pg_session_exists(p, id);
@@ -2720,6 +2735,7 @@ const store_ops store_pg_ops = {
     .session_set_subscriptions = pg_session_set_subscriptions,
     .session_sub_put = pg_session_sub_put,
     .session_sub_delete = pg_session_sub_delete,
+    .signal = pg_signal,
     .session_delete = pg_session_delete,
     .session_prune_slot = pg_session_prune_slot,
     .session_prune = pg_session_prune,

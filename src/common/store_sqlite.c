@@ -2181,15 +2181,18 @@ static int sq_session_set_subscriptions(store_t *s, const char *id, const char *
   return ret;
 }
 
-/* The subscription log's row of a put (new_row) or a delete (old_row): see store.h. */
-static int store_sub_log(store_t *s, const char *id, bool put, const char *image) {
+/*
+ * A row of mcpsub's own in the audit log (table tbl: the subscription log
+ * or the signal log, store.h): a put's new_row, or a delete's old_row.
+ */
+static int store_log_row(store_t *s, const char *tbl, const char *id, bool put, const char *image) {
   sqlite3_stmt *st;
   int ret = store_stmt_get(s,
                            "INSERT INTO audit_log (tbl, key, op, old_row, new_row, committed_at, "
-                           "principal) VALUES ('" STORE_SUBSCRIPTION_LOG
-                           "', ?1, ?2, ?3, ?4, " STORE_SQL_NOW_MS ", ?5)",
+                           "principal) VALUES (?6, ?1, ?2, ?3, ?4, " STORE_SQL_NOW_MS ", ?5)",
                            &st, NULL, 0);
   if (ret < 0) return ret;
+  sqlite3_bind_text(st, 6, tbl, -1, SQLITE_STATIC);
   sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
   sqlite3_bind_text(st, 2, put ? "INSERT" : "DELETE", -1, SQLITE_STATIC);
   store_bind_text_or_null(st, put ? 4 : 3, image);
@@ -2213,7 +2216,7 @@ static int sq_session_sub_put(store_t *s, const char *id, const char *uri, const
   if (ret == 0 && n == 0) ret = -ENOENT;
   if (ret == 0) {
     char *image = store_subscription_image(true, uri, topic_key, debounce);
-    ret = store_sub_log(s, id, true, image);
+    ret = store_log_row(s, STORE_SUBSCRIPTION_LOG, id, true, image);
     cJSON_free(image);
   }
   if (ret == 0) ret = store_commit(s, NULL, 0);
@@ -2229,10 +2232,19 @@ static int sq_session_sub_delete(store_t *s, const char *id, const char *uri) {
                                id, uri, NULL, &n);
   if (ret == 0 && n > 0) {
     char *image = store_subscription_image(false, uri, NULL, NULL);
-    ret = store_sub_log(s, id, false, image);
+    ret = store_log_row(s, STORE_SUBSCRIPTION_LOG, id, false, image);
     cJSON_free(image);
   }
   if (ret == 0) ret = store_session_exists(s, id);
+  if (ret == 0) ret = store_commit(s, NULL, 0);
+  store_rollback(s);
+  return ret;
+}
+
+static int sq_signal(store_t *s, const char *session, const char *image) {
+  int ret = store_begin(s, true, NULL, 0);
+  if (ret < 0) return ret;
+  ret = store_log_row(s, STORE_SIGNAL_LOG, session, true, image);
   if (ret == 0) ret = store_commit(s, NULL, 0);
   store_rollback(s);
   return ret;
@@ -2359,6 +2371,7 @@ const store_ops store_sqlite_ops = {
     .session_set_subscriptions = sq_session_set_subscriptions,
     .session_sub_put = sq_session_sub_put,
     .session_sub_delete = sq_session_sub_delete,
+    .signal = sq_signal,
     .session_delete = sq_session_delete,
     .session_prune_slot = sq_session_prune_slot,
     .session_prune = sq_session_prune,

@@ -16,6 +16,7 @@
 #include "common/log.h"
 #include "common/mem.h"
 #include "common/session_id.h"
+#include "worker/subscriptions.h"
 
 #define CONFIRM_ID_PREFIX   "mcpsub-confirm-"
 #define CONFIRM_MAX_PENDING 1024 /* per worker */
@@ -80,6 +81,7 @@ static void pending_unlink(confirm_pending *p) {
     w->confirms = p->next;
   if (p->next != NULL) p->next->prev = p->prev;
   w->n_confirms--;
+  subs_update_active(w);
   if (p->cw.reply->conn != NULL) http_conn_set_close_cb(p->cw.reply->conn, NULL, NULL);
   uv_close((uv_handle_t *)&p->timer, pending_on_timer_closed);
 }
@@ -129,6 +131,7 @@ static cJSON *confirm_ask_session(mcp_call *call, const confirm_write *cw) {
   if (w->confirms != NULL) w->confirms->prev = p;
   w->confirms = p;
   w->n_confirms++;
+  subs_update_active(w);
   uv_timer_init(w->loop, &p->timer);
   p->timer.data = p;
   uv_timer_start(&p->timer, pending_on_timeout, w->cfg->confirm_timeout_ms, 0);
@@ -172,6 +175,26 @@ bool confirm_answer(worker_t *w, const char *principal, const char *session, con
     p->cw.submit(p->cw.job);
   }
   return true;
+}
+
+cJSON *confirm_answer_brief(const cJSON *msg) {
+  const cJSON *id = cJSON_GetObjectItemCaseSensitive(msg, "id");
+  if (!cJSON_IsString(id) || strncmp(id->valuestring, CONFIRM_ID_PREFIX, 15) != 0 ||
+      strlen(id->valuestring) >= sizeof(((confirm_pending *)NULL)->eid))
+    return NULL;
+  cJSON *brief = cJSON_CreateObject();
+  cJSON_AddStringToObject(brief, "id", id->valuestring);
+  const cJSON *result = cJSON_GetObjectItemCaseSensitive(msg, "result");
+  if (result == NULL) {
+    cJSON_AddObjectToObject(brief, "error");
+  } else if (!confirm_accepted(result)) {
+    cJSON_AddStringToObject(cJSON_AddObjectToObject(brief, "result"), "action", "decline");
+  } else {
+    cJSON *r = cJSON_AddObjectToObject(brief, "result");
+    cJSON_AddStringToObject(r, "action", "accept");
+    cJSON_AddTrueToObject(cJSON_AddObjectToObject(r, "content"), "confirm");
+  }
+  return brief;
 }
 
 bool confirm_cancel(worker_t *w, const char *principal, const char *session, const char *id_json) {

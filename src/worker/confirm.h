@@ -66,6 +66,12 @@ bool confirm_caps_form(const cJSON *caps);
  * an elicitation of this worker? true when it was (and is handled).
  */
 bool confirm_answer(worker_t *w, const char *principal, const char *session, const cJSON *msg);
+/*
+ * The part of an answer (a JSON-RPC response) confirm_answer reads, when its
+ * id is one of the confirmations' ({id, result: {action, content.confirm}}
+ * or {id, error: {}}), for another host; else NULL. New object.
+ */
+cJSON *confirm_answer_brief(const cJSON *msg);
 /* notifications/cancelled for the call with id (JSON text): ends its confirmation. */
 bool confirm_cancel(worker_t *w, const char *principal, const char *session, const char *id_json);
 /* Ends every pending confirmation (shutdown): isError, nothing changed. */

@@ -520,6 +520,70 @@ static unsigned mcp_required_right(const cJSON *msg) {
 
 /* Dispatch ---------------------------------------------------------------------- */
 
+bool mcp_cancel_here(worker_t *w, const char *principal, const char *session, const char *id_json) {
+  return listen_cancel(w, principal, id_json) || wait_cancel(w, principal, session, id_json) ||
+         confirm_cancel(w, principal, session, id_json) ||
+         tools_cancel(w, principal, session, id_json);
+}
+
+/*
+ * Signals between hosts. Behind a balancer without session affinity, a
+ * notifications/cancelled or an elicitation answer may reach another host
+ * than the one holding the call. One that nothing here holds is written to
+ * the signal log (a row of the audit log, which every worker of every host
+ * tails), and the worker holding the call acts on it as if it had come
+ * there (mcp_on_signal): within a host the master's routing, or the IPC
+ * relay, gets there first, and what comes second finds nothing. At most
+ * MCP_SIGNALS_MAX rows are being written per worker; past that a signal is
+ * dropped, and its call ends by its own timeout. An answer travels as the
+ * little confirm_answer reads of it, not as the client sent it.
+ */
+#define MCP_SIGNALS_MAX 64
+
+static void mcp_signal_written(int rc, void *data) {
+  (void)rc; /* a failure is logged by the writer: the call ends by its timeout */
+  worker_t *w = data;
+  w->n_signals--;
+}
+
+/* Writes a signal {principal, <what>: value} for session; takes value. */
+static void mcp_signal(worker_t *w, const char *principal, const char *session, const char *what,
+                       cJSON *value) {
+  if (w->n_signals >= MCP_SIGNALS_MAX || w->writer == NULL || w->closing) {
+    cJSON_Delete(value);
+    return;
+  }
+  cJSON *o = cJSON_CreateObject();
+  cJSON_AddStringToObject(o, "principal", principal);
+  cJSON_AddItemToObject(o, what, value);
+  char *image = cJSON_PrintUnformatted(o);
+  cJSON_Delete(o);
+  if (image == NULL) abort(); /* cJSON out of memory: mem.h's policy */
+  w->n_signals++;
+  writer_signal_then(w->writer, session, image, mcp_signal_written, w);
+  cJSON_free(image);
+}
+
+void mcp_on_signal(worker_t *w, const store_audit_row *row) {
+  if ((row->principal != NULL && strcmp(row->principal, w->origin) == 0) || w->closing) return;
+  const cJSON *old_row, *new_row;
+  store_audit_row_images(row, &old_row, &new_row);
+  const char *principal =
+      cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(new_row, "principal"));
+  const char *session = row->key != NULL ? row->key : "";
+  if (principal == NULL) return;
+  const cJSON *cancel = cJSON_GetObjectItemCaseSensitive(new_row, "cancel");
+  const cJSON *answer = cJSON_GetObjectItemCaseSensitive(new_row, "answer");
+  if (cJSON_IsString(cancel) || cJSON_IsNumber(cancel)) {
+    char *text = cJSON_PrintUnformatted(cancel);
+    if (text == NULL) abort(); /* cJSON out of memory: mem.h's policy */
+    (void)mcp_cancel_here(w, principal, session, text);
+    cJSON_free(text);
+  } else if (cJSON_IsObject(answer) && session[0] != '\0') {
+    (void)confirm_answer(w, principal, session, answer);
+  }
+}
+
 static void mcp_notification(worker_t *w, const auth_principal *p, session_t *s, const cJSON *msg) {
   /* notifications/initialized needs no action; notifications/cancelled ends
    * the caller's listen stream or waiting wait_and_read of that id (a
@@ -533,11 +597,11 @@ static void mcp_notification(worker_t *w, const auth_principal *p, session_t *s,
   char *text = cJSON_PrintUnformatted(rid);
   if (text == NULL) abort(); /* cJSON out of memory: mem.h's policy */
   const char *sid = s != NULL ? s->id : "";
-  bool found = listen_cancel(w, p->id, text) || wait_cancel(w, p->id, sid, text) ||
-               confirm_cancel(w, p->id, sid, text) || tools_cancel(w, p->id, sid, text);
+  bool found = mcp_cancel_here(w, p->id, sid, text);
   /* A session's requests all come here; a stateless one may be on another worker. */
   if (!found && s == NULL && w->on_unknown_cancel != NULL) w->on_unknown_cancel(w, p->id, text);
   cJSON_free(text);
+  if (!found) mcp_signal(w, p->id, sid, "cancel", cJSON_Duplicate(rid, true)); /* another host */
 }
 
 /* Adds what a 2026-07-28 result carries besides the 2025 one. */
@@ -746,9 +810,12 @@ static cJSON *mcp_message(worker_t *w, const auth_principal *p, session_t *s, co
   case JSONRPC_REQUEST: return mcp_request(w, p, s, msg, created, conn, pending, modern);
   case JSONRPC_NOTIFICATION: mcp_notification(w, p, s, msg); return NULL;
   case JSONRPC_RESPONSE:
-    /* An answer to an elicitation: the call waiting for it may be on another worker. */
-    if (s != NULL && !confirm_answer(w, p->id, s->id, msg) && w->on_unknown_answer != NULL)
-      w->on_unknown_answer(w, p->id, s->id, msg);
+    /* An answer to an elicitation: the call waiting for it may be on another worker or host. */
+    if (s != NULL && !confirm_answer(w, p->id, s->id, msg)) {
+      if (w->on_unknown_answer != NULL) w->on_unknown_answer(w, p->id, s->id, msg);
+      cJSON *brief = confirm_answer_brief(msg);
+      if (brief != NULL) mcp_signal(w, p->id, s->id, "answer", brief);
+    }
     return NULL;
   case JSONRPC_INVALID:
   default: {

@@ -97,6 +97,19 @@ void mcp_end_unanswered(http_conn_t *c);
 /* mcp_answer on the reply's connection (if it is still there), then mcp_reply_finish. */
 void mcp_reply_send(mcp_reply *r, cJSON *result, int code, const char *message);
 
+/*
+ * notifications/cancelled by principal for the call with id_json (JSON
+ * text) of session ("": none): ends it when it is pending on this worker
+ * (a listen stream, a wait, a confirmation, a tool write). True if it was.
+ */
+bool mcp_cancel_here(worker_t *w, const char *principal, const char *session, const char *id_json);
+/*
+ * A row of the signal log (store.h's STORE_SIGNAL_LOG), read by the tailer:
+ * a cancel or an elicitation answer that reached a worker, perhaps on
+ * another host, that did not hold the call. Acted on when it holds it here.
+ */
+void mcp_on_signal(worker_t *w, const store_audit_row *row);
+
 /* Serves a request for /mcp made by principal p. */
 void mcp_handle_http(worker_t *w, http_conn_t *c, http_request_t *req, const auth_principal *p);
 

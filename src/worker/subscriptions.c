@@ -21,6 +21,7 @@
 #include "common/log.h"
 #include "common/mem.h"
 #include "worker/debounce.h"
+#include "worker/mcp.h"
 #include "worker/listen.h"
 #include "worker/wait.h"
 
@@ -396,6 +397,10 @@ static void subs_on_change(const store_audit_row *row, void *data) {
     subs_on_subscription_log(w, row);
     return;
   }
+  if (strcmp(row->table, STORE_SIGNAL_LOG) == 0) {
+    mcp_on_signal(w, row);
+    return;
+  }
   if (!sub_index_watches(&w->subs, row->table)) return;
   /* The row images are parsed only for a table with filtered (or row-scoped) topics. */
   sub_change change = change_of(row, sub_index_needs_rows(&w->subs, row->table));
@@ -693,8 +698,9 @@ void subs_finish(worker_t *w) {
 }
 
 void subs_update_active(worker_t *w) {
-  tailer_set_active(&w->tailer,
-                    w->subs.n_subs > 0 || w->sessions.n_streams > 0 || w->n_listens > 0);
+  /* A confirmation waits for an answer that may come through the log (mcp_on_signal). */
+  tailer_set_active(&w->tailer, w->subs.n_subs > 0 || w->sessions.n_streams > 0 ||
+                                    w->n_listens > 0 || w->n_confirms > 0);
 }
 
 void subs_after_write(worker_t *w) {

@@ -47,6 +47,7 @@ typedef struct worker {
   struct confirm_pending *confirms;   /* destructive calls waiting for the user (confirm.h) */
   struct tool_write_job *tool_writes; /* tool writes handed to the writer (tools_cancel) */
   size_t n_confirms;
+  size_t n_signals;        /* signal-log rows being written (mcp.c, MCP_SIGNALS_MAX) */
   waiter_t *waiters;       /* pending wait_and_read calls */
   waiter_t *waiters_ready; /* of which saw a change in the current tailer batch */
   size_t n_waiters;

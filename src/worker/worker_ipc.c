@@ -14,9 +14,9 @@
 #include "common/ipc.h"
 #include "common/log.h"
 #include "worker/confirm.h"
+#include "worker/mcp.h"
 #include "worker/subscriptions.h"
 #include "worker/worker.h"
-#include "worker/wait.h"
 #include "worker/worker_ctl.h"
 
 typedef struct worker_ipc {
@@ -235,8 +235,7 @@ static void worker_ipc_handle(worker_ipc_t *wi, ipc_msg *msg) {
   case IPC_CANCEL: {
     const char *f[2]; /* principal, request id */
     char *copy = ipc_fields(msg->payload, msg->len, f, 2);
-    if (copy != NULL && !w->closing && !listen_cancel(w, f[0], f[1]) &&
-        !wait_cancel(w, f[0], "", f[1]) && !tools_cancel(w, f[0], "", f[1])) {
+    if (copy != NULL && !w->closing && !mcp_cancel_here(w, f[0], "", f[1])) {
       /* not here either: already ended, or never was */
     }
     free(copy);

@@ -485,6 +485,7 @@ typedef enum session_op {
   SESSION_SWEEP,
   AUDIT_PRUNE, /* retention's next step (the sweep's prune examined WRITER_PRUNE_SPAN rows) */
   SCHEMA_TRIGGERS,
+  SIGNAL, /* a row of the signal log (store_signal) */
 } session_op;
 
 typedef struct writer_session_job {
@@ -574,6 +575,7 @@ static int writer_session_run(writer_job *j, store_t *s) {
     return rc;
   }
   case AUDIT_PRUNE: return store_audit_prune(s, &sj->prune);
+  case SIGNAL: return store_signal(s, id, sj->text);
   }
   return -EINVAL;
 }
@@ -599,11 +601,17 @@ static void writer_prune_step(uv_timer_t *t) {
 static void writer_session_done(writer_job *j) {
   writer_session_job *sj = (writer_session_job *)j;
   static const char *const names[] = {
-      [SESSION_INSERT] = "insert",        [SESSION_TOUCH] = "touch",
-      [SESSION_LOG_LEVEL] = "log level",  [SESSION_SUBSCRIPTIONS] = "subscriptions",
-      [SESSION_SUB_PUT] = "subscription", [SESSION_SUB_DELETE] = "unsubscription",
-      [SESSION_DELETE] = "delete",        [SESSION_SWEEP] = "sweep",
-      [AUDIT_PRUNE] = "audit prune",      [SCHEMA_TRIGGERS] = "triggers",
+      [SESSION_INSERT] = "insert",
+      [SESSION_TOUCH] = "touch",
+      [SESSION_LOG_LEVEL] = "log level",
+      [SESSION_SUBSCRIPTIONS] = "subscriptions",
+      [SESSION_SUB_PUT] = "subscription",
+      [SESSION_SUB_DELETE] = "unsubscription",
+      [SESSION_DELETE] = "delete",
+      [SESSION_SWEEP] = "sweep",
+      [AUDIT_PRUNE] = "audit prune",
+      [SCHEMA_TRIGGERS] = "triggers",
+      [SIGNAL] = "signal",
   };
   writer_t *wr = sj->wr;
   bool pruning = (sj->op == SESSION_SWEEP && sj->retain) || sj->op == AUDIT_PRUNE;
@@ -669,6 +677,15 @@ void writer_session_insert_then(writer_t *wr, const store_session *row,
   sj->row.log_level = dup_or_null(row->log_level);
   sj->row.subscriptions = dup_or_null(row->subscriptions);
   sj->row.principal = dup_or_null(row->principal);
+  writer_session_submit(wr, sj);
+}
+
+void writer_signal_then(writer_t *wr, const char *session, const char *image,
+                        void (*then)(int rc, void *data), void *data) {
+  writer_session_job *sj = writer_session_job_create(SIGNAL, session);
+  sj->text = mem_strdup(image);
+  sj->then = then;
+  sj->then_data = data;
   writer_session_submit(wr, sj);
 }
 

@@ -139,6 +139,13 @@ void writer_session_delete(writer_t *wr, const char *id);
 /* The same, then then(rc, data) on the loop once the row is gone (or not). */
 void writer_session_delete_then(writer_t *wr, const char *id, void (*then)(int rc, void *data),
                                 void *data);
+/*
+ * A signal to the worker that holds a call of session ("": none), on any
+ * host: store_signal's row, image its JSON; then(rc, data) on the loop once
+ * written (or not).
+ */
+void writer_signal_then(writer_t *wr, const char *session, const char *image,
+                        void (*then)(int rc, void *data), void *data);
 /* Brings the audit triggers up to date with the schema (after a schema change). */
 void writer_sync_triggers(writer_t *wr);
 /*

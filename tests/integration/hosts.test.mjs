@@ -13,7 +13,9 @@
 // host killed (SIGKILL) in the middle: every client has every change
 // exactly once; a host drained with SIGTERM: its clients go on on the
 // other one without loss; a row-scoped subscription made on the host
-// without the stream keeps its scope on the host with it.
+// without the stream keeps its scope on the host with it; a
+// notifications/cancelled or an elicitation answer that lands on the host
+// without the call reaches the call.
 //
 // The shared database comes from database() alone: today one SQLite file
 // both instances open; the same cases run on another backend by changing
@@ -31,10 +33,12 @@ import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/
 import { MCPSUBCTL, freePort, getStatus, makeTempDir, startServer } from './lib/server.mjs';
 import { startHaproxy, TEST_TIMINGS } from './lib/haproxy.mjs';
 import { McpSession } from './lib/mcp.mjs';
+import { MCP_ACCEPT, RawConnection, buildRequest, mcpPost, newId, parseSse, request } from './lib/raw.mjs';
 import { EventStream, UPDATED } from './lib/sse.mjs';
 import { sessionRow, sqlite, sqliteRows } from './lib/sqlite.mjs';
 import { rest } from './lib/subs.mjs';
 import { assertExactlyOnce } from './lib/exactly_once.mjs';
+import { HEADERS, V, rawListen } from './lib/modern.mjs';
 import { sleep, waitFor } from './lib/wait.mjs';
 
 /* ------------------------------------------------------------------------ */
@@ -618,3 +622,90 @@ test('g: a row-scoped subscription made on the host without the stream keeps its
   }
 });
 
+
+/* ------------------------------------------------------------------------ */
+/* h. Signals between hosts: a cancel or an answer where the call is not.   */
+
+/* A request POSTed raw to port on session s, its answer read as it streams. */
+async function pendingCall(port, s, method, params) {
+  const id = newId();
+  const conn = await RawConnection.open(port);
+  conn.write(
+    buildRequest(port, {
+      method: 'POST',
+      path: '/mcp',
+      headers: { Accept: MCP_ACCEPT, 'Content-Type': 'application/json', 'Mcp-Session-Id': s.id, 'MCP-Protocol-Version': s.protocolVersion },
+      body: JSON.stringify({ jsonrpc: '2.0', id, method, params }),
+    }),
+  );
+  const raw = () => conn.all.toString('utf8');
+  const body = () => (raw().includes('\r\n\r\n') ? raw().slice(raw().indexOf('\r\n\r\n') + 4) : '');
+  const events = () => parseSse(body()).events.filter((e) => e.data !== undefined).map((e) => JSON.parse(e.data));
+  const event = async (match, message) => {
+    await waitFor(() => events().some(match), { timeoutMs: 5000, message });
+    return events().find(match);
+  };
+  return { id, conn, raw, events, event };
+}
+
+test('h (roundrobin): a notifications/cancelled or an elicitation answer that lands on the host without the call reaches it', async () => {
+  const cl = await startCluster('roundrobin');
+  try {
+    const B = cl.base;
+    const [h0, h1] = cl.hosts;
+    const s = await McpSession.open(h0.port, { capabilities: { elicitation: {} } });
+    const onH1 = new McpSession(h1.port, s.id, s.protocolVersion);
+    const exists = async (sku) => (await request(h1.port, { method: 'GET', path: `/Product/${sku}` })).status === 200;
+
+    // A wait_and_read on host 0, cancelled through host 1: it ends at once, unanswered.
+    const uri = `${B}/Product/A-100`;
+    const read = await s.read(uri);
+    const wait = await pendingCall(h0.port, s, 'tools/call', {
+      name: 'wait_and_read',
+      arguments: { resources: [{ uri, sinceVersion: read.contents[0]._meta.version }], timeoutMs: 30000 },
+    });
+    await waitFor(async () => (await getStatus(h0.port)).waiters === 1, { timeoutMs: 5000, message: 'the wait is pending on host 0' });
+    const t0 = Date.now();
+    const cancel = { jsonrpc: '2.0', method: 'notifications/cancelled', params: { requestId: wait.id, reason: 'test' } };
+    assert.equal((await mcpPost(h1.port, s.id, cancel)).status, 202);
+    const res = await wait.conn.readResponse({ timeoutMs: 5000 });
+    assert.equal(res.status, 204, `the cancelled call is not answered: ${wait.raw()}`);
+    assert.ok(Date.now() - t0 < 3000, `ended after ${Date.now() - t0} ms`);
+    assert.equal((await getStatus(h0.port)).waiters, 0);
+    wait.conn.close();
+
+    // delete_record on host 0 asks the user; the answer goes to host 1. Accept deletes.
+    const del = await pendingCall(h0.port, s, 'tools/call', { name: 'delete_record', arguments: { table: 'Product', key: 'A-100' } });
+    let q = await del.event((m) => m.method === 'elicitation/create', 'the question');
+    assert.equal((await mcpPost(h1.port, s.id, { jsonrpc: '2.0', id: q.id, result: { action: 'accept', content: { confirm: true } } })).status, 202);
+    let done = await del.event((m) => m.id === del.id, 'the delete_record result');
+    assert.equal(done.result.isError, undefined, JSON.stringify(done));
+    assert.equal(await exists('A-100'), false, 'deleted');
+    del.conn.close();
+
+    // Decline through host 1 changes nothing; so does an answer from another session.
+    const keep = await pendingCall(h0.port, s, 'tools/call', { name: 'delete_record', arguments: { table: 'Product', key: 'B-200' } });
+    q = await keep.event((m) => m.method === 'elicitation/create', 'the second question');
+    const stranger = await McpSession.open(h1.port, { capabilities: { elicitation: {} } });
+    assert.equal((await mcpPost(h1.port, stranger.id, { jsonrpc: '2.0', id: q.id, result: { action: 'accept', content: { confirm: true } } })).status, 202);
+    await sleep(500);
+    assert.equal(keep.events().some((m) => m.id === keep.id), false, 'another session cannot answer it');
+    assert.equal((await mcpPost(h1.port, s.id, { jsonrpc: '2.0', id: q.id, result: { action: 'decline' } })).status, 202);
+    done = await keep.event((m) => m.id === keep.id, 'the declined result');
+    assert.equal(done.result.isError, true, JSON.stringify(done));
+    assert.match(done.result.content[0].text, /cancelled by the user/);
+    assert.equal(await exists('B-200'), true, 'nothing changed');
+    keep.conn.close();
+    await onH1.result('ping');
+
+    // A stateless 2026-07-28 listen stream on host 0, cancelled through host 1.
+    const l = await rawListen(h0.port, { resourceSubscriptions: [`${B}/Product/C-300`] }, { id: 'h-listen' });
+    assert.equal(l.events()[0].json.method, 'notifications/subscriptions/acknowledged');
+    const lc = { jsonrpc: '2.0', method: 'notifications/cancelled', params: { requestId: 'h-listen' } };
+    const r = await request(h1.port, { method: 'POST', path: '/mcp', headers: { ...HEADERS, 'MCP-Protocol-Version': V }, body: JSON.stringify(lc) });
+    assert.equal(r.status, 202, r.text);
+    await l.conn.waitClosed({ timeoutMs: 5000 });
+  } finally {
+    await cl.kill();
+  }
+});
