@@ -154,16 +154,10 @@ static int ctl_audit_follow(ctl_context *ctx, const ctl_table *t, const char *ta
 }
 
 static int ctl_parse_row_count(const char *text, int *out) {
-  char *end;
-  errno = 0;
-  long n = strtol(text, &end, 10);
-  if (errno != 0 || end == text || *end != '\0' || n < 0 || n > CTL_AUDIT_MAX_ROWS) {
-    ctl_error("audit tail: -n takes a number of rows from 0 to %d, not '%s'", CTL_AUDIT_MAX_ROWS,
-              text);
-    return CTL_EXIT_USAGE;
-  }
-  *out = (int)n;
-  return 0;
+  long n;
+  int rc = ctl_parse_count("audit tail", "-n", text, 0, CTL_AUDIT_MAX_ROWS, "rows", &n);
+  if (rc == 0) *out = (int)n;
+  return rc;
 }
 
 int ctl_cmd_audit_tail(ctl_context *ctx, int argc, char **argv) {

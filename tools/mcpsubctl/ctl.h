@@ -60,6 +60,12 @@ typedef struct ctl_flag {
  */
 int ctl_parse_args(const char *command, int argc, char **argv, const ctl_flag *flags,
                    size_t n_flags, const char **positional, size_t n_positional);
+/*
+ * text, the value of command's flag, as a whole number from min to max
+ * into *out: 0, or CTL_EXIT_USAGE after a message naming what it counts.
+ */
+int ctl_parse_count(const char *command, const char *flag, const char *text, long min, long max,
+                    const char *what, long *out);
 
 /* control.c --------------------------------------------------------------- */
 

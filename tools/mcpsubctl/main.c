@@ -7,6 +7,7 @@
  * status.c, sessions.c and audit.c. It never writes the database.
  */
 #include <stdarg.h>
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -166,6 +167,20 @@ static int ctl_take_flag(const char *command, const ctl_flag *flags, size_t n_fl
     *f->value = value != NULL ? value : argv[++*i];
     return 1;
   }
+  return 0;
+}
+
+int ctl_parse_count(const char *command, const char *flag, const char *text, long min, long max,
+                    const char *what, long *out) {
+  char *end;
+  errno = 0;
+  long n = strtol(text, &end, 10);
+  if (errno != 0 || end == text || *end != '\0' || n < min || n > max) {
+    ctl_error("%s: %s takes a number of %s from %ld to %ld, not '%s'", command, flag, what, min,
+              max, text);
+    return CTL_EXIT_USAGE;
+  }
+  *out = n;
   return 0;
 }
 

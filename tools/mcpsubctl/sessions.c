@@ -9,7 +9,6 @@
  */
 #include <errno.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "common/mem.h"
@@ -84,15 +83,9 @@ int ctl_cmd_sessions(ctl_context *ctx, int argc, char **argv) {
   if (rc != 0) return rc;
   long limit = WORKER_CTL_SESSIONS_DEFAULT;
   if (limit_text != NULL) {
-    char *end;
-    errno = 0;
-    limit = strtol(limit_text, &end, 10);
-    if (errno != 0 || end == limit_text || *end != '\0' || limit < 1 ||
-        limit > WORKER_CTL_SESSIONS_MAX) {
-      ctl_error("sessions: --limit takes a number of sessions from 1 to %d, not '%s'",
-                WORKER_CTL_SESSIONS_MAX, limit_text);
-      return CTL_EXIT_USAGE;
-    }
+    rc = ctl_parse_count("sessions", "--limit", limit_text, 1, WORKER_CTL_SESSIONS_MAX, "sessions",
+                         &limit);
+    if (rc != 0) return rc;
     if (!live) { /* the stored rows are read whole, not through the server's bounded answer */
       ctl_error("sessions: --limit goes with --live");
       return CTL_EXIT_USAGE;

@@ -270,15 +270,8 @@ int ctl_cmd_subs(ctl_context *ctx, int argc, char **argv) {
   if (rc != 0) return rc;
   long limit = WORKER_CTL_SUBS_DEFAULT;
   if (limit_text != NULL) {
-    char *end;
-    errno = 0;
-    limit = strtol(limit_text, &end, 10);
-    if (errno != 0 || end == limit_text || *end != '\0' || limit < 1 ||
-        limit > WORKER_CTL_SUBS_MAX) {
-      ctl_error("subs: --limit takes a number of URIs from 1 to %d, not '%s'", WORKER_CTL_SUBS_MAX,
-                limit_text);
-      return CTL_EXIT_USAGE;
-    }
+    rc = ctl_parse_count("subs", "--limit", limit_text, 1, WORKER_CTL_SUBS_MAX, "URIs", &limit);
+    if (rc != 0) return rc;
   }
   cJSON *request = cJSON_CreateObject(), *subs = NULL;
   cJSON_AddStringToObject(request, "cmd", "subs");

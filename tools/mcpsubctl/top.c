@@ -285,12 +285,9 @@ int ctl_cmd_top(ctl_context *ctx, int argc, char **argv) {
   if (rc != 0) return rc;
   int interval = 1000;
   if (interval_text != NULL) {
-    char *end;
-    long v = strtol(interval_text, &end, 10);
-    if (*end != '\0' || v < 100 || v > 60000) {
-      ctl_error("top: --interval is milliseconds, 100 to 60000");
-      return CTL_EXIT_USAGE;
-    }
+    long v;
+    rc = ctl_parse_count("top", "--interval", interval_text, 100, 60000, "milliseconds", &v);
+    if (rc != 0) return rc;
     interval = (int)v;
   }
   ctx->server_required = true;
