@@ -488,9 +488,11 @@ static int store_read_table(store_t *s, const char *name, bool without_rowid, st
     col->generated = sqlite3_column_int(st, 4) != 0;
     col->numeric = sq_affinity_numeric(col->decl_type);
     const char *collation = NULL;
-    col->binary = sqlite3_table_column_metadata(sq(s)->db, "main", name, col->name, NULL,
-                                                &collation, NULL, NULL, NULL) == SQLITE_OK &&
-                  collation != NULL && strcasecmp(collation, "BINARY") == 0;
+    bool known = sqlite3_table_column_metadata(sq(s)->db, "main", name, col->name, NULL, &collation,
+                                               NULL, NULL, NULL) == SQLITE_OK &&
+                 collation != NULL;
+    col->binary = known && strcasecmp(collation, "BINARY") == 0;
+    col->nocase = known && strcasecmp(collation, "NOCASE") == 0;
     if (sqlite3_column_int(st, 3) > 0) {
       n_pk++;
       pk_col = t->n_cols;
@@ -1153,13 +1155,16 @@ static int sq_get_record(store_t *s, const store_table *t, const char *key, cJSO
  * p up to p with its last byte one higher (the filter keeps its substr()
  * test, the range only narrows what is read): the range lets an index on the
  * column seek, where substr() alone reads every row (a key completion on a
- * table of a million rows held the worker up 135 ms). An empty prefix (all
- * text) or one ending in byte 0xFF (no such successor) goes without.
+ * table of a million rows held the worker up 135 ms). Under NOCASE the
+ * same holds of the prefix with its ASCII letters folded, as NOCASE folds
+ * the column's values (store_bind_filter). An empty prefix (all text) or
+ * one ending in byte 0xFF (no such successor) goes without.
  */
 static bool store_sw_range(const store_table *t, const store_filter *f) {
   const store_column *c = &t->cols[f->col];
   /* Not under numeric affinity either: there "12" would be bound as 12, and text sorts after it. */
-  if (f->op != STORE_SW || !c->binary || c->numeric || !cJSON_IsString(f->value)) return false;
+  if (f->op != STORE_SW || !(c->binary || c->nocase) || c->numeric || !cJSON_IsString(f->value))
+    return false;
   size_t len = strlen(f->value->valuestring);
   return len > 0 && (unsigned char)f->value->valuestring[len - 1] != 0xFF;
 }
@@ -1189,13 +1194,13 @@ static void store_sql_filter(sqlite3_str *q, const store_table *t, const store_f
       sqlite3_str_appendall(q, "substr(");
       store_sql_ident(q, col);
       sqlite3_str_appendf(q, ", 1, length(?%d)) = ?%d)", *param, *param);
-      if (store_sw_range(t, f)) {
+      if (store_sw_range(t, f)) { /* its bounds: two more parameters */
         sqlite3_str_appendall(q, " AND ");
         store_sql_ident(q, col);
-        sqlite3_str_appendf(q, " >= ?%d AND ", *param);
+        sqlite3_str_appendf(q, " >= ?%d AND ", *param + 1);
         store_sql_ident(q, col);
-        sqlite3_str_appendf(q, " < ?%d", *param + 1);
-        ++*param;
+        sqlite3_str_appendf(q, " < ?%d", *param + 2);
+        *param += 2;
       }
     } else {
       sqlite3_str_appendall(q, "instr(");
@@ -1222,13 +1227,23 @@ static void store_sql_filter(sqlite3_str *q, const store_table *t, const store_f
 static int store_bind_filter(sqlite3_stmt *st, const store_table *t, const store_filter *f,
                              int *param) {
   if (f->op == STORE_EQ && cJSON_IsNull(f->value)) return SQLITE_OK;
-  if (store_sw_range(t, f)) { /* the prefix, then its successor (store_sw_range) */
+  if (store_sw_range(t, f)) { /* the prefix, then its bounds (store_sw_range) */
     const char *p = f->value->valuestring;
     size_t len = strlen(p);
-    char *upper = mem_strdup(p);
+    char *lower = mem_strdup(p), *upper = mem_strdup(p);
+    /*
+     * NOCASE compares both sides with ASCII letters folded to lower case:
+     * the bounds are the folded prefix and its successor (that of "AZ" is
+     * "a{", where "A[" would fold below "az..."); they take in more than
+     * the prefix, which the byte-for-byte test then leaves out.
+     */
+    for (size_t i = 0; i < len && t->cols[f->col].nocase; i++)
+      if (p[i] >= 'A' && p[i] <= 'Z') lower[i] = upper[i] = (char)(p[i] - 'A' + 'a');
     upper[len - 1] = (char)((unsigned char)upper[len - 1] + 1);
     int rc = sqlite3_bind_text(st, ++*param, p, (int)len, SQLITE_TRANSIENT);
+    if (rc == SQLITE_OK) rc = sqlite3_bind_text(st, ++*param, lower, (int)len, SQLITE_TRANSIENT);
     if (rc == SQLITE_OK) rc = sqlite3_bind_text(st, ++*param, upper, (int)len, SQLITE_TRANSIENT);
+    free(lower);
     free(upper);
     return rc;
   }
