@@ -536,9 +536,11 @@ bool mcp_cancel_here(worker_t *w, const char *principal, const char *session, co
  * relay, gets there first, and what comes second finds nothing. At most
  * MCP_SIGNALS_MAX rows are being written per worker; past that a signal is
  * dropped, and its call ends by its own timeout. An answer travels as the
- * little confirm_answer reads of it, not as the client sent it.
+ * little confirm_answer reads of it, not as the client sent it; a cancel
+ * whose request id is longer than MCP_SIGNAL_ID_MAX (as JSON) is not sent.
  */
-#define MCP_SIGNALS_MAX 64
+#define MCP_SIGNALS_MAX   64
+#define MCP_SIGNAL_ID_MAX 256
 
 static void mcp_signal_written(int rc, void *data) {
   (void)rc; /* a failure is logged by the writer: the call ends by its timeout */
@@ -600,8 +602,9 @@ static void mcp_notification(worker_t *w, const auth_principal *p, session_t *s,
   bool found = mcp_cancel_here(w, p->id, sid, text);
   /* A session's requests all come here; a stateless one may be on another worker. */
   if (!found && s == NULL && w->on_unknown_cancel != NULL) w->on_unknown_cancel(w, p->id, text);
+  if (!found && strlen(text) <= MCP_SIGNAL_ID_MAX) /* another host */
+    mcp_signal(w, p->id, sid, "cancel", cJSON_Duplicate(rid, true));
   cJSON_free(text);
-  if (!found) mcp_signal(w, p->id, sid, "cancel", cJSON_Duplicate(rid, true)); /* another host */
 }
 
 /* Adds what a 2026-07-28 result carries besides the 2025 one. */
