@@ -9,10 +9,9 @@ import test, { before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
-import net from 'node:net';
 import path from 'node:path';
 
-import { startServer, makeTempDir, MCPSUBCTL, MCPSUBD } from './lib/server.mjs';
+import { controlCall, startServer, makeTempDir, MCPSUBCTL, MCPSUBD } from './lib/server.mjs';
 import { McpSession } from './lib/mcp.mjs';
 import { initialize, mcpPost, newId, openStream } from './lib/raw.mjs';
 import { SUBSCRIPTIONS_OF, q, sessionRow, sqlite, sqliteRows } from './lib/sqlite.mjs';
@@ -549,24 +548,6 @@ test('a worker that does not answer in time: a list says so (unanswered, a warni
     await server.stop();
   }
 });
-
-/* One request on a server's control socket, as mcpsubctl sends it: a JSON line out, one back. */
-function controlCall(server, request) {
-  return new Promise((resolve, reject) => {
-    const sock = net.connect(path.join(path.dirname(server.dbPath), 'mcpsubd.sock'));
-    let text = '';
-    sock.setEncoding('utf8');
-    sock.on('connect', () => sock.write(`${JSON.stringify(request)}\n`));
-    sock.on('data', (d) => {
-      text += d;
-      if (text.includes('\n')) {
-        sock.end();
-        resolve(JSON.parse(text.slice(0, text.indexOf('\n'))));
-      }
-    });
-    sock.on('error', reject);
-  });
-}
 
 // Two workers (each lists its own most recent, the master merges) and one process.
 for (const workers of ['2', '0']) {

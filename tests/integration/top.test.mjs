@@ -10,7 +10,6 @@
 import test from 'node:test';
 import assert from 'node:assert/strict';
 import { execFile, spawnSync } from 'node:child_process';
-import net from 'node:net';
 import path from 'node:path';
 import { promisify } from 'node:util';
 
@@ -18,7 +17,7 @@ import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 
 import { ctlDbArgs, dbTarget } from './lib/pg.mjs';
-import { MCPSUBCTL, startServer } from './lib/server.mjs';
+import { MCPSUBCTL, controlCall, startServer } from './lib/server.mjs';
 import { rest } from './lib/subs.mjs';
 import { sleep, waitFor } from './lib/wait.mjs';
 
@@ -109,23 +108,6 @@ test('top in tmux under load: 80 columns, moving figures, the busy URI; q and Ct
     await server.stop();
   }
 });
-
-// One control request on the server's socket, as mcpsubctl sends it.
-function controlCall(server, request) {
-  return new Promise((resolve, reject) => {
-    const sock = net.connect(path.join(path.dirname(server.dbPath), 'mcpsubd.sock'));
-    let text = '';
-    sock.on('connect', () => sock.write(`${JSON.stringify(request)}\n`));
-    sock.on('data', (d) => {
-      text += d;
-      if (text.includes('\n')) {
-        sock.end();
-        resolve(JSON.parse(text.slice(0, text.indexOf('\n'))));
-      }
-    });
-    sock.on('error', reject);
-  });
-}
 
 test('top picks the busy URI out of many: the workers choose the busiest, with the rate since the frame before', async () => {
   const server = await startServer({ args: ['--workers', '2', '--max-subscriptions', '200'] });

@@ -257,3 +257,21 @@ async function startOnPort(port, deadline, healthTimeoutMs, ownDirs, { args = []
     await sleep(20);
   }
 }
+
+/* One request on a server's control socket, as mcpsubctl sends it: a JSON line out, one back. */
+export function controlCall(server, request) {
+  return new Promise((resolve, reject) => {
+    const sock = net.connect(path.join(path.dirname(server.dbPath), 'mcpsubd.sock'));
+    let text = '';
+    sock.setEncoding('utf8');
+    sock.on('connect', () => sock.write(`${JSON.stringify(request)}\n`));
+    sock.on('data', (d) => {
+      text += d;
+      if (text.includes('\n')) {
+        sock.end();
+        resolve(JSON.parse(text.slice(0, text.indexOf('\n'))));
+      }
+    });
+    sock.on('error', reject);
+  });
+}
