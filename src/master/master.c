@@ -1069,6 +1069,12 @@ static void master_ctl_stats_done(master_gather *g) {
   master_ctl_answer_stats(g->m, g->creq, cmd->valuestring);
 }
 
+/* A listing's "limit" (checked by master_ctl_count), or its default. */
+static size_t master_ctl_limit(const cJSON *req, size_t fallback) {
+  const cJSON *limit = cJSON_GetObjectItemCaseSensitive(req, "limit");
+  return cJSON_IsNumber(limit) ? (size_t)limit->valuedouble : fallback;
+}
+
 /* Merges the workers' answers (replies[0..n)) to a fanned-out request into one answer. */
 static void master_ctl_merge(master_t *m, control_request_t *r, const cJSON *req, cJSON **replies,
                              size_t n) {
@@ -1096,9 +1102,7 @@ static void master_ctl_merge(master_t *m, control_request_t *r, const cJSON *req
         cJSON_AddItemToArray(all, cJSON_DetachItemViaPointer(list, list->child));
       more |= cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(replies[i], "more"));
     }
-    const cJSON *limit = cJSON_GetObjectItemCaseSensitive(req, "limit");
-    size_t max = cJSON_IsNumber(limit) ? (size_t)limit->valuedouble : WORKER_CTL_SESSIONS_DEFAULT;
-    more |= worker_ctl_sessions_rank(all, max);
+    more |= worker_ctl_sessions_rank(all, master_ctl_limit(req, WORKER_CTL_SESSIONS_DEFAULT));
     cJSON_AddBoolToObject(out, "more", more);
   } else if (strcmp(cmd, "session") == 0) {
     cJSON *found = NULL;
@@ -1175,9 +1179,7 @@ static void master_ctl_merge(master_t *m, control_request_t *r, const cJSON *req
     /* The plain listing: the most subscribed first, as many as asked for. */
     if (cJSON_GetObjectItemCaseSensitive(req, "busiest") == NULL &&
         !cJSON_IsString(cJSON_GetObjectItemCaseSensitive(req, "uri"))) {
-      const cJSON *limit = cJSON_GetObjectItemCaseSensitive(req, "limit");
-      size_t max = cJSON_IsNumber(limit) ? (size_t)limit->valuedouble : WORKER_CTL_SUBS_DEFAULT;
-      more |= worker_ctl_subs_rank(all, max);
+      more |= worker_ctl_subs_rank(all, master_ctl_limit(req, WORKER_CTL_SUBS_DEFAULT));
       cJSON_AddBoolToObject(out, "more", more);
     }
   }

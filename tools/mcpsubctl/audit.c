@@ -8,7 +8,6 @@
  * --json, a plain tail prints one array; -f prints one object per line,
  * which a consumer can read as rows arrive.
  */
-#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>

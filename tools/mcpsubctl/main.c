@@ -6,8 +6,8 @@
  * command table, the global options and the dispatch; the commands live in
  * status.c, sessions.c and audit.c. It never writes the database.
  */
-#include <stdarg.h>
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 

@@ -5,7 +5,6 @@
  * workers and stats need it. Output is column and field descriptions over
  * the JSON answer (output.c); --json prints the answer itself.
  */
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

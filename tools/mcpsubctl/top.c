@@ -14,7 +14,6 @@
  * --once it prints one frame as plain text (after one interval, so that
  * rates have two samples) and exits.
  */
-#include <errno.h>
 #include <math.h>
 #include <poll.h>
 #include <signal.h>
