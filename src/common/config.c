@@ -34,6 +34,8 @@
 #define CONFIG_MAX_PAGE_SIZE        1000
 #define CONFIG_DEFAULT_RETAIN_ROWS  1000000
 #define CONFIG_DEFAULT_RETAIN_AGE_S 604800
+#define CONFIG_DEFAULT_DB_READERS   4
+#define CONFIG_MAX_DB_READERS       64
 
 typedef int (*config_setter)(config_t *cfg, const char *flag, const char *value, char *err,
                              size_t errlen);
@@ -406,6 +408,14 @@ static int config_set_config(config_t *cfg, const char *flag, const char *value,
   return 0;
 }
 
+static int config_set_db_readers(config_t *cfg, const char *flag, const char *value, char *err,
+                                 size_t errlen) {
+  uint64_t n = 0;
+  int rc = config_parse_uint(flag, value, 0, CONFIG_MAX_DB_READERS, false, &n, err, errlen);
+  if (rc == 0) cfg->db_readers = (int)n;
+  return rc;
+}
+
 static int config_set_write_timeout(config_t *cfg, const char *flag, const char *value, char *err,
                                     size_t errlen) {
   uint64_t n = 0;
@@ -590,8 +600,13 @@ static const config_flag config_flags[] = {
      "open TCP connections from one client address, in each worker", config_set_max_per_address},
     {"--write-timeout", "MS", "15000",
      "how long a write may wait for a lock another process holds (a backup, a\n"
-     "batch job) before it fails with 503 and Retry-After; reads never wait",
+     "batch job) before it fails with 503 and Retry-After",
      config_set_write_timeout},
+    {"--db-readers", "N", STR(CONFIG_DEFAULT_DB_READERS),
+     "PostgreSQL: connections per worker that read records and collections in\n"
+     "parallel, each on a thread, so that a slow read holds up no other request;\n"
+     "0 = those reads take turns with every other request (SQLite: not used)",
+     config_set_db_readers},
     {"--auth-keys", "FILE", "none",
      "API key file (written by mcpsubctl key add); every request then needs\n"
      "Authorization: Bearer KEY (or a JWT with --auth-jwks)",
@@ -756,6 +771,7 @@ void config_defaults(config_t *cfg) {
   cfg->max_wait_ms = 300000;
   cfg->workers = -1; /* resolved after parsing */
   cfg->write_timeout_ms = 15000;
+  cfg->db_readers = CONFIG_DEFAULT_DB_READERS;
   cfg->max_connections = 100000;
   cfg->limit_sessions = cfg->limit_subscriptions = cfg->limit_streams = -1; /* likewise */
   cfg->rate_limit = -1;

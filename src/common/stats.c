@@ -153,6 +153,14 @@ static uint64_t stats_lane_blocked(const worker_stats *w, const slot_stats *slot
   return w->lane_blocked;
 }
 
+static uint64_t stats_reads_done(const worker_stats *w, const slot_stats *slot) {
+  return w->reads_done;
+}
+
+static uint64_t stats_reads_pending(const worker_stats *w, const slot_stats *slot) {
+  return w->reads_pending;
+}
+
 static uint64_t stats_restarts(const worker_stats *w, const slot_stats *slot) {
   return slot != NULL ? slot->restarts : 0;
 }
@@ -200,6 +208,11 @@ static const stats_metric stats_metrics[] = {
      "Database calls made outside the store lane, which blocked the loop or were refused (a bug: "
      "stays 0).",
      STATS_COUNTER, stats_lane_blocked},
+    {"mcpsub_db_reads_total",
+     "Reads of records and collections answered by the worker's reader connections (PostgreSQL).",
+     STATS_COUNTER, stats_reads_done},
+    {"mcpsub_db_reads_pending", "Reads given to the reader connections and not answered yet.",
+     STATS_GAUGE, stats_reads_pending},
     {"mcpsub_worker_restarts_total", "Times the master restarted the slot's worker.", STATS_COUNTER,
      stats_restarts},
 };

@@ -84,6 +84,8 @@ typedef struct worker_stats {
   uint64_t lane_waits;          /* ...waits for the database that left the loop running */
   uint64_t lane_queued;         /* ...jobs waiting for their turn */
   uint64_t lane_blocked;        /* ...calls from outside the lane (should stay 0) */
+  uint64_t reads_done;          /* readers (PostgreSQL, reader.h): reads answered */
+  uint64_t reads_pending;       /* ...given to them and not answered yet */
   stats_histogram notify_delay; /* commit -> its updates queued on their streams, per change */
   stats_histogram request_seconds[STATS_METHODS]; /* request -> response head, by method */
 } worker_stats;

@@ -624,6 +624,10 @@ static void mcp_modern_result(worker_t *w, cJSON *result, bool cacheable, bool d
   }
 }
 
+void mcp_result_cacheable(worker_t *w, cJSON *result) {
+  mcp_modern_result(w, result, true, false);
+}
+
 /*
  * Sends a request's response message: the body of the answer, or its last
  * event when the handler made the answer an SSE stream (progress sent

@@ -110,6 +110,12 @@ bool mcp_cancel_here(worker_t *w, const char *principal, const char *session, co
  */
 void mcp_on_signal(worker_t *w, const store_audit_row *row);
 
+/*
+ * What a 2026-07-28 result of a cacheable method (a list, a read) carries
+ * besides resultType: for a call answered later (mcp_reply_send).
+ */
+void mcp_result_cacheable(worker_t *w, cJSON *result);
+
 /* Serves a request for /mcp made by principal p. */
 void mcp_handle_http(worker_t *w, http_conn_t *c, http_request_t *req, const auth_principal *p);
 
@@ -129,13 +135,56 @@ int resources_filters(const store_table *t, const uri_t *u, store_filter *filter
                       const char **bad_column) MCPSUB_NODISCARD;
 /*
  * One page of the rows a collection or filtered-collection URI u of table t
- * names (equality on each filter), after cursor (NULL: from the start).
- * Returns store_query's result, or -ENOENT when a filter names no column of
- * t (*bad_column then points at its name in u).
+ * (t of s) names, after cursor (NULL: from the start). Returns
+ * store_query's result, or -ENOENT when a filter names no column of t
+ * (*bad_column then points at its name in u).
  */
-int resources_query(worker_t *w, const store_table *t, const uri_t *u, long limit,
+int resources_query(store_t *s, const store_table *t, const uri_t *u, long limit,
                     const char *cursor, cJSON **rows, char **next,
                     const char **bad_column) MCPSUB_NODISCARD;
+
+/*
+ * A read of a record, or of a page of a collection, from the store: what
+ * resources/read and REST GET share, on the loop's connection or on a
+ * reader's (reader.h).
+ */
+typedef struct read_fetch {
+  /* in */
+  const uri_t *scoped; /* the URI narrowed to the caller's row scope: what is read */
+  long limit;          /* a collection's page size */
+  const char *cursor;  /* a collection's cursor, or NULL */
+  /* out (read_fetch_finish frees them) */
+  cJSON *data; /* the row (a record), or the rows */
+  char *next;  /* a collection's next cursor when more rows follow, else NULL */
+  int64_t version;
+  const char *bad_column; /* with -ENOENT: a filter's unknown column, in scoped */
+} read_fetch;
+
+/*
+ * Runs f on s (t is s's table): 0, -ENOENT (no such record, or outside the
+ * row scope; or an unknown column, bad_column set), -EINVAL (a bad cursor
+ * or filter value), or the store's error.
+ */
+int read_fetch_run(store_t *s, const store_table *t, read_fetch *f) MCPSUB_NODISCARD;
+void read_fetch_finish(read_fetch *f);
+
+/* A read_fetch as a reader's job: a caller's struct starts with it. */
+typedef struct read_job {
+  reader_job job; /* job.rc is read_fetch_run's result (or -ENOENT: no such table there) */
+  read_fetch f;
+  char *table;
+  uri_t scoped;
+  char *cursor;
+  void (*answer)(struct read_job *rj); /* loop: answers, then read_job_free */
+} read_job;
+
+/*
+ * A read job of size bytes (zeroed) for table's scoped URI (copied, as are
+ * table and cursor), answered by answer. Give it to reader_submit.
+ */
+read_job *read_job_create(size_t size, const char *table, const uri_t *scoped, long limit,
+                          const char *cursor, void (*answer)(read_job *rj));
+void read_job_free(read_job *rj);
 
 /* tools.c */
 cJSON *tools_list(mcp_call *call);

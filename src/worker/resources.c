@@ -17,6 +17,7 @@
 #include "common/strmap.h"
 #include "common/uri.h"
 #include "worker/mcp.h"
+#include "worker/reader.h"
 #include "worker/subscriptions.h"
 
 #define READ_MAX_LIMIT 1000
@@ -259,60 +260,135 @@ int resources_filters(const store_table *t, const uri_t *u, store_filter *filter
   return 0;
 }
 
-int resources_query(worker_t *w, const store_table *t, const uri_t *u, long limit,
+int resources_query(store_t *s, const store_table *t, const uri_t *u, long limit,
                     const char *cursor, cJSON **rows, char **next, const char **bad_column) {
   store_filter filters[URI_MAX_FILTERS];
   cJSON *values = cJSON_CreateArray(); /* owns the filter values */
   int rc = resources_filters(t, u, filters, values, bad_column);
-  if (rc == 0) rc = store_query(w->store, t, filters, u->n_filters, (int)limit, cursor, rows, next);
+  if (rc == 0) rc = store_query(s, t, filters, u->n_filters, (int)limit, cursor, rows, next);
   cJSON_Delete(values);
   return rc;
 }
 
-/*
- * A page of a collection: u as the client wrote it (for the next page's
- * URI), scoped as u narrowed to the caller's row scope (what is queried).
- */
-static cJSON *read_collection(mcp_call *call, const char *uri_text, const uri_t *u,
-                              const uri_t *scoped, const store_table *t) {
-  cJSON *result = NULL;
-  long limit = resources_page_limit(call->w, u);
-  cJSON *rows = NULL;
-  char *next = NULL;
-  const char *bad_column = NULL;
-  int64_t version = 0;
-  int rc = resources_query(call->w, t, scoped, limit, u->cursor, &rows, &next, &bad_column);
-  if (rc == 0) rc = store_table_version(call->w->store, t, &version);
-  if (rc == -ENOENT) {
-    mcp_call_fail(call, JSONRPC_INVALID_PARAMS, "unknown column %s in table %s", bad_column,
-                  t->name);
-  } else if (rc == -EINVAL) {
-    mcp_call_fail(call, JSONRPC_INVALID_PARAMS, "invalid cursor");
-  } else if (rc != 0) {
-    mcp_call_fail(call, JSONRPC_INTERNAL_ERROR, "%s reading %s",
-                  rc == -ENOTCONN ? "database unavailable (retry)" : "database error", t->name);
-  } else {
-    buf_t text;
-    buf_init(&text);
-    if (jsonrpc_print(&text, rows) < 0)
-      mcp_call_fail(call, JSONRPC_INTERNAL_ERROR, "cannot print the rows of %s", t->name);
-    else
-      result = read_result(uri_text, text.data, version);
-    buf_finish(&text);
-    if (result != NULL && next != NULL) {
-      cJSON *meta = cJSON_GetObjectItemCaseSensitive(result, "_meta");
-      cJSON_AddStringToObject(meta, "nextCursor", next);
-      uri_t page = *u;
-      page.cursor = next;
-      page.limit = limit;
-      char *next_uri = uri_format(base_url(call), &page);
-      cJSON_AddStringToObject(meta, "nextUri", next_uri);
-      free(next_uri);
-    }
+int read_fetch_run(store_t *s, const store_table *t, read_fetch *f) {
+  if (f->scoped->kind == URI_RECORD) {
+    int rc = store_get_record(s, t, f->scoped->key, &f->data, &f->version);
+    /* Outside the caller's row scope is not there. */
+    return rc == 0 && !sub_filters_match(f->scoped, f->data) ? -ENOENT : rc;
   }
-  cJSON_Delete(rows);
-  free(next);
+  int rc =
+      resources_query(s, t, f->scoped, f->limit, f->cursor, &f->data, &f->next, &f->bad_column);
+  return rc == 0 ? store_table_version(s, t, &f->version) : rc;
+}
+
+void read_fetch_finish(read_fetch *f) {
+  cJSON_Delete(f->data);
+  f->data = NULL;
+  free(f->next);
+  f->next = NULL;
+}
+
+/* On a reader: the table found by its name on the reader's connection, then the fetch. */
+static int read_job_run(reader_job *j, store_t *s) {
+  read_job *rj = (read_job *)j;
+  const store_table *t;
+  int rc = reader_table(s, rj->table, &t);
+  return rc == 0 ? read_fetch_run(s, t, &rj->f) : rc;
+}
+
+static void read_job_done(reader_job *j) {
+  read_job *rj = (read_job *)j;
+  rj->answer(rj);
+}
+
+read_job *read_job_create(size_t size, const char *table, const uri_t *scoped, long limit,
+                          const char *cursor, void (*answer)(read_job *rj)) {
+  read_job *rj = mem_calloc(1, size);
+  rj->job.run = read_job_run;
+  rj->job.done = read_job_done;
+  rj->answer = answer;
+  rj->table = mem_strdup(table);
+  rj->scoped = uri_copy(scoped);
+  rj->cursor = cursor != NULL ? mem_strdup(cursor) : NULL;
+  rj->f = (read_fetch){.scoped = &rj->scoped, .limit = limit, .cursor = rj->cursor};
+  return rj;
+}
+
+void read_job_free(read_job *rj) {
+  read_fetch_finish(&rj->f);
+  uri_finish(&rj->scoped);
+  free(rj->cursor);
+  free(rj->table);
+  free(rj);
+}
+
+/*
+ * A read's answer: the result, or NULL with the error in *code and msg. u
+ * is the URI as the client wrote it (text), for the next page's URI.
+ */
+static cJSON *read_answer(worker_t *w, const char *text, const uri_t *u, read_fetch *f, int rc,
+                          int *code, char *msg, size_t msglen) {
+  *code = JSONRPC_INTERNAL_ERROR;
+  if (rc == -ENOENT && f->bad_column != NULL) {
+    *code = JSONRPC_INVALID_PARAMS;
+    snprintf(msg, msglen, "unknown column %s in table %s", f->bad_column, u->table);
+    return NULL;
+  }
+  if (rc == -ENOENT) {
+    *code = MCP_RESOURCE_NOT_FOUND;
+    snprintf(msg, msglen, "Resource not found: %s", text);
+    return NULL;
+  }
+  if (rc == -EINVAL && u->kind != URI_RECORD) {
+    *code = JSONRPC_INVALID_PARAMS;
+    snprintf(msg, msglen, "invalid cursor");
+    return NULL;
+  }
+  if (rc != 0) {
+    snprintf(msg, msglen, "%s reading %s",
+             rc == -ENOTCONN ? "database unavailable (retry)" : "database error", text);
+    return NULL;
+  }
+  buf_t json;
+  buf_init(&json);
+  cJSON *result = NULL;
+  if (jsonrpc_print(&json, f->data) < 0)
+    snprintf(msg, msglen, "cannot print what %s holds", text);
+  else
+    result = read_result(text, json.data, f->version);
+  buf_finish(&json);
+  if (result != NULL && f->next != NULL) {
+    cJSON *meta = cJSON_GetObjectItemCaseSensitive(result, "_meta");
+    cJSON_AddStringToObject(meta, "nextCursor", f->next);
+    uri_t page = *u;
+    page.cursor = f->next;
+    page.limit = f->limit;
+    char *next_uri = uri_format(w->cfg->public_url, &page);
+    cJSON_AddStringToObject(meta, "nextUri", next_uri);
+    free(next_uri);
+  }
   return result;
+}
+
+/* resources/read on a reader: answered from its completion. */
+typedef struct resources_read_job {
+  read_job rj;
+  worker_t *w;
+  mcp_reply reply;
+  char *text; /* the URI as the client wrote it */
+  uri_t u;    /* parsed from it */
+} resources_read_job;
+
+static void resources_read_answer(read_job *rj) {
+  resources_read_job *r = (resources_read_job *)rj;
+  int code;
+  char msg[600];
+  cJSON *result = read_answer(r->w, r->text, &r->u, &rj->f, rj->job.rc, &code, msg, sizeof(msg));
+  if (result != NULL && r->reply.modern) mcp_result_cacheable(r->w, result);
+  mcp_reply_send(&r->reply, result, code, msg);
+  uri_finish(&r->u);
+  free(r->text);
+  read_job_free(rj);
 }
 
 cJSON *resources_read(mcp_call *call) {
@@ -343,28 +419,27 @@ cJSON *resources_read(mcp_call *call) {
     mcp_call_fail(call, MCP_RESOURCE_NOT_FOUND, "Resource not found: %s", text);
   } else if (u.kind == URI_SCHEMA) {
     result = read_document(text, table_schema_json(t));
-  } else if (u.kind == URI_RECORD) {
-    cJSON *row = NULL;
-    int64_t version = 0;
-    rc = store_get_record(call->w->store, t, u.key, &row, &version);
-    if (rc == 0 && !sub_filters_match(&scoped, row)) rc = -ENOENT; /* outside the row scope */
-    if (rc == -ENOENT) {
-      mcp_call_fail(call, MCP_RESOURCE_NOT_FOUND, "Resource not found: %s", text);
-    } else if (rc != 0) {
-      mcp_call_fail(call, JSONRPC_INTERNAL_ERROR, "%s reading %s",
-                    rc == -ENOTCONN ? "database unavailable (retry)" : "database error", text);
-    } else {
-      buf_t json;
-      buf_init(&json);
-      if (jsonrpc_print(&json, row) < 0)
-        mcp_call_fail(call, JSONRPC_INTERNAL_ERROR, "cannot print the row of %s", text);
-      else
-        result = read_result(text, json.data, version);
-      buf_finish(&json);
-    }
-    cJSON_Delete(row);
+  } else if (call->w->reader != NULL && call->conn != NULL) {
+    /* On a reader, off the lane (reader.h); inside a batch nothing can wait: on the lane. */
+    resources_read_job *r = (resources_read_job *)read_job_create(sizeof(*r), t->name, &scoped,
+                                                                  resources_page_limit(call->w, &u),
+                                                                  u.cursor, resources_read_answer);
+    r->w = call->w;
+    mcp_reply_init(&r->reply, call);
+    r->text = mem_strdup(text);
+    r->u = u;
+    memset(&u, 0, sizeof(u)); /* r owns it now */
+    reader_submit(call->w->reader, &r->rj.job);
+    call->pending = true;
   } else {
-    result = read_collection(call, text, &u, &scoped, t);
+    read_fetch f = {
+        .scoped = &scoped, .limit = resources_page_limit(call->w, &u), .cursor = u.cursor};
+    int code;
+    char msg[600];
+    result = read_answer(call->w, text, &u, &f, read_fetch_run(call->w->store, t, &f), &code, msg,
+                         sizeof(msg));
+    if (result == NULL) mcp_call_fail(call, code, "%s", msg);
+    read_fetch_finish(&f);
   }
   uri_finish(&scoped);
   uri_finish(&u);
@@ -393,8 +468,8 @@ static void complete_text_keys(mcp_call *call, const store_table *t, const auth_
   char *next = NULL;
   const char *bad_column = NULL;
   if (auth_scope_apply(scope, &scoped) == 0 &&
-      resources_query(call->w, t, &scoped, COMPLETION_MAX + 1, NULL, &rows, &next, &bad_column) ==
-          0) {
+      resources_query(call->w->store, t, &scoped, COMPLETION_MAX + 1, NULL, &rows, &next,
+                      &bad_column) == 0) {
     const cJSON *row;
     cJSON_ArrayForEach(row, rows) {
       char *key = store_row_key(t, row);

@@ -103,20 +103,25 @@ static void rest_write_submit(worker_t *w, http_conn_t *c, const auth_principal 
   writer_submit(w->writer, &r->rec.job, w->cfg->write_timeout_ms);
 }
 
-/* Sends the record (as stored now) with its version as ETag. */
+/* Answers with a record and its version as ETag. */
+static void rest_respond_record(http_conn_t *c, int status, const cJSON *row, int64_t version,
+                                const char *location) {
+  char etag[40];
+  snprintf(etag, sizeof(etag), "\"%lld\"", (long long)version);
+  http_header h[2] = {{"ETag", etag}, {"Location", location}};
+  worker_respond_json(c, status, row, h, location != NULL ? 2 : 1);
+}
+
+/* Sends the record as stored now (after a write). */
 static void rest_send_record(worker_t *w, http_conn_t *c, int status, const store_table *t,
                              const char *key, const char *location) {
   cJSON *row = NULL;
   int64_t version = 0;
   int rc = store_get_record(w->store, t, key, &row, &version);
-  if (rc != 0) {
+  if (rc != 0)
     rest_store_error(c, rc, "");
-    return;
-  }
-  char etag[40];
-  snprintf(etag, sizeof(etag), "\"%lld\"", (long long)version);
-  http_header h[2] = {{"ETag", etag}, {"Location", location}};
-  worker_respond_json(c, status, row, h, location != NULL ? 2 : 1);
+  else
+    rest_respond_record(c, status, row, version, location);
   cJSON_Delete(row);
 }
 
@@ -134,42 +139,74 @@ static cJSON *rest_parse_body(http_conn_t *c, const http_request_t *req) {
   return body;
 }
 
-/* A page of a collection: u as requested (for the Link), scoped narrowed to the caller's rows. */
-static void rest_collection_get(worker_t *w, http_conn_t *c, const uri_t *u, const uri_t *scoped,
-                                const store_table *t) {
-  long limit = resources_page_limit(w, u);
-  cJSON *rows = NULL;
-  char *next = NULL;
-  const char *bad_column = NULL;
-  int rc = resources_query(w, t, scoped, limit, u->cursor, &rows, &next, &bad_column);
-  if (rc == -ENOENT) {
+/*
+ * Answers a GET from its fetch: a record with its ETag, or a page of a
+ * collection with a Link to the next (u as requested).
+ */
+static void rest_read_respond(http_conn_t *c, const uri_t *u, read_fetch *f, int rc) {
+  if (rc == -ENOENT && f->bad_column != NULL) {
     char msg[300];
-    snprintf(msg, sizeof(msg), "unknown column %.200s", bad_column);
+    snprintf(msg, sizeof(msg), "unknown column %.200s", f->bad_column);
     worker_respond_error(c, 400, msg);
-    return;
-  }
-  if (rc != 0) {
-    rest_store_error(c, rc, rc == -EINVAL ? "invalid cursor" : "");
-    return;
-  }
-  if (next != NULL) {
+  } else if (rc != 0) {
+    /* No such record, or one outside the caller's row scope: the same answer. */
+    rest_store_error(c, rc, rc == -EINVAL && u->kind != URI_RECORD ? "invalid cursor" : "");
+  } else if (u->kind == URI_RECORD) {
+    rest_respond_record(c, 200, f->data, f->version, NULL);
+  } else if (f->next != NULL) {
     /* RFC 8288 Link to the next page, relative to this server. */
     uri_t page = *u;
-    page.cursor = next;
-    page.limit = limit;
+    page.cursor = f->next;
+    page.limit = f->limit;
     char *uri = uri_format("", &page);
     buf_t link;
     buf_init(&link);
     buf_printf(&link, "<%s>; rel=\"next\"", uri);
     free(uri);
     http_header h = {"Link", link.data};
-    worker_respond_json(c, 200, rows, &h, 1);
+    worker_respond_json(c, 200, f->data, &h, 1);
     buf_finish(&link);
   } else {
-    worker_respond_json(c, 200, rows, NULL, 0);
+    worker_respond_json(c, 200, f->data, NULL, 0);
   }
-  cJSON_Delete(rows);
-  free(next);
+}
+
+/* A GET on a reader: answered from its completion. */
+typedef struct rest_read {
+  read_job rj;
+  http_conn_t *c;
+  uri_t u; /* as requested */
+} rest_read;
+
+static void rest_read_answer(read_job *rj) {
+  rest_read *r = (rest_read *)rj;
+  rest_read_respond(r->c, &r->u, &rj->f, rj->job.rc);
+  uri_finish(&r->u);
+  read_job_free(rj);
+}
+
+/* A GET of a record or a collection: u as requested, read within p's row scope. */
+static void rest_get(worker_t *w, http_conn_t *c, const auth_principal *p, uri_t *u,
+                     const store_table *t) {
+  auth_scope scope;
+  uri_t scoped = uri_copy(u);
+  long limit = resources_page_limit(w, u);
+  if (auth_table_access(p, t->name, AUTH_READ, &scope) != 0 ||
+      auth_scope_apply(&scope, &scoped) != 0) {
+    worker_respond_error(c, 404, "not found");
+  } else if (w->reader != NULL) {
+    rest_read *r = (rest_read *)read_job_create(sizeof(*r), t->name, &scoped, limit, u->cursor,
+                                                rest_read_answer);
+    r->c = c;
+    r->u = *u;
+    memset(u, 0, sizeof(*u)); /* r owns it now */
+    reader_submit(w->reader, &r->rj.job);
+  } else {
+    read_fetch f = {.scoped = &scoped, .limit = limit, .cursor = u->cursor};
+    rest_read_respond(c, u, &f, read_fetch_run(w->store, t, &f));
+    read_fetch_finish(&f);
+  }
+  uri_finish(&scoped);
 }
 
 static void rest_collection_post(worker_t *w, http_conn_t *c, const http_request_t *req,
@@ -182,7 +219,6 @@ static void rest_collection_post(worker_t *w, http_conn_t *c, const http_request
 static void rest_record(worker_t *w, http_conn_t *c, const http_request_t *req,
                         const auth_principal *p, const store_table *t, const char *key) {
   switch (req->method) {
-  case HTTP_GET: rest_send_record(w, c, 200, t, key, NULL); return;
   case HTTP_PUT:
   case HTTP_PATCH: {
     cJSON *body = rest_parse_body(c, req);
@@ -201,11 +237,11 @@ static void rest_record(worker_t *w, http_conn_t *c, const http_request_t *req,
 
 /*
  * Grants on table t: no read right means the table is not there (404); a
- * write without the write right is 403; a record outside the caller's row
- * scope is not there. false after answering.
+ * write without the write right is 403 (a read's row scope is applied by
+ * rest_get, a write's in its own transaction). false after answering.
  */
 static bool rest_allowed(worker_t *w, http_conn_t *c, const http_request_t *req,
-                         const auth_principal *p, const store_table *t, const uri_t *u) {
+                         const auth_principal *p, const store_table *t) {
   auth_scope scope;
   if (auth_table_access(p, t->name, AUTH_READ, &scope) != 0) {
     worker_respond_error(c, 404, "not found");
@@ -215,22 +251,6 @@ static bool rest_allowed(worker_t *w, http_conn_t *c, const http_request_t *req,
     auth_scope ws;
     if (auth_table_access(p, t->name, AUTH_WRITE, &ws) != 0) {
       auth_respond_forbidden(w, c, AUTH_WRITE);
-      return false;
-    }
-    return true; /* a row scope is checked in the write's own transaction */
-  }
-  if (scope.scoped && u->kind == URI_RECORD) {
-    cJSON *row = NULL;
-    int64_t version;
-    int rc = store_get_record(w->store, t, u->key, &row, &version);
-    bool in = rc == 0 && auth_scope_matches(&scope, row);
-    cJSON_Delete(row);
-    if (rc == -ENOTCONN || rc == -EBUSY) {
-      rest_store_error(c, rc, ""); /* not "not found": the database could not say */
-      return false;
-    }
-    if (!in) {
-      worker_respond_error(c, 404, "not found");
       return false;
     }
   }
@@ -269,21 +289,14 @@ void rest_handle(worker_t *w, http_conn_t *c, http_request_t *req, const auth_pr
     return;
   }
   const store_table *t = subs_find_table(w, u.table);
-  if (t != NULL && !rest_allowed(w, c, req, p, t, &u)) {
+  if (t != NULL && !rest_allowed(w, c, req, p, t)) {
     /* answered */
   } else if (t == NULL) {
     worker_respond_error(c, 404, "not found");
+  } else if (req->method == HTTP_GET) {
+    rest_get(w, c, p, &u, t);
   } else if (u.kind == URI_RECORD) {
     rest_record(w, c, req, p, t, u.key);
-  } else if (req->method == HTTP_GET) {
-    auth_scope scope;
-    uri_t scoped = uri_copy(&u);
-    if (auth_table_access(p, t->name, AUTH_READ, &scope) == 0 &&
-        auth_scope_apply(&scope, &scoped) == 0)
-      rest_collection_get(w, c, &u, &scoped, t);
-    else
-      worker_respond_error(c, 404, "not found");
-    uri_finish(&scoped);
   } else if (req->method == HTTP_POST) {
     rest_collection_post(w, c, req, p, t);
   } else {

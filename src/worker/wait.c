@@ -83,7 +83,7 @@ static int resource_version(worker_t *w, const uri_t *u, int64_t *version, cJSON
   if (rc != 0 || state == NULL) return rc;
   char *next = NULL;
   const char *bad_column = NULL; /* none: subs_resolve checked the columns */
-  rc = resources_query(w, t, u, w->cfg->page_size, NULL, state, &next, &bad_column);
+  rc = resources_query(w->store, t, u, w->cfg->page_size, NULL, state, &next, &bad_column);
   free(next);
   return rc;
 }

@@ -195,6 +195,7 @@ void worker_stats_collect(worker_t *w, worker_stats *st) {
   st->lane_waits = w->lane.waits;
   st->lane_queued = w->lane.queued;
   st->lane_blocked = w->lane.blocked;
+  reader_counts(w->reader, &st->reads_done, &st->reads_pending);
   st->connections_refused = http_server_refused(w->http);
   st->requests_refused = w->auth.denied + w->limits.refused;
   for (session_t *s = w->sessions.streams; s != NULL; s = s->stream_next)
@@ -504,8 +505,10 @@ int worker_init(worker_t *w, uv_loop_t *loop, const config_t *cfg, unsigned slot
   lane_init(&w->lane, loop, strcmp(store_backend_name(cfg->db_path), "sqlite") != 0);
   rc = auth_init(&w->auth, w, worker_dispatch, err, errlen);
   if (rc == 0) rc = writer_start(w, &w->writer, err, errlen);
+  if (rc == 0 && w->lane.enabled && cfg->db_readers > 0)
+    rc = reader_start(w, cfg->db_readers, &w->reader, err, errlen);
   if (rc != 0) {
-    auth_finish(&w->auth);
+    auth_finish(&w->auth); /* (a writer started stays: the process ends) */
     store_close(w->store);
     w->store = NULL;
     return rc;
@@ -665,6 +668,7 @@ void worker_shutdown(worker_t *w) {
   uv_close((uv_handle_t *)&w->auth_timer, NULL);
   uv_close((uv_handle_t *)&w->auth_turn, NULL);
   writer_stop(w->writer); /* queued writes finish (or fail at their deadline) and are answered */
+  reader_stop(w->reader); /* and so do queued reads */
   uv_close((uv_handle_t *)&w->sighup, NULL);
   http_server_close(w->http, NULL, NULL);
 }
@@ -684,6 +688,8 @@ void worker_finish(worker_t *w) {
   lane_finish(&w->lane);
   writer_destroy(w->writer);
   w->writer = NULL;
+  reader_destroy(w->reader);
+  w->reader = NULL;
   auth_finish(&w->auth);
   limits_finish(&w->limits);
   frame_pool_drain(); /* every frame is back: sessions, rings and streams are gone */

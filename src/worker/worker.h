@@ -23,6 +23,7 @@
 #include "worker/session.h"
 #include "worker/sub_index.h"
 #include "worker/tailer.h"
+#include "worker/reader.h"
 #include "worker/writer.h"
 
 typedef struct waiter waiter_t;
@@ -36,6 +37,7 @@ typedef struct worker {
   lane_task sweep_task; /* the idle sweep, a job on the lane */
   char origin[24]; /* "w" and 64 random bits in hex: this worker's writes in the subscription log */
   writer_t *writer; /* every other write, on its own thread and connection */
+  reader_t *reader; /* PostgreSQL: reads of records and collections, off the lane (or NULL) */
   http_server_t *http;
   auth_state auth; /* API keys; who may do what */
   limits_t limits; /* per-principal limits */

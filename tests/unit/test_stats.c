@@ -53,7 +53,9 @@ static void two_workers(worker_stats w[2], slot_stats s[2]) {
                         .requests_refused = 4,
                         .lane_jobs = 60,
                         .lane_waits = 70,
-                        .lane_queued = 2};
+                        .lane_queued = 2,
+                        .reads_done = 41,
+                        .reads_pending = 3};
   s[0] = (slot_stats){.restarts = 1, .alive = 1};
   s[1] = (slot_stats){.restarts = 0, .alive = 0};
 }
@@ -169,6 +171,15 @@ static void test_prometheus_two_workers_exact(void) {
       "# TYPE mcpsub_store_lane_blocked_total counter\n"
       "mcpsub_store_lane_blocked_total{worker=\"0\"} 0\n"
       "mcpsub_store_lane_blocked_total{worker=\"1\"} 0\n"
+      "# HELP mcpsub_db_reads_total Reads of records and collections answered by the worker's "
+      "reader connections (PostgreSQL).\n"
+      "# TYPE mcpsub_db_reads_total counter\n"
+      "mcpsub_db_reads_total{worker=\"0\"} 0\n"
+      "mcpsub_db_reads_total{worker=\"1\"} 41\n"
+      "# HELP mcpsub_db_reads_pending Reads given to the reader connections and not answered yet.\n"
+      "# TYPE mcpsub_db_reads_pending gauge\n"
+      "mcpsub_db_reads_pending{worker=\"0\"} 0\n"
+      "mcpsub_db_reads_pending{worker=\"1\"} 3\n"
       "# HELP mcpsub_worker_restarts_total Times the master restarted the slot's worker.\n"
       "# TYPE mcpsub_worker_restarts_total counter\n"
       "mcpsub_worker_restarts_total{worker=\"0\"} 1\n"
@@ -219,8 +230,8 @@ static void test_prometheus_help_type_once(void) {
     }
     line = end + 1;
   }
-  CHECK_INT_EQ(families, 25);
-  CHECK_INT_EQ(count_occurrences(text, "# HELP "), 25);
+  CHECK_INT_EQ(families, 27);
+  CHECK_INT_EQ(count_occurrences(text, "# HELP "), 27);
   free(text);
 }
 
@@ -283,7 +294,7 @@ static void test_prometheus_without_slots(void) {
 /* No worker reported yet: the families, no sample but build_info, still valid text. */
 static void test_prometheus_no_workers(void) {
   char *text = render(NULL, NULL, 0);
-  CHECK_INT_EQ(count_occurrences(text, "# TYPE "), 25);
+  CHECK_INT_EQ(count_occurrences(text, "# TYPE "), 27);
   CHECK(strstr(text, "mcpsub_build_info{") != NULL);
   CHECK(strstr(text, "{worker=\"0\"}") == NULL);
   free(text);

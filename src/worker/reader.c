@@ -1,0 +1,180 @@
+/*
+ * The worker's readers (see reader.h): n threads, each with its own
+ * connection, taking jobs from one queue; their completions come back to
+ * the loop through a uv_async, and run there in the order they finished.
+ */
+#include "worker/reader.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <uv.h>
+
+#include "common/log.h"
+#include "worker/worker.h"
+
+typedef struct reader_thread {
+  reader_t *rd;
+  int index;
+  uv_thread_t thread;
+  store_t *store;
+  bool running;
+} reader_thread;
+
+struct reader {
+  worker_t *w;
+  uv_mutex_t lock;
+  uv_cond_t wake;
+  uv_async_t async;
+  reader_job *queue_head, *queue_tail; /* waiting for a reader (mutex) */
+  reader_job *done_head, *done_tail;   /* done, for the loop (mutex) */
+  bool stopping;                       /* (mutex) */
+  int lost;                            /* the reader that found the database gone, or -1 (mutex) */
+  uint64_t pending;                    /* loop only: submitted, done not yet run */
+  uint64_t done;                       /* loop only: done run */
+  int n;
+  reader_thread threads[];
+};
+
+static void reader_push(reader_job **head, reader_job **tail, reader_job *j) {
+  j->next = NULL;
+  if (*tail != NULL)
+    (*tail)->next = j;
+  else
+    *head = j;
+  *tail = j;
+}
+
+/*
+ * Once a reader's call found the database gone (no answer within the
+ * statement deadline, a broken connection), only that reader takes jobs:
+ * its connection is known lost, and each call then fails at once with
+ * -ENOTCONN (or makes one step of connecting again), where another
+ * reader's connection, not known lost yet, could wait for the whole
+ * deadline again. The first call that gets through ends it.
+ */
+static bool reader_may_take(const reader_thread *t) {
+  const reader_t *rd = t->rd;
+  return rd->queue_head != NULL && (rd->lost < 0 || rd->lost == t->index || rd->stopping);
+}
+
+static void reader_thread_main(void *arg) {
+  reader_thread *t = arg;
+  reader_t *rd = t->rd;
+  uv_mutex_lock(&rd->lock);
+  for (;;) {
+    while (!reader_may_take(t) && !rd->stopping) uv_cond_wait(&rd->wake, &rd->lock);
+    reader_job *j = rd->queue_head;
+    if (j == NULL) break; /* stopping, and nothing left */
+    rd->queue_head = j->next;
+    if (rd->queue_head == NULL) rd->queue_tail = NULL;
+    uv_mutex_unlock(&rd->lock);
+    j->rc = j->run(j, t->store);
+    uv_mutex_lock(&rd->lock);
+    if (j->rc == -ENOTCONN && rd->lost < 0) {
+      rd->lost = t->index;
+    } else if (j->rc != -ENOTCONN && rd->lost == t->index) {
+      rd->lost = -1;
+      uv_cond_broadcast(&rd->wake); /* every reader takes jobs again */
+    }
+    reader_push(&rd->done_head, &rd->done_tail, j);
+    uv_async_send(&rd->async);
+  }
+  uv_mutex_unlock(&rd->lock);
+}
+
+/* The loop's side: completions, directly (they answer without the store). */
+static void reader_on_async(uv_async_t *h) {
+  reader_t *rd = h->data;
+  uv_mutex_lock(&rd->lock);
+  reader_job *list = rd->done_head;
+  rd->done_head = rd->done_tail = NULL;
+  uv_mutex_unlock(&rd->lock);
+  while (list != NULL) {
+    reader_job *j = list;
+    list = j->next;
+    rd->pending--;
+    rd->done++;
+    j->done(j);
+  }
+}
+
+int reader_start(worker_t *w, int n, reader_t **out, char *err, size_t errlen) {
+  reader_t *rd = mem_calloc(1, sizeof(*rd) + (size_t)n * sizeof(rd->threads[0]));
+  rd->w = w;
+  rd->n = n;
+  rd->lost = -1;
+  *out = NULL;
+  for (int i = 0; i < n; i++) {
+    rd->threads[i].rd = rd;
+    rd->threads[i].index = i;
+    int rc = store_open_readonly(w->cfg->db_path, &rd->threads[i].store, err, errlen);
+    if (rc != 0) {
+      for (int k = 0; k < i; k++) store_close(rd->threads[k].store);
+      free(rd);
+      return rc;
+    }
+  }
+  if (uv_mutex_init(&rd->lock) != 0 || uv_cond_init(&rd->wake) != 0) abort();
+  if (uv_async_init(w->loop, &rd->async, reader_on_async) != 0) abort(); /* exhausted fds */
+  rd->async.data = rd;
+  for (int i = 0; i < n; i++) {
+    int rc = uv_thread_create(&rd->threads[i].thread, reader_thread_main, &rd->threads[i]);
+    if (rc != 0) {
+      snprintf(err, errlen, "cannot start a reader thread: %s", uv_strerror(rc));
+      abort(); /* as for the writer: only when the process is out of resources at start */
+    }
+    rd->threads[i].running = true;
+  }
+  *out = rd;
+  return 0;
+}
+
+void reader_submit(reader_t *rd, reader_job *j) {
+  rd->pending++;
+  uv_mutex_lock(&rd->lock);
+  reader_push(&rd->queue_head, &rd->queue_tail, j);
+  /* All: a signal could wake a reader that may not take it (reader_may_take). */
+  if (rd->lost < 0)
+    uv_cond_signal(&rd->wake);
+  else
+    uv_cond_broadcast(&rd->wake);
+  uv_mutex_unlock(&rd->lock);
+}
+
+void reader_counts(const reader_t *rd, uint64_t *done, uint64_t *pending) {
+  *done = rd != NULL ? rd->done : 0;
+  *pending = rd != NULL ? rd->pending : 0;
+}
+
+void reader_stop(reader_t *rd) {
+  if (rd == NULL || rd->stopping) return;
+  uv_mutex_lock(&rd->lock);
+  rd->stopping = true;
+  uv_cond_broadcast(&rd->wake);
+  uv_mutex_unlock(&rd->lock);
+  for (int i = 0; i < rd->n; i++) {
+    if (rd->threads[i].running) uv_thread_join(&rd->threads[i].thread);
+    rd->threads[i].running = false;
+  }
+  reader_on_async(&rd->async); /* the completions the threads left */
+  uv_close((uv_handle_t *)&rd->async, NULL);
+}
+
+void reader_destroy(reader_t *rd) {
+  if (rd == NULL) return;
+  for (int i = 0; i < rd->n; i++) store_close(rd->threads[i].store);
+  uv_cond_destroy(&rd->wake);
+  uv_mutex_destroy(&rd->lock);
+  free(rd);
+}
+
+int reader_table(store_t *s, const char *name, const store_table **t) {
+  int rc = store_refresh_schema(s, NULL);
+  *t = rc == 0 ? store_find_table(s, name) : NULL;
+  if (rc == 0 && *t == NULL && store_schema_stale(s)) {
+    rc = store_refresh_schema(s, NULL);
+    if (rc == 0) *t = store_find_table(s, name);
+  }
+  return rc != 0 ? rc : *t != NULL ? 0 : -ENOENT;
+}
