@@ -30,6 +30,7 @@ struct reader {
   reader_job *done_head, *done_tail;   /* done, for the loop (mutex) */
   bool stopping;                       /* (mutex) */
   int lost;                            /* the reader that found the database gone, or -1 (mutex) */
+  uint64_t ok_ms;                      /* when a job last got through (mutex; 0: never) */
   uint64_t pending;                    /* loop only: submitted, done not yet run */
   uint64_t done;                       /* loop only: done run */
   int n;
@@ -46,16 +47,28 @@ static void reader_push(reader_job **head, reader_job **tail, reader_job *j) {
 }
 
 /*
- * Once a reader's call found the database gone (no answer within the
- * statement deadline, a broken connection), only that reader takes jobs:
- * its connection is known lost, and each call then fails at once with
- * -ENOTCONN (or makes one step of connecting again), where another
- * reader's connection, not known lost yet, could wait for the whole
- * deadline again. The first call that gets through ends it.
+ * A read that failed with -ENOTCONN (its connection broke: the server
+ * restarted, a connection was killed) while another reader got through
+ * within READER_RETRY_MS is given to another reader, once: the database
+ * answers, and only this connection has yet to be made again.
+ *
+ * Otherwise the database is taken to be gone (no answer within the
+ * statement deadline, every connection broken), and only the reader that
+ * found it so takes jobs: its connection is known lost, and each call then
+ * fails at once with -ENOTCONN (or makes one step of connecting again),
+ * where another reader's connection, not known lost yet, could wait out
+ * the whole deadline again. The first call of any reader that gets
+ * through ends it.
  */
+#define READER_RETRY_MS 1000
+
 static bool reader_may_take(const reader_thread *t) {
   const reader_t *rd = t->rd;
-  return rd->queue_head != NULL && (rd->lost < 0 || rd->lost == t->index || rd->stopping);
+  const reader_job *j = rd->queue_head;
+  if (j == NULL) return false;
+  if (rd->stopping) return true;
+  if (rd->lost >= 0) return rd->lost == t->index; /* the job it was to avoid too */
+  return j->avoid != t->index;
 }
 
 static void reader_thread_main(void *arg) {
@@ -70,12 +83,24 @@ static void reader_thread_main(void *arg) {
     if (rd->queue_head == NULL) rd->queue_tail = NULL;
     uv_mutex_unlock(&rd->lock);
     j->rc = j->run(j, t->store);
+    uint64_t now = uv_hrtime() / 1000000;
     uv_mutex_lock(&rd->lock);
-    if (j->rc == -ENOTCONN && rd->lost < 0) {
+    if (j->rc != -ENOTCONN) {
+      rd->ok_ms = now;
+      if (rd->lost >= 0) {
+        rd->lost = -1;
+        uv_cond_broadcast(&rd->wake); /* the database answers: every reader takes jobs again */
+      }
+    } else if (j->avoid < 0 && rd->lost < 0 && rd->n > 1 && !rd->stopping && rd->ok_ms != 0 &&
+               now - rd->ok_ms < READER_RETRY_MS) {
+      j->avoid = t->index; /* to another reader, first in line */
+      j->next = rd->queue_head;
+      rd->queue_head = j;
+      if (rd->queue_tail == NULL) rd->queue_tail = j;
+      uv_cond_broadcast(&rd->wake);
+      continue;
+    } else if (rd->lost < 0) {
       rd->lost = t->index;
-    } else if (j->rc != -ENOTCONN && rd->lost == t->index) {
-      rd->lost = -1;
-      uv_cond_broadcast(&rd->wake); /* every reader takes jobs again */
     }
     reader_push(&rd->done_head, &rd->done_tail, j);
     uv_async_send(&rd->async);
@@ -132,6 +157,7 @@ int reader_start(worker_t *w, int n, reader_t **out, char *err, size_t errlen) {
 
 void reader_submit(reader_t *rd, reader_job *j) {
   rd->pending++;
+  j->avoid = -1;
   uv_mutex_lock(&rd->lock);
   reader_push(&rd->queue_head, &rd->queue_tail, j);
   /* All: a signal could wake a reader that may not take it (reader_may_take). */

@@ -35,6 +35,7 @@ struct reader_job {
   int (*run)(reader_job *j, store_t *s); /* a reader's thread: 0 or -errno (store.h's codes) */
   void (*done)(reader_job *j);           /* loop: sees j->rc; frees j */
   int rc;
+  int avoid; /* private: the reader that failed it once (-1: none) */
   reader_job *next;
 };
 

@@ -289,11 +289,24 @@ void read_fetch_finish(read_fetch *f) {
 }
 
 /* On a reader: the table found by its name on the reader's connection, then the fetch. */
-static int read_job_run(reader_job *j, store_t *s) {
-  read_job *rj = (read_job *)j;
+static int read_job_try(read_job *rj, store_t *s) {
   const store_table *t;
   int rc = reader_table(s, rj->table, &t);
   return rc == 0 ? read_fetch_run(s, t, &rj->f) : rc;
+}
+
+static int read_job_run(reader_job *j, store_t *s) {
+  read_job *rj = (read_job *)j;
+  int rc = read_job_try(rj, s);
+  if (rc != -ENOTCONN) return rc;
+  /*
+   * Once more: a connection found broken (the server restarted) is made
+   * again by the next call, at once when the server answers. A read is
+   * safe to repeat; while the database is away this fails as fast.
+   */
+  read_fetch_finish(&rj->f);
+  rj->f.bad_column = NULL;
+  return read_job_try(rj, s);
 }
 
 static void read_job_done(reader_job *j) {
