@@ -258,7 +258,7 @@ def summarize_pg(runs, cluster):
     """The PostgreSQL group: each figure on SQLite and on PostgreSQL, same sizes, interleaved."""
     ok = [r for r in runs if r.get("ok")]
     stores = ("sqlite", "postgres")
-    out = {"cluster": cluster, "fanout": [], "latency": [], "write": [], "raw": []}
+    out = {"cluster": cluster, "fanout": [], "latency": [], "write": [], "raw": [], "read": []}
 
     def ms(v):
         return round(v / 1000, 3) if v is not None else None
@@ -317,6 +317,15 @@ def summarize_pg(runs, cluster):
                         "per_server_cpu_s": r.get("per_server_cpu_s"), "store_cpu_s": r.get("store_cpu_s"),
                         "per_total_cpu_s": r.get("per_total_cpu_s", r.get("per_server_cpu_s"))} if r else None
         out["write"].append(row)
+    # Reads: one record on 16 connections, per store and number of reader connections.
+    for st, readers in sorted({(r.get("store"), r.get("readers")) for r in ok if r.get("scenario") == "read"},
+                              key=lambda k: (k[0] != "sqlite", -(k[1] or 0))):
+        m = [r for r in ok if r.get("scenario") == "read" and r.get("store") == st and r.get("readers") == readers]
+        out["read"].append({"store": st, "readers": readers if st == "postgres" else None, "runs": len(m),
+                            "reads_per_s": median(m, "per_wall_s"), "per_server_cpu_s": median(m, "per_server_cpu_s"),
+                            "store_cpu_s": median(m, "store_cpu_s"),
+                            "per_total_cpu_s": median(m, "per_total_cpu_s") if st == "postgres"
+                            else median(m, "per_server_cpu_s")})
     for r in ok:
         if r.get("scenario") in ("sqlwrite", "pgwrite"):
             out["raw"].append({"store": r.get("store"), "durability": r.get("durability"),
@@ -369,6 +378,15 @@ def pg_tables(p):
         out.append(f"| {r['store']} | {r['durability']} | {r['connections']} | {fmt(r['inserts_per_s'])} "
                    f"| {fmt(r['store_cpu_s'], 2) if r['store_cpu_s'] is not None else '– (in the loop)'} "
                    f"| {fmt(r['per_store_cpu_s'])} |")
+    if p.get("read"):
+        out.append("")
+        out.append("| reads (one record, 16 connections) | reader connections | runs | reads/s | per mcpsubd CPU-s "
+                   "| database server CPU-s | per mcpsubd + database CPU-s |")
+        out.append("|---|---:|---:|---:|---:|---:|---:|")
+        for r in p["read"]:
+            out.append(f"| {r['store']} | {r['readers'] if r['readers'] is not None else '– (on the loop)'} "
+                       f"| {r['runs']} | {fmt(r['reads_per_s'])} | {fmt(r['per_server_cpu_s'])} "
+                       f"| {fmt(r['store_cpu_s'], 2)} | {fmt(r['per_total_cpu_s'])} |")
     return "\n".join(out)
 
 
