@@ -10,7 +10,6 @@
 #include <stdlib.h>
 #include <uv.h>
 
-#include "common/log.h"
 #include "worker/worker.h"
 
 typedef struct reader_thread {
@@ -22,7 +21,6 @@ typedef struct reader_thread {
 } reader_thread;
 
 struct reader {
-  worker_t *w;
   uv_mutex_t lock;
   uv_cond_t wake;
   uv_async_t async;
@@ -126,7 +124,6 @@ static void reader_on_async(uv_async_t *h) {
 
 int reader_start(worker_t *w, int n, reader_t **out, char *err, size_t errlen) {
   reader_t *rd = mem_calloc(1, sizeof(*rd) + (size_t)n * sizeof(rd->threads[0]));
-  rd->w = w;
   rd->n = n;
   rd->lost = -1;
   *out = NULL;
