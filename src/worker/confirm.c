@@ -160,10 +160,22 @@ static confirm_pending *pending_find(worker_t *w, const char *principal, const c
   return NULL;
 }
 
+/*
+ * The id of an answer (a JSON-RPC response) when it can be one of the
+ * confirmations' (their prefix, and short enough for an eid); else NULL.
+ */
+static const char *confirm_answer_id(const cJSON *msg) {
+  const char *id = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(msg, "id"));
+  if (id == NULL || strncmp(id, CONFIRM_ID_PREFIX, sizeof(CONFIRM_ID_PREFIX) - 1) != 0 ||
+      strlen(id) >= sizeof(((confirm_pending *)NULL)->eid))
+    return NULL;
+  return id;
+}
+
 bool confirm_answer(worker_t *w, const char *principal, const char *session, const cJSON *msg) {
-  const cJSON *id = cJSON_GetObjectItemCaseSensitive(msg, "id");
-  if (!cJSON_IsString(id) || strncmp(id->valuestring, CONFIRM_ID_PREFIX, 15) != 0) return false;
-  confirm_pending *p = pending_find(w, principal, session, id->valuestring);
+  const char *id = confirm_answer_id(msg);
+  if (id == NULL) return false;
+  confirm_pending *p = pending_find(w, principal, session, id);
   if (p == NULL) return false;
   const cJSON *result = cJSON_GetObjectItemCaseSensitive(msg, "result");
   if (result == NULL) {
@@ -178,12 +190,10 @@ bool confirm_answer(worker_t *w, const char *principal, const char *session, con
 }
 
 cJSON *confirm_answer_brief(const cJSON *msg) {
-  const cJSON *id = cJSON_GetObjectItemCaseSensitive(msg, "id");
-  if (!cJSON_IsString(id) || strncmp(id->valuestring, CONFIRM_ID_PREFIX, 15) != 0 ||
-      strlen(id->valuestring) >= sizeof(((confirm_pending *)NULL)->eid))
-    return NULL;
+  const char *id = confirm_answer_id(msg);
+  if (id == NULL) return NULL;
   cJSON *brief = cJSON_CreateObject();
-  cJSON_AddStringToObject(brief, "id", id->valuestring);
+  cJSON_AddStringToObject(brief, "id", id);
   const cJSON *result = cJSON_GetObjectItemCaseSensitive(msg, "result");
   if (result == NULL) {
     cJSON_AddObjectToObject(brief, "error");

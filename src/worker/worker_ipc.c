@@ -235,9 +235,8 @@ static void worker_ipc_handle(worker_ipc_t *wi, ipc_msg *msg) {
   case IPC_CANCEL: {
     const char *f[2]; /* principal, request id */
     char *copy = ipc_fields(msg->payload, msg->len, f, 2);
-    if (copy != NULL && !w->closing && !mcp_cancel_here(w, f[0], "", f[1])) {
-      /* not here either: already ended, or never was */
-    }
+    /* Not here either: it already ended, or never was. */
+    if (copy != NULL && !w->closing) (void)mcp_cancel_here(w, f[0], "", f[1]);
     free(copy);
     break;
   }
