@@ -603,9 +603,11 @@ static const config_flag config_flags[] = {
      "batch job) before it fails with 503 and Retry-After",
      config_set_write_timeout},
     {"--db-readers", "N", STR(CONFIG_DEFAULT_DB_READERS),
-     "PostgreSQL: connections per worker that read records and collections in\n"
-     "parallel, each on a thread, so that a slow read holds up no other request;\n"
-     "0 = those reads take turns with every other request (SQLite: not used)",
+     "PostgreSQL: connections per worker that read records and collections\n"
+     "(resources/read, REST GET, the get_record, query_records and list_tables\n"
+     "tools, completion/complete) in parallel, each on a thread, so that a slow\n"
+     "read holds up no other request; 0 = those reads take turns with every\n"
+     "other request (SQLite: not used)",
      config_set_db_readers},
     {"--auth-keys", "FILE", "none",
      "API key file (written by mcpsubctl key add); every request then needs\n"

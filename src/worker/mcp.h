@@ -153,12 +153,18 @@ typedef struct read_fetch {
   const uri_t *scoped; /* the URI narrowed to the caller's row scope: what is read */
   long limit;          /* a collection's page size */
   const char *cursor;  /* a collection's cursor, or NULL */
+  const cJSON *where;  /* a collection's equality filters, column: value (query_records), or NULL */
+  bool want_total;     /* a collection's: count the matching rows too */
   /* out (read_fetch_finish frees them) */
   cJSON *data; /* the row (a record), or the rows */
   char *next;  /* a collection's next cursor when more rows follow, else NULL */
   int64_t version;
-  const char *bad_column; /* with -ENOENT: a filter's unknown column, in scoped */
+  int64_t total;          /* with want_total: the rows that match, or -1 (the count failed) */
+  const char *bad_column; /* with -ENOENT: a filter's unknown column, in scoped or where */
 } read_fetch;
+
+/* At most this many equality filters in a read_fetch's where. */
+#define READ_MAX_WHERE 32
 
 /*
  * Runs f on s (t is s's table): 0, -ENOENT (no such record, or outside the
@@ -175,15 +181,16 @@ typedef struct read_job {
   char *table;
   uri_t scoped;
   char *cursor;
+  cJSON *where;
   void (*answer)(struct read_job *rj); /* loop: answers, then read_job_free */
 } read_job;
 
 /*
- * A read job of size bytes (zeroed) for table's scoped URI (copied, as are
- * table and cursor), answered by answer. Give it to reader_submit.
+ * A read job of size bytes (zeroed) for table that fetches what f asks
+ * (its inputs are copied), answered by answer. Give it to reader_submit.
  */
-read_job *read_job_create(size_t size, const char *table, const uri_t *scoped, long limit,
-                          const char *cursor, void (*answer)(read_job *rj));
+read_job *read_job_create(size_t size, const char *table, const read_fetch *f,
+                          void (*answer)(read_job *rj));
 void read_job_free(read_job *rj);
 
 /* tools.c */

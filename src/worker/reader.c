@@ -81,6 +81,12 @@ static void reader_thread_main(void *arg) {
     if (rd->queue_head == NULL) rd->queue_tail = NULL;
     uv_mutex_unlock(&rd->lock);
     j->rc = j->run(j, t->store);
+    /*
+     * Once more: a connection found broken (the server restarted) is made
+     * again by the next call, at once when the server answers. A read is
+     * safe to repeat; while the database is away this fails as fast.
+     */
+    if (j->rc == -ENOTCONN) j->rc = j->run(j, t->store);
     uint64_t now = uv_hrtime() / 1000000;
     uv_mutex_lock(&rd->lock);
     if (j->rc != -ENOTCONN) {

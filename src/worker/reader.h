@@ -32,8 +32,12 @@ typedef struct reader reader_t;
 typedef struct reader_job reader_job;
 
 struct reader_job {
-  int (*run)(reader_job *j, store_t *s); /* a reader's thread: 0 or -errno (store.h's codes) */
-  void (*done)(reader_job *j);           /* loop: sees j->rc; frees j */
+  /*
+   * A reader's thread: 0 or -errno (store.h's codes). Run again (on the
+   * same connection, or another) after -ENOTCONN: it must start afresh.
+   */
+  int (*run)(reader_job *j, store_t *s);
+  void (*done)(reader_job *j); /* loop: sees j->rc; frees j */
   int rc;
   int avoid; /* private: the reader that failed it once (-1: none) */
   reader_job *next;

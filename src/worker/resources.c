@@ -260,14 +260,40 @@ int resources_filters(const store_table *t, const uri_t *u, store_filter *filter
   return 0;
 }
 
-int resources_query(store_t *s, const store_table *t, const uri_t *u, long limit,
-                    const char *cursor, cJSON **rows, char **next, const char **bad_column) {
-  store_filter filters[URI_MAX_FILTERS];
-  cJSON *values = cJSON_CreateArray(); /* owns the filter values */
+/*
+ * A page of t's rows that match u's filters and where's equality filters
+ * (column: value; NULL for none), counted first into *total when it is not
+ * NULL (-1 when the count fails: the page is read all the same).
+ */
+static int query_where(store_t *s, const store_table *t, const uri_t *u, const cJSON *where,
+                       long limit, const char *cursor, int64_t *total, cJSON **rows, char **next,
+                       const char **bad_column) {
+  store_filter filters[URI_MAX_FILTERS + READ_MAX_WHERE];
+  cJSON *values = cJSON_CreateArray(); /* owns the URI's filter values */
   int rc = resources_filters(t, u, filters, values, bad_column);
-  if (rc == 0) rc = store_query(s, t, filters, u->n_filters, (int)limit, cursor, rows, next);
+  size_t n = u->n_filters;
+  const cJSON *item;
+  cJSON_ArrayForEach(item, where) {
+    if (rc != 0) break;
+    int col = store_column_index(t, item->string);
+    if (col < 0) {
+      *bad_column = item->string;
+      rc = -ENOENT;
+    } else if (n == ARRAY_LEN(filters)) {
+      rc = -EINVAL; /* bounded by the caller: READ_MAX_WHERE */
+    } else {
+      filters[n++] = (store_filter){col, item, STORE_EQ};
+    }
+  }
+  if (rc == 0 && total != NULL && store_count_where(s, t, filters, n, total) != 0) *total = -1;
+  if (rc == 0) rc = store_query(s, t, filters, n, (int)limit, cursor, rows, next);
   cJSON_Delete(values);
   return rc;
+}
+
+int resources_query(store_t *s, const store_table *t, const uri_t *u, long limit,
+                    const char *cursor, cJSON **rows, char **next, const char **bad_column) {
+  return query_where(s, t, u, NULL, limit, cursor, NULL, rows, next, bad_column);
 }
 
 int read_fetch_run(store_t *s, const store_table *t, read_fetch *f) {
@@ -276,8 +302,9 @@ int read_fetch_run(store_t *s, const store_table *t, read_fetch *f) {
     /* Outside the caller's row scope is not there. */
     return rc == 0 && !sub_filters_match(f->scoped, f->data) ? -ENOENT : rc;
   }
-  int rc =
-      resources_query(s, t, f->scoped, f->limit, f->cursor, &f->data, &f->next, &f->bad_column);
+  f->total = -1;
+  int rc = query_where(s, t, f->scoped, f->where, f->limit, f->cursor,
+                       f->want_total ? &f->total : NULL, &f->data, &f->next, &f->bad_column);
   return rc == 0 ? store_table_version(s, t, &f->version) : rc;
 }
 
@@ -289,24 +316,13 @@ void read_fetch_finish(read_fetch *f) {
 }
 
 /* On a reader: the table found by its name on the reader's connection, then the fetch. */
-static int read_job_try(read_job *rj, store_t *s) {
+static int read_job_run(reader_job *j, store_t *s) {
+  read_job *rj = (read_job *)j;
+  read_fetch_finish(&rj->f); /* what a first try left (reader.h: a job may run twice) */
+  rj->f.bad_column = NULL;
   const store_table *t;
   int rc = reader_table(s, rj->table, &t);
   return rc == 0 ? read_fetch_run(s, t, &rj->f) : rc;
-}
-
-static int read_job_run(reader_job *j, store_t *s) {
-  read_job *rj = (read_job *)j;
-  int rc = read_job_try(rj, s);
-  if (rc != -ENOTCONN) return rc;
-  /*
-   * Once more: a connection found broken (the server restarted) is made
-   * again by the next call, at once when the server answers. A read is
-   * safe to repeat; while the database is away this fails as fast.
-   */
-  read_fetch_finish(&rj->f);
-  rj->f.bad_column = NULL;
-  return read_job_try(rj, s);
 }
 
 static void read_job_done(reader_job *j) {
@@ -314,22 +330,28 @@ static void read_job_done(reader_job *j) {
   rj->answer(rj);
 }
 
-read_job *read_job_create(size_t size, const char *table, const uri_t *scoped, long limit,
-                          const char *cursor, void (*answer)(read_job *rj)) {
+read_job *read_job_create(size_t size, const char *table, const read_fetch *f,
+                          void (*answer)(read_job *rj)) {
   read_job *rj = mem_calloc(1, size);
   rj->job.run = read_job_run;
   rj->job.done = read_job_done;
   rj->answer = answer;
   rj->table = mem_strdup(table);
-  rj->scoped = uri_copy(scoped);
-  rj->cursor = cursor != NULL ? mem_strdup(cursor) : NULL;
-  rj->f = (read_fetch){.scoped = &rj->scoped, .limit = limit, .cursor = rj->cursor};
+  rj->scoped = uri_copy(f->scoped);
+  rj->cursor = f->cursor != NULL ? mem_strdup(f->cursor) : NULL;
+  rj->where = f->where != NULL ? cJSON_Duplicate(f->where, true) : NULL;
+  rj->f = (read_fetch){.scoped = &rj->scoped,
+                       .limit = f->limit,
+                       .cursor = rj->cursor,
+                       .where = rj->where,
+                       .want_total = f->want_total};
   return rj;
 }
 
 void read_job_free(read_job *rj) {
   read_fetch_finish(&rj->f);
   uri_finish(&rj->scoped);
+  cJSON_Delete(rj->where);
   free(rj->cursor);
   free(rj->table);
   free(rj);
@@ -434,9 +456,10 @@ cJSON *resources_read(mcp_call *call) {
     result = read_document(text, table_schema_json(t));
   } else if (call->w->reader != NULL && call->conn != NULL) {
     /* On a reader, off the lane (reader.h); inside a batch nothing can wait: on the lane. */
-    resources_read_job *r = (resources_read_job *)read_job_create(sizeof(*r), t->name, &scoped,
-                                                                  resources_page_limit(call->w, &u),
-                                                                  u.cursor, resources_read_answer);
+    read_fetch f = {
+        .scoped = &scoped, .limit = resources_page_limit(call->w, &u), .cursor = u.cursor};
+    resources_read_job *r =
+        (resources_read_job *)read_job_create(sizeof(*r), t->name, &f, resources_read_answer);
     r->w = call->w;
     mcp_reply_init(&r->reply, call);
     r->text = mem_strdup(text);
@@ -468,62 +491,104 @@ static void add_completion(cJSON *values, int *total, const char *candidate, con
 }
 
 /*
- * Keys of a text-keyed t starting with prefix, in the caller's scope, found
- * by the store (a `sw` filter on the key and the scope's equality, as a
- * read's): every key of the table counts, not only the first pages.
+ * A completion of keys: what finds them, on the loop's connection or on a
+ * reader's (reader.h: a scan of a large table holds up nothing else).
  */
-static void complete_text_keys(mcp_call *call, const store_table *t, const auth_scope *scope,
-                               const char *prefix, cJSON *values, int *total) {
-  uri_filter f = {.column = t->cols[t->key_col].name, .value = (char *)prefix, .op = URI_SW};
-  uri_t u = {.kind = URI_FILTERED, .table = t->name, .n_filters = 1, .filters = &f};
-  uri_t scoped = uri_copy(&u);
-  cJSON *rows = NULL;
-  char *next = NULL;
-  const char *bad_column = NULL;
-  if (auth_scope_apply(scope, &scoped) == 0 &&
-      resources_query(call->w->store, t, &scoped, COMPLETION_MAX + 1, NULL, &rows, &next,
-                      &bad_column) == 0) {
-    const cJSON *row;
-    cJSON_ArrayForEach(row, rows) {
-      char *key = store_row_key(t, row);
-      add_completion(values, total, key, prefix);
-      free(key);
-    }
-  }
-  cJSON_Delete(rows);
-  free(next);
-  uri_finish(&scoped);
+typedef struct key_completion {
+  reader_job job; /* on a reader */
+  mcp_reply reply;
+  char *table;
+  uri_t scoped; /* the table (text keys: those starting with prefix) in the caller's row scope */
+  bool text;    /* a text key and a prefix: the store finds them; else the first pages are read */
+  char *prefix;
+  cJSON *values; /* out: at most COMPLETION_MAX */
+  int total;     /* out: how many matched (at most COMPLETION_MAX + 1 for text keys) */
+} key_completion;
+
+static key_completion *key_completion_create(const store_table *t, const auth_scope *scope,
+                                             const char *prefix) {
+  key_completion *kc = mem_calloc(1, sizeof(*kc));
+  kc->table = mem_strdup(t->name);
+  kc->prefix = mem_strdup(prefix);
+  kc->text = prefix[0] != '\0' && t->key_col >= 0 && !store_column_numeric(t, t->key_col);
+  /* Text keys by a `sw` filter on the key, as a read's: every key counts, not the first pages. */
+  uri_filter f = {.column = t->key_col >= 0 ? t->cols[t->key_col].name : NULL,
+                  .value = kc->prefix,
+                  .op = URI_SW};
+  uri_t u = {.kind = kc->text ? URI_FILTERED : URI_COLLECTION,
+             .table = kc->table,
+             .n_filters = kc->text ? 1 : 0,
+             .filters = kc->text ? &f : NULL};
+  kc->scoped = uri_copy(&u);
+  kc->values = cJSON_CreateArray();
+  if (auth_scope_apply(scope, &kc->scoped) != 0) kc->total = -1; /* nothing in scope */
+  return kc;
 }
 
-/* Keys of t's rows in the caller's scope starting with prefix, in key order, bounded. */
-static void complete_keys(mcp_call *call, const store_table *t, const auth_scope *scope,
-                          const char *prefix, cJSON *values, int *total) {
-  if (prefix[0] != '\0' && t->key_col >= 0 && !store_column_numeric(t, t->key_col)) {
-    complete_text_keys(call, t, scope, prefix, values, total);
-    return;
-  }
-  /* Numbers (whose text prefixes are no range) and an empty prefix: the first pages. */
-  cJSON *rows = NULL;
-  char *next = NULL;
+static void key_completion_free(key_completion *kc) {
+  mcp_reply_finish(&kc->reply);
+  uri_finish(&kc->scoped);
+  cJSON_Delete(kc->values);
+  free(kc->prefix);
+  free(kc->table);
+  free(kc);
+}
+
+/*
+ * Keys of t (s's table) in kc's scope starting with its prefix, in key
+ * order, bounded: text keys at once, numbers (whose text prefixes are no
+ * range) and an empty prefix from the first 10 pages of 1,000 rows.
+ */
+static int key_completion_run(store_t *s, const store_table *t, key_completion *kc) {
+  if (kc->total < 0) return 0;
+  cJSON_Delete(kc->values); /* what a first try left (a reader's job may run twice) */
+  kc->values = cJSON_CreateArray();
+  kc->total = 0;
   char *after = NULL;
-  /* Scan in pages; stop once past COMPLETION_MAX matches or 10 pages. */
-  for (int page = 0; page < 10 && *total <= COMPLETION_MAX; page++) {
-    if (store_query(call->w->store, t, NULL, 0, 1000, after, &rows, &next) != 0) break;
+  int rc = 0;
+  for (int page = 0; page < (kc->text ? 1 : 10) && kc->total <= COMPLETION_MAX; page++) {
+    cJSON *rows = NULL;
+    char *next = NULL;
+    const char *bad_column = NULL;
+    rc = resources_query(s, t, &kc->scoped, kc->text ? COMPLETION_MAX + 1 : 1000, after, &rows,
+                         &next, &bad_column);
     const cJSON *row;
     cJSON_ArrayForEach(row, rows) {
-      if (!auth_scope_matches(scope, row)) continue; /* another's row: not even its key */
       char *key = store_row_key(t, row);
-      add_completion(values, total, key, prefix);
+      add_completion(kc->values, &kc->total, key, kc->prefix);
       free(key);
     }
     cJSON_Delete(rows);
-    rows = NULL;
     free(after);
     after = next;
-    next = NULL;
-    if (after == NULL) break;
+    if (rc != 0 || after == NULL) break;
   }
   free(after);
+  return rc;
+}
+
+static cJSON *completion_result(cJSON *values, int total) {
+  cJSON *result = cJSON_CreateObject();
+  cJSON *completion = cJSON_AddObjectToObject(result, "completion");
+  cJSON_AddItemToObject(completion, "values", values);
+  cJSON_AddNumberToObject(completion, "total", total < 0 ? 0 : total);
+  cJSON_AddBoolToObject(completion, "hasMore", total > cJSON_GetArraySize(values));
+  return result;
+}
+
+static int key_completion_job_run(reader_job *j, store_t *s) {
+  key_completion *kc = (key_completion *)j;
+  const store_table *t;
+  int rc = reader_table(s, kc->table, &t);
+  return rc == 0 ? key_completion_run(s, t, kc) : rc;
+}
+
+static void key_completion_job_done(reader_job *j) {
+  key_completion *kc = (key_completion *)j;
+  /* A completion that failed offers nothing, as on the loop. */
+  mcp_reply_send(&kc->reply, completion_result(kc->values, kc->total), 0, NULL);
+  kc->values = NULL;
+  key_completion_free(kc);
 }
 
 cJSON *completion_complete(mcp_call *call) {
@@ -581,15 +646,23 @@ cJSON *completion_complete(mcp_call *call) {
         add_completion(values, &total, tables[i].name, value->valuestring);
     }
   } else if (strcmp(name->valuestring, "key") == 0 && t != NULL) {
-    complete_keys(call, t, &scope, value->valuestring, values, &total);
+    cJSON_Delete(values);
+    key_completion *kc = key_completion_create(t, &scope, value->valuestring);
+    if (call->w->reader != NULL && call->conn != NULL && kc->total == 0) {
+      kc->job = (reader_job){.run = key_completion_job_run, .done = key_completion_job_done};
+      mcp_reply_init(&kc->reply, call);
+      reader_submit(call->w->reader, &kc->job);
+      call->pending = true;
+      return NULL;
+    }
+    (void)key_completion_run(call->w->store, t, kc);
+    values = kc->values;
+    total = kc->total;
+    kc->values = NULL;
+    key_completion_free(kc);
   } else if (strcmp(name->valuestring, "key") != 0) {
     cJSON_Delete(values);
     return mcp_call_fail(call, JSONRPC_INVALID_PARAMS, "unknown argument: %s", name->valuestring);
   }
-  cJSON *result = cJSON_CreateObject();
-  cJSON *completion = cJSON_AddObjectToObject(result, "completion");
-  cJSON_AddItemToObject(completion, "values", values);
-  cJSON_AddNumberToObject(completion, "total", total);
-  cJSON_AddBoolToObject(completion, "hasMore", total > cJSON_GetArraySize(values));
-  return result;
+  return completion_result(values, total);
 }

@@ -190,19 +190,17 @@ static void rest_get(worker_t *w, http_conn_t *c, const auth_principal *p, uri_t
                      const store_table *t) {
   auth_scope scope;
   uri_t scoped = uri_copy(u);
-  long limit = resources_page_limit(w, u);
+  read_fetch f = {.scoped = &scoped, .limit = resources_page_limit(w, u), .cursor = u->cursor};
   if (auth_table_access(p, t->name, AUTH_READ, &scope) != 0 ||
       auth_scope_apply(&scope, &scoped) != 0) {
     worker_respond_error(c, 404, "not found");
   } else if (w->reader != NULL) {
-    rest_read *r = (rest_read *)read_job_create(sizeof(*r), t->name, &scoped, limit, u->cursor,
-                                                rest_read_answer);
+    rest_read *r = (rest_read *)read_job_create(sizeof(*r), t->name, &f, rest_read_answer);
     r->c = c;
     r->u = *u;
     memset(u, 0, sizeof(*u)); /* r owns it now */
     reader_submit(w->reader, &r->rj.job);
   } else {
-    read_fetch f = {.scoped = &scoped, .limit = limit, .cursor = u->cursor};
     rest_read_respond(c, u, &f, read_fetch_run(w->store, t, &f));
     read_fetch_finish(&f);
   }

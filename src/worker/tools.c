@@ -21,6 +21,7 @@
 #include "common/uri.h"
 #include "worker/confirm.h"
 #include "worker/mcp.h"
+#include "worker/reader.h"
 #include "worker/subscriptions.h"
 #include "worker/wait.h"
 
@@ -67,9 +68,9 @@ static cJSON *tool_error(const char *fmt, ...) {
 }
 
 /* Maps a store failure to a tool error. */
-static cJSON *tool_store_error(int rc, const char *err, const store_table *t, const char *key) {
+static cJSON *tool_store_error(int rc, const char *err, const char *table, const char *key) {
   switch (rc) {
-  case -ENOENT: return tool_error("no record %s/%s", t->name, key);
+  case -ENOENT: return tool_error("no record %s/%s", table, key);
   case -EINVAL:
   case -EEXIST: return tool_error("%s", err[0] != '\0' ? err : "invalid record");
   case -EBUSY: return tool_error("the database is busy (another process holds it locked); retry");
@@ -78,6 +79,58 @@ static cJSON *tool_store_error(int rc, const char *err, const store_table *t, co
   case -EACCES: return tool_error("forbidden: %s", err[0] != '\0' ? err : "outside your row scope");
   default: return tool_error("database error: %s", err[0] != '\0' ? err : "unknown");
   }
+}
+
+/*
+ * list_tables' row counts: every item of list with a "rows" member (-1
+ * until counted) is counted on s by its name; one that cannot be counted
+ * loses the member. 0, or -ENOTCONN (the rest is left uncounted).
+ */
+static int tool_count_tables(store_t *s, cJSON *list, bool on_reader) {
+  cJSON *item;
+  cJSON_ArrayForEach(item, list) {
+    cJSON *rows = cJSON_GetObjectItemCaseSensitive(item, "rows");
+    if (rows == NULL || rows->valuedouble >= 0) continue;
+    const char *name = cJSON_GetObjectItemCaseSensitive(item, "name")->valuestring;
+    const store_table *t = on_reader ? NULL : store_find_table(s, name);
+    int rc = on_reader ? reader_table(s, name, &t) : t != NULL ? 0 : -ENOENT;
+    int64_t count = 0;
+    if (rc == 0) rc = store_table_count(s, t, &count);
+    if (rc == -ENOTCONN) return rc;
+    if (rc == 0)
+      cJSON_SetNumberValue(rows, (double)count);
+    else
+      cJSON_DeleteItemFromObjectCaseSensitive(item, "rows");
+  }
+  return 0;
+}
+
+/* The counts left at -1 (the database was away): not there. */
+static cJSON *tool_tables_result(cJSON *list) {
+  cJSON *item;
+  cJSON_ArrayForEach(item, list) {
+    const cJSON *rows = cJSON_GetObjectItemCaseSensitive(item, "rows");
+    if (rows != NULL && rows->valuedouble < 0)
+      cJSON_DeleteItemFromObjectCaseSensitive(item, "rows");
+  }
+  return tools_result_json(list);
+}
+
+/* list_tables on a reader: its counts scan whole tables. */
+typedef struct tool_tables_job {
+  reader_job job;
+  mcp_reply reply;
+  cJSON *list;
+} tool_tables_job;
+
+static int tool_tables_run(reader_job *j, store_t *s) {
+  return tool_count_tables(s, ((tool_tables_job *)j)->list, true);
+}
+
+static void tool_tables_done(reader_job *j) {
+  tool_tables_job *tj = (tool_tables_job *)j;
+  mcp_reply_send(&tj->reply, tool_tables_result(tj->list), 0, NULL);
+  free(tj);
 }
 
 static cJSON *tool_list_tables(mcp_call *call, tool_args *a) {
@@ -94,28 +147,100 @@ static cJSON *tool_list_tables(mcp_call *call, tool_args *a) {
     cJSON *cols = cJSON_AddArrayToObject(item, "columns");
     for (int j = 0; j < t->n_cols; j++)
       cJSON_AddItemToArray(cols, cJSON_CreateString(t->cols[j].name));
-    int64_t count = 0;
-    if (!scope.scoped && store_table_count(call->w->store, t, &count) == 0)
-      cJSON_AddNumberToObject(item, "rows",
-                              (double)count); /* not for a row scope: it is all rows */
+    if (!scope.scoped)
+      cJSON_AddNumberToObject(item, "rows", -1); /* not for a row scope: it is all rows */
     char *uri = uri_format_collection(call->w->cfg->public_url, t->name);
     cJSON_AddStringToObject(item, "uri", uri);
     free(uri);
     cJSON_AddItemToArray(list, item);
   }
-  return tools_result_json(list);
+  if (call->w->reader != NULL && call->conn != NULL) {
+    tool_tables_job *tj = mem_calloc(1, sizeof(*tj));
+    tj->job = (reader_job){.run = tool_tables_run, .done = tool_tables_done};
+    mcp_reply_init(&tj->reply, call);
+    tj->list = list;
+    reader_submit(call->w->reader, &tj->job);
+    call->pending = true;
+    return NULL;
+  }
+  (void)tool_count_tables(call->w->store, list, false);
+  return tool_tables_result(list);
+}
+
+/*
+ * The answer of a tool's read from its fetch (rc is read_fetch_run's),
+ * given the reply for the progress it reports.
+ */
+typedef cJSON *(*tool_read_answer)(mcp_reply *reply, const char *table, const char *key,
+                                   read_fetch *f, int rc);
+
+/* A tool's read on a reader: answered from its completion. */
+typedef struct tool_read_job {
+  read_job rj;
+  mcp_reply reply;
+  tool_read_answer answer;
+  char key[sizeof(((tool_args *)0)->key)];
+} tool_read_job;
+
+static void tool_read_done(read_job *rj) {
+  tool_read_job *j = (tool_read_job *)rj;
+  mcp_reply_send(&j->reply, j->answer(&j->reply, rj->table, j->key, &rj->f, rj->job.rc), 0, NULL);
+  read_job_free(rj);
+}
+
+/*
+ * Runs f on a->table and answers with answer on reply (the call's, taken
+ * over): on a reader when the worker has them and the call can wait
+ * (reader.h: the lane goes on meanwhile; NULL is returned and the call is
+ * pending), else here.
+ */
+static cJSON *tool_read(mcp_call *call, tool_args *a, read_fetch *f, mcp_reply *reply,
+                        tool_read_answer answer) {
+  if (call->w->reader != NULL && reply->conn != NULL) {
+    tool_read_job *j =
+        (tool_read_job *)read_job_create(sizeof(*j), a->table->name, f, tool_read_done);
+    j->reply = *reply;
+    j->answer = answer;
+    memcpy(j->key, a->key, sizeof(j->key));
+    reader_submit(call->w->reader, &j->rj.job);
+    call->pending = true;
+    return NULL;
+  }
+  int rc = read_fetch_run(call->w->store, a->table, f);
+  cJSON *result = answer(reply, a->table->name, a->key, f, rc);
+  read_fetch_finish(f);
+  if (reply->conn == NULL || !http_conn_streaming(reply->conn)) {
+    mcp_reply_finish(reply);
+    return result;
+  }
+  mcp_reply_send(reply, result, 0, NULL); /* after the progress it streamed */
+  call->pending = true;
+  return NULL;
+}
+
+static cJSON *tool_get_record_answer(mcp_reply *reply, const char *table, const char *key,
+                                     read_fetch *f, int rc) {
+  (void)reply;
+  if (rc != 0) return tool_store_error(rc, "", table, key);
+  cJSON *row = f->data;
+  f->data = NULL;
+  return tools_result_json(row);
 }
 
 static cJSON *tool_get_record(mcp_call *call, tool_args *a) {
-  cJSON *row = NULL;
-  int64_t version = 0;
-  int rc = store_get_record(call->w->store, a->table, a->key, &row, &version);
-  if (rc == 0 && !auth_scope_matches(&a->scope, row)) {
-    cJSON_Delete(row); /* outside the caller's row scope: not there for it */
-    rc = -ENOENT;
+  /* The record's URI narrowed to the caller's row scope: outside it, not there. */
+  uri_t u = {.kind = URI_RECORD, .table = mem_strdup(a->table->name), .key = mem_strdup(a->key)};
+  cJSON *result;
+  if (auth_scope_apply(&a->scope, &u) != 0) {
+    result = tool_store_error(-ENOENT, "", a->table->name, a->key);
+  } else {
+    read_fetch f = {.scoped = &u};
+    mcp_reply reply;
+    mcp_reply_init(&reply, call);
+    result = tool_read(call, a, &f, &reply, tool_get_record_answer);
   }
-  if (rc != 0) return tool_store_error(rc, "", a->table, a->key);
-  return tools_result_json(row);
+  uri_finish(&u);
+  return result;
 }
 
 /*
@@ -163,6 +288,29 @@ static size_t tool_store_filters(tool_args *a, const uri_t *u, store_filter *fil
   return u->n_filters;
 }
 
+/* With a progress token: how many rows match, then how many were read, then the answer. */
+static cJSON *tool_query_answer(mcp_reply *reply, const char *table, const char *key, read_fetch *f,
+                                int rc) {
+  (void)key;
+  if (rc == -ENOENT && f->bad_column != NULL)
+    return tool_error("unknown column %s in table %s", f->bad_column, table);
+  if (rc == -EINVAL) return tool_error("invalid cursor");
+  if (rc != 0) return tool_store_error(rc, "", table, "");
+  char text[64];
+  if (f->total >= 0) {
+    snprintf(text, sizeof(text), "%lld rows match", (long long)f->total);
+    mcp_reply_progress(reply, 0, (double)f->total, text);
+  }
+  int rows = cJSON_GetArraySize(f->data);
+  snprintf(text, sizeof(text), "%d rows read", rows);
+  mcp_reply_progress(reply, (double)rows, (double)f->total, text);
+  cJSON *out = cJSON_CreateObject();
+  cJSON_AddItemToObject(out, "rows", f->data);
+  f->data = NULL;
+  if (f->next != NULL) cJSON_AddStringToObject(out, "nextCursor", f->next);
+  return tools_result_json(out);
+}
+
 static cJSON *tool_query_records(mcp_call *call, tool_args *a) {
   const cJSON *where = cJSON_GetObjectItemCaseSensitive(a->args, "where");
   const cJSON *limit_item = cJSON_GetObjectItemCaseSensitive(a->args, "limit");
@@ -174,69 +322,33 @@ static cJSON *tool_query_records(mcp_call *call, tool_args *a) {
     return mcp_call_fail(call, JSONRPC_INVALID_PARAMS,
                          "query_records: where must be an object, limit a positive integer, "
                          "cursor a string");
+  if (cJSON_GetArraySize(where) > READ_MAX_WHERE)
+    return tool_error("too many filters (at most %d in where)", READ_MAX_WHERE);
+  const cJSON *f;
+  cJSON_ArrayForEach(f, where) {
+    if (store_column_index(a->table, f->string) < 0)
+      return tool_error("unknown column %s in table %s", f->string, a->table->name);
+    if (cJSON_IsObject(f) || cJSON_IsArray(f))
+      return tool_error("filter on %s: value must be a string, number, boolean or null", f->string);
+  }
   uri_t u;
   bool failed;
   cJSON *fail = tool_filter(call, a, AUTH_READ, &u, &failed); /* the row scope is one more filter */
   if (failed) return fail;
-  store_filter filters[URI_MAX_FILTERS + 32];
-  cJSON *values = cJSON_CreateArray();
-  size_t n = tool_store_filters(a, &u, filters, values);
-  uri_finish(&u);
-  const cJSON *f;
-  cJSON_ArrayForEach(f, where) {
-    if (n == ARRAY_LEN(filters)) {
-      cJSON_Delete(values);
-      return tool_error("too many filters (at most 32 in where)");
-    }
-    int col = store_column_index(a->table, f->string);
-    if (cJSON_IsObject(f) || cJSON_IsArray(f) || col < 0) {
-      cJSON_Delete(values);
-      if (col < 0) return tool_error("unknown column %s in table %s", f->string, a->table->name);
-      return tool_error("filter on %s: value must be a string, number, boolean or null", f->string);
-    }
-    filters[n++] = (store_filter){col, f};
-  }
-  int limit = call->w->cfg->page_size;
+  long limit = call->w->cfg->page_size;
   if (limit_item != NULL)
     limit =
-        limit_item->valuedouble > QUERY_MAX_LIMIT ? QUERY_MAX_LIMIT : (int)limit_item->valuedouble;
-  /* With a progress token: how many rows match first, then the page, then the answer. */
+        limit_item->valuedouble > QUERY_MAX_LIMIT ? QUERY_MAX_LIMIT : (long)limit_item->valuedouble;
   mcp_reply reply;
   mcp_reply_init(&reply, call);
-  int64_t total = -1;
-  if (reply.progress_token != NULL && reply.conn != NULL &&
-      store_count_where(call->w->store, a->table, filters, n, &total) == 0) {
-    char text[64];
-    snprintf(text, sizeof(text), "%lld rows match", (long long)total);
-    mcp_reply_progress(&reply, 0, (double)total, text);
-  }
-  cJSON *rows = NULL;
-  char *next = NULL;
-  int rc = store_query(call->w->store, a->table, filters, n, limit,
-                       cursor != NULL ? cursor->valuestring : NULL, &rows, &next);
-  cJSON_Delete(values);
-  cJSON *result;
-  if (rc == -EINVAL) {
-    result = tool_error("invalid cursor");
-  } else if (rc != 0) {
-    result = tool_store_error(rc, "", a->table, "");
-  } else {
-    char text[64];
-    snprintf(text, sizeof(text), "%d rows read", cJSON_GetArraySize(rows));
-    mcp_reply_progress(&reply, (double)cJSON_GetArraySize(rows), (double)total, text);
-    cJSON *out = cJSON_CreateObject();
-    cJSON_AddItemToObject(out, "rows", rows);
-    if (next != NULL) cJSON_AddStringToObject(out, "nextCursor", next);
-    result = tools_result_json(out);
-  }
-  free(next);
-  if (reply.conn == NULL || !http_conn_streaming(reply.conn)) {
-    mcp_reply_finish(&reply);
-    return result;
-  }
-  mcp_reply_send(&reply, result, 0, NULL);
-  call->pending = true;
-  return NULL;
+  read_fetch fetch = {.scoped = &u,
+                      .limit = limit,
+                      .cursor = cursor != NULL ? cursor->valuestring : NULL,
+                      .where = where,
+                      .want_total = reply.progress_token != NULL && reply.conn != NULL};
+  cJSON *result = tool_read(call, a, &fetch, &reply, tool_query_answer);
+  uri_finish(&u);
+  return result;
 }
 
 /* A tool's write on the writer: the pending call is answered from its completion. */
@@ -251,8 +363,8 @@ typedef struct tool_write_job {
 static cJSON *tool_write_result(worker_t *w, const writer_record *r, mcp_reply *reply) {
   const store_table *t = store_find_table(w->store, r->table);
   if (r->job.rc != 0 || t == NULL)
-    return tool_store_error(t == NULL && r->job.rc == 0 ? -EIO : r->job.rc, r->err,
-                            t != NULL ? t : &(store_table){.name = r->table}, r->key);
+    return tool_store_error(t == NULL && r->job.rc == 0 ? -EIO : r->job.rc, r->err, r->table,
+                            r->key);
   cJSON *out = cJSON_CreateObject();
   char note[600];
   if (r->where != NULL) { /* a bulk write: how many rows */
@@ -274,7 +386,7 @@ static cJSON *tool_write_result(worker_t *w, const writer_record *r, mcp_reply *
   int rc = store_get_record(w->store, t, r->key, &row, &version);
   if (rc != 0) {
     cJSON_Delete(out);
-    return tool_store_error(rc, "", t, r->key);
+    return tool_store_error(rc, "", t->name, r->key);
   }
   snprintf(note, sizeof(note), "put_record %s %s/%s", r->created ? "inserted" : "replaced", t->name,
            r->key);
@@ -395,7 +507,7 @@ static cJSON *tool_delete_record(mcp_call *call, tool_args *a) {
   bool there = rc == 0 && auth_scope_matches(&a->write_scope, row);
   cJSON_Delete(row);
   if (rc == 0 && !there) rc = -ENOENT;
-  if (rc != 0) return tool_store_error(rc, "", a->table, a->key);
+  if (rc != 0) return tool_store_error(rc, "", a->table->name, a->key);
   char message[700];
   snprintf(message, sizeof(message), "Delete record %s of table %s? This cannot be undone.", a->key,
            a->table->name);
@@ -430,7 +542,7 @@ static cJSON *tool_bulk(mcp_call *call, tool_args *a, bool is_delete) {
   int rc = store_count_where(call->w->store, a->table, filters, n, &rows);
   if (rc != 0) {
     cJSON_Delete(values);
-    return tool_store_error(rc, "", a->table, "");
+    return tool_store_error(rc, "", a->table->name, "");
   }
   cJSON *where = cJSON_CreateArray(); /* [[column, op, value], ...] for the writer */
   for (size_t i = 0; i < n; i++) {

@@ -1,6 +1,7 @@
-// Reads on PostgreSQL run on the worker's reader connections (--db-readers),
-// off the store lane: a read that waits (here for a lock another session
-// holds on its table, as a migration would) holds up no other request of
+// Reads on PostgreSQL (resources/read, REST GET, the tools get_record,
+// query_records and list_tables, completion/complete) run on the worker's
+// reader connections (--db-readers), off the store lane: a read that waits
+// (here for a lock another session holds on its table, as a migration would) holds up no other request of
 // its worker — reads of other tables, initialize, subscribe, writes — and
 // it is answered once the lock goes. With every reader busy, further reads
 // queue behind them while the rest of the worker goes on. With
@@ -40,7 +41,8 @@ async function lockProduct(srv) {
 }
 
 test('a read waiting for a lock holds up no other request of its worker, and is answered after', { skip: !PG_MODE && 'PostgreSQL only' }, async () => {
-  const srv = await startServer({ args: ['--workers', '1'] });
+  // Six reads will wait: more readers than that, so that the others find one free.
+  const srv = await startServer({ args: ['--workers', '1', '--db-readers', '8'] });
   servers.push(srv);
   const s = await McpSession.open(srv.port);
   const lock = await lockProduct(srv);
@@ -48,6 +50,14 @@ test('a read waiting for a lock holds up no other request of its worker, and is 
   // Reads of the locked table: each waits on a reader for the lock.
   const restRecord = timed(request(srv.port, { path: '/Product/A-100', timeoutMs: 15000 }));
   const mcpCollection = timed(s.call('resources/read', { uri: `${srv.base}/Product` }));
+  // The tools' reads too: a record, a query, and list_tables' row counts.
+  const tool = (name, args) => timed(s.call('tools/call', { name, arguments: args }));
+  const getRecord = tool('get_record', { table: 'Product', key: 'A-100' });
+  const query = tool('query_records', { table: 'Product', where: { sku: 'A-100' }, filter: "price_cents=gt=0" });
+  const tables = tool('list_tables', {});
+  const complete = timed(s.call('completion/complete', {
+    ref: { type: 'ref/resource', uri: `${srv.base}/Product/{key}` }, argument: { name: 'key', value: 'A' },
+  }));
 
   // Meanwhile everything else of the same worker is answered at once.
   const other = await request(srv.port, { path: '/StockEvent', timeoutMs: 2000 });
@@ -64,7 +74,7 @@ test('a read waiting for a lock holds up no other request of its worker, and is 
   });
   assert.ok(put.status === 201 || put.status === 200, put.text);
   const metrics = (await request(srv.port, { path: '/metrics', timeoutMs: 2000 })).text;
-  assert.match(metrics, /mcpsub_db_reads_pending\{worker="0"\} 2\n/);
+  assert.match(metrics, /mcpsub_db_reads_pending\{worker="0"\} 6\n/);
   assert.equal(lock.released(), false, 'all of this happened while the lock was held');
 
   // Once the lock goes, the waiting reads are answered, and right.
@@ -76,6 +86,20 @@ test('a read waiting for a lock holds up no other request of its worker, and is 
   const rows = JSON.parse(b.value.result.contents[0].text);
   assert.ok(rows.some((r) => r.sku === 'A-100'), b.value.result.contents[0].text);
   assert.ok(b.ms >= HOLD_MS / 2, `the collection read waited for the lock (${b.ms} ms)`);
+  const toolJson = (r) => {
+    assert.ok(r.value.result && !r.value.result.isError, JSON.stringify(r.value));
+    assert.ok(r.ms >= HOLD_MS / 2, `the tool waited for the lock (${r.ms} ms)`);
+    return JSON.parse(r.value.result.content[0].text);
+  };
+  assert.equal(toolJson(await getRecord).sku, 'A-100');
+  assert.deepEqual(toolJson(await query).rows.map((r) => r.sku), ['A-100']);
+  const listed = toolJson(await tables);
+  const product = listed.find((t) => t.name === 'Product');
+  assert.equal(product.rows, rows.length, JSON.stringify(product));
+  assert.ok(listed.find((t) => t.name === 'StockEvent').rows >= 1);
+  const completed = await complete;
+  assert.deepEqual(completed.value.result?.completion.values, ['A-100'], JSON.stringify(completed.value));
+  assert.ok(completed.ms >= HOLD_MS / 2, `the completion waited for the lock (${completed.ms} ms)`);
   await lock.done;
   await s.delete();
   await s2.delete();
