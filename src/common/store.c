@@ -589,8 +589,9 @@ int store_principal_usage(store_t *s, const char *principal, int64_t since_ms, i
   return s->ops->principal_usage(s, principal, since_ms, sessions, subscriptions);
 }
 
-int store_session_foreach(store_t *s, int (*fn)(const store_session *ss, void *data), void *data) {
-  return s->ops->session_foreach(s, fn, data);
+int store_session_foreach(store_t *s, long limit, int (*fn)(const store_session *ss, void *data),
+                          void *data) {
+  return s->ops->session_foreach(s, limit, fn, data);
 }
 
 int store_batch_begin(store_t *s) {

@@ -425,8 +425,11 @@ int store_session_prune_slot(store_t *s, int64_t before_ms, unsigned slot, unsig
  */
 int store_principal_usage(store_t *s, const char *principal, int64_t since_ms, int64_t *sessions,
                           int64_t *subscriptions) MCPSUB_NODISCARD;
-/* Calls fn for every row, newest last_seen first; fn returning non-zero stops. */
-int store_session_foreach(store_t *s, int (*fn)(const store_session *ss, void *data),
+/*
+ * Calls fn for every row (limit > 0: for the first limit rows), newest
+ * last_seen first, then by id; fn returning non-zero stops.
+ */
+int store_session_foreach(store_t *s, long limit, int (*fn)(const store_session *ss, void *data),
                           void *data) MCPSUB_NODISCARD;
 
 /* Group commit ---------------------------------------------------------------------- */

@@ -103,7 +103,8 @@ struct store_ops {
   int (*session_prune)(store_t *s, int64_t before_ms, int64_t *deleted);
   int (*principal_usage)(store_t *s, const char *principal, int64_t since_ms, int64_t *sessions,
                          int64_t *subscriptions);
-  int (*session_foreach)(store_t *s, int (*fn)(const store_session *ss, void *data), void *data);
+  int (*session_foreach)(store_t *s, long limit, int (*fn)(const store_session *ss, void *data),
+                         void *data);
 
   /* Group commit (NULL: not offered; the caller then writes one call at a time) */
   int (*batch_begin)(store_t *s);

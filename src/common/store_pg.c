@@ -2677,14 +2677,22 @@ static int pg_principal_usage(store_t *s, const char *principal, int64_t since_m
  * fn may call other store functions (even delete the session it is given):
  * the rows are all read first. ss is valid only during the call.
  */
-static int pg_session_foreach(store_t *s, int (*fn)(const store_session *ss, void *data),
-                              void *data) {
+static int pg_session_foreach(store_t *s, long limit,
+                              int (*fn)(const store_session *ss, void *data), void *data) {
   pg_store *p = pg_of(s);
   PGresult *r;
+  pg_params ps = {0};
+  if (limit > 0)
+    pg_param_int(&ps, limit);
+  else
+    pg_param(&ps, NULL); /* LIMIT NULL is none */
   int ret = pg_ready(p);
   if (ret == 0)
-    ret = pg_run(p, "SELECT " PG_SESSION_COLUMNS " FROM mcp_session ORDER BY last_seen DESC, id",
-                 NULL, &r, NULL, 0);
+    ret = pg_run(p,
+                 "SELECT " PG_SESSION_COLUMNS
+                 " FROM mcp_session ORDER BY last_seen DESC, id LIMIT $1::int8",
+                 &ps, &r, NULL, 0);
+  pg_params_finish(&ps);
   if (ret < 0) return ret;
   for (int i = 0; i < PQntuples(r); i++) {
     store_session ss;

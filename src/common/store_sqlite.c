@@ -2334,14 +2334,15 @@ static int sq_session_prune(store_t *s, int64_t before_ms, int64_t *deleted) {
  * ss is valid only during the call. Returns 0 when the walk ended or fn
  * stopped it.
  */
-static int sq_session_foreach(store_t *s, int (*fn)(const store_session *ss, void *data),
-                              void *data) {
+static int sq_session_foreach(store_t *s, long limit,
+                              int (*fn)(const store_session *ss, void *data), void *data) {
   sqlite3_stmt *st;
   int rc;
   int ret = store_stmt_get(
-      s, "SELECT " STORE_SESSION_COLUMNS " FROM mcp_session ORDER BY last_seen DESC, id", &st, NULL,
-      0);
+      s, "SELECT " STORE_SESSION_COLUMNS " FROM mcp_session ORDER BY last_seen DESC, id LIMIT ?",
+      &st, NULL, 0);
   if (ret < 0) return ret;
+  sqlite3_bind_int64(st, 1, limit > 0 ? limit : -1); /* a negative LIMIT is none */
   while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
     store_session ss;
     store_session_from_row(st, &ss);

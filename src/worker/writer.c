@@ -537,7 +537,7 @@ static int collect_pruned(const store_session *ss, void *data) {
  */
 static int writer_prune_session_rows(const char *base, store_t *s) {
   prune_ctx ctx = {base, s, NULL};
-  int rc = store_session_foreach(s, collect_pruned, &ctx);
+  int rc = store_session_foreach(s, 0, collect_pruned, &ctx);
   for (pruned_row *r = ctx.rows, *next; r != NULL; r = next) {
     next = r->next;
     if (rc == 0) rc = store_session_set_subscriptions(s, r->id, r->subscriptions);

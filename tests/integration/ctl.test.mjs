@@ -592,9 +592,18 @@ for (const workers of ['2', '0']) {
         assert.equal(b.status, 2, describe(b));
         assert.match(b.stderr, /--limit takes a number of sessions from 1 to 10000/, describe(b));
       }
-      const durable = sctl(['sessions', '--limit', '2']);
-      assert.equal(durable.status, 2, describe(durable));
-      assert.match(durable.stderr, /--limit goes with --live/, describe(durable));
+      // The stored rows: all by default, the first N with --limit (in the same order), and a line saying so.
+      const stored = JSON.parse(sctl(['--json', 'sessions']).stdout).map((x) => x.id);
+      assert.deepEqual([...stored].sort(), [...ids].sort());
+      const firstTwo = sctl(['--json', 'sessions', '--limit', '2']);
+      assert.equal(firstTwo.status, 0, describe(firstTwo));
+      assert.deepEqual(JSON.parse(firstTwo.stdout).map((x) => x.id), stored.slice(0, 2), firstTwo.stdout);
+      const storedTable = sctl(['sessions', '--limit', '2']);
+      assert.equal(storedTable.status, 0, describe(storedTable));
+      assert.deepEqual(lines(storedTable.stdout).slice(1, 3).map((l) => l.split(/\s+/)[0]), stored.slice(0, 2), describe(storedTable));
+      assert.equal(lines(storedTable.stdout).at(-1), '(the 2 most recently seen of the stored sessions: there are more)', describe(storedTable));
+      assert.equal(lines(sctl(['sessions', '--limit', '5']).stdout).at(-1), '(5 sessions)');
+      for (const bad of ['0', 'abc', '']) assert.equal(sctl(['sessions', '--limit', bad]).status, 2);
       // The server checks the request itself, as it does subs'.
       for (const limit of [0, 10001, 2.5, '2', null]) {
         const answer = await controlCall(server, { cmd: 'sessions', limit });
@@ -673,7 +682,7 @@ test('usage: bad commands and options -> exit 2; --help documents every command'
   }
   const h = ctl(['--help']);
   assert.equal(h.status, 0, describe(h));
-  for (const w of ['status', 'workers', 'sessions [--live [--limit N]]', 'session show ID', 'session evict ID', 'subs [--uri U]', 'audit tail [-f] [--table T] [-n N]', 'stats', '--control PATH', 'exit status']) {
+  for (const w of ['status', 'workers', 'sessions [--live] [--limit N]', 'session show ID', 'session evict ID', 'subs [--uri U]', 'audit tail [-f] [--table T] [-n N]', 'stats', '--control PATH', 'exit status']) {
     assert.ok(h.stdout.includes(w), `--help lacks "${w}"\n${h.stdout}`);
   }
 });

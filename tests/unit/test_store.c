@@ -1351,10 +1351,13 @@ static void test_sessions(void) {
   CHECK_INT_EQ(store_session_set_subscriptions(s, "nope", "[]"), -ENOENT);
 
   char order[64] = "";
-  CHECK(store_session_foreach(s, collect_ids, order) == 0);
+  CHECK(store_session_foreach(s, 0, collect_ids, order) == 0);
   CHECK_STR_EQ(order, "0a,0b,0c,");
+  order[0] = '\0';
+  CHECK(store_session_foreach(s, 2, collect_ids, order) == 0);
+  CHECK_STR_EQ(order, "0a,0b,");
   int calls = 0;
-  CHECK(store_session_foreach(s, stop_after_first, &calls) == 0);
+  CHECK(store_session_foreach(s, 0, stop_after_first, &calls) == 0);
   CHECK_INT_EQ(calls, 1);
 
   CHECK(store_session_delete(s, c.id) == 0);

@@ -840,8 +840,11 @@ static void test_sessions(void) {
   s2.subscriptions = NULL;
   CHECK(store_session_insert(s, &s2) == 0);
   int n = 0;
-  CHECK(store_session_foreach(s, count_sessions, &n) == 0);
+  CHECK(store_session_foreach(s, 0, count_sessions, &n) == 0);
   CHECK_INT_EQ(n, 2);
+  n = 0;
+  CHECK(store_session_foreach(s, 1, count_sessions, &n) == 0);
+  CHECK_INT_EQ(n, 1);
   int64_t deleted = -1;
   CHECK(store_session_prune_slot(s, 5000, 1, 4, &deleted) == 0);
   CHECK_INT_EQ(deleted, 1);

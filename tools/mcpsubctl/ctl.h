@@ -105,8 +105,11 @@ void ctl_close(ctl_context *ctx);
  * lastSeen (Unix ms), protocolVersion, clientInfo, logLevel, subscriptions.
  */
 cJSON *ctl_session_to_json(const store_session *ss);
-/* Every mcp_session row (newest last_seen first) as a new JSON array in *out. */
-int ctl_durable_sessions(ctl_context *ctx, cJSON **out);
+/*
+ * The mcp_session rows (newest last_seen first, then by id; limit > 0: the
+ * first limit of them) as a new JSON array in *out.
+ */
+int ctl_durable_sessions(ctl_context *ctx, long limit, cJSON **out);
 /* {db, sessions, auditRows, auditMaxSeq} as a new object in *out. */
 int ctl_durable_counts(ctl_context *ctx, cJSON **out);
 

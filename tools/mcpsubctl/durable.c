@@ -53,12 +53,12 @@ static int ctl_collect_session(const store_session *ss, void *data) {
   return 0;
 }
 
-int ctl_durable_sessions(ctl_context *ctx, cJSON **out) {
+int ctl_durable_sessions(ctl_context *ctx, long limit, cJSON **out) {
   *out = NULL;
   store_t *store = ctl_store(ctx);
   if (store == NULL) return CTL_EXIT_ERROR;
   cJSON *list = cJSON_CreateArray();
-  if (store_session_foreach(store, ctl_collect_session, list) != 0) {
+  if (store_session_foreach(store, limit, ctl_collect_session, list) != 0) {
     ctl_error("cannot read sessions from %s", ctx->db_path);
     cJSON_Delete(list);
     return CTL_EXIT_ERROR;

@@ -36,8 +36,8 @@ static const ctl_command ctl_commands[] = {
      CTL_SERVER_OPTIONAL, ctl_cmd_status},
     {"workers", NULL, "", "the worker slots: pid, restarts, sessions, streams, queues",
      CTL_SERVER_REQUIRED, ctl_cmd_workers},
-    {"sessions", NULL, "[--live [--limit N]]",
-     "durable sessions; --live: the live ones, most recent first", CTL_SERVER_OPTIONAL,
+    {"sessions", NULL, "[--live] [--limit N]",
+     "durable sessions, most recent first; --live: the live ones", CTL_SERVER_OPTIONAL,
      ctl_cmd_sessions},
     {"session", "show", "ID", "one session: durable record, and live state if any",
      CTL_SERVER_OPTIONAL, ctl_cmd_session_show},
@@ -95,8 +95,9 @@ static void ctl_usage(FILE *out) {
         "command options:\n"
         "  sessions --live       the live sessions (worker, stream, ring, undelivered),\n"
         "                        the most recently seen first\n"
-        "  sessions --limit N    with --live: at most N sessions, 1 to 10000 (default\n"
-        "                        1000; fewer when they pass 4 MiB)\n"
+        "  sessions --limit N    the N most recently seen: stored, all by default; with\n"
+        "                        --live, 1 to 10000 (default 1000; fewer when they pass\n"
+        "                        4 MiB)\n"
         "  subs --uri U          only URI U\n"
         "  subs --limit N        at most N URIs, 1 to 10000 (default 1000)\n"
         "  audit tail -n N       rows to show first, 0 to 100000 (default 20); or --lines N\n"

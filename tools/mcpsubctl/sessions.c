@@ -1,6 +1,7 @@
 /*
  * The session commands. `sessions` lists the durable mcp_session rows
- * (whether or not the server runs); `sessions --live` what the workers
+ * (whether or not the server runs), newest last_seen first, all of them or
+ * the --limit N first; `sessions --live` what the workers
  * hold, the N most recently seen (--limit, as bounded as the server's
  * answer). `session show` joins both views of one session: its durable
  * record and, when the server runs and holds it, its live state (worker,
@@ -16,6 +17,9 @@
 #include "ctl.h"
 
 /* sessions ---------------------------------------------------------------- */
+
+/* --limit without --live: up to this many stored rows (the default is all of them). */
+#define CTL_STORED_SESSIONS_MAX 100000000L
 
 static const ctl_column ctl_durable_session_columns[] = {
     {"ID", "id", ctl_fmt_text, false},
@@ -81,26 +85,29 @@ int ctl_cmd_sessions(ctl_context *ctx, int argc, char **argv) {
   const ctl_flag flags[] = {{"--live", NULL, NULL, &live}, {"--limit", NULL, &limit_text, NULL}};
   int rc = ctl_parse_args("sessions", argc, argv, flags, ARRAY_LEN(flags), NULL, 0);
   if (rc != 0) return rc;
-  long limit = WORKER_CTL_SESSIONS_DEFAULT;
+  /* Live: through the server's bounded answer. Stored: all of them unless asked for fewer. */
+  long limit = live ? WORKER_CTL_SESSIONS_DEFAULT : 0;
   if (limit_text != NULL) {
-    rc = ctl_parse_count("sessions", "--limit", limit_text, 1, WORKER_CTL_SESSIONS_MAX, "sessions",
+    rc = ctl_parse_count("sessions", "--limit", limit_text, 1,
+                         live ? WORKER_CTL_SESSIONS_MAX : CTL_STORED_SESSIONS_MAX, "sessions",
                          &limit);
     if (rc != 0) return rc;
-    if (!live) { /* the stored rows are read whole, not through the server's bounded answer */
-      ctl_error("sessions: --limit goes with --live");
-      return CTL_EXIT_USAGE;
-    }
   }
   if (live) return ctl_sessions_live(ctx, limit);
   cJSON *list = NULL;
-  rc = ctl_durable_sessions(ctx, &list);
+  rc = ctl_durable_sessions(ctx, limit > 0 ? limit + 1 : 0, &list); /* one more: are there more? */
   if (rc != 0) return rc;
+  bool more = limit > 0 && cJSON_GetArraySize(list) > limit;
+  if (more) cJSON_DeleteItemFromArray(list, (int)limit);
   /* The durable list stays a bare array in JSON, as it always was. */
-  if (ctx->json)
+  if (ctx->json) {
     ctl_print_json(list);
-  else {
+  } else {
     ctl_print_table(ctl_durable_session_columns, ARRAY_LEN(ctl_durable_session_columns), list);
-    ctl_print_count(cJSON_GetArraySize(list), "session", "sessions");
+    if (more)
+      printf("(the %ld most recently seen of the stored sessions: there are more)\n", limit);
+    else
+      ctl_print_count(cJSON_GetArraySize(list), "session", "sessions");
   }
   cJSON_Delete(list);
   return CTL_EXIT_OK;

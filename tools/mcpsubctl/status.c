@@ -230,7 +230,7 @@ static void ctl_uri_count(ctl_uri_counts *c, const char *uri) {
 static int ctl_durable_subscriptions(ctl_context *ctx, const char *only, size_t limit,
                                      cJSON **out) {
   cJSON *sessions = NULL;
-  int rc = ctl_durable_sessions(ctx, &sessions);
+  int rc = ctl_durable_sessions(ctx, 0, &sessions);
   if (rc != 0) return rc;
   ctl_uri_counts c = {.rows = NULL};
   strmap_init(&c.by_uri);
