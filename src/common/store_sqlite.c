@@ -31,6 +31,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
+#include <pthread.h>
 #include <sqlite3.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -938,9 +939,21 @@ static void sq_close(store_t *s);
 static int sq_audit_max_seq(store_t *s, int64_t *seq);
 static int sq_session_set_subscriptions(store_t *s, const char *id, const char *json_array);
 
+/*
+ * Once per process, before SQLite initializes: no memory statistics.
+ * Nothing reads them, and keeping them takes SQLite's global memory mutex
+ * on every allocation of every connection (a read's profile showed it).
+ * Refused harmlessly if something initialized SQLite first.
+ */
+static void store_sqlite_configure(void) {
+  (void)sqlite3_config(SQLITE_CONFIG_MEMSTATUS, 0);
+}
+
 /* Opens the connection with flags and the settings every store has. */
 static int store_connect(const char *path, int flags, bool readonly, store_t **out, char *err,
                          size_t errlen) {
+  static pthread_once_t configured = PTHREAD_ONCE_INIT;
+  (void)pthread_once(&configured, store_sqlite_configure);
   store_t *s = mem_calloc(1, sizeof(sq_t));
   s->ops = &store_sqlite_ops;
   s->readonly = readonly;
