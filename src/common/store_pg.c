@@ -154,6 +154,12 @@ typedef struct pg_column_info {
   bool big;             /* bigint or numeric: may exceed 2^53, read as a string then */
   bool identity_always; /* GENERATED ALWAYS AS IDENTITY: never SET on replace */
   bool defaulted;       /* has a default (DEFAULT, serial, identity) */
+  /*
+   * Text whose collation orders by bytes already ("C", "POSIX", or a default
+   * that is one of them): compared and sorted as it is, without COLLATE
+   * "C", so that an index on it serves a page's order and its cursor.
+   */
+  bool bytes;
 } pg_column_info;
 
 /* Parallel to store.tables. */
@@ -811,14 +817,20 @@ static pg_kind pg_kind_of(unsigned oid) {
  * order: the table, the column, its type as format_type prints it, NOT
  * NULL, generated, the base type's oid (through a domain), identity
  * ALWAYS, the type without modifier, the primary key's column count,
- * whether this column is its first, and whether it has a default.
+ * whether this column is its first, whether it has a default, and whether
+ * its collation orders by bytes (libc "C" or "POSIX"; the database's for
+ * the default one, whose provider column PostgreSQL 15 added).
  */
 static const char pg_sql_columns[] =
     "SELECT c.relname, a.attname, format_type(a.atttypid, a.atttypmod), a.attnotnull, "
     "a.attgenerated <> '', "
     "(CASE WHEN ty.typtype = 'd' THEN ty.typbasetype ELSE a.atttypid END)::int8, "
     "a.attidentity = 'a', format_type(a.atttypid, NULL), coalesce(i.indnkeyatts, 0), "
-    "coalesce(i.indkey[0] = a.attnum, false), a.atthasdef OR a.attidentity <> '' "
+    "coalesce(i.indkey[0] = a.attnum, false), a.atthasdef OR a.attidentity <> '', "
+    "coalesce((SELECT CASE WHEN co.oid = 100 THEN coalesce(to_jsonb(d) ->> 'datlocprovider', 'c') "
+    "= 'c' AND d.datcollate IN ('C', 'POSIX') ELSE co.collprovider = 'c' AND co.collcollate "
+    "IN ('C', 'POSIX') END FROM pg_collation co, pg_database d WHERE co.oid = a.attcollation "
+    "AND d.datname = current_database()), false) "
     "FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 "
     "AND NOT a.attisdropped JOIN pg_type ty ON ty.oid = a.atttypid "
     "LEFT JOIN pg_index i ON i.indrelid = c.oid AND i.indisprimary "
@@ -864,6 +876,7 @@ static int pg_read_tables(pg_store *p, store_table **out, pg_table_info **out_in
       ti->cols[c].big = oid == 20 || oid == 1700;
       ti->cols[c].identity_always = PQgetvalue(r, row, 6)[0] == 't';
       ti->cols[c].defaulted = PQgetvalue(r, row, 10)[0] == 't';
+      ti->cols[c].bytes = ti->cols[c].kind == PG_KIND_TEXT && PQgetvalue(r, row, 11)[0] == 't';
       col->numeric = ti->cols[c].kind == PG_KIND_NUMERIC;
       if (PQgetvalue(r, row, 9)[0] == 't') {
         t->key_col = c;
@@ -1366,10 +1379,13 @@ static void pg_sql_compare(pg_str *q, pg_params *ps, const store_table *t, const
     pg_sql_text_expr(q, t, ti, col);
     pg_str_add(q, ", $%d::text) > 0", n);
   } else {
-    /* Equality is by bytes in any deterministic collation; order needs "C" (and no index). */
+    /*
+     * Equality is by bytes in any deterministic collation; order needs "C"
+     * (then no index serves it), unless the column's own collation is one.
+     */
+    bool as_is = op == STORE_EQ || op == STORE_NE || ti->cols[col].bytes;
     pg_sql_text_expr(q, t, ti, col);
-    pg_str_add(q, "%s %s $%d::text", op == STORE_EQ || op == STORE_NE ? "" : " COLLATE \"C\"",
-               pg_cmp[op], n);
+    pg_str_add(q, "%s %s $%d::text", as_is ? "" : " COLLATE \"C\"", pg_cmp[op], n);
   }
 }
 
@@ -1431,10 +1447,16 @@ static int pg_get_record(store_t *s, const store_table *t, const char *key, cJSO
   return ret;
 }
 
-/* Appends the key as ORDER BY and > compare it: text keys by bytes, as SQLite. */
+/*
+ * Appends the key as ORDER BY and > compare it: text keys by bytes, as
+ * SQLite. A key whose collation is not a bytes one is sorted under COLLATE
+ * "C", which its primary key index cannot serve: every page then reads
+ * the whole table (an index on (key COLLATE "C") serves it; operations.md).
+ */
 static void pg_sql_key_order(pg_str *q, const store_table *t, const pg_table_info *ti) {
   pg_str_col(q, t->cols[t->key_col].name);
-  if (ti->cols[t->key_col].kind == PG_KIND_TEXT) pg_str_add(q, " COLLATE \"C\"");
+  const pg_column_info *key = &ti->cols[t->key_col];
+  if (key->kind == PG_KIND_TEXT && !key->bytes) pg_str_add(q, " COLLATE \"C\"");
 }
 
 static int pg_query(store_t *s, const store_table *t, const store_filter *filters, size_t n_filters,
