@@ -447,6 +447,9 @@ cJSON *resources_read(mcp_call *call) {
       auth_table_access(call->principal, t->name, AUTH_READ, &scope) != 0)
     t = NULL;
   uri_t scoped = uri_copy(&u);
+  /* What a read of a record or a collection fetches. */
+  read_fetch f = {
+      .scoped = &scoped, .limit = resources_page_limit(call->w, &u), .cursor = u.cursor};
   if (t != NULL && auth_scope_apply(&scope, &scoped) != 0) t = NULL;
   if (u.kind == URI_ABOUT) {
     result = read_document(text, about_json(call));
@@ -456,8 +459,6 @@ cJSON *resources_read(mcp_call *call) {
     result = read_document(text, table_schema_json(t));
   } else if (call->w->reader != NULL && call->conn != NULL) {
     /* On a reader, off the lane (reader.h); inside a batch nothing can wait: on the lane. */
-    read_fetch f = {
-        .scoped = &scoped, .limit = resources_page_limit(call->w, &u), .cursor = u.cursor};
     resources_read_job *r =
         (resources_read_job *)read_job_create(sizeof(*r), t->name, &f, resources_read_answer);
     r->w = call->w;
@@ -468,8 +469,6 @@ cJSON *resources_read(mcp_call *call) {
     reader_submit(call->w->reader, &r->rj.job);
     call->pending = true;
   } else {
-    read_fetch f = {
-        .scoped = &scoped, .limit = resources_page_limit(call->w, &u), .cursor = u.cursor};
     int code;
     char msg[600];
     result = read_answer(call->w, text, &u, &f, read_fetch_run(call->w->store, t, &f), &code, msg,
@@ -505,6 +504,9 @@ typedef struct key_completion {
   int total;     /* out: how many matched (at most COMPLETION_MAX + 1 for text keys) */
 } key_completion;
 
+static void key_completion_free(key_completion *kc);
+
+/* NULL when the caller's row scope leaves nothing of t to offer. */
 static key_completion *key_completion_create(const store_table *t, const auth_scope *scope,
                                              const char *prefix) {
   key_completion *kc = mem_calloc(1, sizeof(*kc));
@@ -521,7 +523,10 @@ static key_completion *key_completion_create(const store_table *t, const auth_sc
              .filters = kc->text ? &f : NULL};
   kc->scoped = uri_copy(&u);
   kc->values = cJSON_CreateArray();
-  if (auth_scope_apply(scope, &kc->scoped) != 0) kc->total = -1; /* nothing in scope */
+  if (auth_scope_apply(scope, &kc->scoped) != 0) {
+    key_completion_free(kc);
+    return NULL;
+  }
   return kc;
 }
 
@@ -540,7 +545,6 @@ static void key_completion_free(key_completion *kc) {
  * range) and an empty prefix from the first 10 pages of 1,000 rows.
  */
 static int key_completion_run(store_t *s, const store_table *t, key_completion *kc) {
-  if (kc->total < 0) return 0;
   cJSON_Delete(kc->values); /* what a first try left (a reader's job may run twice) */
   kc->values = cJSON_CreateArray();
   kc->total = 0;
@@ -571,7 +575,7 @@ static cJSON *completion_result(cJSON *values, int total) {
   cJSON *result = cJSON_CreateObject();
   cJSON *completion = cJSON_AddObjectToObject(result, "completion");
   cJSON_AddItemToObject(completion, "values", values);
-  cJSON_AddNumberToObject(completion, "total", total < 0 ? 0 : total);
+  cJSON_AddNumberToObject(completion, "total", total);
   cJSON_AddBoolToObject(completion, "hasMore", total > cJSON_GetArraySize(values));
   return result;
 }
@@ -646,20 +650,23 @@ cJSON *completion_complete(mcp_call *call) {
         add_completion(values, &total, tables[i].name, value->valuestring);
     }
   } else if (strcmp(name->valuestring, "key") == 0 && t != NULL) {
-    cJSON_Delete(values);
     key_completion *kc = key_completion_create(t, &scope, value->valuestring);
-    if (call->w->reader != NULL && call->conn != NULL && kc->total == 0) {
+    if (kc != NULL && call->w->reader != NULL && call->conn != NULL) {
+      cJSON_Delete(values);
       kc->job = (reader_job){.run = key_completion_job_run, .done = key_completion_job_done};
       mcp_reply_init(&kc->reply, call);
       reader_submit(call->w->reader, &kc->job);
       call->pending = true;
       return NULL;
     }
-    (void)key_completion_run(call->w->store, t, kc);
-    values = kc->values;
-    total = kc->total;
-    kc->values = NULL;
-    key_completion_free(kc);
+    if (kc != NULL) {
+      (void)key_completion_run(call->w->store, t, kc);
+      cJSON_Delete(values);
+      values = kc->values;
+      total = kc->total;
+      kc->values = NULL;
+      key_completion_free(kc);
+    }
   } else if (strcmp(name->valuestring, "key") != 0) {
     cJSON_Delete(values);
     return mcp_call_fail(call, JSONRPC_INVALID_PARAMS, "unknown argument: %s", name->valuestring);
