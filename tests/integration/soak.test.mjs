@@ -1,7 +1,8 @@
 // A soak: for MCPSUB_SOAK_SECONDS (60 by default; docs/soak.md records a
 // 30-minute run of this same test), sessions open, subscribe, stream, drop
-// their stream and resume with Last-Event-ID, and end, at random, under
-// steady writes from REST and from another process. The server's memory
+// their stream and resume with Last-Event-ID, read, and end, at random,
+// under steady writes from REST and from another process (on SQLite or,
+// with MCPSUB_TEST_STORE=postgres, on PostgreSQL). The server's memory
 // (RSS of the master and the workers) and open fds are sampled: after a
 // warm-up they must stay flat, and once every client has gone the fds are
 // back where they started and nothing is live.
@@ -63,13 +64,28 @@ test(`soak: ${SECONDS} s of sessions opening, subscribing, resuming and closing 
 async function soak(srv) {
   const B = srv.base;
   const uris = [`${B}/Product`, `${B}/StockEvent`, `${B}/Product?category=tools`, `${B}/Product/A-100`, `${B}/Product/B-200`];
-  await sleep(500);
+  // One client's whole life first, so that the baseline includes what the
+  // server opens once, when first used (libuv's spare descriptors, the
+  // store's files), and the check below is of what stays per client.
+  {
+    const s = await McpSession.open(srv.port);
+    await s.result('resources/subscribe', { uri: uris[0] });
+    const st = await EventStream.open(srv.port, s.id);
+    await rest(srv.port, 'PATCH', '/Product/A-100', { price_cents: 1 });
+    sqlite(srv.dbPath, `INSERT INTO StockEvent (id, sku, delta) VALUES (99999, 'A-100', 1)`);
+    await st.waitUpdates(1, uris[0]);
+    await s.result('resources/read', { uri: uris[2] });
+    st.close();
+    await s.delete();
+  }
+  await sleep(1500);
   const baseline = sample(srv.child.pid);
   const samples = [];
   const clients = new Set();
   const end = Date.now() + SECONDS * 1000;
   let writes = 0;
   let actions = 0;
+  let reads = 0;
   let stop = false;
 
   const writer = (async () => {
@@ -77,7 +93,7 @@ async function soak(srv) {
     while (!stop) {
       n++;
       try {
-        if (n % 10 === 0) sqlite(srv.dbPath, `INSERT INTO StockEvent (sku, delta) VALUES ('A-100', ${n})`);
+        if (n % 10 === 0) sqlite(srv.dbPath, `INSERT INTO StockEvent (id, sku, delta) VALUES (${100000 + n}, 'A-100', ${n})`);
         else await rest(srv.port, 'PATCH', `/Product/${['A-100', 'B-200', 'C-300'][n % 3]}`, { price_cents: n });
         writes++;
       } catch (err) {
@@ -112,6 +128,13 @@ async function soak(srv) {
         await pick.s.delete();
         clients.delete(pick);
       }
+      if (actions % 4 === 0 && clients.size > 0) {
+        // A read of a record, a collection or a filtered collection (on PostgreSQL: a reader's).
+        const c = [...clients][actions % clients.size];
+        const res = await c.s.result('resources/read', { uri: uris[(actions / 4) % uris.length] });
+        assert.equal(res.contents.length, 1);
+        reads++;
+      }
       await sleep(25);
     }
   } finally {
@@ -129,12 +152,13 @@ async function soak(srv) {
 
   assert.ok(writes > SECONDS * 10, `only ${writes} writes`);
   assert.ok(actions > SECONDS * 5, `only ${actions} client actions`);
+  assert.ok(reads > SECONDS / 2, `only ${reads} reads`);
   // After the first third (warm-up: caches, rings and buffers reach their size), memory is flat.
   const third = Math.floor(samples.length / 3);
   const avg = (xs) => xs.reduce((a, x) => a + x.rssKb, 0) / xs.length;
   const middle = avg(samples.slice(third, 2 * third));
   const last = avg(samples.slice(2 * third));
-  const report = `RSS baseline ${baseline.rssKb} KiB, middle third ${Math.round(middle)}, last third ${Math.round(last)}, final ${final.rssKb}; fds baseline ${baseline.fds}, final ${final.fds}; ${writes} writes, ${actions} actions`;
+  const report = `RSS baseline ${baseline.rssKb} KiB, middle third ${Math.round(middle)}, last third ${Math.round(last)}, final ${final.rssKb}; fds baseline ${baseline.fds}, final ${final.fds}; ${writes} writes, ${actions} actions, ${reads} reads`;
   console.log(`# soak: ${report}`);
   assert.ok(last <= middle * 1.15 + 4096, `memory grew: ${report}`);
   assert.ok(Math.abs(final.fds - baseline.fds) <= 4, `fds not back: ${report}`);
