@@ -165,7 +165,8 @@ struct master {
   bool draining;
   bool unready; /* --drain-grace-ms: /readyz answers 503, all else as usual, then the drain */
   bool forced;
-  bool stopped; /* master_stop ran */
+  bool stopped;    /* master_stop ran */
+  bool write_home; /* SQLite, several workers: REST writes gather on one (master_pick) */
   int exit_code;
   int64_t started_ms;
   char listen_addr[128];
@@ -564,12 +565,41 @@ static bool master_conn_own_request(master_conn *c) {
 /* ---- connections: routing ----------------------------------------------------------- */
 
 /*
- * The worker for a request: its session's slot when that worker is ready,
- * else the least loaded. *wait is set (and NULL returned) when the
- * session's slot has a worker starting: better to wait a moment for it
- * than to restore the session on another worker.
+ * SQLite takes one writer at a time. REST writes spread over the workers
+ * make their writers take its lock in turn, and a worker that finds it
+ * taken waits a few milliseconds: two workers commit less together than one
+ * alone (docs/BENCHMARKS.md, Writes). So a connection whose first request
+ * is a REST write goes to the write home, slot 0, while that worker holds
+ * at most MASTER_WRITE_HOME_BIAS connections more than the least loaded;
+ * past that (many writers at once, where one worker's CPU would be the
+ * limit) it goes to the least loaded, as any other. PostgreSQL takes
+ * writers side by side: there, none of this.
  */
-static master_slot *master_pick(master_t *m, const char *session_id, bool any, bool *wait) {
+#define MASTER_WRITE_HOME_BIAS 16
+
+static bool master_rest_write(const peek_request *pk) {
+  static const char *const methods[] = {"PUT", "PATCH", "POST", "DELETE"};
+  if (pk->session_id[0] != '\0' || pk->path[0] != '/' || strcmp(pk->path, "/mcp") == 0)
+    return false;
+  for (size_t i = 0; i < ARRAY_LEN(methods); i++)
+    if (strcmp(pk->method, methods[i]) == 0) return true;
+  return false;
+}
+
+/* Connections a worker reported, plus those handed over since (in flight, not yet counted). */
+static uint64_t master_load(const master_slot *s) {
+  uint64_t in_flight = s->assigned > s->last.adopted ? s->assigned - s->last.adopted : 0;
+  return s->last.stats.connections + in_flight;
+}
+
+/*
+ * The worker for a request: its session's slot when that worker is ready,
+ * else the least loaded (or the write home, above). *wait is set (and NULL
+ * returned) when the session's slot has a worker starting: better to wait a
+ * moment for it than to restore the session on another worker.
+ */
+static master_slot *master_pick(master_t *m, const peek_request *pk, bool any, bool *wait) {
+  const char *session_id = pk->session_id;
   *wait = false;
   if (session_id[0] != '\0') {
     unsigned slot = session_id_slot(session_id);
@@ -584,14 +614,16 @@ static master_slot *master_pick(master_t *m, const char *session_id, bool any, b
   for (unsigned i = 0; i < m->n; i++) {
     master_slot *s = &m->slots[i];
     if (!s->ready) continue;
-    /* Connections it reported, plus those handed over since (in flight, not yet counted). */
-    uint64_t in_flight = s->assigned > s->last.adopted ? s->assigned - s->last.adopted : 0;
-    uint64_t load = s->last.stats.connections + in_flight;
+    uint64_t load = master_load(s);
     if (best == NULL || load < best_load) {
       best = s;
       best_load = load;
     }
   }
+  master_slot *home = &m->slots[0];
+  if (m->write_home && best != NULL && home->ready && master_rest_write(pk) &&
+      master_load(home) <= best_load + MASTER_WRITE_HOME_BIAS)
+    return home;
   return best;
 }
 
@@ -599,7 +631,7 @@ static void master_route(master_conn *c) {
   master_t *m = c->m;
   master_conn_read(c, false);
   bool wait_slot;
-  master_slot *s = master_pick(m, c->pk.session_id, c->any_worker, &wait_slot);
+  master_slot *s = master_pick(m, &c->pk, c->any_worker, &wait_slot);
   if (s == NULL) {
     if (m->draining) {
       master_conn_fail(c, 503, "server is stopping", true);
@@ -1524,6 +1556,7 @@ int master_main(const config_t *cfg, int argc, char **argv) {
   m.argc = argc;
   m.argv = argv;
   m.n = cfg->workers > 0 ? (unsigned)cfg->workers : 0;
+  m.write_home = m.n > 1 && strcmp(store_backend_name(cfg->db_path), "sqlite") == 0;
   m.started_ms = store_now_ms();
   bool v6 = strchr(cfg->listen_host, ':') != NULL;
   snprintf(m.listen_addr, sizeof(m.listen_addr), "%s%s%s:%d", v6 ? "[" : "", cfg->listen_host,

@@ -21,7 +21,7 @@ import { ResourceUpdatedNotificationSchema } from '@modelcontextprotocol/sdk/typ
 
 import { SOURCE_ROOT, startServer, getStatus, httpGet } from './lib/server.mjs';
 import { RawConnection, buildRequest, initialize, mcpPost, MCP_ACCEPT } from './lib/raw.mjs';
-import { dbTarget } from './lib/pg.mjs';
+import { PG_MODE, dbTarget } from './lib/pg.mjs';
 import { sqlite, sqliteRows } from './lib/sqlite.mjs';
 import { EventStream, idSeq } from './lib/sse.mjs';
 import { auditAfter, auditMax, rest, startServerOn, waitStatus } from './lib/subs.mjs';
@@ -214,6 +214,38 @@ test('one kept-alive connection carrying requests for sessions on different work
   const list = await ctl(srv, { cmd: 'sessions' });
   assert.equal(list.sessions.length, ids.length - 1, JSON.stringify(list));
   for (const s of list.sessions) assert.equal(s.worker, slotOf(s.id));
+  await stop(srv);
+});
+
+test('REST writers: on SQLite their connections gather on one worker (one writer for its lock); on PostgreSQL they spread', async () => {
+  const srv = await server(['--workers', '2']);
+  const served = async () => {
+    const st = await ctl(srv, { cmd: 'stats' });
+    return Object.fromEntries(st.workers.map((w) => [w.slot, w.requests]));
+  };
+  const before = await served();
+  const N = 6; // connections, each opening with a PUT and keeping on (keep-alive)
+  const PER = 5;
+  await Promise.all(
+    Array.from({ length: N }, async (_, i) => {
+      const conn = await RawConnection.open(srv.port);
+      try {
+        for (let k = 0; k < PER; k++) {
+          const body = JSON.stringify({ name: `writer ${i}`, price_cents: k });
+          conn.write(buildRequest(srv.port, { method: 'PUT', path: `/Product/W-${i}`, headers: { 'Content-Type': 'application/json' }, body }));
+          const res = await conn.readResponse();
+          assert.ok(res.status === 200 || res.status === 201, `PUT answered ${res.status}: ${res.body}`);
+        }
+      } finally {
+        conn.close();
+      }
+    }),
+  );
+  const after = await served();
+  const delta = [0, 1].map((slot) => after[slot] - before[slot]);
+  assert.equal(delta[0] + delta[1], N * PER, `requests per worker: ${JSON.stringify(delta)}`);
+  if (PG_MODE) assert.ok(delta[0] > 0 && delta[1] > 0, `PostgreSQL: writes on one worker only: ${JSON.stringify(delta)}`);
+  else assert.deepEqual(delta, [N * PER, 0], 'SQLite: the writes should all be on the write home, slot 0');
   await stop(srv);
 });
 
