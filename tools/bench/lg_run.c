@@ -125,6 +125,14 @@ int lg_seen_alloc(lg_t *lg, uint64_t events) {
 
 /* ---- requests -------------------------------------------------------------------- */
 
+/* A session's first two messages: the client's (2025) initialize, and its notification. */
+static const char lg_initialize_body[] =
+    "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":{\"protocolVersion\":"
+    "\"" LG_PROTOCOL
+    "\",\"capabilities\":{},\"clientInfo\":{\"name\":\"mcpsub-bench\",\"version\":\"1\"}}}";
+static const char lg_initialized_body[] =
+    "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}";
+
 static int lg_post(lg_t *lg, lg_conn *c, const char *sid, const char *body) {
   char req[LG_REQ_MAX];
   int n = snprintf(req, sizeof(req),
@@ -310,14 +318,9 @@ static void slot_step(lg_slot *sl) {
   int r = 0;
   char body[512];
   if (sl->step == 0) {
-    r = lg_post(
-        lg, sl->conn, NULL,
-        "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":{\"protocolVersion\":"
-        "\"" LG_PROTOCOL
-        "\",\"capabilities\":{},\"clientInfo\":{\"name\":\"mcpsub-bench\",\"version\":\"1\"}}}");
+    r = lg_post(lg, sl->conn, NULL, lg_initialize_body);
   } else if (sl->step == 1) {
-    r = lg_post(lg, sl->conn, s->id,
-                "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}");
+    r = lg_post(lg, sl->conn, s->id, lg_initialized_body);
   } else if (sl->step < 2 + subs) {
     char filter[32] = "";
     if (sl->step == 2 && lg->o.filtered) snprintf(filter, sizeof(filter), "?v=ne=y%u", s->index);
@@ -405,11 +408,25 @@ static void writer_on_error(lg_conn *c, int error, void *data) {
 static const lg_conn_ops writer_ops = {.on_response = writer_on_response,
                                        .on_error = writer_on_error};
 
+/*
+ * Opens writer connections up to n. A REST writer is ready at once; a
+ * --writer tool connection first opens a session of its own (initialize,
+ * notifications/initialized: not counted as writes), and lg->n_wready says
+ * how many are ready.
+ */
 void lg_writer_open(lg_t *lg, uint32_t n) {
   if (n > LG_MAX_WRITERS) n = LG_MAX_WRITERS;
   for (uint32_t i = lg->n_wconn; i < n; i++) {
-    lg->wslots[i] = (lg_wslot){lg, NULL, 0, false};
-    lg->wslots[i].conn = lg_conn_create(lg->cl, false, 0, &writer_ops, &lg->wslots[i]);
+    lg_wslot *ws = &lg->wslots[i];
+    *ws = (lg_wslot){.lg = lg, .state = lg->o.tool_writer ? WS_INITIALIZE : WS_READY};
+    ws->conn = lg_conn_create(lg->cl, false, 0, &writer_ops, ws);
+    if (ws->state == WS_READY) {
+      lg->n_wready++;
+      continue;
+    }
+    ws->busy = true;
+    int r = lg_post(lg, ws->conn, NULL, lg_initialize_body);
+    if (r != 0) lg_fail(lg, "writer: cannot send: %s", strerror(-r));
   }
   if (n > lg->n_wconn) lg->n_wconn = n;
 }
@@ -435,19 +452,27 @@ static void writer_send(lg_t *lg, lg_wslot *ws, uint64_t now) {
     uint64_t slot = w->rate_start_ns + (uint64_t)((double)(n - w->rate_base) * 1e9 / w->rate);
     if (now > slot + 1000000) w->late++;
   }
-  char body[96], req[LG_REQ_MAX];
+  char body[LG_REQ_MAX / 2], req[LG_REQ_MAX];
   int blen = snprintf(body, sizeof(body), "{\"t\":%llu,\"v\":\"x\"}", (unsigned long long)now);
-  int len = snprintf(req, sizeof(req),
-                     "PUT /%s/%c%llu HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nContent-Type: "
-                     "application/json\r\n" LG_AUTH_FMT "Content-Length: %d\r\n\r\n%s",
-                     lg->o.table, w->letter, (unsigned long long)key, lg->o.port,
-                     LG_AUTH_ARGS(&lg->o), blen, body);
+  int len = 0;
+  if (!lg->o.tool_writer)
+    len = snprintf(req, sizeof(req),
+                   "PUT /%s/%c%llu HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nContent-Type: "
+                   "application/json\r\n" LG_AUTH_FMT "Content-Length: %d\r\n\r\n%s",
+                   lg->o.table, w->letter, (unsigned long long)key, lg->o.port,
+                   LG_AUTH_ARGS(&lg->o), blen, body);
+  else /* the same record through the put_record tool, on the connection's session */
+    snprintf(req, sizeof(req),
+             "{\"jsonrpc\":\"2.0\",\"id\":%llu,\"method\":\"tools/call\",\"params\":{\"name\":"
+             "\"put_record\",\"arguments\":{\"table\":\"%s\",\"key\":\"%c%llu\",\"record\":%s}}}",
+             (unsigned long long)n + 2, lg->o.table, w->letter, (unsigned long long)key, body);
   if (n < lg->t_commit_len / sizeof(uint64_t) && w->letter == 'f')
     __atomic_store_n(&lg->t_commit[n], now, __ATOMIC_RELEASE);
   if (w->t_first_ns == 0) w->t_first_ns = now;
   ws->n = n;
   ws->busy = true;
-  int r = lg_conn_send(ws->conn, req, (size_t)len);
+  int r = lg->o.tool_writer ? lg_post(lg, ws->conn, ws->sid, req)
+                            : lg_conn_send(ws->conn, req, (size_t)len);
   if (r != 0) lg_fail(lg, "writer: cannot send: %s", strerror(-r));
 }
 
@@ -455,7 +480,7 @@ void lg_writer_pump(lg_t *lg) {
   if (lg->finishing) return;
   uint64_t now = lg_now_ns();
   for (uint32_t i = 0; i < lg->n_wconn && !lg->finishing; i++) {
-    if (lg->wslots[i].busy) continue;
+    if (lg->wslots[i].busy || lg->wslots[i].state != WS_READY) continue;
     if (!writer_may_send(lg, now)) break;
     writer_send(lg, &lg->wslots[i], now);
   }
@@ -472,8 +497,36 @@ static void writer_on_response(lg_conn *c, const lg_response *r, void *data) {
   lg_t *lg = ws->lg;
   ws->busy = false;
   if (lg->finishing) return;
+  if (ws->state == WS_INITIALIZE) {
+    if (r->status != 200 || r->session_id == NULL || strlen(r->session_id) >= sizeof(ws->sid)) {
+      lg_fail(lg, "writer: initialize answered HTTP %d: %.300s", r->status, r->body);
+      return;
+    }
+    snprintf(ws->sid, sizeof(ws->sid), "%s", r->session_id);
+    ws->state = WS_INITIALIZED;
+    ws->busy = true;
+    int rc = lg_post(lg, ws->conn, ws->sid, lg_initialized_body);
+    if (rc != 0) lg_fail(lg, "writer: cannot send: %s", strerror(-rc));
+    return;
+  }
+  if (ws->state == WS_INITIALIZED) {
+    if (r->status != 202) {
+      lg_fail(lg, "writer: notifications/initialized answered HTTP %d", r->status);
+      return;
+    }
+    ws->state = WS_READY;
+    lg->n_wready++;
+    lg_writer_pump(lg);
+    return;
+  }
   if (r->status != 200 && r->status != 201) {
-    lg_fail(lg, "writer: PUT answered HTTP %d: %.300s", r->status, r->body);
+    lg_fail(lg, "writer: %s answered HTTP %d: %.300s", lg->o.tool_writer ? "put_record" : "PUT",
+            r->status, r->body);
+    return;
+  }
+  if (lg->o.tool_writer &&
+      (strstr(r->body, "\"result\"") == NULL || strstr(r->body, "\"isError\":true") != NULL)) {
+    lg_fail(lg, "writer: put_record failed: %.300s", r->body);
     return;
   }
   lg->w.acked++;

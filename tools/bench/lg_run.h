@@ -46,8 +46,9 @@ typedef struct lg_opts {
   uint32_t writers;
   uint32_t connections;
   double rate;
-  bool sql_writer; /* an external writer in a forked child: SQLite, or PostgreSQL with pg_writer */
-  bool pg_writer;  /* --writer postgres: db_path is a libpq URI */
+  bool sql_writer;  /* an external writer in a forked child: SQLite, or PostgreSQL with pg_writer */
+  bool pg_writer;   /* --writer postgres: db_path is a libpq URI */
+  bool tool_writer; /* --writer tool: each writer connection a session calling put_record */
   const char *db_path;
   double duration_s;
   uint64_t max_requests;
@@ -124,12 +125,17 @@ typedef struct lg_writer {
 
 typedef struct lg_scenario lg_scenario;
 
+/* Where a --writer tool connection's session is (WS_READY for a REST writer from the start). */
+enum wslot_state { WS_INITIALIZE, WS_INITIALIZED, WS_READY };
+
 /* A writer connection and the commit it carries. */
 typedef struct lg_wslot {
   lg_t *lg;
   lg_conn *conn;
   uint64_t n;
   bool busy;
+  enum wslot_state state;
+  char sid[64]; /* --writer tool: its session */
 } lg_wslot;
 
 /* A read connection (resources/read, closed loop). */
@@ -166,6 +172,7 @@ struct lg {
   lg_writer w;
   lg_wslot wslots[LG_MAX_WRITERS];
   uint32_t n_wconn;
+  uint32_t n_wready;   /* writer connections in WS_READY */
   uint32_t *delivered; /* fan-out: receivers per commit (FLOW mode) */
   void (*on_ack)(lg_t *lg, uint64_t n);
   pid_t child; /* the forked SQLite or PostgreSQL writer, or 0 */

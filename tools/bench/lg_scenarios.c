@@ -259,16 +259,23 @@ static void subscribe_report(lg_t *lg, FILE *j) {
 
 /* ---- scenario: write throughput ------------------------------------------------------ */
 
-static void write_start(lg_t *lg) {
+/* Measured from when every writer connection is ready (--writer tool: its session opened). */
+static void write_measure(lg_t *lg) {
   lg_measure_start(lg);
-  lg_writer_start(lg, WR_LOOP, 'w', lg->o.max_requests);
   lg->w.stop_ns = lg->t_start_ns + (uint64_t)(lg->o.duration_s * 1e9);
-  lg_writer_open(lg, lg->o.connections);
   lg_writer_pump(lg);
   lg->phase = 1;
 }
 
+static void write_start(lg_t *lg) {
+  lg_writer_start(lg, WR_LOOP, 'w', lg->o.max_requests);
+  lg->w.stop_ns = 0; /* nothing is sent before write_measure */
+  lg_writer_open(lg, lg->o.connections);
+  if (lg->n_wready == lg->n_wconn) write_measure(lg);
+}
+
 static void write_on_tick(lg_t *lg) {
+  if (lg->phase == 0 && lg->n_wready == lg->n_wconn) write_measure(lg);
   if (lg->phase != 1) return;
   lg_writer_pump(lg);
   if ((lg_now_ns() >= lg->w.stop_ns || lg->w.next >= lg->w.total) && lg_writer_idle(lg)) {
@@ -278,7 +285,8 @@ static void write_on_tick(lg_t *lg) {
 }
 
 static void write_report(lg_t *lg, FILE *j) {
-  fprintf(j, ",\"connections\":%u", lg->n_wconn);
+  fprintf(j, ",\"connections\":%u,\"writer\":\"%s\"", lg->n_wconn,
+          lg->o.tool_writer ? "tool" : "rest");
   lg_report_rates(lg, j, lg->w.acked, "puts");
 }
 

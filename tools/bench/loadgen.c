@@ -121,7 +121,8 @@ static const lg_flag lg_flags[] = {
     {"--connections", FLAG_U64, OPT(connections),
      "read or write connections (pgwrite: writer processes, one connection each)"},
     {"--rate", FLAG_DOUBLE, OPT(rate), "commits per second"},
-    {"--writer", FLAG_WRITER, 0, "rest, sqlite or postgres"},
+    {"--writer", FLAG_WRITER, 0,
+     "rest, tool (each writer connection a session calling put_record), sqlite or postgres"},
     {"--db", FLAG_STR, OPT(db_path),
      "database file (sqlite writer, sqlwrite) or libpq URI (postgres writer, pgwrite)"},
     {"--duration", FLAG_DOUBLE, OPT(duration_s), "seconds of a throughput run"},
@@ -216,8 +217,10 @@ static int lg_parse(int argc, char **argv, lg_opts *o) {
       o->listen = strcmp(v, "listen") == 0;
       break;
     case FLAG_WRITER:
-      if (strcmp(v, "rest") != 0 && strcmp(v, "sqlite") != 0 && strcmp(v, "postgres") != 0)
+      if (strcmp(v, "rest") != 0 && strcmp(v, "tool") != 0 && strcmp(v, "sqlite") != 0 &&
+          strcmp(v, "postgres") != 0)
         errno = EINVAL;
+      o->tool_writer = strcmp(v, "tool") == 0;
       o->pg_writer = strcmp(v, "postgres") == 0;
       o->sql_writer = strcmp(v, "sqlite") == 0 || o->pg_writer;
       break;
