@@ -618,8 +618,8 @@ static void reader_send(lg_t *lg, lg_rslot *rs) {
   else
     snprintf(body, sizeof(body),
              "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"resources/read\",\"params\":{"
-             "\"uri\":\"%s/r0\"}}",
-             lg->coll_uri);
+             "\"uri\":\"%s%s\"}}",
+             lg->coll_uri, lg->o.read_uri);
   rs->busy = true;
   int r = lg_post(lg, rs->conn, lg->sessions[0].id, body);
   if (r != 0) lg_fail(lg, "reader: cannot send: %s", strerror(-r));

@@ -36,7 +36,8 @@ typedef struct lg_opts {
   bool listen;     /* --target listen: MCP 2026-07-28 subscriptions/listen streams, no sessions */
   const char *label;
   const char *table;
-  const char *bearer; /* --bearer TOKEN: sent as Authorization on every request */
+  const char *read_uri; /* read: what follows the collection URI in each read (default "/r0") */
+  const char *bearer;   /* --bearer TOKEN: sent as Authorization on every request */
   uint32_t sessions;
   uint32_t subs;     /* 1: the collection; 2: and the record <letter>0 */
   uint32_t filtered; /* 1: session i subscribes to <collection>?v=ne=y<i> (matching every row) */

@@ -213,7 +213,9 @@ static void read_on_tick(lg_t *lg) {
 }
 
 static void read_report(lg_t *lg, FILE *j) {
-  fprintf(j, ",\"connections\":%u,\"workers\":%u", lg->n_rconn, lg->o.workers);
+  /* read_uri holds no quote, backslash or control character (loadgen.c). */
+  fprintf(j, ",\"connections\":%u,\"workers\":%u,\"read_uri\":\"%s\"", lg->n_rconn, lg->o.workers,
+          lg->o.read_uri);
   lg_report_rates(lg, j, lg->requests, "requests");
   double wall = lg_secs(lg->t_end_ns - lg->t_start_ns);
   if (wall > 0)

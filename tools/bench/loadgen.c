@@ -91,6 +91,14 @@ typedef struct lg_flag {
   const char *help;
 } lg_flag;
 
+/* At most max characters, none of which needs escaping in a JSON string. */
+static bool json_safe(const char *s, size_t max) {
+  size_t n = 0;
+  for (; s[n] != '\0'; n++)
+    if ((unsigned char)s[n] < 0x20 || s[n] == '"' || s[n] == '\\') return false;
+  return n <= max;
+}
+
 #define OPT(field) offsetof(lg_opts, field)
 static const lg_flag lg_flags[] = {
     {"--port", FLAG_INT, OPT(port), "server port on 127.0.0.1"},
@@ -104,6 +112,9 @@ static const lg_flag lg_flags[] = {
      "subscriptions/listen streams) or ceiling (fanout, latency: bare SSE streams\n"
      "from bench_ceiling; read: bench_read_ceiling's canned answers)"},
     {"--label", FLAG_STR, OPT(label), "free text copied into the report"},
+    {"--read-uri", FLAG_STR, OPT(read_uri),
+     "read: appended to the collection URI, e.g. \"?k=gt=p150000&_limit=100\" for a page\n"
+     "(default /r0, the record the scenario writes first)"},
     {"--table", FLAG_STR, OPT(table),
      "exported table with columns k (text key), t, v (default Bench)"},
     {"--bearer", FLAG_STR, OPT(bearer), "Authorization: Bearer TOKEN on every request"},
@@ -154,6 +165,7 @@ static void lg_usage(FILE *f) {
 static void lg_defaults(lg_opts *o) {
   memset(o, 0, sizeof(*o));
   o->table = "Bench";
+  o->read_uri = "/r0";
   o->sessions = 20;
   o->subs = 1;
   o->events = 100;
@@ -251,6 +263,8 @@ static int lg_parse(int argc, char **argv, lg_opts *o) {
     why = "--rate is in (0, 100000]";
   else if (o->sql_writer && o->db_path == NULL)
     why = "--writer sqlite or postgres needs --db";
+  else if (!json_safe(o->read_uri, 256))
+    why = "--read-uri is at most 256 characters, without quotes, backslashes or control ones";
   else if (!(o->duration_s > 0) || !(o->time_limit_s > 0) || o->time_limit_s > 3600)
     why = "bad --duration or --time-limit";
   else if (o->drop_percent == 0 || o->drop_percent >= 100)

@@ -264,7 +264,7 @@ def summarize_pg(runs, cluster):
     """The PostgreSQL group: each figure on SQLite and on PostgreSQL, same sizes, interleaved."""
     ok = [r for r in runs if r.get("ok")]
     stores = ("sqlite", "postgres")
-    out = {"cluster": cluster, "fanout": [], "latency": [], "write": [], "raw": [], "read": []}
+    out = {"cluster": cluster, "fanout": [], "latency": [], "write": [], "raw": [], "read": [], "page": []}
 
     def ms(v):
         return round(v / 1000, 3) if v is not None else None
@@ -324,14 +324,25 @@ def summarize_pg(runs, cluster):
                         "per_total_cpu_s": r.get("per_total_cpu_s", r.get("per_server_cpu_s"))} if r else None
         out["write"].append(row)
     # Reads: one record on 16 connections, per store and number of reader connections.
-    for st, readers in sorted({(r.get("store"), r.get("readers")) for r in ok if r.get("scenario") == "read"},
+    for st, readers in sorted({(r.get("store"), r.get("readers")) for r in ok
+                               if r.get("scenario") == "read" and r.get("label") != "page"},
                               key=lambda k: (k[0] != "sqlite", -(k[1] or 0))):
-        m = [r for r in ok if r.get("scenario") == "read" and r.get("store") == st and r.get("readers") == readers]
+        m = [r for r in ok if r.get("scenario") == "read" and r.get("label") != "page" and r.get("store") == st
+             and r.get("readers") == readers]
         out["read"].append({"store": st, "readers": readers if st == "postgres" else None, "runs": len(m),
                             "reads_per_s": median(m, "per_wall_s"), "per_server_cpu_s": median(m, "per_server_cpu_s"),
                             "store_cpu_s": median(m, "store_cpu_s"),
                             "per_total_cpu_s": median(m, "per_total_cpu_s") if st == "postgres"
                             else median(m, "per_server_cpu_s")})
+    # A page deep in a large collection, on each store (medians of the interleaved rounds).
+    for st in stores:
+        m = [r for r in ok if r.get("scenario") == "read" and r.get("label") == "page" and r.get("store") == st]
+        if m:
+            wall = median(m, "per_wall_s")
+            out["page"].append({"store": st, "runs": len(m), "read_uri": m[0].get("read_uri"),
+                                "pages_per_s": wall, "ms_per_page": round(16000 / wall, 3) if wall else None,
+                                "per_server_cpu_s": median(m, "per_server_cpu_s"),
+                                "store_cpu_s": median(m, "store_cpu_s")})
     for r in ok:
         if r.get("scenario") in ("sqlwrite", "pgwrite"):
             out["raw"].append({"store": r.get("store"), "durability": r.get("durability"),
@@ -393,6 +404,14 @@ def pg_tables(p):
             out.append(f"| {r['store']} | {r['readers'] if r['readers'] is not None else '– (on the loop)'} "
                        f"| {r['runs']} | {fmt(r['reads_per_s'])} | {fmt(r['per_server_cpu_s'])} "
                        f"| {fmt(r['store_cpu_s'], 2)} | {fmt(r['per_total_cpu_s'])} |")
+    if p.get("page"):
+        out.append("")
+        out.append(f"| a page deep in a large collection (`{p['page'][0]['read_uri']}`, 16 connections) | runs "
+                   "| pages/s | ms a page (16 in flight) | per mcpsubd CPU-s | database server CPU-s |")
+        out.append("|---|---:|---:|---:|---:|---:|")
+        for r in p["page"]:
+            out.append(f"| {r['store']} | {r['runs']} | {fmt(r['pages_per_s'])} | {fmt(r['ms_per_page'], 2)} "
+                       f"| {fmt(r['per_server_cpu_s'])} | {fmt(r['store_cpu_s'], 2)} |")
     return "\n".join(out)
 
 
