@@ -452,7 +452,7 @@ static void writer_send(lg_t *lg, lg_wslot *ws, uint64_t now) {
     uint64_t slot = w->rate_start_ns + (uint64_t)((double)(n - w->rate_base) * 1e9 / w->rate);
     if (now > slot + 1000000) w->late++;
   }
-  char body[LG_REQ_MAX / 2], req[LG_REQ_MAX];
+  char body[96], req[LG_REQ_MAX];
   int blen = snprintf(body, sizeof(body), "{\"t\":%llu,\"v\":\"x\"}", (unsigned long long)now);
   int len = 0;
   if (!lg->o.tool_writer)

@@ -339,8 +339,9 @@ def summarize_pg(runs, cluster):
         m = [r for r in ok if r.get("scenario") == "read" and r.get("label") == "page" and r.get("store") == st]
         if m:
             wall = median(m, "per_wall_s")
-            out["page"].append({"store": st, "runs": len(m), "read_uri": m[0].get("read_uri"),
-                                "pages_per_s": wall, "ms_per_page": round(16000 / wall, 3) if wall else None,
+            conns = m[0].get("connections")
+            out["page"].append({"store": st, "runs": len(m), "read_uri": m[0].get("read_uri"), "connections": conns,
+                                "pages_per_s": wall, "ms_per_page": round(conns * 1000 / wall, 3) if wall else None,
                                 "per_server_cpu_s": median(m, "per_server_cpu_s"),
                                 "store_cpu_s": median(m, "store_cpu_s")})
     for r in ok:
@@ -406,8 +407,9 @@ def pg_tables(p):
                        f"| {fmt(r['store_cpu_s'], 2)} | {fmt(r['per_total_cpu_s'])} |")
     if p.get("page"):
         out.append("")
-        out.append(f"| a page deep in a large collection (`{p['page'][0]['read_uri']}`, 16 connections) | runs "
-                   "| pages/s | ms a page (16 in flight) | per mcpsubd CPU-s | database server CPU-s |")
+        pg0 = p["page"][0]
+        out.append(f"| a page deep in a large collection (`{pg0['read_uri']}`, {pg0['connections']} connections) | runs "
+                   f"| pages/s | ms a page ({pg0['connections']} in flight) | per mcpsubd CPU-s | database server CPU-s |")
         out.append("|---|---:|---:|---:|---:|---:|")
         for r in p["page"]:
             out.append(f"| {r['store']} | {r['runs']} | {fmt(r['pages_per_s'])} | {fmt(r['ms_per_page'], 2)} "
