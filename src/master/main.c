@@ -4,6 +4,7 @@
  * one process) or, when started by a master with the internal
  * --worker-slot flag, run one worker whose channel to the master is fd 3.
  */
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -12,7 +13,26 @@
 #include "master/master.h"
 #include "worker/worker_ipc.h"
 
+/*
+ * glibc gives the top of its heap back to the kernel (brk) whenever more
+ * than M_TRIM_THRESHOLD is free there, and takes it again on the next
+ * allocation. A loop turn allocates and frees its requests' memory, so a
+ * heap whose top hovered around the threshold shrank and grew thousands of
+ * times a second: each time page faults to zero the pages again and, the
+ * worker having a writer thread, a TLB shootdown on the other core. It
+ * took REST writes on 8 connections from 27,000 to 17,000 a second, by
+ * chance of where the heap's top lay (docs/BENCHMARKS.md). A fixed 4 MiB
+ * threshold, and growth in steps of 1 MiB, keep it still; memory held
+ * that way is at most those few MiB a process.
+ */
+#define MAIN_HEAP_TRIM_THRESHOLD (4 * 1024 * 1024)
+#define MAIN_HEAP_TOP_PAD        (1024 * 1024)
+
 int main(int argc_given, char **argv_given) {
+  if (mallopt(M_TRIM_THRESHOLD, MAIN_HEAP_TRIM_THRESHOLD) != 1 ||
+      mallopt(M_TOP_PAD, MAIN_HEAP_TOP_PAD) != 1) {
+    /* another allocator: its own policy stands */
+  }
   config_t cfg;
   config_defaults(&cfg);
   char err[512];
