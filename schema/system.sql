@@ -49,6 +49,21 @@ CREATE TRIGGER IF NOT EXISTS mcpsub_subscription_gone AFTER DELETE ON mcp_sessio
   DELETE FROM mcpsub_subscription WHERE session = old.id;
 END;
 
+-- Writes one worker sent to another (the write home) and the answers it
+-- made, by the sender's (origin, seq), until the sender has them: a sender
+-- whose answer was lost runs the write again, and the second run finds the
+-- first here instead of writing twice. Rows go as the sender's later
+-- writes say their answers came (or after an hour, for a sender gone).
+CREATE TABLE IF NOT EXISTS mcpsub_once (
+  origin   TEXT    NOT NULL,
+  seq      INTEGER NOT NULL,
+  at       INTEGER NOT NULL,   -- Unix time in milliseconds
+  out_key  TEXT,               -- the written row's key
+  created  INTEGER NOT NULL,
+  changed  INTEGER NOT NULL,   -- a bulk write's rows
+  PRIMARY KEY (origin, seq)
+) WITHOUT ROWID;
+
 -- Small named values mcpsub keeps about itself, e.g. 'audit_pruned_through':
 -- the highest audit seq retention has deleted (resumption from below it
 -- cannot be exact).

@@ -49,6 +49,9 @@ enum ipc_cmd {
   IPC_DRAIN,     /* master -> worker: stop gracefully (see worker_drain) */
   IPC_CANCEL,    /* worker -> master -> other workers: "principal\0request id" (listen.h) */
   IPC_ANSWER,    /* worker -> master -> other workers: "principal\0session\0response" (confirm.h) */
+  IPC_WRITE,     /* worker -> master -> the write home (slot 0): a record write (forward.h) */
+  IPC_WRITTEN,   /* the write home -> master -> its sender: "slot\0answer" (forward.h) */
+  IPC_WRITE_LOST, /* master -> workers: the write home is gone or not there; make its writes */
   IPC_CMD_END
 };
 

@@ -137,6 +137,14 @@ static uint64_t stats_requests_refused(const worker_stats *w, const slot_stats *
   return w->requests_refused;
 }
 
+static uint64_t stats_writes_forwarded(const worker_stats *w, const slot_stats *slot) {
+  return w->writes_forwarded;
+}
+
+static uint64_t stats_writes_taken(const worker_stats *w, const slot_stats *slot) {
+  return w->writes_taken;
+}
+
 static uint64_t stats_lane_jobs(const worker_stats *w, const slot_stats *slot) {
   return w->lane_jobs;
 }
@@ -196,6 +204,11 @@ static const stats_metric stats_metrics[] = {
     {"mcpsub_requests_refused_total",
      "Requests refused for their credentials or limits (401, 403, 429).", STATS_COUNTER,
      stats_requests_refused},
+    {"mcpsub_writes_forwarded_total",
+     "Record writes sent to the write home, slot 0 (SQLite, several workers).", STATS_COUNTER,
+     stats_writes_forwarded},
+    {"mcpsub_writes_taken_total", "Record writes the write home made for other workers.",
+     STATS_COUNTER, stats_writes_taken},
     {"mcpsub_store_lane_jobs_total",
      "Jobs run on the store lane (PostgreSQL: requests, tailer runs, control commands).",
      STATS_COUNTER, stats_lane_jobs},
@@ -314,6 +327,8 @@ cJSON *stats_to_json(const worker_stats *w) {
   cJSON_AddNumberToObject(o, "framesDropped", (double)w->frames_dropped);
   cJSON_AddNumberToObject(o, "auditPosition", (double)w->audit_position);
   cJSON_AddNumberToObject(o, "auditHead", (double)w->audit_head);
+  cJSON_AddNumberToObject(o, "writesForwarded", (double)w->writes_forwarded);
+  cJSON_AddNumberToObject(o, "writesTaken", (double)w->writes_taken);
   cJSON_AddItemToObject(o, "notifyDelay", stats_histogram_json(&w->notify_delay));
   return o;
 }

@@ -606,6 +606,14 @@ int store_batch_end(store_t *s, bool commit) {
   return s->ops->batch_end(s, commit);
 }
 
+int store_once_begin(store_t *s, const store_once *o, store_once_result *prior) {
+  return s->ops->once_begin != NULL ? s->ops->once_begin(s, o, prior) : -ENOTSUP;
+}
+
+int store_once_end(store_t *s, const store_once *o, const store_once_result *res, bool ok) {
+  return s->ops->once_end != NULL ? s->ops->once_end(s, o, res, ok) : -ENOTSUP;
+}
+
 int store_defer_checkpoints(store_t *s) {
   return s->ops->defer_checkpoints != NULL ? s->ops->defer_checkpoints(s) : -ENOTSUP;
 }

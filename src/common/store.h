@@ -452,6 +452,33 @@ bool store_batch_broken(store_t *s);
 int store_batch_end(store_t *s, bool commit);
 
 /*
+ * Exactly-once writes. A write one worker sends another (the write home,
+ * forward.h) may be run a second time by its sender when the answer was
+ * lost (the other worker died): its once id, the sender's (origin, seq),
+ * lets the second run find the first. Both calls belong inside a batch
+ * (-EBUSY outside one: its lock was not had), on backends that offer them
+ * (-ENOTSUP). store_once_begin opens a savepoint and looks the id up: 1
+ * when a write with it committed before, *prior then its result (out_key
+ * a new string or NULL) and the savepoint released; 0 when not, the write
+ * to be made in the savepoint. It also forgets the origin's ids below
+ * o->below (their answers arrived). store_once_end records the write's
+ * result and releases the savepoint (ok), or rolls the savepoint back.
+ */
+typedef struct store_once {
+  const char *origin; /* the sending worker's origin (worker.h) */
+  int64_t seq;        /* its write's number */
+  int64_t below;      /* every write of the origin before this one is answered */
+} store_once;
+typedef struct store_once_result {
+  char *out_key;
+  bool created;
+  int64_t changed;
+} store_once_result;
+int store_once_begin(store_t *s, const store_once *o, store_once_result *prior) MCPSUB_NODISCARD;
+int store_once_end(store_t *s, const store_once *o, const store_once_result *res,
+                   bool ok) MCPSUB_NODISCARD;
+
+/*
  * Checkpoints apart from commits: after store_defer_checkpoints, a commit
  * on s no longer copies the write-ahead log back into the database itself
  * (SQLite's auto-checkpoint, an fsync); store_checkpoint_due says when the

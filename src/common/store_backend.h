@@ -110,6 +110,9 @@ struct store_ops {
   int (*batch_begin)(store_t *s);
   bool (*batch_broken)(store_t *s);
   int (*batch_end)(store_t *s, bool commit);
+  /* Exactly-once writes inside a batch (NULL: not offered) */
+  int (*once_begin)(store_t *s, const store_once *o, store_once_result *prior);
+  int (*once_end)(store_t *s, const store_once *o, const store_once_result *res, bool ok);
 
   /* Checkpoints apart from commits (NULL: not offered) */
   int (*defer_checkpoints)(store_t *s);

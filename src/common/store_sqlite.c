@@ -80,10 +80,11 @@ typedef struct sq {
   store_stmt_slot cache[STORE_STMT_CACHE_SIZE];
   int n_cache;
   uint64_t clock;
-  char **get_sql; /* per exported table (by index), its store_get_record statement's text */
-  bool batch;     /* a group commit's transaction is open (store_batch_begin) */
-  int depth;      /* savepoints open inside it */
-  int wal_pages;  /* frames in the WAL after our last commit (store_defer_checkpoints) */
+  char **get_sql;         /* per exported table (by index), its store_get_record statement's text */
+  bool batch;             /* a group commit's transaction is open (store_batch_begin) */
+  int depth;              /* savepoints open inside it */
+  int wal_pages;          /* frames in the WAL after our last commit (store_defer_checkpoints) */
+  uint64_t once_recorded; /* store_once_end's records, for the sweep of old ones */
 } sq_t;
 
 static inline sq_t *sq(store_t *s) {
@@ -2044,6 +2045,94 @@ static int sq_audit_pruned_through(store_t *s, int64_t *seq) {
   return ret;
 }
 
+/* Exactly-once writes ------------------------------------------------------------------ */
+
+/* Rows of senders gone (their later writes never came to forget them) go after an hour. */
+#define SQ_ONCE_KEEP_MS (60 * 60 * 1000)
+/* ...looked for once in this many recorded writes. */
+#define SQ_ONCE_SWEEP_EVERY 4096
+
+static int sq_once_begin(store_t *s, const store_once *o, store_once_result *prior) {
+  sqlite3_stmt *st;
+  memset(prior, 0, sizeof(*prior));
+  if (!sq(s)->batch) return -EBUSY;
+  int ret = store_begin(s, true, NULL, 0);
+  if (ret < 0) return ret;
+  ret = store_stmt_get(s, "DELETE FROM mcpsub_once WHERE origin = ?1 AND seq < ?2", &st, NULL, 0);
+  if (ret < 0) goto fail;
+  sqlite3_bind_text(st, 1, o->origin, -1, SQLITE_STATIC);
+  sqlite3_bind_int64(st, 2, o->below);
+  ret = store_step_done(s, st, NULL, NULL, 0);
+  store_stmt_put(s, st);
+  if (ret < 0) goto fail;
+  ret = store_stmt_get(s,
+                       "SELECT out_key, created, changed FROM mcpsub_once WHERE origin = ?1 AND "
+                       "seq = ?2",
+                       &st, NULL, 0);
+  if (ret < 0) goto fail;
+  sqlite3_bind_text(st, 1, o->origin, -1, SQLITE_STATIC);
+  sqlite3_bind_int64(st, 2, o->seq);
+  int rc = sqlite3_step(st);
+  if (rc == SQLITE_ROW) {
+    const char *k = (const char *)sqlite3_column_text(st, 0);
+    prior->out_key = k != NULL ? mem_strdup(k) : NULL;
+    prior->created = sqlite3_column_int(st, 1) != 0;
+    prior->changed = sqlite3_column_int64(st, 2);
+    ret = 1;
+  } else if (rc != SQLITE_DONE) {
+    ret = store_error(s, rc, NULL, 0);
+  }
+  store_stmt_put(s, st);
+  if (ret < 0) goto fail;
+  if (ret == 1) {
+    int c = store_commit(s, NULL, 0);
+    if (c < 0) {
+      free(prior->out_key);
+      prior->out_key = NULL;
+      ret = c;
+      goto fail;
+    }
+  }
+  return ret;
+fail:
+  store_rollback(s);
+  return ret;
+}
+
+static int sq_once_end(store_t *s, const store_once *o, const store_once_result *res, bool ok) {
+  sqlite3_stmt *st;
+  int ret = 0;
+  if (!ok) goto fail;
+  int64_t now = store_now_ms();
+  ret = store_stmt_get(s,
+                       "INSERT INTO mcpsub_once(origin, seq, at, out_key, created, changed) "
+                       "VALUES(?1, ?2, ?3, ?4, ?5, ?6)",
+                       &st, NULL, 0);
+  if (ret < 0) goto fail;
+  sqlite3_bind_text(st, 1, o->origin, -1, SQLITE_STATIC);
+  sqlite3_bind_int64(st, 2, o->seq);
+  sqlite3_bind_int64(st, 3, now);
+  if (res->out_key != NULL) sqlite3_bind_text(st, 4, res->out_key, -1, SQLITE_STATIC);
+  sqlite3_bind_int(st, 5, res->created);
+  sqlite3_bind_int64(st, 6, res->changed);
+  ret = store_step_done(s, st, NULL, NULL, 0);
+  store_stmt_put(s, st);
+  if (ret < 0) goto fail;
+  if (++sq(s)->once_recorded % SQ_ONCE_SWEEP_EVERY == 0) {
+    ret = store_stmt_get(s, "DELETE FROM mcpsub_once WHERE at < ?1", &st, NULL, 0);
+    if (ret < 0) goto fail;
+    sqlite3_bind_int64(st, 1, now - SQ_ONCE_KEEP_MS);
+    ret = store_step_done(s, st, NULL, NULL, 0);
+    store_stmt_put(s, st);
+    if (ret < 0) goto fail;
+  }
+  ret = store_commit(s, NULL, 0);
+  if (ret == 0) return 0;
+fail:
+  store_rollback(s);
+  return ret;
+}
+
 /* Sessions ------------------------------------------------------------------------------ */
 
 /* The subscriptions as the JSON list they were stored as before: URIs, or {uri, debounce}. */
@@ -2409,6 +2498,8 @@ const store_ops store_sqlite_ops = {
     .batch_begin = sq_batch_begin,
     .batch_broken = sq_batch_broken,
     .batch_end = sq_batch_end,
+    .once_begin = sq_once_begin,
+    .once_end = sq_once_end,
     .defer_checkpoints = sq_defer_checkpoints,
     .checkpoint_due = sq_checkpoint_due,
     .checkpoint = sq_checkpoint,

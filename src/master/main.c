@@ -14,23 +14,24 @@
 #include "worker/worker_ipc.h"
 
 /*
- * glibc gives the top of its heap back to the kernel (brk) whenever more
- * than M_TRIM_THRESHOLD is free there, and takes it again on the next
- * allocation. A loop turn allocates and frees its requests' memory, so a
- * heap whose top hovered around the threshold shrank and grew thousands of
- * times a second: each time page faults to zero the pages again and, the
- * worker having a writer thread, a TLB shootdown on the other core. It
- * took REST writes on 8 connections from 27,000 to 17,000 a second, by
- * chance of where the heap's top lay (docs/BENCHMARKS.md). A fixed 4 MiB
- * threshold, and growth in steps of 1 MiB, keep it still; memory held
- * that way is at most those few MiB a process.
+ * glibc gives the top of its heap back to the kernel (brk) when more than
+ * M_TRIM_THRESHOLD is free there, and takes it again on the next
+ * allocation; the threshold adapts to the largest block freed from mmap,
+ * so where it lies depends on the process's history. Every write makes
+ * SQLite allocate and free memory of its own (its savepoints, the pages of
+ * the audit trigger's temporary tables), so a worker whose heap top sat
+ * near the threshold shrank and grew it with every write: 52,000 brk
+ * calls a second, each with page faults and a
+ * TLB shootdown on the other core (the worker has a writer thread), and
+ * REST writes on 8 connections at 17,000 a second instead of 25,000
+ * (docs/BENCHMARKS.md). A fixed threshold of 512 KiB, above that swing,
+ * keeps the top still (0 brk calls a second); what it holds back is at
+ * most that much free memory a process.
  */
-#define MAIN_HEAP_TRIM_THRESHOLD (4 * 1024 * 1024)
-#define MAIN_HEAP_TOP_PAD        (1024 * 1024)
+#define MAIN_HEAP_TRIM_THRESHOLD (512 * 1024)
 
 int main(int argc_given, char **argv_given) {
-  if (mallopt(M_TRIM_THRESHOLD, MAIN_HEAP_TRIM_THRESHOLD) != 1 ||
-      mallopt(M_TOP_PAD, MAIN_HEAP_TOP_PAD) != 1) {
+  if (mallopt(M_TRIM_THRESHOLD, MAIN_HEAP_TRIM_THRESHOLD) != 1) {
     /* another allocator: its own policy stands */
   }
   config_t cfg;

@@ -849,10 +849,33 @@ static void master_on_ctl_rep(master_slot *s, const ipc_msg *msg) {
   cJSON_Delete(rep);
 }
 
+/* Tells the worker of slot s that the write home will not answer what it sent (forward.h). */
+static void master_write_lost(master_slot *s) {
+  if (s->w != NULL && s->w->ch_open &&
+      ipc_channel_send(&s->w->ch, IPC_WRITE_LOST, 0, NULL, 0, -1) != 0) {
+    /* its channel is going: so is the worker, whose writes end with it */
+  }
+}
+
+/* The write home's answer to the worker that sent the write (its slot leads the payload). */
+static void master_relay_written(master_t *m, const ipc_msg *msg) {
+  char *end;
+  unsigned long to = strtoul(msg->payload, &end, 10);
+  if (end == msg->payload || *end != '\0' || to >= m->n) return;
+  master_slot *o = &m->slots[to];
+  if (o->w != NULL && o->w->ch_open &&
+      ipc_channel_send(&o->w->ch, IPC_WRITTEN, 0, msg->payload, msg->len, -1) != 0)
+    master_write_lost(o); /* it makes the write again, once */
+}
+
 static void master_on_msg(ipc_channel_t *ch, ipc_msg *msg, void *data) {
   master_worker *w = data;
   master_slot *s = w->slot;
   master_t *m = s->m;
+  if (msg->cmd == IPC_WRITTEN) { /* the write home's answer, whatever its generation */
+    master_relay_written(m, msg);
+    return;
+  }
   if (s->w != w) { /* an old generation's last words */
     if (msg->fd >= 0) close(msg->fd);
     return;
@@ -884,6 +907,14 @@ static void master_on_msg(ipc_channel_t *ch, ipc_msg *msg, void *data) {
       }
     }
     break;
+  case IPC_WRITE: {
+    /* A record write for the write home (forward.h); when it cannot go, its sender makes it. */
+    master_slot *home = &m->slots[0];
+    if (home == s || home->w == NULL || !home->w->ch_open ||
+        ipc_channel_send(&home->w->ch, IPC_WRITE, 0, msg->payload, msg->len, -1) != 0)
+      master_write_lost(s);
+    break;
+  }
   case IPC_REROUTE: master_adopt(m, msg->fd, msg->payload, msg->len); break;
   case IPC_CTL_REP: master_on_ctl_rep(s, msg); break;
   default:
@@ -939,6 +970,8 @@ static void master_on_exit(uv_process_t *p, int64_t status, int term_signal) {
   s->ready = false;
   memset(&s->last, 0, sizeof(s->last));
   master_worker_close_channel(w);
+  if (s->index == 0 && m->write_home) /* what it was sent and did not answer: made by the senders */
+    for (unsigned i = 1; i < m->n; i++) master_write_lost(&m->slots[i]);
   uv_close((uv_handle_t *)&w->proc, master_worker_proc_closed);
   for (master_gather *g = m->gathers, *next; g != NULL; g = next) {
     next = g->next;

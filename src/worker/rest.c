@@ -17,6 +17,7 @@
 #include "common/buf.h"
 #include "common/mem.h"
 #include "common/uri.h"
+#include "worker/forward.h"
 #include "worker/mcp.h"
 #include "worker/subscriptions.h"
 
@@ -100,7 +101,7 @@ static void rest_write_submit(worker_t *w, http_conn_t *c, const auth_principal 
   r->w = w;
   r->c = c;
   r->post = post;
-  writer_submit(w->writer, &r->rec.job, w->cfg->write_timeout_ms);
+  forward_submit(w, &r->rec);
 }
 
 /* Answers with a record and its version as ETag. */

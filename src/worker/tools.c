@@ -20,6 +20,7 @@
 #include "common/mem.h"
 #include "common/uri.h"
 #include "worker/confirm.h"
+#include "worker/forward.h"
 #include "worker/mcp.h"
 #include "worker/reader.h"
 #include "worker/subscriptions.h"
@@ -418,7 +419,7 @@ static void tool_write_submit(writer_job *j) {
   tw->next = w->tool_writes;
   if (w->tool_writes != NULL) w->tool_writes->prev = tw;
   w->tool_writes = tw;
-  writer_submit(w->writer, j, w->cfg->write_timeout_ms);
+  forward_submit(w, &tw->rec);
 }
 
 bool tools_cancel(worker_t *w, const char *principal, const char *session, const char *id_json) {

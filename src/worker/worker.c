@@ -17,6 +17,7 @@
 #include "common/log.h"
 #include "common/mem.h"
 #include "worker/confirm.h"
+#include "worker/forward.h"
 #include "worker/listen.h"
 #include "worker/mcp.h"
 #include "worker/rest.h"
@@ -203,6 +204,8 @@ void worker_stats_collect(worker_t *w, worker_stats *st) {
   for (const listen_stream *l = w->listens; l != NULL; l = l->next)
     st->queued_bytes += http_conn_queued(l->conn);
   st->requests = w->requests;
+  st->writes_forwarded = w->writes_forwarded;
+  st->writes_taken = w->writes_taken;
   st->notifications = w->notifications;
   st->frames_sent = w->sessions.frames_sent;
   st->frames_replayed = w->sessions.frames_replayed;
@@ -667,6 +670,7 @@ void worker_shutdown(worker_t *w) {
   uv_timer_stop(&w->auth_timer);
   uv_close((uv_handle_t *)&w->auth_timer, NULL);
   uv_close((uv_handle_t *)&w->auth_turn, NULL);
+  forward_lost(w);        /* writes sent to the write home: made here, once (forward.h) */
   writer_stop(w->writer); /* queued writes finish (or fail at their deadline) and are answered */
   reader_stop(w->reader); /* and so do queued reads */
   uv_close((uv_handle_t *)&w->sighup, NULL);

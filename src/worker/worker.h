@@ -85,6 +85,14 @@ typedef struct worker {
   void (*on_unknown_answer)(struct worker *w, const char *principal, const char *session,
                             const cJSON *msg);
   void *ipc; /* the worker's end of the master pipe (multi-process mode) */
+  /* Set likewise: sends an ipc.h message to the master (false: not sent). */
+  bool (*send_ipc)(struct worker *w, uint32_t cmd, const void *payload, size_t len);
+  /* Record writes go to the write home (forward.h): those sent wait here, oldest first. */
+  bool forwards;
+  struct writer_record *fwd_head, *fwd_tail;
+  int64_t fwd_seq;
+  uint64_t others_wrote_ms; /* loop time another worker last said it committed (IPC_COMMITTED) */
+  uint64_t writes_forwarded, writes_taken;
   /*
    * Under a master: hands the connection of the request in hand back to the
    * master to be routed again (true), or declines (false: answer here).

@@ -14,6 +14,7 @@
 #include "common/ipc.h"
 #include "common/log.h"
 #include "worker/confirm.h"
+#include "worker/forward.h"
 #include "worker/mcp.h"
 #include "worker/subscriptions.h"
 #include "worker/worker.h"
@@ -137,6 +138,11 @@ static void worker_ipc_on_answer(worker_t *w, const char *principal, const char 
   buf_finish(&b);
 }
 
+static bool worker_ipc_send(worker_t *w, uint32_t cmd, const void *payload, size_t len) {
+  worker_ipc_t *wi = w->ipc;
+  return wi->ch_open && !wi->ch.eof && ipc_channel_send(&wi->ch, cmd, 0, payload, len, -1) == 0;
+}
+
 /* Re-routing ------------------------------------------------------------------------- */
 
 static bool worker_ipc_reroute(worker_t *w, http_conn_t *c) {
@@ -220,6 +226,7 @@ static void worker_ipc_handle(worker_ipc_t *wi, ipc_msg *msg) {
   worker_t *w = &wi->w;
   switch (msg->cmd) {
   case IPC_COMMITTED:
+    w->others_wrote_ms = uv_now(w->loop); /* forward.h: they write too */
     if (!w->closing) subs_external_commit(w);
     break;
   case IPC_STATS_REQ: {
@@ -251,6 +258,11 @@ static void worker_ipc_handle(worker_ipc_t *wi, ipc_msg *msg) {
     free(copy);
     break;
   }
+  case IPC_WRITE: forward_run(w, msg->payload, msg->len); break;
+  case IPC_WRITTEN: forward_answered(w, msg->payload, msg->len); break;
+  case IPC_WRITE_LOST:
+    if (!w->closing) forward_lost(w);
+    break;
   default:
     if (msg->fd >= 0) close(msg->fd);
     log_warn("ipc: unexpected message", "cmd", ipc_cmd_name(msg->cmd));
@@ -265,6 +277,7 @@ static void worker_ipc_on_eof(ipc_channel_t *ch, void *data) {
     wi->ch_open = false;
     ipc_channel_close(&wi->ch, NULL);
   }
+  forward_lost(&wi->w); /* no answer comes from the write home now */
   worker_ipc_drain(wi, "master gone");
 }
 
@@ -308,6 +321,10 @@ int worker_ipc_main(const config_t *cfg) {
   w->on_local_commit = worker_ipc_on_local_commit;
   w->on_unknown_cancel = worker_ipc_on_cancel;
   w->on_unknown_answer = worker_ipc_on_answer;
+  w->send_ipc = worker_ipc_send;
+  /* SQLite, one writer at a time: the others' record writes go to slot 0 (forward.h). */
+  w->forwards =
+      n > 1 && cfg->worker_slot != 0 && strcmp(store_backend_name(cfg->db_path), "sqlite") == 0;
 
   int rc = ipc_channel_init(&wi.ch, loop, WORKER_IPC_FD, (uint32_t)cfg->worker_slot,
                             cfg->worker_generation, worker_ipc_on_msg, worker_ipc_on_eof, &wi);

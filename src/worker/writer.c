@@ -147,8 +147,10 @@ static bool writer_run_batch(writer_t *wr, writer_job *list, size_t n) {
   for (j = list; j != NULL; j = j->next)
     if (j->deadline < earliest) earliest = j->deadline;
   wr->deadline = earliest;
-  bool here = wr->running_here;
-  bool batch = (here || n >= 2) && wr->store != NULL && store_batch_begin(wr->store) == 0;
+  bool here = wr->running_here, batched = false;
+  for (j = list; j != NULL; j = j->next) batched |= j->batched;
+  bool batch =
+      (here || n >= 2 || batched) && wr->store != NULL && store_batch_begin(wr->store) == 0;
   if (!batch) {
     if (here) return false;
     for (j = list; j != NULL; j = j->next) writer_run_one(wr, j);
@@ -415,6 +417,15 @@ static int writer_bulk_run(writer_record *r, store_t *s, const store_table *t,
                        sizeof(r->err));
 }
 
+/* The write itself, on t, inside r's row scope. */
+static int writer_record_write(writer_record *r, store_t *s, const store_table *t) {
+  store_guard g = {r->principal, r->scope_column, r->scope_value};
+  if (r->where != NULL) return writer_bulk_run(r, s, t, &g);
+  if (r->is_delete) return store_delete_as(s, t, r->key, &g, r->err, sizeof(r->err));
+  return store_write_as(s, t, r->key, r->record, r->mode, &g, &r->out_key, &r->created, r->err,
+                        sizeof(r->err));
+}
+
 static int writer_record_run(writer_job *j, store_t *s) {
   if (store_refresh_schema(s, NULL) != 0) {
     /* A failed check keeps the tables known before; the write says what it meets. */
@@ -431,11 +442,24 @@ int writer_record_apply(writer_record *r, store_t *s) {
     snprintf(r->err, sizeof(r->err), "no table %s", r->table);
     return -EINVAL;
   }
-  store_guard g = {r->principal, r->scope_column, r->scope_value};
-  if (r->where != NULL) return writer_bulk_run(r, s, t, &g);
-  if (r->is_delete) return store_delete_as(s, t, r->key, &g, r->err, sizeof(r->err));
-  return store_write_as(s, t, r->key, r->record, r->mode, &g, &r->out_key, &r->created, r->err,
-                        sizeof(r->err));
+  if (r->once.origin == NULL) return writer_record_write(r, s, t);
+  /* Sent here by another worker: made once, however often it comes (forward.h). */
+  store_once_result res;
+  int rc = store_once_begin(s, &r->once, &res);
+  if (rc == 1) {
+    r->out_key = res.out_key;
+    r->created = res.created;
+    r->changed = res.changed;
+    return 0;
+  }
+  if (rc < 0) {
+    snprintf(r->err, sizeof(r->err), "the write could not begin: %s", strerror(-rc));
+    return rc;
+  }
+  rc = writer_record_write(r, s, t);
+  res = (store_once_result){r->out_key, r->created, r->changed};
+  int end = store_once_end(s, &r->once, &res, rc == 0);
+  return rc != 0 ? rc : end;
 }
 
 writer_record *writer_record_create(size_t size, const char *table, const char *key, cJSON *record,
@@ -467,6 +491,7 @@ void writer_record_free(writer_record *r) {
   free(r->principal);
   free(r->scope_column);
   free(r->scope_value);
+  free((char *)r->once.origin);
   cJSON_Delete(r->record);
   cJSON_Delete(r->where);
   free(r);

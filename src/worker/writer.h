@@ -43,6 +43,7 @@ struct writer_job {
   int rc;
   bool app_write;        /* commits application rows: the feed is woken after it */
   bool quick;            /* small and bounded (one row): may run on the loop (above) */
+  bool batched;          /* runs only inside a batch's transaction (an exactly-once write) */
   uint64_t deadline;     /* uv_hrtime() past which a lock is not waited for */
   atomic_bool cancelled; /* set on the loop: a job not started yet is not run (-ECANCELED) */
   writer_job *next;
@@ -82,6 +83,16 @@ typedef struct writer_record {
   char *scope_column; /* the writer's row scope, or NULL */
   char *scope_value;
   cJSON *where; /* a bulk write (store_bulk_as): [[column, op, value], ...] (owned); else NULL */
+  /*
+   * A write sent to the write home (forward.h): its once id (origin owned;
+   * NULL for any other write), and its place among the sender's writes
+   * waiting for their answers.
+   */
+  store_once once;
+  struct writer_record *fwd_prev, *fwd_next;
+  bool fwd_here;                     /* made here after all: its answer is this worker's writer's */
+  void (*fwd_done)(writer_job *job); /* then the caller's done, kept while forward.c's runs */
+  struct worker *fwd_w;
   /* results */
   char *out_key; /* the written row's key (new string) */
   bool created;

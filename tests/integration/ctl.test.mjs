@@ -295,7 +295,7 @@ test('running: stats gives every worker report and slot facts; the table ends wi
   assert.equal(s.slots.length, s.workers.length, JSON.stringify(s));
   const keys = ['slot', 'generation', 'pid', 'startedMs', 'sessions', 'streams', 'listens', 'subscriptions', 'waiters', 'connections',
     'queuedBytes', 'requests', 'notifications', 'framesSent', 'framesReplayed', 'framesDropped', 'auditPosition', 'auditHead',
-    'notifyDelay'];
+    'writesForwarded', 'writesTaken', 'notifyDelay'];
   for (const w of s.workers) assert.deepEqual(Object.keys(w).sort(), [...keys].sort(), JSON.stringify(w));
   for (const slot of s.slots) assert.ok(slot.alive === true || slot.alive === 1, JSON.stringify(slot));
   const r = runCtl(['stats']);

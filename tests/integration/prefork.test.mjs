@@ -249,6 +249,140 @@ test('REST writers: on SQLite their connections gather on one worker (one writer
   await stop(srv);
 });
 
+/* A session on the given slot (sessions are spread: a few tries find one). */
+async function sessionOn(srv, slot) {
+  for (let i = 0; i < 64; i++) {
+    const sid = await initialize(srv.port);
+    if (slotOf(sid) === slot) return sid;
+  }
+  throw new Error(`no session landed on worker ${slot}`);
+}
+
+/* put_record on a session; the call's result (throws on a JSON-RPC error or an isError). */
+async function putRecord(srv, sid, key, record) {
+  const res = await mcpPost(srv.port, sid, { jsonrpc: '2.0', id: 1, method: 'tools/call', params: { name: 'put_record', arguments: { table: 'Product', key, record } } });
+  const msg = res.json();
+  if (res.status !== 200 || !msg.result || msg.result.isError) throw new Error(`put_record ${key}: ${res.status} ${res.text}`);
+  return msg.result;
+}
+
+/*
+ * REST PUTs in a loop, which go to the write home on SQLite: a worker sends
+ * its writes there only while others write too. stop() ends it.
+ */
+function homeWriter(srv) {
+  let running = true;
+  let acked = 0;
+  const done = (async () => {
+    for (let n = 0; running; n++) {
+      try {
+        await rest(srv.port, 'PUT', `/Product/HW-${n % 20}`, { name: 'home writer', price_cents: n });
+        acked++;
+      } catch {
+        /* the write home stopped or killed */
+      }
+      await sleep(2);
+    }
+  })();
+  return {
+    acked: () => acked,
+    stop: async () => {
+      running = false;
+      await done;
+    },
+  };
+}
+
+const writeCounts = async (srv) => {
+  const st = await ctl(srv, { cmd: 'stats' });
+  return Object.fromEntries(st.workers.map((w) => [w.slot, { forwarded: w.writesForwarded, taken: w.writesTaken }]));
+};
+
+test('tool writes of a session on another worker: made by the write home on SQLite, where they are on PostgreSQL', async () => {
+  const srv = await server(['--workers', '2']);
+  const sid = await sessionOn(srv, 1);
+  const home = homeWriter(srv);
+  await waitFor(() => home.acked() >= 5, { timeoutMs: 5000, message: 'the home writer under way' });
+  const before = await writeCounts(srv);
+  const N = 10;
+  for (let i = 0; i < N; i++) {
+    const r = JSON.parse((await putRecord(srv, sid, `TW-${i}`, { name: `tool write ${i}`, price_cents: i })).content[0].text);
+    assert.equal(r.created, true, JSON.stringify(r));
+    assert.equal(r.record.price_cents, i, JSON.stringify(r));
+  }
+  const after = await writeCounts(srv);
+  await home.stop();
+  const forwarded = after[1].forwarded - before[1].forwarded;
+  const taken = after[0].taken - before[0].taken;
+  if (PG_MODE) assert.deepEqual([forwarded, taken], [0, 0], 'PostgreSQL: each worker writes itself');
+  else assert.deepEqual([forwarded, taken], [N, N], 'SQLite: worker 1 sends its writes to slot 0, which makes them');
+  // Writing alone, a worker makes its writes itself (no lock to share, no round trip to add).
+  await sleep(300);
+  const quiet = await writeCounts(srv);
+  await putRecord(srv, sid, 'TW-alone', { name: 'alone', price_cents: 0 });
+  const alone = await writeCounts(srv);
+  assert.deepEqual([alone[1].forwarded - quiet[1].forwarded, alone[0].taken - quiet[0].taken], [0, 0]);
+  // Each answered as made: the records are there, each written once.
+  const rows = await rest(srv.port, 'GET', '/Product?sku=sw=TW-&_limit=100');
+  assert.deepEqual(rows.json().map((r) => r.price_cents).sort((a, b) => a - b), [0, ...Array.from({ length: N }, (_, i) => i)], rows.text);
+  await stop(srv);
+});
+
+test('SIGKILL of the write home while another worker sends it writes: every call answered, every write made exactly once', { skip: PG_MODE && 'PostgreSQL has no write home' }, async () => {
+  const srv = await server(['--workers', '2']);
+  const sid = await sessionOn(srv, 1);
+  const start = auditMax(srv.dbPath);
+  const home = (await ctl(srv, { cmd: 'workers' })).workers[0];
+  const homeWrites = homeWriter(srv);
+  await waitFor(() => homeWrites.acked() >= 5, { timeoutMs: 5000, message: 'the home writer under way' });
+  const N = 300;
+  const IN_FLIGHT = 8;
+  let next = 0;
+  let answered = 0;
+  const failures = [];
+  const writer = async () => {
+    while (next < N) {
+      const i = next++;
+      try {
+        await putRecord(srv, sid, `KH-${i}`, { name: 'kill the home', price_cents: i });
+        answered++;
+      } catch (err) {
+        failures.push(err.message);
+      }
+    }
+  };
+  const writers = Array.from({ length: IN_FLIGHT }, writer);
+  await waitFor(() => answered >= 60, { timeoutMs: 10000, message: 'writes before the kill' });
+  // Stopped first, the home takes writes it never answers: every writer ends up waiting on it.
+  process.kill(home.pid, 'SIGSTOP');
+  await sleep(400);
+  const stalled = answered;
+  await sleep(200);
+  assert.equal(answered, stalled, 'writes answered while the write home was stopped');
+  process.kill(home.pid, 'SIGKILL');
+  await Promise.all(writers);
+  await homeWrites.stop();
+  assert.deepEqual(failures, [], 'every put_record answered without error');
+  assert.equal(answered, N);
+  await waitFor(async () => (await ctl(srv, { cmd: 'workers' })).workers[0].restarts === 1, { timeoutMs: 10000, message: 'the home restarted' });
+  // Exactly once: one INSERT in the audit log for each key, and nothing else.
+  const changes = auditAfter(srv.dbPath, start, { tbl: 'Product' }).filter((c) => c.key.startsWith('KH-'));
+  const perKey = new Map();
+  for (const c of changes) perKey.set(c.key, (perKey.get(c.key) ?? 0) + 1);
+  for (let i = 0; i < N; i++) assert.equal(perKey.get(`KH-${i}`), 1, `KH-${i}: ${perKey.get(`KH-${i}`) ?? 0} changes`);
+  assert.equal(changes.length, N);
+  assert.ok(changes.every((c) => c.op === 'INSERT'));
+  // After the restart the writes go to the new home again.
+  const again = homeWriter(srv);
+  await waitFor(() => again.acked() >= 5, { timeoutMs: 5000, message: 'the new home writing' });
+  const before = await writeCounts(srv);
+  await putRecord(srv, sid, 'KH-after', { name: 'after', price_cents: 1 });
+  const after = await writeCounts(srv);
+  await again.stop();
+  assert.deepEqual([after[1].forwarded - before[1].forwarded, after[0].taken - before[0].taken], [1, 1]);
+  await stop(srv);
+});
+
 test('control socket: JSON lines for status, workers, stats, sessions, session, evict, subs; errors', async () => {
   const srv = await server(['--workers', '2']);
   const sid = await initialize(srv.port);

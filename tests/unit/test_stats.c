@@ -32,7 +32,8 @@ static void two_workers(worker_stats w[2], slot_stats s[2]) {
                         .frames_dropped = 1,
                         .audit_position = 90,
                         .audit_head = 100,
-                        .connections_refused = 3};
+                        .connections_refused = 3,
+                        .writes_taken = 12};
   w[1] = (worker_stats){.slot = 1,
                         .generation = 0,
                         .pid = 102,
@@ -55,7 +56,8 @@ static void two_workers(worker_stats w[2], slot_stats s[2]) {
                         .lane_waits = 70,
                         .lane_queued = 2,
                         .reads_done = 41,
-                        .reads_pending = 3};
+                        .reads_pending = 3,
+                        .writes_forwarded = 12};
   s[0] = (slot_stats){.restarts = 1, .alive = 1};
   s[1] = (slot_stats){.restarts = 0, .alive = 0};
 }
@@ -152,6 +154,15 @@ static void test_prometheus_two_workers_exact(void) {
       "mcpsub_requests_refused_total{worker=\"0\"} 0\n"
       "mcpsub_requests_refused_total{worker=\"1\"} 4\n";
   static const char expected_rest[] =
+      "# HELP mcpsub_writes_forwarded_total Record writes sent to the write home, slot 0 (SQLite, "
+      "several workers).\n"
+      "# TYPE mcpsub_writes_forwarded_total counter\n"
+      "mcpsub_writes_forwarded_total{worker=\"0\"} 0\n"
+      "mcpsub_writes_forwarded_total{worker=\"1\"} 12\n"
+      "# HELP mcpsub_writes_taken_total Record writes the write home made for other workers.\n"
+      "# TYPE mcpsub_writes_taken_total counter\n"
+      "mcpsub_writes_taken_total{worker=\"0\"} 12\n"
+      "mcpsub_writes_taken_total{worker=\"1\"} 0\n"
       "# HELP mcpsub_store_lane_jobs_total Jobs run on the store lane (PostgreSQL: requests, "
       "tailer runs, control commands).\n"
       "# TYPE mcpsub_store_lane_jobs_total counter\n"
@@ -230,8 +241,8 @@ static void test_prometheus_help_type_once(void) {
     }
     line = end + 1;
   }
-  CHECK_INT_EQ(families, 27);
-  CHECK_INT_EQ(count_occurrences(text, "# HELP "), 27);
+  CHECK_INT_EQ(families, 29);
+  CHECK_INT_EQ(count_occurrences(text, "# HELP "), 29);
   free(text);
 }
 
@@ -294,7 +305,7 @@ static void test_prometheus_without_slots(void) {
 /* No worker reported yet: the families, no sample but build_info, still valid text. */
 static void test_prometheus_no_workers(void) {
   char *text = render(NULL, NULL, 0);
-  CHECK_INT_EQ(count_occurrences(text, "# TYPE "), 27);
+  CHECK_INT_EQ(count_occurrences(text, "# TYPE "), 29);
   CHECK(strstr(text, "mcpsub_build_info{") != NULL);
   CHECK(strstr(text, "{worker=\"0\"}") == NULL);
   free(text);
@@ -326,15 +337,26 @@ static void test_json_keys_and_values(void) {
     const char *key;
     double value;
   } want[] = {
-      {"slot", 0},           {"generation", 1},
-      {"pid", 101},          {"startedMs", 1700000000000.0},
-      {"sessions", 3},       {"streams", 2},
-      {"listens", 4},        {"subscriptions", 7},
-      {"waiters", 1},        {"connections", 4},
-      {"queuedBytes", 512},  {"requests", 100},
-      {"notifications", 20}, {"framesSent", 30},
-      {"framesReplayed", 5}, {"framesDropped", 1},
-      {"auditPosition", 90}, {"auditHead", 100},
+      {"slot", 0},
+      {"generation", 1},
+      {"pid", 101},
+      {"startedMs", 1700000000000.0},
+      {"sessions", 3},
+      {"streams", 2},
+      {"listens", 4},
+      {"subscriptions", 7},
+      {"waiters", 1},
+      {"connections", 4},
+      {"queuedBytes", 512},
+      {"requests", 100},
+      {"notifications", 20},
+      {"framesSent", 30},
+      {"framesReplayed", 5},
+      {"framesDropped", 1},
+      {"auditPosition", 90},
+      {"auditHead", 100},
+      {"writesForwarded", 0},
+      {"writesTaken", 12},
   };
   for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
     if (number(o, want[i].key) != want[i].value) {

@@ -1422,6 +1422,52 @@ static void test_batch(void) {
   store_close(s);
 }
 
+/* Exactly-once writes: a second run of the same once id finds the first and writes nothing. */
+static void test_once(void) {
+  store_t *s = open_store(db_path);
+  sqlite3 *raw = raw_open(db_path);
+  int64_t audit_before = audit_count(raw);
+  store_once o = {"wtest", 7, 7};
+  store_once_result prior;
+  store_once_result res = {"O-1", true, 0};
+
+  CHECK(store_once_begin(s, &o, &prior) == -EBUSY); /* only inside a batch */
+  CHECK(store_batch_begin(s) == 0);
+  CHECK(store_once_begin(s, &o, &prior) == 0); /* not made before: made now */
+  write_ok(s, "Product", "O-1", "{\"name\":\"Once\"}", STORE_WRITE_REPLACE);
+  CHECK(store_once_end(s, &o, &res, true) == 0);
+  /* A write that failed records nothing, and what it did in its savepoint is undone. */
+  store_once failed = {"wtest", 8, 7};
+  CHECK(store_once_begin(s, &failed, &prior) == 0);
+  write_ok(s, "Product", "O-2", "{\"name\":\"Undone\"}", STORE_WRITE_REPLACE);
+  CHECK(store_once_end(s, &failed, NULL, false) == 0);
+  CHECK(store_batch_end(s, true) == 0);
+  CHECK_INT_EQ(audit_count(raw), audit_before + 1);
+  CHECK_INT_EQ(raw_int(raw, "SELECT count(*) FROM Product WHERE sku = 'O-2'"), 0);
+
+  /* Sent again (its answer lost): found, with its result; nothing written twice. */
+  CHECK(store_batch_begin(s) == 0);
+  CHECK(store_once_begin(s, &o, &prior) == 1);
+  CHECK(prior.out_key != NULL && strcmp(prior.out_key, "O-1") == 0);
+  CHECK(prior.created);
+  free(prior.out_key);
+  CHECK(store_once_begin(s, &failed, &prior) == 0); /* the failed one may go again */
+  CHECK(store_once_end(s, &failed, &res, true) == 0);
+  CHECK(store_batch_end(s, true) == 0);
+  CHECK_INT_EQ(audit_count(raw), audit_before + 1);
+  CHECK_INT_EQ(raw_int(raw, "SELECT count(*) FROM mcpsub_once WHERE origin = 'wtest'"), 2);
+
+  /* A later write of the origin says the earlier ones were answered: their rows go. */
+  store_once later = {"wtest", 9, 9};
+  CHECK(store_batch_begin(s) == 0);
+  CHECK(store_once_begin(s, &later, &prior) == 0);
+  CHECK(store_once_end(s, &later, &res, true) == 0);
+  CHECK(store_batch_end(s, true) == 0);
+  CHECK_INT_EQ(raw_int(raw, "SELECT group_concat(seq) FROM mcpsub_once WHERE origin = 'wtest'"), 9);
+  sqlite3_close(raw);
+  store_close(s);
+}
+
 static int64_t file_size(const char *path) {
   struct stat st;
   return stat(path, &st) == 0 ? (int64_t)st.st_size : -1;
@@ -1536,6 +1582,7 @@ int main(void) {
   RUN(test_sessions);
   RUN(test_subscription_count);
   RUN(test_batch);
+  RUN(test_once);
   RUN(test_deferred_checkpoints);
   RUN(test_readonly);
   RUN(test_example_schema);

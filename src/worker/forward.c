@@ -1,0 +1,240 @@
+/*
+ * The write home's writes (see forward.h). A sent write's JSON:
+ * {"f": sender's slot, "o": origin, "s": seq, "b": below, "t": table,
+ * "k": key, "r": record, "m": mode, "d": delete, "p": principal,
+ * "sc"/"sv": row scope, "w": bulk filters}; the answer's, after the
+ * sender's slot and a NUL (the master routes on it): {"o", "s", "rc",
+ * "k": out_key, "c": created, "n": changed, "e": err}.
+ */
+#include "worker/forward.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/buf.h"
+#include "common/ipc.h"
+#include "common/log.h"
+#include "worker/worker.h"
+
+/*
+ * A write is sent only while another worker has committed writes of its
+ * own within this many milliseconds: alone, a worker takes the lock from
+ * nobody, and the way through the master would only add its round trip.
+ */
+#define FORWARD_SHARED_MS 100
+
+/* The home's job: a record write and whom to answer. */
+typedef struct forward_job {
+  writer_record rec;
+  worker_t *w;
+  unsigned from; /* the sender's slot */
+} forward_job;
+
+static void forward_unlink(worker_t *w, writer_record *r) {
+  if (r->fwd_prev != NULL)
+    r->fwd_prev->fwd_next = r->fwd_next;
+  else
+    w->fwd_head = r->fwd_next;
+  if (r->fwd_next != NULL)
+    r->fwd_next->fwd_prev = r->fwd_prev;
+  else
+    w->fwd_tail = r->fwd_prev;
+  r->fwd_prev = r->fwd_next = NULL;
+}
+
+static void add_string_or_null(cJSON *o, const char *name, const char *s) {
+  if (s != NULL)
+    cJSON_AddStringToObject(o, name, s);
+  else
+    cJSON_AddNullToObject(o, name);
+}
+
+static const char *string_or_null(const cJSON *o, const char *name) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
+  return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+static int64_t number_of(const cJSON *o, const char *name) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
+  return cJSON_IsNumber(v) ? (int64_t)v->valuedouble : 0;
+}
+
+/* The sent form of r, or NULL when it cannot go (nothing to print). */
+static char *forward_format(const worker_t *w, const writer_record *r) {
+  cJSON *o = cJSON_CreateObject();
+  cJSON_AddNumberToObject(o, "f", w->slot);
+  cJSON_AddStringToObject(o, "o", r->once.origin);
+  cJSON_AddNumberToObject(o, "s", (double)r->once.seq);
+  cJSON_AddNumberToObject(o, "b", (double)r->once.below);
+  cJSON_AddStringToObject(o, "t", r->table);
+  add_string_or_null(o, "k", r->key);
+  if (r->record != NULL) cJSON_AddItemReferenceToObject(o, "r", r->record);
+  cJSON_AddNumberToObject(o, "m", r->mode);
+  cJSON_AddBoolToObject(o, "d", r->is_delete);
+  add_string_or_null(o, "p", r->principal);
+  add_string_or_null(o, "sc", r->scope_column);
+  add_string_or_null(o, "sv", r->scope_value);
+  if (r->where != NULL) cJSON_AddItemReferenceToObject(o, "w", r->where);
+  char *text = cJSON_PrintUnformatted(o);
+  cJSON_Delete(o); /* the references only */
+  return text;
+}
+
+/* Makes r here (once: it may have been made at the home too); it stays among the unanswered. */
+static void forward_make_here(worker_t *w, writer_record *r);
+
+void forward_submit(worker_t *w, writer_record *r) {
+  if (!w->forwards || w->send_ipc == NULL ||
+      uv_now(w->loop) - w->others_wrote_ms > FORWARD_SHARED_MS) {
+    writer_submit(w->writer, &r->job, w->cfg->write_timeout_ms);
+    return;
+  }
+  int64_t seq = ++w->fwd_seq;
+  /* Every write of this worker's before the oldest unanswered one has its answer. */
+  r->once =
+      (store_once){mem_strdup(w->origin), seq, w->fwd_head != NULL ? w->fwd_head->once.seq : seq};
+  char *text = forward_format(w, r);
+  if (text == NULL) abort(); /* cJSON out of memory: mem.h's policy */
+  bool sent = w->send_ipc(w, IPC_WRITE, text, strlen(text));
+  cJSON_free(text);
+  if (!sent) { /* it never left: an ordinary write here */
+    free((char *)r->once.origin);
+    r->once.origin = NULL;
+    writer_submit(w->writer, &r->job, w->cfg->write_timeout_ms);
+    return;
+  }
+  r->fwd_prev = w->fwd_tail;
+  r->fwd_next = NULL;
+  if (w->fwd_tail != NULL)
+    w->fwd_tail->fwd_next = r;
+  else
+    w->fwd_head = r;
+  w->fwd_tail = r;
+  w->writes_forwarded++;
+}
+
+void forward_answered(worker_t *w, const char *payload, size_t len) {
+  const char *f[2]; /* the sender's slot (this one), the answer */
+  char *copy = ipc_fields(payload, len, f, 2);
+  cJSON *a = copy != NULL ? cJSON_Parse(f[1]) : NULL;
+  free(copy);
+  const char *origin = string_or_null(a, "o");
+  int64_t seq = number_of(a, "s");
+  writer_record *r = w->fwd_head;
+  /* Answers come in the order sent, but for writes made here meanwhile: from the oldest. */
+  while (r != NULL && (r->once.seq != seq || origin == NULL || strcmp(r->once.origin, origin) != 0))
+    r = r->fwd_next;
+  /* Not waited for: answered already, made here instead, or meant for this slot's last worker. */
+  if (r == NULL || r->fwd_here) {
+    cJSON_Delete(a);
+    return;
+  }
+  int rc = (int)number_of(a, "rc");
+  if (rc == -EAGAIN) { /* the home is stopping */
+    cJSON_Delete(a);
+    forward_make_here(w, r);
+    return;
+  }
+  forward_unlink(w, r);
+  r->job.rc = rc;
+  const char *key = string_or_null(a, "k");
+  r->out_key = key != NULL ? mem_strdup(key) : NULL;
+  r->created = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(a, "c"));
+  r->changed = number_of(a, "n");
+  const char *err = string_or_null(a, "e");
+  snprintf(r->err, sizeof(r->err), "%s", err != NULL ? err : "");
+  cJSON_Delete(a);
+  r->job.done(&r->job);
+}
+
+/*
+ * A write made here after all leaves the unanswered only when done: until
+ * then its once id stays below the next writes' "below", so that the home
+ * keeps the row that says whether it made it.
+ */
+static void forward_here_done(writer_job *j) {
+  writer_record *r = (writer_record *)j;
+  forward_unlink(r->fwd_w, r);
+  j->done = r->fwd_done;
+  j->done(j);
+}
+
+static void forward_make_here(worker_t *w, writer_record *r) {
+  r->fwd_here = true;
+  r->fwd_w = w;
+  r->fwd_done = r->job.done;
+  r->job.done = forward_here_done;
+  r->job.batched = true; /* the once id is checked in the write's transaction */
+  writer_submit(w->writer, &r->job, w->cfg->write_timeout_ms);
+}
+
+void forward_lost(worker_t *w) {
+  for (writer_record *r = w->fwd_head; r != NULL; r = r->fwd_next)
+    if (!r->fwd_here) forward_make_here(w, r);
+}
+
+/* The home: answers the sender of j with j's result (rc: instead of it, when not 0). */
+static void forward_answer(worker_t *w, unsigned from, const writer_record *r, int rc) {
+  cJSON *a = cJSON_CreateObject();
+  cJSON_AddStringToObject(a, "o", r->once.origin);
+  cJSON_AddNumberToObject(a, "s", (double)r->once.seq);
+  cJSON_AddNumberToObject(a, "rc", rc != 0 ? rc : r->job.rc);
+  add_string_or_null(a, "k", r->out_key);
+  cJSON_AddBoolToObject(a, "c", r->created);
+  cJSON_AddNumberToObject(a, "n", (double)r->changed);
+  cJSON_AddStringToObject(a, "e", r->err);
+  char *text = cJSON_PrintUnformatted(a);
+  cJSON_Delete(a);
+  if (text == NULL) abort(); /* cJSON out of memory: mem.h's policy */
+  char head[16];
+  int n = snprintf(head, sizeof(head), "%u", from);
+  buf_t b;
+  buf_init(&b);
+  buf_append(&b, head, (size_t)n + 1);
+  buf_append_str(&b, text);
+  cJSON_free(text);
+  if (w->send_ipc == NULL || !w->send_ipc(w, IPC_WRITTEN, b.data, b.len)) {
+    /* lost: the sender makes it again when the master tells it this worker is gone */
+  }
+  buf_finish(&b);
+}
+
+static void forward_job_done(writer_job *j) {
+  forward_job *fj = (forward_job *)j;
+  forward_answer(fj->w, fj->from, &fj->rec, 0);
+  writer_record_free(&fj->rec);
+}
+
+void forward_run(worker_t *w, const char *payload, size_t len) {
+  cJSON *o = cJSON_ParseWithLength(payload, len);
+  const char *table = string_or_null(o, "t"), *origin = string_or_null(o, "o");
+  const cJSON *from = cJSON_GetObjectItemCaseSensitive(o, "f");
+  if (table == NULL || origin == NULL || !cJSON_IsNumber(from) || from->valuedouble < 0 ||
+      from->valuedouble >= w->n_slots) {
+    log_warn("ipc: malformed write from another worker");
+    cJSON_Delete(o);
+    return;
+  }
+  store_guard g = {string_or_null(o, "p"), string_or_null(o, "sc"), string_or_null(o, "sv")};
+  cJSON *record = cJSON_DetachItemFromObjectCaseSensitive(o, "r");
+  bool is_delete = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "d"));
+  forward_job *fj = (forward_job *)writer_record_create(
+      sizeof(forward_job), table, string_or_null(o, "k"), record,
+      (store_write_mode)number_of(o, "m"), is_delete, &g, forward_job_done);
+  fj->w = w;
+  fj->from = (unsigned)from->valuedouble;
+  fj->rec.where = cJSON_DetachItemFromObjectCaseSensitive(o, "w");
+  fj->rec.job.quick = fj->rec.where == NULL;
+  fj->rec.job.batched = true;
+  fj->rec.once = (store_once){mem_strdup(origin), number_of(o, "s"), number_of(o, "b")};
+  cJSON_Delete(o);
+  if (w->closing) { /* its writer is stopping: the sender makes it */
+    forward_answer(w, fj->from, &fj->rec, -EAGAIN);
+    writer_record_free(&fj->rec);
+    return;
+  }
+  w->writes_taken++;
+  writer_submit(w->writer, &fj->rec.job, w->cfg->write_timeout_ms);
+}

@@ -1,0 +1,41 @@
+/*
+ * The write home's writes. SQLite lets one connection write at a time;
+ * workers that write side by side take its lock in turn, and a worker
+ * that finds it taken can only sleep and try again, so a few writers
+ * spread over two workers commit much slower than on one
+ * (docs/BENCHMARKS.md, Writes). So on SQLite with several workers, every
+ * record write (REST and tools) that a worker other than the write home
+ * (slot 0) is asked for is sent there through the master (IPC_WRITE), made
+ * by the home's writer in its group commits, and answered back
+ * (IPC_WRITTEN); the request is answered from that as if made here. It is
+ * sent only while other workers write too (IPC_COMMITTED came within the
+ * last FORWARD_SHARED_MS): a worker writing alone meets no lock taken, and
+ * the way through the master would only add its round trip.
+ *
+ * An answer can be lost: the home may die after its commit. The sender
+ * then makes the write itself (the master says so: IPC_WRITE_LOST, when
+ * the home exits or is not there), and exactly once: each sent write
+ * carries a once id, the sender's (origin, seq), recorded with its result
+ * in the write's own transaction (store_once_begin), so that a second run
+ * finds the first and answers from it. A write sent is begun: a
+ * cancellation no longer stops it (its answer is not sent).
+ */
+#ifndef MCPSUB_FORWARD_H
+#define MCPSUB_FORWARD_H
+
+#include <stddef.h>
+
+#include "worker/writer.h"
+
+typedef struct worker worker_t;
+
+/* Makes r (a record write, done set): at the write home, or here. Takes r. */
+void forward_submit(worker_t *w, writer_record *r);
+/* The sender: the home's answer (IPC_WRITTEN's payload). */
+void forward_answered(worker_t *w, const char *payload, size_t len);
+/* The sender: the home is gone, or was not there; what waits for it is made here. */
+void forward_lost(worker_t *w);
+/* The home: a write another worker sent (IPC_WRITE's payload), made and answered. */
+void forward_run(worker_t *w, const char *payload, size_t len);
+
+#endif
