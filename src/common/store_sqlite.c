@@ -2052,18 +2052,26 @@ static int sq_audit_pruned_through(store_t *s, int64_t *seq) {
 /* ...looked for once in this many recorded writes. */
 #define SQ_ONCE_SWEEP_EVERY 4096
 
+/* Deletes the rows of sql (?1 an origin, when not NULL; ?2 a bound). */
+static int sq_once_forget(store_t *s, const char *sql, const char *origin, int64_t bound) {
+  sqlite3_stmt *st;
+  int ret = store_stmt_get(s, sql, &st, NULL, 0);
+  if (ret < 0) return ret;
+  if (origin != NULL) sqlite3_bind_text(st, 1, origin, -1, SQLITE_STATIC);
+  sqlite3_bind_int64(st, 2, bound);
+  ret = store_step_done(s, st, NULL, NULL, 0);
+  store_stmt_put(s, st);
+  return ret;
+}
+
 static int sq_once_begin(store_t *s, const store_once *o, store_once_result *prior) {
   sqlite3_stmt *st;
   memset(prior, 0, sizeof(*prior));
   if (!sq(s)->batch) return -EBUSY;
   int ret = store_begin(s, true, NULL, 0);
   if (ret < 0) return ret;
-  ret = store_stmt_get(s, "DELETE FROM mcpsub_once WHERE origin = ?1 AND seq < ?2", &st, NULL, 0);
-  if (ret < 0) goto fail;
-  sqlite3_bind_text(st, 1, o->origin, -1, SQLITE_STATIC);
-  sqlite3_bind_int64(st, 2, o->below);
-  ret = store_step_done(s, st, NULL, NULL, 0);
-  store_stmt_put(s, st);
+  ret = sq_once_forget(s, "DELETE FROM mcpsub_once WHERE origin = ?1 AND seq < ?2", o->origin,
+                       o->below);
   if (ret < 0) goto fail;
   ret = store_stmt_get(s,
                        "SELECT out_key, created, changed FROM mcpsub_once WHERE origin = ?1 AND "
@@ -2119,11 +2127,7 @@ static int sq_once_end(store_t *s, const store_once *o, const store_once_result 
   store_stmt_put(s, st);
   if (ret < 0) goto fail;
   if (++sq(s)->once_recorded % SQ_ONCE_SWEEP_EVERY == 0) {
-    ret = store_stmt_get(s, "DELETE FROM mcpsub_once WHERE at < ?1", &st, NULL, 0);
-    if (ret < 0) goto fail;
-    sqlite3_bind_int64(st, 1, now - SQ_ONCE_KEEP_MS);
-    ret = store_step_done(s, st, NULL, NULL, 0);
-    store_stmt_put(s, st);
+    ret = sq_once_forget(s, "DELETE FROM mcpsub_once WHERE at < ?2", NULL, now - SQ_ONCE_KEEP_MS);
     if (ret < 0) goto fail;
   }
   ret = store_commit(s, NULL, 0);
