@@ -21,12 +21,11 @@
  * SQLite allocate and free memory of its own (its savepoints, the pages of
  * the audit trigger's temporary tables), so a worker whose heap top sat
  * near the threshold shrank and grew it with every write: 52,000 brk
- * calls a second, each with page faults and a
- * TLB shootdown on the other core (the worker has a writer thread), and
- * REST writes on 8 connections at 17,000 a second instead of 25,000
- * (docs/BENCHMARKS.md). A fixed threshold of 512 KiB, above that swing,
- * keeps the top still (0 brk calls a second); what it holds back is at
- * most that much free memory a process.
+ * calls a second, each with page faults and a TLB shootdown on the other
+ * core (the worker has a writer thread), and REST writes on 8 connections
+ * at 17,000 a second instead of 25,000 (docs/BENCHMARKS.md). A fixed threshold of 512 KiB, above
+ * that swing, keeps the top still (0 brk calls a second); what it holds back is at most that much
+ * free memory a process.
  */
 #define MAIN_HEAP_TRIM_THRESHOLD (512 * 1024)
 

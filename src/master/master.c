@@ -36,6 +36,7 @@
 #include "common/strmap.h"
 #include "master/control.h"
 #include "master/peek.h"
+#include "worker/forward.h"
 #include "worker/http.h"
 #include "worker/worker.h"
 #include "worker/worker_ctl.h"
@@ -1589,7 +1590,7 @@ int master_main(const config_t *cfg, int argc, char **argv) {
   m.argc = argc;
   m.argv = argv;
   m.n = cfg->workers > 0 ? (unsigned)cfg->workers : 0;
-  m.write_home = m.n > 1 && strcmp(store_backend_name(cfg->db_path), "sqlite") == 0;
+  m.write_home = forward_write_home(cfg);
   m.started_ms = store_now_ms();
   bool v6 = strchr(cfg->listen_host, ':') != NULL;
   snprintf(m.listen_addr, sizeof(m.listen_addr), "%s%s%s:%d", v6 ? "[" : "", cfg->listen_host,

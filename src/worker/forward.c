@@ -25,12 +25,15 @@
  */
 #define FORWARD_SHARED_MS 100
 
-/* The home's job: a record write and whom to answer. */
+/* The home's job: a record write (rec.fwd_w: the home) and whom to answer. */
 typedef struct forward_job {
   writer_record rec;
-  worker_t *w;
   unsigned from; /* the sender's slot */
 } forward_job;
+
+bool forward_write_home(const config_t *cfg) {
+  return cfg->workers > 1 && strcmp(store_backend_name(cfg->db_path), "sqlite") == 0;
+}
 
 static void forward_unlink(worker_t *w, writer_record *r) {
   if (r->fwd_prev != NULL)
@@ -127,7 +130,7 @@ void forward_answered(worker_t *w, const char *payload, size_t len) {
   while (r != NULL && (r->once.seq != seq || origin == NULL || strcmp(r->once.origin, origin) != 0))
     r = r->fwd_next;
   /* Not waited for: answered already, made here instead, or meant for this slot's last worker. */
-  if (r == NULL || r->fwd_here) {
+  if (r == NULL || r->fwd_done != NULL) {
     cJSON_Delete(a);
     return;
   }
@@ -162,7 +165,6 @@ static void forward_here_done(writer_job *j) {
 }
 
 static void forward_make_here(worker_t *w, writer_record *r) {
-  r->fwd_here = true;
   r->fwd_w = w;
   r->fwd_done = r->job.done;
   r->job.done = forward_here_done;
@@ -172,7 +174,7 @@ static void forward_make_here(worker_t *w, writer_record *r) {
 
 void forward_lost(worker_t *w) {
   for (writer_record *r = w->fwd_head; r != NULL; r = r->fwd_next)
-    if (!r->fwd_here) forward_make_here(w, r);
+    if (r->fwd_done == NULL) forward_make_here(w, r);
 }
 
 /* The home: answers the sender of j with j's result (rc: instead of it, when not 0). */
@@ -203,7 +205,7 @@ static void forward_answer(worker_t *w, unsigned from, const writer_record *r, i
 
 static void forward_job_done(writer_job *j) {
   forward_job *fj = (forward_job *)j;
-  forward_answer(fj->w, fj->from, &fj->rec, 0);
+  forward_answer(fj->rec.fwd_w, fj->from, &fj->rec, 0);
   writer_record_free(&fj->rec);
 }
 
@@ -223,7 +225,7 @@ void forward_run(worker_t *w, const char *payload, size_t len) {
   forward_job *fj = (forward_job *)writer_record_create(
       sizeof(forward_job), table, string_or_null(o, "k"), record,
       (store_write_mode)number_of(o, "m"), is_delete, &g, forward_job_done);
-  fj->w = w;
+  fj->rec.fwd_w = w;
   fj->from = (unsigned)from->valuedouble;
   fj->rec.where = cJSON_DetachItemFromObjectCaseSensitive(o, "w");
   fj->rec.job.quick = fj->rec.where == NULL;

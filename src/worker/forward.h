@@ -25,10 +25,17 @@
 
 #include <stddef.h>
 
+#include "common/config.h"
 #include "worker/writer.h"
 
 typedef struct worker worker_t;
 
+/*
+ * Is there a write home under cfg: SQLite, several workers? The master
+ * gathers REST writers there (master_pick) and tells the others when it
+ * exits; the other workers send it their writes.
+ */
+bool forward_write_home(const config_t *cfg);
 /* Makes r (a record write, done set): at the write home, or here. Takes r. */
 void forward_submit(worker_t *w, writer_record *r);
 /* The sender: the home's answer (IPC_WRITTEN's payload). */

@@ -92,10 +92,17 @@ static void worker_ipc_drain(worker_ipc_t *wi, const char *why) {
 
 /* Commits ---------------------------------------------------------------------------- */
 
+/* Sends a message without an fd to the master: false when it cannot go (channel closed, queue
+ * full). */
+static bool worker_ipc_send(worker_t *w, uint32_t cmd, const void *payload, size_t len) {
+  worker_ipc_t *wi = w->ipc;
+  return wi->ch_open && ipc_channel_send(&wi->ch, cmd, 0, payload, len, -1) == 0;
+}
+
 static void worker_ipc_on_commit_idle(uv_idle_t *h) {
   worker_ipc_t *wi = h->data;
   uv_idle_stop(h);
-  if (wi->ch_open && ipc_channel_send(&wi->ch, IPC_COMMITTED, 0, NULL, 0, -1) != 0) {
+  if (!worker_ipc_send(&wi->w, IPC_COMMITTED, NULL, 0)) {
     /* the others' WAL watchers still see the commit within milliseconds */
   }
 }
@@ -107,13 +114,11 @@ static void worker_ipc_on_local_commit(worker_t *w) {
 
 /* A cancel this worker's listen streams did not match: the other workers may hold it. */
 static void worker_ipc_on_cancel(worker_t *w, const char *principal, const char *id_json) {
-  worker_ipc_t *wi = w->ipc;
   buf_t b;
   buf_init(&b);
   buf_append(&b, principal, strlen(principal) + 1);
   buf_append_str(&b, id_json);
-  if (wi->ch_open && b.len <= 1024 &&
-      ipc_channel_send(&wi->ch, IPC_CANCEL, 0, b.data, b.len, -1) != 0) {
+  if (b.len <= 1024 && !worker_ipc_send(w, IPC_CANCEL, b.data, b.len)) {
     /* the client's closing its connection ends the stream too */
   }
   buf_finish(&b);
@@ -122,7 +127,6 @@ static void worker_ipc_on_cancel(worker_t *w, const char *principal, const char 
 /* An elicitation answer this worker did not ask for: the one that did may be another. */
 static void worker_ipc_on_answer(worker_t *w, const char *principal, const char *session,
                                  const cJSON *msg) {
-  worker_ipc_t *wi = w->ipc;
   char *text = cJSON_PrintUnformatted(msg);
   if (text == NULL) abort(); /* cJSON out of memory: mem.h's policy */
   buf_t b;
@@ -131,16 +135,10 @@ static void worker_ipc_on_answer(worker_t *w, const char *principal, const char 
   buf_append(&b, session, strlen(session) + 1);
   buf_append_str(&b, text);
   cJSON_free(text);
-  if (wi->ch_open && b.len <= 16384 &&
-      ipc_channel_send(&wi->ch, IPC_ANSWER, 0, b.data, b.len, -1) != 0) {
+  if (b.len <= 16384 && !worker_ipc_send(w, IPC_ANSWER, b.data, b.len)) {
     /* lost: the confirmation times out, changing nothing */
   }
   buf_finish(&b);
-}
-
-static bool worker_ipc_send(worker_t *w, uint32_t cmd, const void *payload, size_t len) {
-  worker_ipc_t *wi = w->ipc;
-  return wi->ch_open && !wi->ch.eof && ipc_channel_send(&wi->ch, cmd, 0, payload, len, -1) == 0;
 }
 
 /* Re-routing ------------------------------------------------------------------------- */
@@ -323,8 +321,7 @@ int worker_ipc_main(const config_t *cfg) {
   w->on_unknown_answer = worker_ipc_on_answer;
   w->send_ipc = worker_ipc_send;
   /* SQLite, one writer at a time: the others' record writes go to slot 0 (forward.h). */
-  w->forwards =
-      n > 1 && cfg->worker_slot != 0 && strcmp(store_backend_name(cfg->db_path), "sqlite") == 0;
+  w->forwards = forward_write_home(cfg) && cfg->worker_slot != 0;
 
   int rc = ipc_channel_init(&wi.ch, loop, WORKER_IPC_FD, (uint32_t)cfg->worker_slot,
                             cfg->worker_generation, worker_ipc_on_msg, worker_ipc_on_eof, &wi);

@@ -90,9 +90,10 @@ typedef struct writer_record {
    */
   store_once once;
   struct writer_record *fwd_prev, *fwd_next;
-  bool fwd_here;                     /* made here after all: its answer is this worker's writer's */
-  void (*fwd_done)(writer_job *job); /* then the caller's done, kept while forward.c's runs */
-  struct worker *fwd_w;
+  /* Made here after all (its answer is this worker's writer's): the caller's done, kept while
+   * forward.c's runs; NULL while the home is to answer. */
+  void (*fwd_done)(writer_job *job);
+  struct worker *fwd_w; /* the worker it belongs to (the sender's, or the home's for its job) */
   /* results */
   char *out_key; /* the written row's key (new string) */
   bool created;
