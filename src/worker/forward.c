@@ -1,10 +1,13 @@
 /*
- * The write home's writes (see forward.h). A sent write's JSON:
- * {"f": sender's slot, "o": origin, "s": seq, "b": below, "t": table,
- * "k": key, "r": record, "m": mode, "d": delete, "p": principal,
- * "sc"/"sv": row scope, "w": bulk filters}; the answer's, after the
- * sender's slot and a NUL (the master routes on it): {"o", "s", "rc",
- * "k": out_key, "c": created, "n": changed, "e": err}.
+ * The write home's writes (see forward.h). The writes a worker sends in
+ * one loop turn go in one IPC_WRITE, a JSON array of {"f": sender's slot,
+ * "o": origin, "s": seq, "b": below, "t": table, "k": key, "r": record,
+ * "m": mode, "d": delete, "p": principal, "sc"/"sv": row scope, "w": bulk
+ * filters}; the answers the home has for one sender in one turn go in one
+ * IPC_WRITTEN, the sender's slot, a NUL (the master routes on it), and an
+ * array of {"o", "s", "rc", "k": out_key, "c": created, "n": changed,
+ * "e": err}. One message a turn instead of one a write: the master is woken
+ * once for a group commit's answers, not once for each.
  */
 #include "worker/forward.h"
 
@@ -24,6 +27,8 @@
  * nobody, and the way through the master would only add its round trip.
  */
 #define FORWARD_SHARED_MS 100
+/* A turn's message is sent before it grows past this (one packet, ipc.h's IPC_CHUNK). */
+#define FORWARD_PACK_MAX (IPC_CHUNK / 2)
 
 /* The home's job: a record write (rec.fwd_w: the home) and whom to answer. */
 typedef struct forward_job {
@@ -88,8 +93,76 @@ static char *forward_format(const worker_t *w, const writer_record *r) {
 /* Makes r here (once: it may have been made at the home too); it stays among the unanswered. */
 static void forward_make_here(worker_t *w, writer_record *r);
 
+static void forward_on_idle(uv_idle_t *h);
+
+/* Adds item to a turn's message b ("head[item,item" so far), sent at the turn's end. */
+static void forward_gather(worker_t *w, buf_t *b, const char *head, size_t head_len,
+                           const char *item) {
+  if (b->len == 0) {
+    buf_append(b, head, head_len);
+    buf_append_byte(b, '[');
+  } else {
+    buf_append_byte(b, ',');
+  }
+  buf_append_str(b, item);
+  if (!uv_is_active((uv_handle_t *)&w->fwd_idle) && !uv_is_closing((uv_handle_t *)&w->fwd_idle))
+    uv_idle_start(&w->fwd_idle, forward_on_idle);
+}
+
+/* Sends b (closing its array) as cmd: false when it cannot go. b is emptied either way. */
+static bool forward_send(worker_t *w, buf_t *b, uint32_t cmd) {
+  buf_append_byte(b, ']');
+  bool sent = w->send_ipc != NULL && w->send_ipc(w, cmd, b->data, b->len);
+  buf_reset(b);
+  return sent;
+}
+
+/* Sends what this turn gathered: the writes for the home, the answers for each sender. */
+static void forward_flush(worker_t *w) {
+  uv_idle_stop(&w->fwd_idle);
+  if (w->fwd_out.len > 0) {
+    writer_record *r = w->fwd_unsent;
+    w->fwd_unsent = NULL;
+    bool sent = forward_send(w, &w->fwd_out, IPC_WRITE);
+    for (; r != NULL; r = r->fwd_next) {
+      if (sent)
+        w->writes_forwarded++;
+      else if (r->fwd_done == NULL) /* it never left: made here, once */
+        forward_make_here(w, r);
+    }
+  }
+  for (unsigned i = 0; w->fwd_answers != NULL && i < w->n_slots; i++)
+    if (w->fwd_answers[i].len > 0 && !forward_send(w, &w->fwd_answers[i], IPC_WRITTEN)) {
+      /* lost: the sender makes them again when the master tells it this worker is gone */
+    }
+}
+
+static void forward_on_idle(uv_idle_t *h) {
+  forward_flush(h->data);
+}
+
+void forward_init(worker_t *w) {
+  uv_idle_init(w->loop, &w->fwd_idle);
+  w->fwd_idle.data = w;
+  buf_init(&w->fwd_out);
+}
+
+void forward_close(worker_t *w) {
+  forward_lost(w);  /* writes sent to the write home: made here, once */
+  forward_flush(w); /* a home's last answers */
+  uv_close((uv_handle_t *)&w->fwd_idle, NULL);
+}
+
+void forward_finish(worker_t *w) {
+  buf_finish(&w->fwd_out);
+  for (unsigned i = 0; w->fwd_answers != NULL && i < w->n_slots; i++)
+    buf_finish(&w->fwd_answers[i]);
+  free(w->fwd_answers);
+  w->fwd_answers = NULL;
+}
+
 void forward_submit(worker_t *w, writer_record *r) {
-  if (!w->forwards || w->send_ipc == NULL ||
+  if (!w->forwards || w->send_ipc == NULL || uv_is_closing((uv_handle_t *)&w->fwd_idle) ||
       uv_now(w->loop) - w->others_wrote_ms > FORWARD_SHARED_MS) {
     writer_submit(w->writer, &r->job, w->cfg->write_timeout_ms);
     return;
@@ -100,14 +173,8 @@ void forward_submit(worker_t *w, writer_record *r) {
       (store_once){mem_strdup(w->origin), seq, w->fwd_head != NULL ? w->fwd_head->once.seq : seq};
   char *text = forward_format(w, r);
   if (text == NULL) abort(); /* cJSON out of memory: mem.h's policy */
-  bool sent = w->send_ipc(w, IPC_WRITE, text, strlen(text));
+  forward_gather(w, &w->fwd_out, "", 0, text);
   cJSON_free(text);
-  if (!sent) { /* it never left: an ordinary write here */
-    free((char *)r->once.origin);
-    r->once.origin = NULL;
-    writer_submit(w->writer, &r->job, w->cfg->write_timeout_ms);
-    return;
-  }
   r->fwd_prev = w->fwd_tail;
   r->fwd_next = NULL;
   if (w->fwd_tail != NULL)
@@ -115,14 +182,12 @@ void forward_submit(worker_t *w, writer_record *r) {
   else
     w->fwd_head = r;
   w->fwd_tail = r;
-  w->writes_forwarded++;
+  if (w->fwd_unsent == NULL) w->fwd_unsent = r;
+  if (w->fwd_out.len > FORWARD_PACK_MAX) forward_flush(w);
 }
 
-void forward_answered(worker_t *w, const char *payload, size_t len) {
-  const char *f[2]; /* the sender's slot (this one), the answer */
-  char *copy = ipc_fields(payload, len, f, 2);
-  cJSON *a = copy != NULL ? cJSON_Parse(f[1]) : NULL;
-  free(copy);
+/* The sender: one of the home's answers. */
+static void forward_answered_one(worker_t *w, const cJSON *a) {
   const char *origin = string_or_null(a, "o");
   int64_t seq = number_of(a, "s");
   writer_record *r = w->fwd_head;
@@ -130,13 +195,9 @@ void forward_answered(worker_t *w, const char *payload, size_t len) {
   while (r != NULL && (r->once.seq != seq || origin == NULL || strcmp(r->once.origin, origin) != 0))
     r = r->fwd_next;
   /* Not waited for: answered already, made here instead, or meant for this slot's last worker. */
-  if (r == NULL || r->fwd_done != NULL) {
-    cJSON_Delete(a);
-    return;
-  }
+  if (r == NULL || r->fwd_done != NULL) return;
   int rc = (int)number_of(a, "rc");
   if (rc == -EAGAIN) { /* the home is stopping */
-    cJSON_Delete(a);
     forward_make_here(w, r);
     return;
   }
@@ -148,8 +209,17 @@ void forward_answered(worker_t *w, const char *payload, size_t len) {
   r->changed = number_of(a, "n");
   const char *err = string_or_null(a, "e");
   snprintf(r->err, sizeof(r->err), "%s", err != NULL ? err : "");
-  cJSON_Delete(a);
   r->job.done(&r->job);
+}
+
+void forward_answered(worker_t *w, const char *payload, size_t len) {
+  const char *f[2]; /* the sender's slot (this one), the answers */
+  char *copy = ipc_fields(payload, len, f, 2);
+  cJSON *list = copy != NULL ? cJSON_Parse(f[1]) : NULL;
+  free(copy);
+  const cJSON *items = cJSON_IsArray(list) ? list : NULL, *a;
+  cJSON_ArrayForEach(a, items) forward_answered_one(w, a);
+  cJSON_Delete(list);
 }
 
 /*
@@ -173,6 +243,8 @@ static void forward_make_here(worker_t *w, writer_record *r) {
 }
 
 void forward_lost(worker_t *w) {
+  buf_reset(&w->fwd_out); /* the unsent too: made here below */
+  w->fwd_unsent = NULL;
   for (writer_record *r = w->fwd_head; r != NULL; r = r->fwd_next)
     if (r->fwd_done == NULL) forward_make_here(w, r);
 }
@@ -190,17 +262,17 @@ static void forward_answer(worker_t *w, unsigned from, const writer_record *r, i
   char *text = cJSON_PrintUnformatted(a);
   cJSON_Delete(a);
   if (text == NULL) abort(); /* cJSON out of memory: mem.h's policy */
+  if (w->fwd_answers == NULL) {
+    w->fwd_answers = mem_calloc(w->n_slots, sizeof(buf_t));
+    for (unsigned i = 0; i < w->n_slots; i++) buf_init(&w->fwd_answers[i]);
+  }
   char head[16];
   int n = snprintf(head, sizeof(head), "%u", from);
-  buf_t b;
-  buf_init(&b);
-  buf_append(&b, head, (size_t)n + 1);
-  buf_append_str(&b, text);
+  buf_t *b = &w->fwd_answers[from];
+  forward_gather(w, b, head, (size_t)n + 1, text);
   cJSON_free(text);
-  if (w->send_ipc == NULL || !w->send_ipc(w, IPC_WRITTEN, b.data, b.len)) {
-    /* lost: the sender makes it again when the master tells it this worker is gone */
-  }
-  buf_finish(&b);
+  /* After the loop's close (forward_close) nothing is gathered: sent at once. */
+  if (b->len > FORWARD_PACK_MAX || uv_is_closing((uv_handle_t *)&w->fwd_idle)) forward_flush(w);
 }
 
 static void forward_job_done(writer_job *j) {
@@ -209,14 +281,13 @@ static void forward_job_done(writer_job *j) {
   writer_record_free(&fj->rec);
 }
 
-void forward_run(worker_t *w, const char *payload, size_t len) {
-  cJSON *o = cJSON_ParseWithLength(payload, len);
+/* The home: one of the writes a sender sent. */
+static void forward_run_one(worker_t *w, cJSON *o) {
   const char *table = string_or_null(o, "t"), *origin = string_or_null(o, "o");
   const cJSON *from = cJSON_GetObjectItemCaseSensitive(o, "f");
   if (table == NULL || origin == NULL || !cJSON_IsNumber(from) || from->valuedouble < 0 ||
       from->valuedouble >= w->n_slots) {
     log_warn("ipc: malformed write from another worker");
-    cJSON_Delete(o);
     return;
   }
   store_guard g = {string_or_null(o, "p"), string_or_null(o, "sc"), string_or_null(o, "sv")};
@@ -231,7 +302,6 @@ void forward_run(worker_t *w, const char *payload, size_t len) {
   fj->rec.job.quick = fj->rec.where == NULL;
   fj->rec.job.batched = true;
   fj->rec.once = (store_once){mem_strdup(origin), number_of(o, "s"), number_of(o, "b")};
-  cJSON_Delete(o);
   if (w->closing) { /* its writer is stopping: the sender makes it */
     forward_answer(w, fj->from, &fj->rec, -EAGAIN);
     writer_record_free(&fj->rec);
@@ -239,4 +309,13 @@ void forward_run(worker_t *w, const char *payload, size_t len) {
   }
   w->writes_taken++;
   writer_submit(w->writer, &fj->rec.job, w->cfg->write_timeout_ms);
+}
+
+void forward_run(worker_t *w, const char *payload, size_t len) {
+  cJSON *list = cJSON_ParseWithLength(payload, len);
+  const cJSON *items = cJSON_IsArray(list) ? list : NULL;
+  if (items == NULL) log_warn("ipc: malformed write from another worker");
+  cJSON *o;
+  cJSON_ArrayForEach(o, items) forward_run_one(w, o);
+  cJSON_Delete(list);
 }

@@ -7,7 +7,8 @@
  * record write (REST and tools) that a worker other than the write home
  * (slot 0) is asked for is sent there through the master (IPC_WRITE), made
  * by the home's writer in its group commits, and answered back
- * (IPC_WRITTEN); the request is answered from that as if made here. It is
+ * (IPC_WRITTEN); the request is answered from that as if made here. The
+ * writes and answers of one loop turn go together, one message each way. It is
  * sent only while other workers write too (IPC_COMMITTED came within the
  * last FORWARD_SHARED_MS): a worker writing alone meets no lock taken, and
  * the way through the master would only add its round trip.
@@ -36,6 +37,10 @@ typedef struct worker worker_t;
  * exits; the other workers send it their writes.
  */
 bool forward_write_home(const config_t *cfg);
+/* The loop's part (the turn's messages): after worker_init's loop, at its close, at its end. */
+void forward_init(worker_t *w);
+void forward_close(worker_t *w);
+void forward_finish(worker_t *w);
 /* Makes r (a record write, done set): at the write home, or here. Takes r. */
 void forward_submit(worker_t *w, writer_record *r);
 /* The sender: the home's answer (IPC_WRITTEN's payload). */

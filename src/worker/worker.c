@@ -556,6 +556,7 @@ int worker_init(worker_t *w, uv_loop_t *loop, const config_t *cfg, unsigned slot
   uv_signal_start(&w->sighup, worker_on_sighup, SIGHUP);
   uv_prepare_init(loop, &w->auth_turn);
   w->auth_turn.data = w;
+  forward_init(w);
   if (w->auth.enabled) {
     uv_timer_start(&w->auth_timer, worker_auth_tick, 1000, 1000);
     uv_prepare_start(&w->auth_turn, worker_auth_turn);
@@ -670,7 +671,7 @@ void worker_shutdown(worker_t *w) {
   uv_timer_stop(&w->auth_timer);
   uv_close((uv_handle_t *)&w->auth_timer, NULL);
   uv_close((uv_handle_t *)&w->auth_turn, NULL);
-  forward_lost(w);        /* writes sent to the write home: made here, once (forward.h) */
+  forward_close(w);       /* writes sent to the write home: made here, once (forward.h) */
   writer_stop(w->writer); /* queued writes finish (or fail at their deadline) and are answered */
   reader_stop(w->reader); /* and so do queued reads */
   uv_close((uv_handle_t *)&w->sighup, NULL);
@@ -687,6 +688,7 @@ void worker_finish(worker_t *w) {
   session_registry_foreach(&w->sessions, worker_drop_subs, w);
   session_registry_finish(&w->sessions);
   subs_finish(w);
+  forward_finish(w);
   store_close(w->store);
   w->store = NULL;
   lane_finish(&w->lane);

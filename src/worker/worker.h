@@ -13,6 +13,7 @@
 #include <stdint.h>
 #include <uv.h>
 
+#include "common/buf.h"
 #include "common/config.h"
 #include "common/stats.h"
 #include "common/store.h"
@@ -91,6 +92,17 @@ typedef struct worker {
   bool forwards;
   struct writer_record *fwd_head, *fwd_tail;
   int64_t fwd_seq;
+  /*
+   * What a loop turn gathers for the master, sent as one message each at
+   * the turn's end (fwd_idle): the writes for the home ("[w,w,", the first
+   * of them fwd_unsent in the list above), and at the home the answers for
+   * each sender slot ("slot\0[a,a,"; fwd_answers has n_slots, made at the
+   * first).
+   */
+  uv_idle_t fwd_idle;
+  buf_t fwd_out;
+  struct writer_record *fwd_unsent;
+  buf_t *fwd_answers;
   uint64_t others_wrote_ms; /* loop time another worker last said it committed (IPC_COMMITTED) */
   uint64_t writes_forwarded, writes_taken;
   /*

@@ -26,7 +26,6 @@ typedef struct worker_ipc {
   ipc_channel_t ch;
   bool ch_open;
   uv_timer_t stats_timer;
-  uv_idle_t commit_idle; /* sends one COMMITTED at the end of a loop turn with commits */
   uv_signal_t sigterm;
   uint64_t adopted; /* CONN messages taken */
   bool draining;
@@ -63,7 +62,6 @@ static void worker_ipc_stop(worker_ipc_t *wi) {
   wi->stopped = true;
   uv_timer_stop(&wi->stats_timer);
   uv_close((uv_handle_t *)&wi->stats_timer, NULL);
-  uv_close((uv_handle_t *)&wi->commit_idle, NULL);
   uv_close((uv_handle_t *)&wi->sigterm, NULL);
   if (wi->ch_open) {
     wi->ch_open = false;
@@ -99,17 +97,16 @@ static bool worker_ipc_send(worker_t *w, uint32_t cmd, const void *payload, size
   return wi->ch_open && ipc_channel_send(&wi->ch, cmd, 0, payload, len, -1) == 0;
 }
 
-static void worker_ipc_on_commit_idle(uv_idle_t *h) {
-  worker_ipc_t *wi = h->data;
-  uv_idle_stop(h);
-  if (!worker_ipc_send(&wi->w, IPC_COMMITTED, NULL, 0)) {
-    /* the others' WAL watchers still see the commit within milliseconds */
-  }
-}
-
+/*
+ * Once per batch of completions (subs_after_write), at once: the other
+ * workers read the commit while this one fans it out to its own streams,
+ * not after.
+ */
 static void worker_ipc_on_local_commit(worker_t *w) {
   worker_ipc_t *wi = w->ipc;
-  if (!wi->stopped) uv_idle_start(&wi->commit_idle, worker_ipc_on_commit_idle);
+  if (!wi->stopped && w->n_slots > 1 && !worker_ipc_send(w, IPC_COMMITTED, NULL, 0)) {
+    /* the others' WAL watchers still see the commit within milliseconds */
+  }
 }
 
 /* A cancel this worker's listen streams did not match: the other workers may hold it. */
@@ -329,8 +326,6 @@ int worker_ipc_main(const config_t *cfg) {
   bool failed = !wi.ch_open;
   uv_timer_init(loop, &wi.stats_timer);
   wi.stats_timer.data = &wi;
-  uv_idle_init(loop, &wi.commit_idle);
-  wi.commit_idle.data = &wi;
   uv_signal_init(loop, &wi.sigterm);
   wi.sigterm.data = &wi;
   uv_signal_start(&wi.sigterm, worker_ipc_on_sigterm, SIGTERM);
