@@ -28,7 +28,11 @@ typedef struct sub_table {
   char *columns[SUB_MAX_COLUMNS];
   size_t n_columns;
   sub_topic *collections;
-  sub_topic *filtered;
+  sub_topic *filtered; /* those without an equality filter: tested at every change */
+  /* The equality index (below): value key -> eq_list; topics in it per column, and in all. */
+  strmap eq;
+  uint32_t eq_topics[SUB_MAX_COLUMNS];
+  size_t n_eq;
   /* The filtered topics in (order, uri) order, rebuilt at the first change after they changed. */
   sub_topic **filtered_sorted;
   size_t n_filtered, sorted_cap;
@@ -36,6 +40,12 @@ typedef struct sub_table {
   size_t n_topics;         /* all topics on the table, records included */
   size_t n_scoped_records; /* record topics with filters (a row scope): they need rows */
 } sub_table;
+
+/* The topics filed under one key of the equality index (below). */
+typedef struct eq_list {
+  sub_topic **topics;
+  size_t n, cap;
+} eq_list;
 
 void sub_index_init(sub_index *idx) {
   memset(idx, 0, sizeof(*idx));
@@ -116,10 +126,117 @@ static uint8_t table_column(sub_table *st, const uri_filter *f) {
   return (uint8_t)i;
 }
 
+static void eq_list_free(const char *key, size_t len, void *value, void *data) {
+  eq_list *l = value;
+  free(l->topics);
+  free(l);
+}
+
 static void table_free(sub_table *st) {
   for (size_t i = 0; i < st->n_columns; i++) free(st->columns[i]);
+  strmap_foreach(&st->eq, eq_list_free, NULL); /* none left, but at sub_index_finish */
+  strmap_finish(&st->eq);
   free(st->filtered_sorted);
   free(st);
+}
+
+/*
+ * The equality index. A filtered topic with an eq or any-of filter on one
+ * of the table's named columns is filed under every key of a value that
+ * can satisfy that filter, and a change looks its rows' values up there
+ * instead of testing every such topic. A key is the column's index, a kind
+ * and bytes, so that value_matches(v, text) holds exactly when v's key is
+ * among text's keys:
+ *   's' and the text       a string equal to it
+ *   'n' and the double     a number, when the text reads whole as one
+ *                          (strtod, as value_matches reads it; -0 as 0)
+ *   'b' and "1" or "0"     a boolean, when the text is "1" or "0"
+ * A topic found there is then tested whole, as any other.
+ */
+#define EQ_KEY_STACK 256
+
+typedef void (*eq_fn)(sub_table *st, const char *key, size_t len, void *data);
+
+/* Calls fn with the key (col, kind, bytes), made on the stack when it fits. */
+static void eq_key(sub_table *st, uint8_t col, char kind, const void *bytes, size_t n, eq_fn fn,
+                   void *data) {
+  char stack[EQ_KEY_STACK];
+  char *k = n + 2 <= sizeof(stack) ? stack : mem_alloc(n + 2);
+  k[0] = (char)col;
+  k[1] = kind;
+  memcpy(k + 2, bytes, n);
+  fn(st, k, n + 2, data);
+  if (k != stack) free(k);
+}
+
+static void eq_key_number(sub_table *st, uint8_t col, double d, eq_fn fn, void *data) {
+  if (d == 0) d = 0; /* -0 equals 0: one key */
+  eq_key(st, col, 'n', &d, sizeof(d), fn, data);
+}
+
+/* fn for every key of a filter value's text. */
+static void eq_text_keys(sub_table *st, uint8_t col, const char *text, eq_fn fn, void *data) {
+  eq_key(st, col, 's', text, strlen(text), fn, data);
+  char *end;
+  double d = strtod(text, &end);
+  if (end != text && *end == '\0' && !isnan(d)) eq_key_number(st, col, d, fn, data);
+  if (strcmp(text, "1") == 0 || strcmp(text, "0") == 0) eq_key(st, col, 'b', text, 1, fn, data);
+}
+
+/* fn for the key of a row's value; none for a value no equality matches (NULL, an object). */
+static void eq_value_key(sub_table *st, uint8_t col, const cJSON *v, eq_fn fn, void *data) {
+  if (cJSON_IsString(v))
+    eq_key(st, col, 's', v->valuestring, strlen(v->valuestring), fn, data);
+  else if (cJSON_IsNumber(v))
+    eq_key_number(st, col, v->valuedouble, fn, data);
+  else if (cJSON_IsBool(v))
+    eq_key(st, col, 'b', cJSON_IsTrue(v) ? "1" : "0", 1, fn, data);
+}
+
+static void eq_add(sub_table *st, const char *key, size_t len, void *t) {
+  eq_list *l = strmap_get(&st->eq, key, len);
+  if (l == NULL) {
+    l = mem_calloc(1, sizeof(*l));
+    strmap_put(&st->eq, key, len, l);
+  }
+  if (l->n == l->cap) {
+    l->cap = l->cap > 0 ? l->cap * 2 : 2;
+    l->topics = mem_realloc(l->topics, l->cap * sizeof(*l->topics));
+  }
+  l->topics[l->n++] = t;
+}
+
+static void eq_remove(sub_table *st, const char *key, size_t len, void *t) {
+  eq_list *l = strmap_get(&st->eq, key, len);
+  if (l == NULL) return;
+  for (size_t i = 0; i < l->n; i++)
+    if (l->topics[i] == t) {
+      l->topics[i] = l->topics[--l->n];
+      break;
+    }
+  if (l->n > 0) return;
+  strmap_remove(&st->eq, key, len);
+  free(l->topics);
+  free(l);
+}
+
+/* The filter a topic is indexed by: its first eq or any-of on a named column, or -1. */
+static int8_t eq_filter_of(const sub_topic *t) {
+  for (size_t i = 0; i < t->parsed.n_filters; i++) {
+    uri_op op = t->parsed.filters[i].op;
+    if ((op == URI_EQ || op == URI_IN) && t->columns[i] != SUB_NO_COLUMN) return (int8_t)i;
+  }
+  return -1;
+}
+
+/* Files t under (eq_add) or takes it from (eq_remove) every key of its equality's values. */
+static void eq_file(sub_table *st, sub_topic *t, eq_fn fn) {
+  const uri_filter *f = &t->parsed.filters[t->eq_filter];
+  uint8_t col = t->columns[t->eq_filter];
+  if (f->op == URI_IN)
+    for (size_t i = 0; i < f->n_alts; i++) eq_text_keys(st, col, f->alts[i], fn, t);
+  else
+    eq_text_keys(st, col, f->value, fn, t);
 }
 
 static sub_topic *topic_create(sub_index *idx, const char *key, const char *uri,
@@ -141,6 +258,7 @@ static sub_topic *topic_create(sub_index *idx, const char *key, const char *uri,
   sub_table *st = strmap_get(&idx->tables, table, strlen(table));
   if (st == NULL) {
     st = mem_calloc(1, sizeof(*st));
+    strmap_init(&st->eq);
     strmap_put(&idx->tables, table, strlen(table), st);
   }
   st->n_topics++;
@@ -156,9 +274,16 @@ static sub_topic *topic_create(sub_index *idx, const char *key, const char *uri,
   } else if (t->parsed.kind == URI_FILTERED) {
     for (size_t i = 0; i < t->parsed.n_filters; i++)
       t->columns[i] = table_column(st, &t->parsed.filters[i]);
-    topic_link(&st->filtered, t);
-    st->n_filtered++;
-    st->sorted_stale = true;
+    t->eq_filter = eq_filter_of(t);
+    if (t->eq_filter >= 0) {
+      eq_file(st, t, eq_add);
+      st->eq_topics[t->columns[t->eq_filter]]++;
+      st->n_eq++;
+    } else {
+      topic_link(&st->filtered, t);
+      st->n_filtered++;
+      st->sorted_stale = true;
+    }
   } else {
     topic_link(&st->collections, t);
   }
@@ -180,6 +305,10 @@ static void topic_destroy(sub_index *idx, sub_topic *t) {
     else
       strmap_remove(&idx->records, k.data, k.len);
     buf_finish(&k);
+  } else if (t->parsed.kind == URI_FILTERED && t->eq_filter >= 0) {
+    eq_file(st, t, eq_remove);
+    st->eq_topics[t->columns[t->eq_filter]]--;
+    st->n_eq--;
   } else if (t->parsed.kind == URI_FILTERED) {
     topic_unlink(&st->filtered, t);
     st->n_filtered--;
@@ -228,7 +357,7 @@ void sub_index_remove(sub_index *idx, sub_t *s) {
 
 bool sub_index_needs_rows(const sub_index *idx, const char *table) {
   const sub_table *st = strmap_get(&idx->tables, table, strlen(table));
-  return st != NULL && (st->filtered != NULL || st->n_scoped_records > 0);
+  return st != NULL && (st->filtered != NULL || st->n_eq > 0 || st->n_scoped_records > 0);
 }
 
 bool sub_index_watches(const sub_index *idx, const char *table) {
@@ -371,6 +500,44 @@ static void match_collect(sub_topic *t, void *data) {
   m->list[m->n++] = t;
 }
 
+/* What eq_match's lookups test the topics they find with. */
+typedef struct eq_probe {
+  const sub_change *change;
+  const cJSON *const *old_values, *const *new_values;
+  match_set *m;
+} eq_probe;
+
+static void eq_lookup(sub_table *st, const char *key, size_t len, void *data) {
+  const eq_probe *p = data;
+  const eq_list *l = strmap_get(&st->eq, key, len);
+  for (size_t i = 0; l != NULL && i < l->n; i++) {
+    sub_topic *t = l->topics[i];
+    if (topic_filters_match(t, p->change->old_row, p->old_values) ||
+        topic_filters_match(t, p->change->new_row, p->new_values))
+      match_collect(t, p->m);
+  }
+}
+
+/* Two row values with the same key: the second lookup would find what the first did. */
+static bool eq_same_value(const cJSON *a, const cJSON *b) {
+  if (cJSON_IsString(a) && cJSON_IsString(b)) return strcmp(a->valuestring, b->valuestring) == 0;
+  if (cJSON_IsNumber(a) && cJSON_IsNumber(b)) return a->valuedouble == b->valuedouble;
+  return a == b;
+}
+
+/* The indexed topics the change's old or new row matches, into m (in no order; repeats possible).
+ */
+static void eq_match(sub_table *st, const sub_change *change, const cJSON *const *old_values,
+                     const cJSON *const *new_values, match_set *m) {
+  eq_probe p = {change, old_values, new_values, m};
+  for (size_t c = 0; c < st->n_columns; c++) {
+    if (st->eq_topics[c] == 0) continue;
+    eq_value_key(st, (uint8_t)c, old_values[c], eq_lookup, &p);
+    if (!eq_same_value(old_values[c], new_values[c]))
+      eq_value_key(st, (uint8_t)c, new_values[c], eq_lookup, &p);
+  }
+}
+
 /* The table's filtered topics in (order, uri) order; sorted again only after they changed. */
 static sub_topic *const *filtered_sorted(sub_table *st) {
   if (!st->sorted_stale) return st->filtered_sorted;
@@ -396,14 +563,21 @@ void sub_index_match(const sub_index *idx, const sub_change *change,
   if (change->old_key != NULL && strcmp(change->old_key, change->key) != 0)
     match_records(idx, change, change->old_key, match_collect, &m);
   for (sub_topic *t = st->collections; t != NULL; t = t->next) match_collect(t, &m);
-  if (m.n > 1) qsort(m.list, m.n, sizeof(sub_topic *), sub_topic_compare);
-  /* Merged with the filtered topics that match, which are already in order. */
-  sub_topic *const *filtered = st->n_filtered > 0 ? filtered_sorted(st) : NULL;
   const cJSON *old_values[SUB_MAX_COLUMNS], *new_values[SUB_MAX_COLUMNS];
-  if (st->n_filtered > 0) {
+  if (st->n_filtered > 0 || st->n_eq > 0) {
     table_values(st, change->old_row, old_values);
     table_values(st, change->new_row, new_values);
   }
+  if (st->n_eq > 0) eq_match(st, change, old_values, new_values, &m);
+  if (m.n > 1) {
+    qsort(m.list, m.n, sizeof(sub_topic *), sub_topic_compare);
+    size_t n = 1; /* an indexed topic found through both rows' values, once */
+    for (size_t j = 1; j < m.n; j++)
+      if (m.list[j] != m.list[n - 1]) m.list[n++] = m.list[j];
+    m.n = n;
+  }
+  /* Merged with the filtered topics that match, which are already in order. */
+  sub_topic *const *filtered = st->n_filtered > 0 ? filtered_sorted(st) : NULL;
   size_t i = 0;
   for (size_t j = 0; j < st->n_filtered; j++) {
     sub_topic *t = filtered[j];

@@ -6,7 +6,8 @@
  * the key before a rename, collection topics, filtered topics on the old
  * or the new row, so a row leaving the filter matches too), the filter
  * value comparison (text against numbers: "5" matches 5 and 5.0), tables
- * nobody watches, and sub_topic_matches agreeing with sub_index_match.
+ * nobody watches, and sub_topic_matches agreeing with sub_index_match,
+ * also for random topics and rows through the equality index.
  * ASan checks that removal and sub_index_finish free everything.
  */
 #include <cjson/cJSON.h>
@@ -570,7 +571,119 @@ static void test_many_columns(void) {
   sub_index_finish(&idx);
 }
 
+/* The equality index against the definition: random topics and rows. ------------ */
+
+#define EQ_TOPICS 300
+
+typedef struct found {
+  sub_topic *topics[EQ_TOPICS];
+  int n;
+} found;
+
+static void collect_found(sub_topic *t, void *data) {
+  found *f = data;
+  CHECK(f->n < EQ_TOPICS);
+  f->topics[f->n++] = t;
+}
+
+/* A filter value: texts that read as numbers in several ways, booleans' "1"/"0", plain text. */
+static const char *eq_text(void) {
+  static const char *const texts[] = {"5", "5.0", "%205", "0x5", "1",   "0",  "-0",
+                                      "x", "X",   "10",   "nan", "inf", "1e1"};
+  return texts[rand() % (int)(sizeof(texts) / sizeof(texts[0]))];
+}
+
+/* A random filtered URI on columns a and b; most have an equality the index files them by. */
+static void eq_uri(char *uri, size_t len) {
+  const char *a = eq_text(), *b = eq_text(), *c = eq_text();
+  switch (rand() % 7) {
+  case 0: snprintf(uri, len, BASE "/Product?a=%s", a); break;
+  case 1: snprintf(uri, len, BASE "/Product?a=eq=%s", a); break;
+  case 2: snprintf(uri, len, BASE "/Product?a=%s|%s|%s", a, b, c); break;
+  case 3: snprintf(uri, len, BASE "/Product?a=%s&b=ne=%s", a, b); break;
+  case 4: snprintf(uri, len, BASE "/Product?a=gt=%s&b=%s", a, b); break;
+  case 5: snprintf(uri, len, BASE "/Product?b=ne=%s", a); break; /* no equality: tested each time */
+  default: snprintf(uri, len, BASE "/Product?b=%s|%s", a, b); break;
+  }
+}
+
+/* A random row value of a column: absent, null, text, a number, a boolean. */
+static void eq_value(cJSON *row, const char *column) {
+  static const char *const texts[] = {"5", "5.0", " 5", "x", "X", "1", "0", "10"};
+  static const double numbers[] = {5, 5.5, 0, -0.0, 1, 10};
+  switch (rand() % 5) {
+  case 0: break;
+  case 1: cJSON_AddNullToObject(row, column); break;
+  case 2: cJSON_AddStringToObject(row, column, texts[rand() % 8]); break;
+  case 3: cJSON_AddNumberToObject(row, column, numbers[rand() % 6]); break;
+  default: cJSON_AddBoolToObject(row, column, rand() % 2); break;
+  }
+}
+
+static cJSON *eq_row(void) {
+  if (rand() % 8 == 0) return NULL; /* an insert's old row, a delete's new one */
+  cJSON *r = cJSON_CreateObject();
+  eq_value(r, "a");
+  eq_value(r, "b");
+  return r;
+}
+
+/* Every change matches exactly the topics sub_topic_matches says, each once. */
+static void eq_check(const sub_index *idx, sub_t *const *subs, int n) {
+  for (int round = 0; round < 200; round++) {
+    cJSON *old_row = eq_row(), *new_row = eq_row();
+    sub_change c = {100, "Product", "A", NULL, old_row, new_row};
+    found f = {.n = 0};
+    sub_index_match(idx, &c, collect_found, &f);
+    for (int i = 1; i < f.n; i++) CHECK(sub_topic_compare(&f.topics[i - 1], &f.topics[i]) < 0);
+    for (int i = 0; i < n; i++) {
+      if (subs[i] == NULL) continue;
+      sub_topic *t = subs[i]->topic;
+      int times = 0;
+      for (int j = 0; j < f.n; j++) times += f.topics[j] == t;
+      CHECK_INT_EQ(times, sub_topic_matches(t, &c) ? 1 : 0);
+    }
+    cJSON_Delete(old_row);
+    cJSON_Delete(new_row);
+  }
+}
+
+static void test_equality_index(void) {
+  srand(7);
+  sub_index idx;
+  sub_index_init(&idx);
+  sub_t *subs[EQ_TOPICS] = {0};
+  char uri[256];
+  int n = 0;
+  while (n < EQ_TOPICS / 2) {
+    eq_uri(uri, sizeof(uri));
+    uri_t u;
+    if (uri_parse(BASE, uri, &u) != 0) continue;
+    subs[n++] = sub_index_add(&idx, uri, uri, &u, &session_a, 0);
+    uri_finish(&u);
+  }
+  eq_check(&idx, subs, n);
+  /* Half of them go (an any-of topic leaves every one of its values' lists), and more come. */
+  for (int i = 0; i < n; i += 2) {
+    sub_index_remove(&idx, subs[i]);
+    subs[i] = NULL;
+  }
+  while (n < EQ_TOPICS) {
+    eq_uri(uri, sizeof(uri));
+    uri_t u;
+    if (uri_parse(BASE, uri, &u) != 0) continue;
+    subs[n++] = sub_index_add(&idx, uri, uri, &u, &session_b, 0);
+    uri_finish(&u);
+  }
+  eq_check(&idx, subs, n);
+  for (int i = 0; i < n; i++)
+    if (subs[i] != NULL) sub_index_remove(&idx, subs[i]);
+  CHECK(!sub_index_watches(&idx, "Product"));
+  sub_index_finish(&idx);
+}
+
 int main(void) {
+  RUN(test_equality_index);
   RUN(test_match_order);
   RUN(test_many_columns);
   RUN(test_add_remove);

@@ -71,7 +71,7 @@ def ratio(a, b):
 
 def summarize(runs):
     s = {"fanout": [], "latency": [], "idle": [], "read": [], "write": [], "storm": [], "listen": [], "auth": [],
-         "filters": [], "subscribe": [], "goals": []}
+         "filters": [], "subscribe": [], "match": [], "goals": []}
     ok = [r for r in runs if r.get("ok")]
     # Fan-out: each mcpsub run is followed by the ceiling at the same size and
     # batching; repeated runs are summarized by their medians.
@@ -202,6 +202,9 @@ def summarize(runs):
                                "per_wall_s_range": [min(r["per_wall_s"] for r in rs), max(r["per_wall_s"] for r in rs)],
                                "per_server_cpu_s": median(rs, "per_server_cpu_s"),
                                "ms_per_subscribe": round(1000 / wall, 3) if wall else None})
+    # Match: bench_match's ns per change, by kind of topic and number of topics.
+    for r in by(ok, scenario="match"):
+        s["match"].append({k: r.get(k) for k in ("kind", "topics", "changes", "ns_per_change", "matched_per_change")})
     # Goals.
     g = s["goals"]
     # Subscribes per second per worker: its throughput, with subscribes in flight together.
@@ -512,6 +515,12 @@ def tables(s):
         lo, hi = r["per_wall_s_range"]
         out.append(f"| {fmt(r['held'])} | {r['connections']} | {r['runs']} | {fmt(r['per_wall_s'])} | "
                    f"{fmt(lo)}–{fmt(hi)} | {fmt(r['per_server_cpu_s'])} | {fmt(r['ms_per_subscribe'], 3)} |")
+    if s["match"]:
+        out.append("\n### Matching a change (bench_match: one worker's subscription index, no I/O)\n")
+        out.append("| topics on the table | kind | ns per change | topics matched per change |")
+        out.append("|---:|---|---:|---:|")
+        for r in s["match"]:
+            out.append(f"| {fmt(r['topics'])} | {r['kind']} | {fmt(r['ns_per_change'], 1)} | {fmt(r['matched_per_change'], 2)} |")
     out.append("\n### Goals\n")
     out.append("| goal | target | measured | met |")
     out.append("|---|---|---:|---|")
