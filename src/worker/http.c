@@ -168,7 +168,8 @@ struct http_server {
   size_t n_conns;
   strmap per_address;   /* client address -> open connections (as a uintptr_t) */
   uint64_t refused;     /* over max_connections / max_per_address */
-  http_conn_t *pending; /* deferred work for the next idle callback */
+  http_conn_t *pending; /* deferred work for the next idle callback, in the order scheduled */
+  http_conn_t *pending_tail;
   http_conn_t *running; /* what the idle callback has not reached yet */
 
   bool closing;
@@ -300,14 +301,20 @@ static void server_on_handle_closed(uv_handle_t *h) {
   server_check_done(srv);
 }
 
-/* Puts c on the deferred-work list; the idle callback picks it up on the
- * next loop turn. A zombie is scheduled only to run a late close callback. */
+/* Puts c at the end of the deferred-work list; the idle callback picks it up
+ * on the next loop turn, first come first written (a write's answer, queued
+ * before the fan-out of its commit, goes before the fan-out). A zombie is
+ * scheduled only to run a late close callback. */
 static void conn_schedule(http_conn_t *c) {
   http_server_t *srv = c->srv;
   if (c->pending || (c->handle_closing && !c->zombie) || srv->closing) return;
   c->pending = true;
-  c->pending_next = srv->pending;
-  srv->pending = c;
+  c->pending_next = NULL;
+  if (srv->pending_tail != NULL)
+    srv->pending_tail->pending_next = c;
+  else
+    srv->pending = c;
+  srv->pending_tail = c;
   (void)uv_idle_start(&srv->idle, server_on_idle); /* fails only on a closing handle */
 }
 
@@ -315,11 +322,14 @@ static void conn_schedule(http_conn_t *c) {
  * (even from user code inside the idle callback) leaves no dangling entry. */
 static void conn_pending_unlink(http_conn_t *c) {
   if (!c->pending) return;
-  http_conn_t **lists[] = {&c->srv->pending, &c->srv->running};
+  http_server_t *srv = c->srv;
+  http_conn_t **lists[] = {&srv->pending, &srv->running};
   for (size_t i = 0; i < ARRAY_LEN(lists); i++) {
-    for (http_conn_t **p = lists[i]; *p; p = &(*p)->pending_next) {
+    http_conn_t *prev = NULL;
+    for (http_conn_t **p = lists[i]; *p; prev = *p, p = &(*p)->pending_next) {
       if (*p == c) {
         *p = c->pending_next;
+        if (srv->pending_tail == c) srv->pending_tail = prev; /* only the pending list's */
         goto unlinked;
       }
     }
@@ -1098,7 +1108,7 @@ static void server_on_idle(uv_idle_t *h) {
   /* Work scheduled while this runs waits for the next turn: a connection
    * answering synchronously cannot starve the others. */
   srv->running = srv->pending;
-  srv->pending = NULL;
+  srv->pending = srv->pending_tail = NULL;
   while (srv->running) {
     http_conn_t *c = srv->running;
     srv->running = c->pending_next;
@@ -1418,6 +1428,7 @@ void http_server_close(http_server_t *srv, void (*done)(void *data), void *data)
       c->pending = false;
     }
   }
+  srv->pending_tail = NULL;
   for (http_conn_t *c = srv->conns; c; c = c->next) conn_close_now(c);
 }
 

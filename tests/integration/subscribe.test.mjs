@@ -798,3 +798,46 @@ test('teardown: with every client gone, /status is back to zero and the server e
   await waitStatus(srv.port, { sessions: 0, streams: 0, subscriptions: 0, waiters: 0 });
   await srv.stop();
 });
+
+test('a write is answered before its commit is fanned out to the subscribers of the worker that made it', async () => {
+  // One process: the write and all 40 streams on one worker, whose output goes in the order it
+  // was queued; the PUT's answer (queued at its commit) comes before the 40 notifications.
+  const one = await startServer({ args: ['--workers', '0'] });
+  const clients = [];
+  try {
+    const uri = `${one.base}/Product`;
+    for (let i = 0; i < 40; i++) {
+      const s = await McpSession.open(one.port);
+      const stream = await EventStream.open(one.port, s.id);
+      await stream.waitPrimed();
+      assert.deepEqual(await s.result('resources/subscribe', { uri }), {});
+      clients.push({ s, stream });
+    }
+    const conn = await RawConnection.open(one.port);
+    let answeredAt;
+    conn.socket.on('data', () => {
+      answeredAt ??= stamp(); // the answer's first bytes, on the clock the streams' events use
+    });
+    conn.write(
+      buildRequest(one.port, {
+        method: 'PUT',
+        path: '/Product/ORD-1',
+        headers: { 'Content-Type': 'application/json', Accept: 'application/json' },
+        body: JSON.stringify(product('ORD-1')),
+      }),
+    );
+    assert.equal((await conn.readResponse()).status, 201);
+    const first = [];
+    for (const c of clients) first.push((await c.stream.waitUpdates(1, uri))[0].at);
+    conn.close();
+    const earlier = first.filter((at) => at < answeredAt).length;
+    // Answered last (behind the fan-out), all 40 would come first.
+    assert.ok(earlier < 20, `${earlier} of 40 notifications arrived before the write's answer`);
+  } finally {
+    for (const c of clients) {
+      c.stream.close();
+      await c.s.delete();
+    }
+    await one.stop();
+  }
+});
