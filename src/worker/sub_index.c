@@ -33,6 +33,12 @@ typedef struct sub_table {
   strmap eq;
   uint32_t eq_topics[SUB_MAX_COLUMNS];
   size_t n_eq;
+  /* The lengths of the indexed prefixes (sw), by column, with how many topics have each. */
+  struct prefix_len {
+    uint8_t col;
+    uint32_t len, topics;
+  } * prefix_lens;
+  size_t n_prefix_lens, prefix_cap;
   /* The filtered topics in (order, uri) order, rebuilt at the first change after they changed. */
   sub_topic **filtered_sorted;
   size_t n_filtered, sorted_cap;
@@ -136,6 +142,7 @@ static void table_free(sub_table *st) {
   for (size_t i = 0; i < st->n_columns; i++) free(st->columns[i]);
   strmap_foreach(&st->eq, eq_list_free, NULL); /* none left, but at sub_index_finish */
   strmap_finish(&st->eq);
+  free(st->prefix_lens);
   free(st->filtered_sorted);
   free(st);
 }
@@ -151,7 +158,10 @@ static void table_free(sub_table *st) {
  *   'n' and the double     a number, when the text reads whole as one
  *                          (strtod, as value_matches reads it; -0 as 0)
  *   'b' and "1" or "0"     a boolean, when the text is "1" or "0"
- * A topic found there is then tested whole, as any other.
+ * A topic without an equality but with a starts-with filter (sw) is filed
+ * under 'p' and its prefix, and a change looks up its string values cut
+ * to each prefix length the column's topics have (prefix_lens). A topic
+ * found there is then tested whole, as any other.
  */
 #define EQ_KEY_STACK 256
 
@@ -220,23 +230,60 @@ static void eq_remove(sub_table *st, const char *key, size_t len, void *t) {
   free(l);
 }
 
-/* The filter a topic is indexed by: its first eq or any-of on a named column, or -1. */
+/*
+ * The filter a topic is indexed by, on a named column: its first eq or
+ * any-of, else its first sw; or -1.
+ */
 static int8_t eq_filter_of(const sub_topic *t) {
+  int8_t prefix = -1;
   for (size_t i = 0; i < t->parsed.n_filters; i++) {
     uri_op op = t->parsed.filters[i].op;
-    if ((op == URI_EQ || op == URI_IN) && t->columns[i] != SUB_NO_COLUMN) return (int8_t)i;
+    if (t->columns[i] == SUB_NO_COLUMN) continue;
+    if (op == URI_EQ || op == URI_IN) return (int8_t)i;
+    if (op == URI_SW && prefix < 0) prefix = (int8_t)i;
   }
-  return -1;
+  return prefix;
 }
 
-/* Files t under (eq_add) or takes it from (eq_remove) every key of its equality's values. */
+/* Counts a topic's prefix length in (delta 1) or out (-1) of the table's prefix_lens. */
+static void prefix_len_count(sub_table *st, uint8_t col, uint32_t len, int delta) {
+  size_t i = 0;
+  while (i < st->n_prefix_lens && (st->prefix_lens[i].col < col ||
+                                   (st->prefix_lens[i].col == col && st->prefix_lens[i].len < len)))
+    i++;
+  bool found =
+      i < st->n_prefix_lens && st->prefix_lens[i].col == col && st->prefix_lens[i].len == len;
+  if (!found && delta < 0) return;
+  if (!found) {
+    if (st->n_prefix_lens == st->prefix_cap) {
+      st->prefix_cap = st->prefix_cap > 0 ? st->prefix_cap * 2 : 4;
+      st->prefix_lens = mem_realloc(st->prefix_lens, st->prefix_cap * sizeof(*st->prefix_lens));
+    }
+    memmove(&st->prefix_lens[i + 1], &st->prefix_lens[i],
+            (st->n_prefix_lens - i) * sizeof(*st->prefix_lens));
+    st->prefix_lens[i] = (struct prefix_len){col, len, 0};
+    st->n_prefix_lens++;
+  }
+  st->prefix_lens[i].topics += (uint32_t)delta;
+  if (st->prefix_lens[i].topics > 0) return;
+  memmove(&st->prefix_lens[i], &st->prefix_lens[i + 1],
+          (st->n_prefix_lens - i - 1) * sizeof(*st->prefix_lens));
+  st->n_prefix_lens--;
+}
+
+/* Files t under (eq_add) or takes it from (eq_remove) every key of its filter's values. */
 static void eq_file(sub_table *st, sub_topic *t, eq_fn fn) {
   const uri_filter *f = &t->parsed.filters[t->eq_filter];
   uint8_t col = t->columns[t->eq_filter];
-  if (f->op == URI_IN)
+  if (f->op == URI_SW) {
+    size_t len = strlen(f->value);
+    eq_key(st, col, 'p', f->value, len, fn, t);
+    prefix_len_count(st, col, (uint32_t)len, fn == eq_add ? 1 : -1);
+  } else if (f->op == URI_IN) {
     for (size_t i = 0; i < f->n_alts; i++) eq_text_keys(st, col, f->alts[i], fn, t);
-  else
+  } else {
     eq_text_keys(st, col, f->value, fn, t);
+  }
 }
 
 static sub_topic *topic_create(sub_index *idx, const char *key, const char *uri,
@@ -525,6 +572,17 @@ static bool eq_same_value(const cJSON *a, const cJSON *b) {
   return a == b;
 }
 
+/* The sw topics a string value of column col can satisfy: one lookup per prefix length. */
+static void eq_prefixes(sub_table *st, uint8_t col, const cJSON *v, eq_probe *p) {
+  if (!cJSON_IsString(v)) return;
+  size_t len = strlen(v->valuestring);
+  for (size_t i = 0; i < st->n_prefix_lens; i++) {
+    const struct prefix_len *pl = &st->prefix_lens[i];
+    if (pl->col == col && pl->len <= len)
+      eq_key(st, col, 'p', v->valuestring, pl->len, eq_lookup, p);
+  }
+}
+
 /* The indexed topics the change's old or new row matches, into m (in no order; repeats possible).
  */
 static void eq_match(sub_table *st, const sub_change *change, const cJSON *const *old_values,
@@ -533,8 +591,10 @@ static void eq_match(sub_table *st, const sub_change *change, const cJSON *const
   for (size_t c = 0; c < st->n_columns; c++) {
     if (st->eq_topics[c] == 0) continue;
     eq_value_key(st, (uint8_t)c, old_values[c], eq_lookup, &p);
-    if (!eq_same_value(old_values[c], new_values[c]))
-      eq_value_key(st, (uint8_t)c, new_values[c], eq_lookup, &p);
+    eq_prefixes(st, (uint8_t)c, old_values[c], &p);
+    if (eq_same_value(old_values[c], new_values[c])) continue;
+    eq_value_key(st, (uint8_t)c, new_values[c], eq_lookup, &p);
+    eq_prefixes(st, (uint8_t)c, new_values[c], &p);
   }
 }
 

@@ -7,13 +7,14 @@
  *   table name          -> collection topics and filtered topics
  *   (table, record key) -> record topics
  * and a filtered topic with an equality among its filters (col=v, col=eq=v,
- * col=v1|v2) under the values that can satisfy it:
- *   (table, column, value) -> filtered topics
+ * col=v1|v2) under the values that can satisfy it, one with a starts-with
+ * (col=sw=p) under its prefix:
+ *   (table, column, value or prefix) -> filtered topics
  * Matching a change costs one hash lookup per kind and per such column in
- * its old and new rows, plus one filter test per topic found there and per
- * filtered topic without an equality: no SQL, no allocation per
- * subscriber, and a table of many selective topics (one per customer, say)
- * is not tested topic by topic.
+ * its old and new rows (and per prefix length), plus one filter test per
+ * topic found there and per filtered topic without either: no SQL, no
+ * allocation per subscriber, and a table of many selective topics (one
+ * per customer, say) is not tested topic by topic.
  *
  * The index knows nothing of sessions or streams: a subscription's owner is
  * an opaque pointer, so a session's GET stream, a wait_and_read call and a
@@ -60,7 +61,7 @@ struct sub_topic {
   frame_tag tag;          /* "-t<order>": its updates' event ids end with it */
   /* Filter i's column as an index into its table's columns (sub_index.c), or SUB_NO_COLUMN. */
   uint8_t columns[URI_MAX_FILTERS];
-  /* The equality filter (eq, or any of) the table's index finds it by, or -1: tested per change. */
+  /* The filter (eq, any of, or sw) the table's index finds it by, or -1: tested per change. */
   int8_t eq_filter;
   uri_t parsed; /* kind, table, key, filters */
   uint32_t id;  /* unique within the index's lifetime */

@@ -7,7 +7,7 @@
  * or the new row, so a row leaving the filter matches too), the filter
  * value comparison (text against numbers: "5" matches 5 and 5.0), tables
  * nobody watches, and sub_topic_matches agreeing with sub_index_match,
- * also for random topics and rows through the equality index.
+ * also for random topics and rows through the equality and prefix index.
  * ASan checks that removal and sub_index_finish free everything.
  */
 #include <cjson/cJSON.h>
@@ -593,28 +593,39 @@ static const char *eq_text(void) {
   return texts[rand() % (int)(sizeof(texts) / sizeof(texts[0]))];
 }
 
-/* A random filtered URI on columns a and b; most have an equality the index files them by. */
+/* A starts-with prefix, of several lengths; some prefixes of others. */
+static const char *eq_prefix(void) {
+  static const char *const prefixes[] = {"a", "ab", "abc", "x", "5", "1", "b"};
+  return prefixes[rand() % (int)(sizeof(prefixes) / sizeof(prefixes[0]))];
+}
+
+/* A random filtered URI on columns a and b; most have a filter the index files them by. */
 static void eq_uri(char *uri, size_t len) {
   const char *a = eq_text(), *b = eq_text(), *c = eq_text();
-  switch (rand() % 7) {
+  switch (rand() % 9) {
   case 0: snprintf(uri, len, BASE "/Product?a=%s", a); break;
   case 1: snprintf(uri, len, BASE "/Product?a=eq=%s", a); break;
   case 2: snprintf(uri, len, BASE "/Product?a=%s|%s|%s", a, b, c); break;
   case 3: snprintf(uri, len, BASE "/Product?a=%s&b=ne=%s", a, b); break;
   case 4: snprintf(uri, len, BASE "/Product?a=gt=%s&b=%s", a, b); break;
-  case 5: snprintf(uri, len, BASE "/Product?b=ne=%s", a); break; /* no equality: tested each time */
+  case 5: snprintf(uri, len, BASE "/Product?b=ne=%s", a); break; /* not indexed: tested each time */
+  case 6: snprintf(uri, len, BASE "/Product?a=sw=%s", eq_prefix()); break;
+  case 7:
+    snprintf(uri, len, BASE "/Product?a=sw=%s&b=%s", eq_prefix(), b);
+    break; /* b indexes it */
   default: snprintf(uri, len, BASE "/Product?b=%s|%s", a, b); break;
   }
 }
 
 /* A random row value of a column: absent, null, text, a number, a boolean. */
 static void eq_value(cJSON *row, const char *column) {
-  static const char *const texts[] = {"5", "5.0", " 5", "x", "X", "1", "0", "10"};
+  static const char *const texts[] = {"5",  "5.0", " 5",  "x",   "X", "1", "0",
+                                      "10", "ab",  "abc", "abd", "a", "x1"};
   static const double numbers[] = {5, 5.5, 0, -0.0, 1, 10};
   switch (rand() % 5) {
   case 0: break;
   case 1: cJSON_AddNullToObject(row, column); break;
-  case 2: cJSON_AddStringToObject(row, column, texts[rand() % 8]); break;
+  case 2: cJSON_AddStringToObject(row, column, texts[rand() % 13]); break;
   case 3: cJSON_AddNumberToObject(row, column, numbers[rand() % 6]); break;
   default: cJSON_AddBoolToObject(row, column, rand() % 2); break;
   }

@@ -9,6 +9,7 @@
  *   record   Orders/<customer>             one hash lookup per change
  *   eq       Orders?customer=<customer>    the equality index (before it:
  *                                          every topic tested per change)
+ *   prefix   Orders?path=sw=/<customer>/   the prefix index (likewise)
  *
  * and, for scale, one collection topic that every change matches. Prints
  * one JSON object per kind and N, a run of tools/bench/run's "match"
@@ -49,6 +50,8 @@ static void kind_uri(char *uri, size_t len, const char *kind, long c) {
     snprintf(uri, len, BASE "/Orders/c%ld", c);
   else if (strcmp(kind, "eq") == 0)
     snprintf(uri, len, BASE "/Orders?customer=c%ld", c);
+  else if (strcmp(kind, "prefix") == 0)
+    snprintf(uri, len, BASE "/Orders?path=sw=/c%ld/", c);
   else
     snprintf(uri, len, BASE "/Orders");
 }
@@ -68,8 +71,7 @@ static int run(const char *kind, long topics, long changes) {
     (void)sub_index_add(&idx, uri, uri, &u, &owner, 0);
     uri_finish(&u);
   }
-  /* Changes of an order row: its key is the customer's (for the record topics), its rows name it.
-   */
+  /* Changes of an order row, keyed by its customer (the record topics); the rows name it too. */
   enum { ROWS = 1024 };
   cJSON *rows[ROWS];
   char *keys[ROWS];
@@ -79,6 +81,9 @@ static int run(const char *kind, long topics, long changes) {
     keys[i] = strdup(key);
     rows[i] = cJSON_CreateObject();
     cJSON_AddStringToObject(rows[i], "customer", key);
+    char path[64];
+    snprintf(path, sizeof(path), "/%s/orders/%d", key, i);
+    cJSON_AddStringToObject(rows[i], "path", path);
     cJSON_AddNumberToObject(rows[i], "total", i);
     cJSON_AddStringToObject(rows[i], "status", "open");
   }
@@ -115,7 +120,7 @@ int main(int argc, char **argv) {
     }
   }
   if (changes <= 0) changes = 1;
-  static const char *const kinds[] = {"record", "eq"};
+  static const char *const kinds[] = {"record", "eq", "prefix"};
   if (run("collection", 1000, changes) != 0) return 1; /* one topic: the same at any size */
   char *list = strdup(sizes);
   for (char *save = NULL, *tok = strtok_r(list, ",", &save); tok != NULL;
