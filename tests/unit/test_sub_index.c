@@ -659,33 +659,32 @@ static void eq_check(const sub_index *idx, sub_t *const *subs, int n) {
   }
 }
 
+/* Subscribes owner to random URIs until subs holds upto of them (from *n on). */
+static void eq_fill(sub_index *idx, sub_t **subs, int *n, int upto, sub_owner *owner) {
+  char uri[256];
+  while (*n < upto) {
+    eq_uri(uri, sizeof(uri));
+    uri_t u;
+    if (uri_parse(BASE, uri, &u) != 0) continue;
+    subs[(*n)++] = sub_index_add(idx, uri, uri, &u, owner, 0);
+    uri_finish(&u);
+  }
+}
+
 static void test_equality_index(void) {
   srand(7);
   sub_index idx;
   sub_index_init(&idx);
   sub_t *subs[EQ_TOPICS] = {0};
-  char uri[256];
   int n = 0;
-  while (n < EQ_TOPICS / 2) {
-    eq_uri(uri, sizeof(uri));
-    uri_t u;
-    if (uri_parse(BASE, uri, &u) != 0) continue;
-    subs[n++] = sub_index_add(&idx, uri, uri, &u, &session_a, 0);
-    uri_finish(&u);
-  }
+  eq_fill(&idx, subs, &n, EQ_TOPICS / 2, &session_a);
   eq_check(&idx, subs, n);
   /* Half of them go (an any-of topic leaves every one of its values' lists), and more come. */
   for (int i = 0; i < n; i += 2) {
     sub_index_remove(&idx, subs[i]);
     subs[i] = NULL;
   }
-  while (n < EQ_TOPICS) {
-    eq_uri(uri, sizeof(uri));
-    uri_t u;
-    if (uri_parse(BASE, uri, &u) != 0) continue;
-    subs[n++] = sub_index_add(&idx, uri, uri, &u, &session_b, 0);
-    uri_finish(&u);
-  }
+  eq_fill(&idx, subs, &n, EQ_TOPICS, &session_b);
   eq_check(&idx, subs, n);
   for (int i = 0; i < n; i++)
     if (subs[i] != NULL) sub_index_remove(&idx, subs[i]);
