@@ -23,6 +23,7 @@ import { sqlite, sqliteRows, sessionRow } from './lib/sqlite.mjs';
 import { sleep, waitFor } from './lib/wait.mjs';
 import { EventStream, UPDATED, idSeq, pair, stamp } from './lib/sse.mjs';
 import { auditAfter, auditMax, product, rest, sqliteAsync, waitStatus } from './lib/subs.mjs';
+import { PG_MODE } from './lib/pg.mjs';
 
 let srv;
 let B; // the public base of resource URIs
@@ -799,7 +800,7 @@ test('teardown: with every client gone, /status is back to zero and the server e
   await srv.stop();
 });
 
-test('a write is answered before its commit is fanned out to the subscribers of the worker that made it', async () => {
+test('a write is answered before its commit is fanned out to the subscribers of the worker that made it', { skip: PG_MODE && 'on PostgreSQL the tailer may hear of the commit first' }, async () => {
   // One process: the write and all 40 streams on one worker, whose output goes in the order it
   // was queued; the PUT's answer (queued at its commit) comes before the 40 notifications.
   const one = await startServer({ args: ['--workers', '0'] });
