@@ -61,10 +61,10 @@ struct sub_topic {
   frame_tag tag;          /* "-t<order>": its updates' event ids end with it */
   /* Filter i's column as an index into its table's columns (sub_index.c), or SUB_NO_COLUMN. */
   uint8_t columns[URI_MAX_FILTERS];
-  /* The filter (eq, any of, or sw) the table's index finds it by, or -1: tested per change. */
-  int8_t eq_filter;
   uri_t parsed; /* kind, table, key, filters */
   uint32_t id;  /* unique within the index's lifetime */
+  /* The filter (eq, any of, or sw) the table's index finds it by, or -1: tested per change. */
+  int8_t eq_filter;
   char *key;    /* what the index knows it by: uri, or uri and the subscriber's row scope */
   char *uri;    /* exactly as subscribed */
   size_t n_session_subs; /* of its subscribers, those owned by sessions */
