@@ -547,6 +547,18 @@ static void match_collect(sub_topic *t, void *data) {
   m->list[m->n++] = t;
 }
 
+/*
+ * sub_topic_compare, then the topic itself: topics of one URI under
+ * different row scopes compare equal, and a topic found twice must sort
+ * next to itself to be seen once.
+ */
+static int match_compare(const void *a, const void *b) {
+  int c = sub_topic_compare(a, b);
+  if (c != 0) return c;
+  const sub_topic *x = *(sub_topic *const *)a, *y = *(sub_topic *const *)b;
+  return (uintptr_t)x < (uintptr_t)y ? -1 : (uintptr_t)x > (uintptr_t)y;
+}
+
 /* What eq_match's lookups test the topics they find with. */
 typedef struct eq_probe {
   const sub_change *change;
@@ -583,8 +595,7 @@ static void eq_prefixes(sub_table *st, uint8_t col, const cJSON *v, eq_probe *p)
   }
 }
 
-/* The indexed topics the change's old or new row matches, into m (in no order; repeats possible).
- */
+/* The indexed topics the change's old or new row matches, into m (unordered, maybe repeated). */
 static void eq_match(sub_table *st, const sub_change *change, const cJSON *const *old_values,
                      const cJSON *const *new_values, match_set *m) {
   eq_probe p = {change, old_values, new_values, m};
@@ -630,8 +641,8 @@ void sub_index_match(const sub_index *idx, const sub_change *change,
   }
   if (st->n_eq > 0) eq_match(st, change, old_values, new_values, &m);
   if (m.n > 1) {
-    qsort(m.list, m.n, sizeof(sub_topic *), sub_topic_compare);
-    size_t n = 1; /* an indexed topic found through both rows' values, once */
+    qsort(m.list, m.n, sizeof(sub_topic *), match_compare);
+    size_t n = 1; /* an indexed topic found through both rows' values, or two keys, once */
     for (size_t j = 1; j < m.n; j++)
       if (m.list[j] != m.list[n - 1]) m.list[n++] = m.list[j];
     m.n = n;

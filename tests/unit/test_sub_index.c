@@ -692,8 +692,43 @@ static void test_equality_index(void) {
   sub_index_finish(&idx);
 }
 
+/*
+ * Topics of one URI under eight keys (as row scopes make them), which
+ * compare equal in order: a change from a=5 to a=6 finds each through
+ * both values, and each matches once.
+ */
+static void test_equality_same_uri(void) {
+  sub_index idx;
+  sub_index_init(&idx);
+  const char *uri = BASE "/Product?a=5|6";
+  uri_t u;
+  CHECK_INT_EQ(uri_parse(BASE, uri, &u), 0);
+  sub_t *subs[8];
+  char key[128];
+  for (int i = 0; i < 8; i++) {
+    snprintf(key, sizeof(key), "%s\nscope%d", uri, i);
+    subs[i] = sub_index_add(&idx, key, uri, &u, &session_a, 0);
+  }
+  uri_finish(&u);
+  found f = {.n = 0};
+  cJSON *r = row("{\"a\":5}"), *r2 = row("{\"a\":6}");
+  sub_change c = {100, "Product", "A", NULL, r, r2};
+  sub_index_match(&idx, &c, collect_found, &f);
+  CHECK_INT_EQ(f.n, 8);
+  for (int i = 0; i < 8; i++) {
+    int times = 0;
+    for (int j = 0; j < f.n; j++) times += f.topics[j] == subs[i]->topic;
+    CHECK_INT_EQ(times, 1);
+  }
+  cJSON_Delete(r);
+  cJSON_Delete(r2);
+  for (int i = 0; i < 8; i++) sub_index_remove(&idx, subs[i]);
+  sub_index_finish(&idx);
+}
+
 int main(void) {
   RUN(test_equality_index);
+  RUN(test_equality_same_uri);
   RUN(test_match_order);
   RUN(test_many_columns);
   RUN(test_add_remove);
