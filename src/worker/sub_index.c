@@ -29,7 +29,7 @@ typedef struct sub_table {
   size_t n_columns;
   sub_topic *collections;
   sub_topic *filtered; /* those without an equality filter: tested at every change */
-  /* The equality index (below): value key -> eq_list; topics in it per column, and in all. */
+  /* The equality index (below): value key -> eq_list; equality topics per column; all in it. */
   strmap eq;
   uint32_t eq_topics[SUB_MAX_COLUMNS];
   size_t n_eq;
@@ -275,15 +275,18 @@ static void prefix_len_count(sub_table *st, uint8_t col, uint32_t len, int delta
 static void eq_file(sub_table *st, sub_topic *t, eq_fn fn) {
   const uri_filter *f = &t->parsed.filters[t->eq_filter];
   uint8_t col = t->columns[t->eq_filter];
+  int delta = fn == eq_add ? 1 : -1;
   if (f->op == URI_SW) {
     size_t len = strlen(f->value);
     eq_key(st, col, 'p', f->value, len, fn, t);
-    prefix_len_count(st, col, (uint32_t)len, fn == eq_add ? 1 : -1);
-  } else if (f->op == URI_IN) {
-    for (size_t i = 0; i < f->n_alts; i++) eq_text_keys(st, col, f->alts[i], fn, t);
-  } else {
-    eq_text_keys(st, col, f->value, fn, t);
+    prefix_len_count(st, col, (uint32_t)len, delta);
+    return;
   }
+  if (f->op == URI_IN)
+    for (size_t i = 0; i < f->n_alts; i++) eq_text_keys(st, col, f->alts[i], fn, t);
+  else
+    eq_text_keys(st, col, f->value, fn, t);
+  st->eq_topics[col] += (uint32_t)delta;
 }
 
 static sub_topic *topic_create(sub_index *idx, const char *key, const char *uri,
@@ -324,7 +327,6 @@ static sub_topic *topic_create(sub_index *idx, const char *key, const char *uri,
     t->eq_filter = eq_filter_of(t);
     if (t->eq_filter >= 0) {
       eq_file(st, t, eq_add);
-      st->eq_topics[t->columns[t->eq_filter]]++;
       st->n_eq++;
     } else {
       topic_link(&st->filtered, t);
@@ -354,7 +356,6 @@ static void topic_destroy(sub_index *idx, sub_topic *t) {
     buf_finish(&k);
   } else if (t->parsed.kind == URI_FILTERED && t->eq_filter >= 0) {
     eq_file(st, t, eq_remove);
-    st->eq_topics[t->columns[t->eq_filter]]--;
     st->n_eq--;
   } else if (t->parsed.kind == URI_FILTERED) {
     topic_unlink(&st->filtered, t);
@@ -584,28 +585,31 @@ static bool eq_same_value(const cJSON *a, const cJSON *b) {
   return a == b;
 }
 
-/* The sw topics a string value of column col can satisfy: one lookup per prefix length. */
-static void eq_prefixes(sub_table *st, uint8_t col, const cJSON *v, eq_probe *p) {
-  if (!cJSON_IsString(v)) return;
-  size_t len = strlen(v->valuestring);
-  for (size_t i = 0; i < st->n_prefix_lens; i++) {
-    const struct prefix_len *pl = &st->prefix_lens[i];
-    if (pl->col == col && pl->len <= len)
-      eq_key(st, col, 'p', v->valuestring, pl->len, eq_lookup, p);
-  }
+/* The sw topics of one prefix length a row's value of that column can satisfy. */
+static void eq_prefix(sub_table *st, const struct prefix_len *pl, const cJSON *v, eq_probe *p) {
+  if (cJSON_IsString(v) && strlen(v->valuestring) >= pl->len)
+    eq_key(st, pl->col, 'p', v->valuestring, pl->len, eq_lookup, p);
 }
 
-/* The indexed topics the change's old or new row matches, into m (unordered, maybe repeated). */
+/*
+ * The indexed topics the change's old or new row matches, into m
+ * (unordered, maybe repeated): one lookup per equality column and row
+ * value, one per prefix length and row value.
+ */
 static void eq_match(sub_table *st, const sub_change *change, const cJSON *const *old_values,
                      const cJSON *const *new_values, match_set *m) {
   eq_probe p = {change, old_values, new_values, m};
   for (size_t c = 0; c < st->n_columns; c++) {
     if (st->eq_topics[c] == 0) continue;
     eq_value_key(st, (uint8_t)c, old_values[c], eq_lookup, &p);
-    eq_prefixes(st, (uint8_t)c, old_values[c], &p);
-    if (eq_same_value(old_values[c], new_values[c])) continue;
-    eq_value_key(st, (uint8_t)c, new_values[c], eq_lookup, &p);
-    eq_prefixes(st, (uint8_t)c, new_values[c], &p);
+    if (!eq_same_value(old_values[c], new_values[c]))
+      eq_value_key(st, (uint8_t)c, new_values[c], eq_lookup, &p);
+  }
+  for (size_t i = 0; i < st->n_prefix_lens; i++) {
+    const struct prefix_len *pl = &st->prefix_lens[i];
+    eq_prefix(st, pl, old_values[pl->col], &p);
+    if (!eq_same_value(old_values[pl->col], new_values[pl->col]))
+      eq_prefix(st, pl, new_values[pl->col], &p);
   }
 }
 
