@@ -53,6 +53,18 @@
 #define HTTP_DRAIN_MS 10000
 /* After our FIN, how long the peer's leftover bytes are read and dropped. */
 #define HTTP_LINGER_MS 2000
+/*
+ * What a connection is waiting for, each with its own duration: the
+ * connection is on the server's list of that kind (see conn_wait).
+ */
+enum conn_wait {
+  WAIT_NONE,
+  WAIT_HEADER,    /* header block (from connect or the first byte), and the body's inactivity */
+  WAIT_KEEPALIVE, /* the next request on an idle kept-alive connection */
+  WAIT_DRAIN,     /* the peer taking its last response */
+  WAIT_LINGER,    /* the peer's leftover bytes after our FIN */
+  WAIT_KINDS
+};
 /* Defaults applied to options left at zero. */
 #define HTTP_DEFAULT_MAX_HEADER        ((size_t)16 * 1024)
 #define HTTP_DEFAULT_MAX_BODY          ((size_t)4 * 1024 * 1024)
@@ -100,10 +112,11 @@ struct http_conn {
   http_conn_t *pending_next; /* the server's deferred-work lists */
   /* The peer's address, counted in srv->per_address (the entry's key), or NULL if not. */
   strmap_entry *address;
-  uint64_t dispatched_ns; /* uv_hrtime() when the request in hand was complete */
+  uint64_t dispatched_ns;             /* uv_hrtime() when the request in hand was complete */
+  http_conn_t *wait_prev, *wait_next; /* the server's list of c->wait */
+  uint64_t wait_until;                /* uv_now() at which the wait times out */
 
   uv_tcp_t tcp;
-  uv_timer_t timer; /* header, body, keep-alive, drain and linger timeouts */
   llhttp_t parser;
   buf_t in; /* received, not yet parsed */
 
@@ -136,6 +149,7 @@ struct http_conn {
   uint8_t phase;        /* enum conn_phase */
   uint8_t pause;        /* enum conn_pause */
   uint8_t text_state;   /* enum conn_text: what text is receiving */
+  uint8_t wait;         /* enum conn_wait */
   uint8_t http_major, http_minor;
 
   bool pending;        /* on one of the server's deferred-work lists */
@@ -171,6 +185,20 @@ struct http_server {
   http_conn_t *pending; /* deferred work for the next idle callback, in the order scheduled */
   http_conn_t *pending_tail;
   http_conn_t *running; /* what the idle callback has not reached yet */
+
+  /*
+   * Timeouts, in h2o's way: one list per kind of wait, and since every
+   * wait of a kind lasts as long, appending keeps each list in deadline
+   * order. One timer is armed for the earliest head (wait_due): a
+   * connection's deadline is set and moved in O(1), with no timer handle
+   * of its own (152 bytes every idle stream would hold).
+   */
+  struct {
+    http_conn_t *head, *tail;
+  } waits[WAIT_KINDS];
+  uint64_t wait_ms[WAIT_KINDS]; /* each kind's duration; 0: that wait never times out */
+  uint64_t wait_due;            /* when wait_timer fires, if active */
+  uv_timer_t wait_timer;
 
   bool closing;
   bool draining; /* http_server_drain: every response closes its connection */
@@ -211,7 +239,8 @@ static void conn_parse(http_conn_t *c);
 static void conn_flush(http_conn_t *c);
 static void conn_settle(http_conn_t *c);
 static void conn_on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *b);
-static void conn_on_timer(uv_timer_t *t);
+static void conn_wait(http_conn_t *c, enum conn_wait kind);
+static void conn_on_timeout(http_conn_t *c);
 static void conn_on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *b);
 static void server_on_idle(uv_idle_t *h);
 
@@ -299,6 +328,65 @@ static void server_on_handle_closed(uv_handle_t *h) {
   http_server_t *srv = h->data;
   srv->handles_open--;
   server_check_done(srv);
+}
+
+static void server_on_wait_timer(uv_timer_t *t);
+
+static void server_wait_arm(http_server_t *srv, uint64_t due) {
+  if (uv_is_active((uv_handle_t *)&srv->wait_timer) && srv->wait_due <= due) return;
+  srv->wait_due = due;
+  uint64_t now = uv_now(srv->loop);
+  (void)uv_timer_start(&srv->wait_timer, server_on_wait_timer, due > now ? due - now : 0, 0);
+}
+
+/*
+ * Puts c on the list of kind (at its end: the latest deadline of its kind),
+ * off any list it was on; WAIT_NONE, or a kind that never times out, only
+ * takes it off. Removing a head leaves the timer as it is: it fires early,
+ * finds nothing due and is armed again.
+ */
+static void conn_wait(http_conn_t *c, enum conn_wait kind) {
+  http_server_t *srv = c->srv;
+  if (c->wait != WAIT_NONE) {
+    if (c->wait_prev)
+      c->wait_prev->wait_next = c->wait_next;
+    else
+      srv->waits[c->wait].head = c->wait_next;
+    if (c->wait_next)
+      c->wait_next->wait_prev = c->wait_prev;
+    else
+      srv->waits[c->wait].tail = c->wait_prev;
+    c->wait_prev = c->wait_next = NULL;
+    c->wait = WAIT_NONE;
+  }
+  if (kind == WAIT_NONE || srv->wait_ms[kind] == 0 || c->handle_closing) return;
+  c->wait = (uint8_t)kind;
+  c->wait_until = uv_now(srv->loop) + srv->wait_ms[kind];
+  c->wait_prev = srv->waits[kind].tail;
+  if (c->wait_prev)
+    c->wait_prev->wait_next = c;
+  else
+    srv->waits[kind].head = c;
+  srv->waits[kind].tail = c;
+  server_wait_arm(srv, c->wait_until);
+}
+
+/* Times out every connection whose deadline passed; armed again for the next. */
+static void server_on_wait_timer(uv_timer_t *t) {
+  http_server_t *srv = t->data;
+  uint64_t now = uv_now(srv->loop), next = UINT64_MAX;
+  for (int k = WAIT_NONE + 1; k < WAIT_KINDS; k++) {
+    http_conn_t *c;
+    /* A timed-out connection may wait again: at the end, and later than now. */
+    while ((c = srv->waits[k].head) != NULL && c->wait_until <= now) {
+      conn_wait(c, WAIT_NONE);
+      conn_on_timeout(c);
+    }
+  }
+  for (int k = WAIT_NONE + 1; k < WAIT_KINDS; k++)
+    if (srv->waits[k].head && srv->waits[k].head->wait_until < next)
+      next = srv->waits[k].head->wait_until;
+  if (next != UINT64_MAX) server_wait_arm(srv, next);
 }
 
 /* Puts c at the end of the deferred-work list; the idle callback picks it up
@@ -444,16 +532,8 @@ static void conn_close_now(http_conn_t *c) {
   c->handle_closing = true;
   c->closing = true;
   c->reading = false;
+  conn_wait(c, WAIT_NONE);
   uv_close((uv_handle_t *)&c->tcp, conn_on_handle_closed);
-  uv_close((uv_handle_t *)&c->timer, conn_on_handle_closed);
-}
-
-static void conn_timer_start(http_conn_t *c, uint64_t ms) {
-  if (c->handle_closing) return;
-  if (ms == 0)
-    (void)uv_timer_stop(&c->timer); /* cannot fail */
-  else
-    (void)uv_timer_start(&c->timer, conn_on_timer, ms, 0); /* fails only on a closing handle */
 }
 
 static void conn_on_write(uv_write_t *req, int status) {
@@ -567,7 +647,7 @@ static void conn_on_shutdown(uv_shutdown_t *req, int status) {
     return;
   }
   c->shutdown_done = true;
-  conn_timer_start(c, HTTP_LINGER_MS);
+  conn_wait(c, WAIT_LINGER);
 }
 
 /*
@@ -594,7 +674,7 @@ static void conn_finish(http_conn_t *c, bool flush) {
     conn_close_now(c);
     return;
   }
-  conn_timer_start(c, HTTP_DRAIN_MS);
+  conn_wait(c, WAIT_DRAIN);
   conn_settle(c);
 }
 
@@ -711,7 +791,7 @@ void http_respond(http_conn_t *c, int status, const http_header *headers, size_t
   llhttp_resume(&c->parser);
   /* The answer is written, and pipelined bytes parsed, from the idle callback. */
   conn_schedule(c);
-  if (c->in.len == 0) conn_timer_start(c, c->srv->opts.keepalive_idle_ms);
+  if (c->in.len == 0) conn_wait(c, WAIT_KEEPALIVE);
   conn_settle(c);
 }
 
@@ -727,7 +807,7 @@ void http_stream_begin(http_conn_t *c, int status, const http_header *headers, s
   http_format_head(&c->out, status, headers, n_headers, &want_close);
   buf_append_str(&c->out, "Connection: close\r\n\r\n");
   c->queued += c->out.len;
-  conn_timer_start(c, 0);
+  conn_wait(c, WAIT_NONE);
   conn_request_clear(c); /* a stream may live for days: keep none of its request */
   buf_finish(&c->in);    /* pipelined bytes after a stream request are dropped */
   if (c->peer_eof) {
@@ -965,7 +1045,7 @@ static void conn_begin_request(http_conn_t *c) {
   c->hdr_raw = 0;
   c->hdr_copied = 0;
   c->fail_status = 0;
-  conn_timer_start(c, c->srv->opts.header_timeout_ms);
+  conn_wait(c, WAIT_HEADER);
 }
 
 /* The header block is complete: check its bounds. 0, or a status to fail with. */
@@ -986,7 +1066,7 @@ static int conn_headers_done(http_conn_t *c) {
   if (p->flags & F_CONTENT_LENGTH)
     buf_reserve(&c->body,
                 p->content_length < HTTP_READ_CHUNK ? (size_t)p->content_length : HTTP_READ_CHUNK);
-  conn_timer_start(c, o->header_timeout_ms); /* now an inactivity bound on the body */
+  conn_wait(c, WAIT_HEADER); /* now an inactivity bound on the body */
   bool has_body =
       (p->flags & F_CHUNKED) || ((p->flags & F_CONTENT_LENGTH) && p->content_length > 0);
   const char *expect = http_request_header(&c->req, "expect");
@@ -1024,7 +1104,7 @@ static void conn_dispatch(http_conn_t *c) {
   c->label = -1;
   c->req_flags = c->adopt_flags;
   c->adopt_flags = 0;
-  conn_timer_start(c, 0);
+  conn_wait(c, WAIT_NONE);
   c->srv->cb(c, r, c->srv->cb_data);
 }
 
@@ -1187,13 +1267,12 @@ static void conn_on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *b) {
     c->in.len += (size_t)nread;
     c->in.data[c->in.len] = '\0';
   }
-  if (c->phase == PHASE_BODY) conn_timer_start(c, c->srv->opts.header_timeout_ms);
+  if (c->phase == PHASE_BODY) conn_wait(c, WAIT_HEADER);
   if (c->phase != PHASE_DISPATCHED) conn_parse(c);
   conn_settle(c);
 }
 
-static void conn_on_timer(uv_timer_t *t) {
-  http_conn_t *c = t->data;
+static void conn_on_timeout(http_conn_t *c) {
   if (c->closing) {
     conn_close_now(c); /* drain or linger time is up */
     return;
@@ -1219,10 +1298,8 @@ static http_conn_t *conn_create(http_server_t *srv) {
     free(c);
     return NULL;
   }
-  (void)uv_timer_init(srv->loop, &c->timer); /* cannot fail */
-  c->handles_open = 2;
+  c->handles_open = 1;
   c->tcp.data = c;
-  c->timer.data = c;
   buf_init(&c->in);
   buf_init(&c->out);
   buf_init(&c->inflight);
@@ -1347,8 +1424,14 @@ http_server_t *http_server_create(uv_loop_t *loop, const http_server_options *op
   srv->idle.data = srv;
   (void)uv_timer_init(loop, &srv->spare_timer); /* cannot fail */
   srv->spare_timer.data = srv;
-  uv_unref((uv_handle_t *)&srv->spare_timer); /* spares keep no loop alive */
-  srv->handles_open = 2;
+  uv_unref((uv_handle_t *)&srv->spare_timer);  /* spares keep no loop alive */
+  (void)uv_timer_init(loop, &srv->wait_timer); /* cannot fail */
+  srv->wait_timer.data = srv;
+  srv->wait_ms[WAIT_HEADER] = srv->opts.header_timeout_ms;
+  srv->wait_ms[WAIT_KEEPALIVE] = srv->opts.keepalive_idle_ms;
+  srv->wait_ms[WAIT_DRAIN] = HTTP_DRAIN_MS;
+  srv->wait_ms[WAIT_LINGER] = HTTP_LINGER_MS;
+  srv->handles_open = 3;
   return srv;
 }
 
@@ -1419,6 +1502,7 @@ void http_server_close(http_server_t *srv, void (*done)(void *data), void *data)
   if (srv->listener_init) uv_close((uv_handle_t *)&srv->listener, server_on_handle_closed);
   uv_close((uv_handle_t *)&srv->idle, server_on_handle_closed);
   uv_close((uv_handle_t *)&srv->spare_timer, server_on_handle_closed);
+  uv_close((uv_handle_t *)&srv->wait_timer, server_on_handle_closed);
   http_conn_t **lists[] = {&srv->pending, &srv->running};
   for (size_t i = 0; i < ARRAY_LEN(lists); i++) {
     while (*lists[i]) {

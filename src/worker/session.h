@@ -46,6 +46,9 @@ typedef struct session {
   sub_owner owner; /* SUB_OWNER_SESSION; first, so a sub's owner is the session */
   char id[SESSION_ID_LEN + 1];
   char protocol_version[16];
+  /* The small members together, after the id's odd length (every idle session holds one). */
+  bool elicit_form; /* the client declared form elicitation (confirm.h) */
+  bool lost;        /* undelivered frames fell off the ring, from lost_from on */
   enum session_log_level log_level;
   int64_t created_ms;            /* Unix ms */
   int64_t last_seen_ms;          /* Unix ms of the last request or stream activity */
@@ -54,7 +57,6 @@ typedef struct session {
   char *principal;               /* who created it (auth.h); only the same principal may use it */
   uint8_t credential[32];        /* hash of the API key last used on it (auth_still_valid) */
   int64_t credential_expires_ms; /* when that credential stops working, 0: not by time */
-  bool elicit_form;              /* the client declared form elicitation (confirm.h) */
   http_conn_t *stream;           /* open GET stream, or NULL */
   sub_t *subs;                   /* subscriptions, through sub_t.owner_next */
   size_t n_subs;
@@ -63,8 +65,7 @@ typedef struct session {
   unsigned ring_cap, ring_start, ring_count;
   unsigned undelivered; /* newest ring frames no stream has taken yet */
   hold_queue held;      /* updates debounce holds back (debounce.h) */
-  bool lost;            /* undelivered frames fell off the ring... */
-  frame_pos lost_from;  /* ...from this one on (the oldest of them) */
+  frame_pos lost_from;  /* the oldest frame lost, when lost */
   session_registry_t *registry;
   struct session *stream_prev, *stream_next; /* registry's list of streaming sessions */
 } session_t;

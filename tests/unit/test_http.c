@@ -536,6 +536,39 @@ static void test_keepalive_idle_close(void) {
   client_close(cl);
 }
 
+/*
+ * Waits of different kinds and starts at once: a kept-alive connection
+ * (400 ms), a slow header block opened later (300 ms), and a body
+ * trickling a byte every 100 ms, whose inactivity bound moves with each
+ * byte past the deadlines of the other two. Each times out on its own
+ * clock, and the trickling one is never cut.
+ */
+static void test_timeouts_interleaved(void) {
+  client_t *kept = client_open();
+  client_sends(kept, "GET /kept HTTP/1.1\r\nHost: x\r\n\r\n");
+  client_expect(kept, 200);
+  double t0 = now_ms();
+  usleep(150 * 1000);
+  client_t *slow = client_open();
+  client_sends(slow, "GET /slow HTTP/1.1\r\nHost: x\r\n");
+  client_t *body = client_open();
+  client_sends(body, "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 6\r\n\r\n");
+  const char *bytes = "trick";
+  for (int i = 0; bytes[i] != '\0'; i++) {
+    usleep(100 * 1000);
+    client_send(body, bytes + i, 1);
+  }
+  double t1 = now_ms(); /* past every deadline the trickle started with */
+  CHECK(t1 - t0 >= 600);
+  CHECK(client_sees_close(kept));
+  check_error(slow, 408, "{\"error\":\"request timeout\"}");
+  client_sends(body, "y");
+  CHECK_STR_EQ(client_expect(body, 200)->body, "tricky");
+  client_close(kept);
+  client_close(slow);
+  client_close(body);
+}
+
 static void test_stream(void) {
   int before = atomic_load(&stream_closes);
   client_t *cl = client_open();
@@ -624,6 +657,7 @@ static void *client_main(void *arg) {
   RUN(test_connection_close);
   RUN(test_http10);
   RUN(test_keepalive_idle_close);
+  RUN(test_timeouts_interleaved);
   RUN(test_stream);
   RUN(test_stream_queue_cap);
   RUN(test_peer_reset_while_held);
