@@ -59,8 +59,13 @@ static frame_t *frame_alloc(size_t size) {
   return mem_alloc(c >= 0 ? (size_t)(c + 1) * FRAME_CLASS : size);
 }
 
+/* What f was allocated with. */
+static size_t frame_size(const frame_t *f) {
+  return sizeof(*f) + (f->joined ? 2 * sizeof(frame_t *) : f->len + 1);
+}
+
 static void frame_release(frame_t *f) {
-  int c = frame_class(sizeof(*f) + f->len + 1);
+  int c = frame_class(frame_size(f));
   if (c < 0 || frame_pool[c].n >= FRAME_KEEP) {
     free(f);
     return;
@@ -105,17 +110,22 @@ void frame_tag_init(frame_tag *t, char tag, uint64_t n) {
   t->len = (uint8_t)(2 + digits);
 }
 
-frame_t *frame_create_tagged(int64_t seq, const frame_tag *tag, const frame_part *parts,
-                             size_t n_parts) {
+/*
+ * "id: <seq><tag>\ndata: <parts>", then "\n\n" when end (a whole event;
+ * without it, a joined frame's head).
+ */
+static frame_t *frame_build(int64_t seq, const frame_tag *tag, const frame_part *parts,
+                            size_t n_parts, bool end) {
   /* The id "<seq><tag>" is written in place, by hand: snprintf costs more than the rest. */
   uint64_t mag = seq < 0 ? (uint64_t)0 - (uint64_t)seq : (uint64_t)seq;
   int digits = decimal_digits(mag);
   size_t id_len = (seq < 0) + (size_t)digits + tag->len;
   size_t json_len = 0;
   for (size_t i = 0; i < n_parts; i++) json_len += parts[i].len;
-  size_t len = 4 + id_len + 1 + 6 + json_len + 2;
+  size_t len = 4 + id_len + 1 + 6 + json_len + (end ? 2 : 0);
   frame_t *f = frame_alloc(sizeof(*f) + len + 1);
   f->refs = 1;
+  f->joined = false;
   f->id_len = (uint16_t)id_len;
   f->seq = seq;
   f->len = len;
@@ -141,8 +151,86 @@ frame_t *frame_create_tagged(int64_t seq, const frame_tag *tag, const frame_part
     memcpy(p, parts[i].data, parts[i].len);
     p += parts[i].len;
   }
+  if (end)
+    memcpy(p, "\n\n", 3); /* with the NUL */
+  else
+    *p = '\0';
+  return f;
+}
+
+frame_t *frame_create_tagged(int64_t seq, const frame_tag *tag, const frame_part *parts,
+                             size_t n_parts) {
+  return frame_build(seq, tag, parts, n_parts, true);
+}
+
+frame_t *frame_create_head(int64_t seq, const frame_part *parts, size_t n_parts) {
+  static const frame_tag none = {0, ""};
+  return frame_build(seq, &none, parts, n_parts, false);
+}
+
+frame_t *frame_create_tail(const frame_tag *tag, const frame_part *parts, size_t n_parts) {
+  size_t len = tag->len + 2;
+  for (size_t i = 0; i < n_parts; i++) len += parts[i].len;
+  frame_t *f = frame_alloc(sizeof(*f) + len + 1);
+  f->refs = 1;
+  f->joined = false;
+  f->id_len = tag->len;
+  f->seq = 0;
+  f->len = len;
+  char *p = f->data;
+  memcpy(p, tag->text, tag->len);
+  p += tag->len;
+  for (size_t i = 0; i < n_parts; i++) {
+    memcpy(p, parts[i].data, parts[i].len);
+    p += parts[i].len;
+  }
   memcpy(p, "\n\n", 3); /* with the NUL */
   return f;
+}
+
+/* A joined frame's halves, kept where a frame of its own keeps its bytes. */
+static frame_t **frame_halves(const frame_t *f) {
+  return (frame_t **)(uintptr_t)f->data;
+}
+
+frame_t *frame_join(frame_t *head, frame_t *tail) {
+  frame_t *f = frame_alloc(sizeof(*f) + 2 * sizeof(frame_t *));
+  f->refs = 1;
+  f->joined = true;
+  f->id_len = (uint16_t)(head->id_len + tail->id_len);
+  f->seq = head->seq;
+  f->len = head->len + tail->len;
+  frame_halves(f)[0] = frame_ref(head);
+  frame_halves(f)[1] = frame_ref(tail);
+  return f;
+}
+
+size_t frame_pieces(const frame_t *f, frame_part out[FRAME_MAX_PIECES]) {
+  if (!f->joined) {
+    out[0] = (frame_part){f->data, f->len};
+    return 1;
+  }
+  const frame_t *head = frame_halves(f)[0], *tail = frame_halves(f)[1];
+  size_t head_id = 4 + (size_t)head->id_len; /* "id: <seq>" */
+  out[0] = (frame_part){head->data, head_id};
+  out[1] = (frame_part){tail->data, tail->id_len};
+  out[2] = (frame_part){head->data + head_id, head->len - head_id};
+  out[3] = (frame_part){tail->data + tail->id_len, tail->len - tail->id_len};
+  return 4;
+}
+
+/*
+ * f's id (id_len bytes): in place for a frame of its own, put together in
+ * buf for a joined one (a seq of at most 20 characters and a tag of at most
+ * 22: frame_tag).
+ */
+#define FRAME_ID_MAX 48
+static const char *frame_id(const frame_t *f, char buf[FRAME_ID_MAX]) {
+  if (!f->joined) return f->data + 4;
+  const frame_t *head = frame_halves(f)[0], *tail = frame_halves(f)[1];
+  memcpy(buf, head->data + 4, head->id_len);
+  memcpy(buf + head->id_len, tail->data, tail->id_len);
+  return buf;
 }
 
 frame_t *frame_create_parts(int64_t seq, char tag, uint64_t n, const frame_part *parts,
@@ -163,11 +251,17 @@ frame_t *frame_ref(frame_t *f) {
 }
 
 void frame_unref(frame_t *f) {
-  if (f != NULL && --f->refs == 0) frame_release(f);
+  if (f == NULL || --f->refs > 0) return;
+  if (f->joined) {
+    frame_unref(frame_halves(f)[0]);
+    frame_unref(frame_halves(f)[1]);
+  }
+  frame_release(f);
 }
 
 bool frame_id_is(const frame_t *f, const char *id, size_t len) {
-  return len == f->id_len && memcmp(f->data + 4, id, len) == 0;
+  char buf[FRAME_ID_MAX];
+  return len == f->id_len && memcmp(frame_id(f, buf), id, len) == 0;
 }
 
 /* Digits of a decimal number without sign or leading zeros (except "0"), at most 20. */
@@ -199,7 +293,8 @@ int frame_id_parse(const char *id, size_t len, frame_pos *pos) {
 
 frame_pos frame_position(const frame_t *f) {
   frame_pos pos = {f->seq, 's', 0};
-  if (frame_id_parse(f->data + 4, f->id_len, &pos) != 0) {
+  char buf[FRAME_ID_MAX];
+  if (frame_id_parse(frame_id(f, buf), f->id_len, &pos) != 0) {
     /* Every frame's id is one of ours. */
   }
   return pos;

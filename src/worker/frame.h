@@ -18,6 +18,9 @@
  *         seq is the position it brings the client to, h as for t.
  * Resumption is exclusive: it sends what comes after the position an id
  * names. Clients treat ids as opaque.
+ *
+ * A frame either holds its bytes or joins two shared halves (frame_join):
+ * what is written and what ids and positions are is the same for both.
  */
 #ifndef MCPSUB_FRAME_H
 #define MCPSUB_FRAME_H
@@ -31,9 +34,10 @@
 typedef struct frame {
   uint32_t refs;
   uint16_t id_len; /* the id is data + 4 ("id: ") */
+  bool joined;     /* a head and a tail (frame_join), not bytes of its own */
   int64_t seq;     /* audit position named by the id */
-  size_t len;
-  char data[]; /* the whole event, wire-ready */
+  size_t len;      /* bytes on the wire (a joined frame's: its head's and tail's) */
+  char data[];     /* the whole event, wire-ready; a joined frame: its head and tail */
 } frame_t;
 
 /*
@@ -60,6 +64,22 @@ typedef struct frame_tag {
 void frame_tag_init(frame_tag *t, char tag, uint64_t n);
 frame_t *frame_create_tagged(int64_t seq, const frame_tag *tag, const frame_part *parts,
                              size_t n_parts);
+/*
+ * A frame in two shared halves, for the update of a topic with one
+ * subscriber: the change's head, made once for every such topic ("id:
+ * <seq>\ndata: " and the JSON up to the subscribed URI; id_len is the
+ * seq's length) and the topic's tail, made once when the topic is
+ * ("-t<order>" then the rest of the JSON and "\n\n"; id_len is the tag's
+ * length, at data). frame_join makes a small frame that references both
+ * (one reference each) instead of copying them: the event's bytes are
+ * head's id, tail's id end, head's JSON, tail's JSON (frame_pieces).
+ */
+frame_t *frame_create_head(int64_t seq, const frame_part *parts, size_t n_parts);
+frame_t *frame_create_tail(const frame_tag *tag, const frame_part *parts, size_t n_parts);
+frame_t *frame_join(frame_t *head, frame_t *tail);
+/* The event's bytes in order: one piece, or four for a joined frame. Returns the count. */
+#define FRAME_MAX_PIECES 4
+size_t frame_pieces(const frame_t *f, frame_part out[FRAME_MAX_PIECES]);
 frame_t *frame_ref(frame_t *f);
 /* Drops a reference; frees at zero (small frames are kept for reuse). NULL is a no-op. */
 void frame_unref(frame_t *f);

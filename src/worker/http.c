@@ -827,10 +827,12 @@ void http_stream_begin_sse(http_conn_t *c) {
   http_stream_begin(c, 200, head, sizeof(head) / sizeof(head[0]));
 }
 
-int http_stream_write(http_conn_t *c, const char *data, size_t len) {
+int http_stream_writev(http_conn_t *c, const uv_buf_t *bufs, size_t n) {
   if (c == NULL) return -EINVAL;
   if (c->closing) return -EPIPE;
   if (c->phase != PHASE_STREAM) return -EINVAL;
+  size_t len = 0;
+  for (size_t i = 0; i < n; i++) len += bufs[i].len;
   size_t max = c->srv->opts.max_stream_queue;
   if (!c->stream_exempt && (c->queued > max || len > max - c->queued)) {
     conn_finish(c, false);
@@ -838,10 +840,20 @@ int http_stream_write(http_conn_t *c, const char *data, size_t len) {
   }
   if (len == 0) return 0;
   conn_out_take(c);
-  buf_append(&c->out, data, len);
+  buf_reserve(&c->out, len);
+  for (size_t i = 0; i < n; i++) {
+    memcpy(c->out.data + c->out.len, bufs[i].base, bufs[i].len);
+    c->out.len += bufs[i].len;
+  }
+  c->out.data[c->out.len] = '\0';
   c->queued += len;
   conn_schedule(c);
   return 0;
+}
+
+int http_stream_write(http_conn_t *c, const char *data, size_t len) {
+  uv_buf_t b = {.base = (char *)(uintptr_t)data, .len = len};
+  return http_stream_writev(c, &b, 1);
 }
 
 void http_stream_exempt(http_conn_t *c, bool exempt) {

@@ -72,7 +72,7 @@ static void free_topic_cb(const char *key, size_t len, void *value, void *data) 
   uri_finish(&t->parsed);
   free(t->key);
   free(t->uri);
-  free(t->uri_json);
+  frame_unref(t->tail);
   free(t);
 }
 
@@ -300,8 +300,11 @@ static sub_topic *topic_create(sub_index *idx, const char *key, const char *uri,
   buf_t json;
   buf_init(&json);
   buf_append_json_string(&json, uri, strlen(uri));
+  const frame_part tail[] = {{json.data, json.len}, {"}}", 2}};
+  t->tail = frame_create_tail(&t->tag, tail, ARRAY_LEN(tail));
+  t->uri_json = t->tail->data + t->tag.len;
   t->uri_json_len = json.len;
-  t->uri_json = buf_steal(&json);
+  buf_finish(&json);
   t->parsed = uri_copy(parsed);
   strmap_put(&idx->topics, t->key, strlen(t->key), t);
   const char *table = t->parsed.table;
@@ -369,7 +372,7 @@ static void topic_destroy(sub_index *idx, sub_topic *t) {
   uri_finish(&t->parsed);
   free(t->key);
   free(t->uri);
-  free(t->uri_json);
+  frame_unref(t->tail);
   free(t);
 }
 

@@ -51,10 +51,12 @@ typedef struct sub_owner {
 
 struct sub_topic {
   /* What every change it matches reads, first: 64 bytes, a cache line's worth. */
-  sub_t *subs;    /* subscribers (doubly linked through topic_prev/next) */
-  uint64_t order; /* sub_topic_order(uri): orders and names its updates in event ids */
-  char *uri_json; /* the uri as a JSON string: formatted once, copied per update */
+  sub_t *subs;          /* subscribers (doubly linked through topic_prev/next) */
+  uint64_t order;       /* sub_topic_order(uri): orders and names its updates in event ids */
+  const char *uri_json; /* the uri as a JSON string (in tail): formatted once, copied per update */
   size_t uri_json_len;
+  /* Its updates' id end and JSON after the record URI (frame_create_tail), for joined frames. */
+  frame_t *tail;
   debounce_t debounce;    /* its subscribers' own debounce (part of key), or none */
   uint64_t notified;      /* updates formatted for it (mcpsubctl subs, top) */
   sub_topic *next, *prev; /* in its table's collection or filtered list, or its record bucket */
@@ -65,8 +67,8 @@ struct sub_topic {
   uint32_t id;  /* unique within the index's lifetime */
   /* The filter (eq, any of, or sw) the table's index finds it by, or -1: tested per change. */
   int8_t eq_filter;
-  char *key;    /* what the index knows it by: uri, or uri and the subscriber's row scope */
-  char *uri;    /* exactly as subscribed */
+  char *key; /* what the index knows it by: uri, or uri and the subscriber's row scope */
+  char *uri; /* exactly as subscribed */
   size_t n_session_subs; /* of its subscribers, those owned by sessions */
   size_t n_subs;
   uint64_t busy_mark; /* notified at the last {"cmd":"subs","busiest":N} (worker_ctl.c) */

@@ -56,7 +56,7 @@ struct coalesce_entry {
 };
 
 static void subs_send_topic(worker_t *w, sub_topic *t, const char *record_uri,
-                            const buf_t *record_json, int64_t seq);
+                            const buf_t *record_json, int64_t seq, frame_t **change_head);
 static void coalesce_on_timer(uv_timer_t *h);
 /* What a topic's key adds for its subscribers' own debounce (subs_owner_add). */
 #define SUBS_DEBOUNCE_KEY "\n~debounce "
@@ -143,7 +143,9 @@ static void coalesce_release_head(worker_t *w, int64_t now) {
   buf_t json;
   buf_init(&json);
   buf_append_json_string(&json, e->record_uri, strlen(e->record_uri));
-  subs_send_topic(w, t, e->record_uri, &json, e->seq);
+  frame_t *change_head = NULL;
+  subs_send_topic(w, t, e->record_uri, &json, e->seq, &change_head);
+  frame_unref(change_head);
   buf_finish(&json);
   coalesce_open_window(w, e, now);
 }
@@ -321,7 +323,7 @@ void subs_deliver_held(worker_t *w, sub_t *sub, const char *record_uri, int64_t 
  * debounced or the queue already holds something (commit order).
  */
 static void subs_send_topic(worker_t *w, sub_topic *t, const char *record_uri,
-                            const buf_t *record_json, int64_t seq) {
+                            const buf_t *record_json, int64_t seq, frame_t **change_head) {
   frame_t *f = NULL;
   buf_t *head = NULL; /* a listen stream's head, formatted at the first one */
   bool debounced = t->debounce.quiet_ms > 0;
@@ -335,7 +337,22 @@ static void subs_send_topic(worker_t *w, sub_topic *t, const char *record_uri,
     }
     switch (sub->owner->kind) {
     case SUB_OWNER_SESSION:
-      if (f == NULL) { /* the update of format_updated, put together in the frame itself */
+      if (f == NULL && t->n_session_subs == 1) {
+        /*
+         * The change's head joined to the topic's tail: a distinct topic per
+         * subscriber costs no copy of its update, and its replay ring holds
+         * a small frame instead of the whole event.
+         */
+        if (*change_head == NULL) {
+          frame_part parts[] = {{updated_head, sizeof(updated_head) - 1},
+                                {record_json->data, record_json->len},
+                                {updated_mid, sizeof(updated_mid) - 1}};
+          *change_head = frame_create_head(seq, parts, ARRAY_LEN(parts));
+        }
+        f = frame_join(*change_head, t->tail);
+        w->notifications++;
+        t->notified++;
+      } else if (f == NULL) { /* the update of format_updated, put together in the frame itself */
         frame_part parts[] = {{updated_head, sizeof(updated_head) - 1},
                               {record_json->data, record_json->len},
                               {updated_mid, sizeof(updated_mid) - 1},
@@ -411,14 +428,16 @@ static void subs_on_change(const store_audit_row *row, void *data) {
   buf_t *record_json = &w->fmt_uri; /* escaped once for every topic */
   buf_reset(record_json);
   buf_append_json_string(record_json, record_uri, strlen(record_uri));
+  frame_t *change_head = NULL; /* the change's half of joined frames, made at the first */
   for (size_t i = 0; i < w->n_matched; i++) {
     sub_topic *t = w->matched[i];
     /* A subscription's own debounce replaces the server-wide coalescing. */
     if (w->cfg->coalesce_ms > 0 && t->debounce.quiet_ms == 0 &&
         coalesce_hold(w, t, record_uri, row->seq))
       continue;
-    subs_send_topic(w, t, record_uri, record_json, row->seq);
+    subs_send_topic(w, t, record_uri, record_json, row->seq, &change_head);
   }
+  frame_unref(change_head);
   free(record_uri);
   /* Commit (the trigger's clock, ms) -> its updates queued; they are written this loop turn. */
   stats_observe(&w->notify_delay, (double)(store_now_ms() - row->committed_at) / 1000);

@@ -78,6 +78,78 @@ static void test_tagged(void) {
   frame_unref(f);
 }
 
+/* The bytes of a frame's pieces, in order, NUL-terminated. */
+static void frame_text(const frame_t *f, char *out, size_t cap) {
+  frame_part p[FRAME_MAX_PIECES];
+  size_t n = frame_pieces(f, p), len = 0;
+  for (size_t i = 0; i < n; i++) {
+    CHECK(len + p[i].len < cap);
+    memcpy(out + len, p[i].data, p[i].len);
+    len += p[i].len;
+  }
+  CHECK_INT_EQ(len, f->len);
+  out[len] = '\0';
+}
+
+/*
+ * A change's head joined to a topic's tail is the event the topic's whole
+ * frame would be, byte for byte, with the same id, position and id test;
+ * the halves live as long as a joined frame holds them.
+ */
+static void test_joined(void) {
+  const frame_part head_parts[] = {{"{\"uri\":", 7}, {"\"r\"", 3}, {",\"s\":", 5}};
+  const frame_part tail_parts[] = {{"\"q\"", 3}, {"}", 1}};
+  const frame_part whole_parts[] = {head_parts[0], head_parts[1], head_parts[2], tail_parts[0],
+                                    tail_parts[1]};
+  const uint64_t orders[] = {0, 42, UINT64_MAX};
+  const int64_t seqs[] = {0, 9, -3, INT64_MAX};
+  for (size_t i = 0; i < sizeof(orders) / sizeof(orders[0]); i++) {
+    frame_tag tag;
+    frame_tag_init(&tag, 't', orders[i]);
+    frame_t *tail = frame_create_tail(&tag, tail_parts, 2);
+    for (size_t j = 0; j < sizeof(seqs) / sizeof(seqs[0]); j++) {
+      frame_t *head = frame_create_head(seqs[j], head_parts, 3);
+      frame_t *joined = frame_join(head, tail);
+      frame_unref(head); /* the joined frame keeps it */
+      frame_t *whole = frame_create_tagged(seqs[j], &tag, whole_parts, 5);
+      char text[256];
+      frame_text(joined, text, sizeof text);
+      CHECK_STR_EQ(text, whole->data);
+      CHECK_INT_EQ(joined->len, whole->len);
+      CHECK_INT_EQ(joined->id_len, whole->id_len);
+      CHECK_INT_EQ(joined->seq, seqs[j]);
+      frame_pos a = frame_position(joined), b = frame_position(whole);
+      CHECK(a.seq == b.seq && a.tag == b.tag && a.n == b.n);
+      CHECK(frame_id_is(joined, whole->data + 4, whole->id_len));
+      CHECK(!frame_id_is(joined, whole->data + 4, (size_t)whole->id_len - 1));
+      char other[64];
+      memcpy(other, whole->data + 4, whole->id_len);
+      other[whole->id_len - 1] ^= 1; /* the tag's last digit */
+      CHECK(!frame_id_is(joined, other, whole->id_len));
+      other[whole->id_len - 1] ^= 1;
+      other[0] = other[0] == '1' ? '2' : '1'; /* the seq's first character */
+      CHECK(!frame_id_is(joined, other, whole->id_len));
+      frame_unref(whole);
+      frame_unref(joined);
+    }
+    frame_unref(tail);
+  }
+  /* The example of frame.h, exactly. */
+  frame_tag tag;
+  frame_tag_init(&tag, 't', 5);
+  frame_t *tail = frame_create_tail(&tag, tail_parts, 2);
+  CHECK_STR_EQ(tail->data, "-t5\"q\"}\n\n");
+  frame_t *head = frame_create_head(77, head_parts, 3);
+  CHECK_STR_EQ(head->data, "id: 77\ndata: {\"uri\":\"r\",\"s\":");
+  frame_t *joined = frame_join(head, tail);
+  frame_unref(tail);
+  frame_unref(head);
+  char text[256];
+  frame_text(joined, text, sizeof text);
+  CHECK_STR_EQ(text, "id: 77-t5\ndata: {\"uri\":\"r\",\"s\":\"q\"}\n\n");
+  frame_unref(joined);
+}
+
 static void test_id_is(void) {
   frame_t *f = frame_create(123, 't', 4, "{}", 2);
   CHECK(frame_id_is(f, "123-t4", 6));
@@ -187,6 +259,7 @@ int main(void) {
   RUN(test_empty_data);
   RUN(test_large_numbers);
   RUN(test_tagged);
+  RUN(test_joined);
   RUN(test_id_is);
   RUN(test_parse_valid);
   RUN(test_parse_invalid);
