@@ -337,11 +337,12 @@ static void subs_send_topic(worker_t *w, sub_topic *t, const char *record_uri,
     }
     switch (sub->owner->kind) {
     case SUB_OWNER_SESSION:
-      if (f == NULL && t->n_session_subs == 1) {
+      if (f == NULL && sub == t->subs && next == NULL) {
         /*
-         * The change's head joined to the topic's tail: a distinct topic per
-         * subscriber costs no copy of its update, and its replay ring holds
-         * a small frame instead of the whole event.
+         * The topic's only subscriber: the change's head joined to the
+         * topic's tail. A distinct topic per subscriber costs no copy of its
+         * update, and its replay ring holds a small frame instead of the
+         * whole event.
          */
         if (*change_head == NULL) {
           frame_part parts[] = {{updated_head, sizeof(updated_head) - 1},
