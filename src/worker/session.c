@@ -172,18 +172,12 @@ void session_stream_open(session_t *s, http_conn_t *c) {
 /* Writes f to the open stream. false when there is none or it was cut. */
 static bool session_write(session_t *s, const frame_t *f) {
   if (s->stream == NULL) return false;
-  int rc;
-  if (!f->joined) {
-    rc = http_stream_write(s->stream, f->data, f->len);
-  } else {
-    frame_part p[FRAME_MAX_PIECES];
-    size_t n = frame_pieces(f, p);
-    uv_buf_t b[FRAME_MAX_PIECES];
-    for (size_t i = 0; i < n; i++)
-      b[i] = (uv_buf_t){.base = (char *)(uintptr_t)p[i].data, .len = p[i].len};
-    rc = http_stream_writev(s->stream, b, n);
-  }
-  if (rc != 0) return false;
+  frame_part p[FRAME_MAX_PIECES];
+  size_t n = frame_pieces(f, p);
+  uv_buf_t b[FRAME_MAX_PIECES];
+  for (size_t i = 0; i < n; i++)
+    b[i] = (uv_buf_t){.base = (char *)(uintptr_t)p[i].data, .len = p[i].len};
+  if (http_stream_writev(s->stream, b, n) != 0) return false;
   s->registry->frames_sent++;
   return true;
 }

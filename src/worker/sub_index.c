@@ -156,7 +156,8 @@ static void table_free(sub_table *st) {
  * among text's keys:
  *   's' and the text       a string equal to it
  *   'n' and the double     a number, when the text reads whole as one
- *                          (strtod, as value_matches reads it; -0 as 0)
+ *                          (equality_number, as value_matches reads it;
+ *                          -0 as 0)
  *   'b' and "1" or "0"     a boolean, when the text is "1" or "0"
  * A topic without an equality but with a starts-with filter (sw) is filed
  * under 'p' and its prefix, and a change looks up its string values cut
@@ -164,6 +165,17 @@ static void table_free(sub_table *st) {
  * found there is then tested whole, as any other.
  */
 #define EQ_KEY_STACK 256
+
+/*
+ * The number a filter's text stands for in an equality with a row's number
+ * (value_matches), and so the index's number key (eq_text_keys): the whole
+ * text read by strtod. false when it is not one.
+ */
+static bool equality_number(const char *text, double *d) {
+  char *end;
+  *d = strtod(text, &end);
+  return end != text && *end == '\0';
+}
 
 typedef void (*eq_fn)(sub_table *st, const char *key, size_t len, void *data);
 
@@ -187,9 +199,8 @@ static void eq_key_number(sub_table *st, uint8_t col, double d, eq_fn fn, void *
 /* fn for every key of a filter value's text. */
 static void eq_text_keys(sub_table *st, uint8_t col, const char *text, eq_fn fn, void *data) {
   eq_key(st, col, 's', text, strlen(text), fn, data);
-  char *end;
-  double d = strtod(text, &end);
-  if (end != text && *end == '\0' && !isnan(d)) eq_key_number(st, col, d, fn, data);
+  double d;
+  if (equality_number(text, &d) && !isnan(d)) eq_key_number(st, col, d, fn, data);
   if (strcmp(text, "1") == 0 || strcmp(text, "0") == 0) eq_key(st, col, 'b', text, 1, fn, data);
 }
 
@@ -424,9 +435,8 @@ bool sub_index_watches(const sub_index *idx, const char *table) {
 static bool value_matches(const cJSON *v, const char *text) {
   if (cJSON_IsString(v)) return strcmp(v->valuestring, text) == 0;
   if (cJSON_IsNumber(v)) {
-    char *end;
-    double d = strtod(text, &end);
-    return end != text && *end == '\0' && d == v->valuedouble;
+    double d;
+    return equality_number(text, &d) && d == v->valuedouble;
   }
   if (cJSON_IsBool(v)) return strcmp(text, cJSON_IsTrue(v) ? "1" : "0") == 0;
   return false;
