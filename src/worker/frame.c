@@ -59,13 +59,8 @@ static frame_t *frame_alloc(size_t size) {
   return mem_alloc(c >= 0 ? (size_t)(c + 1) * FRAME_CLASS : size);
 }
 
-/* What f was allocated with. */
-static size_t frame_size(const frame_t *f) {
-  return sizeof(*f) + (f->joined ? 2 * sizeof(frame_t *) : f->len + 1);
-}
-
-static void frame_release(frame_t *f) {
-  int c = frame_class(frame_size(f));
+void frame_release(frame_t *f) {
+  int c = frame_class(sizeof(*f) + f->len + 1); /* what f was allocated with */
   if (c < 0 || frame_pool[c].n >= FRAME_KEEP) {
     free(f);
     return;
@@ -112,7 +107,7 @@ void frame_tag_init(frame_tag *t, char tag, uint64_t n) {
 
 /*
  * "id: <seq><tag>\ndata: <parts>", then "\n\n" when end (a whole event;
- * without it, a joined frame's head).
+ * without it, an event's head (frame_create_head).
  */
 static frame_t *frame_build(int64_t seq, const frame_tag *tag, const frame_part *parts,
                             size_t n_parts, bool end) {
@@ -125,7 +120,6 @@ static frame_t *frame_build(int64_t seq, const frame_tag *tag, const frame_part 
   size_t len = 4 + id_len + 1 + 6 + json_len + (end ? 2 : 0);
   frame_t *f = frame_alloc(sizeof(*f) + len + 1);
   f->refs = 1;
-  f->joined = false;
   f->id_len = (uint16_t)id_len;
   f->seq = seq;
   f->len = len;
@@ -173,7 +167,6 @@ frame_t *frame_create_tail(const frame_tag *tag, const frame_part *parts, size_t
   for (size_t i = 0; i < n_parts; i++) len += parts[i].len;
   frame_t *f = frame_alloc(sizeof(*f) + len + 1);
   f->refs = 1;
-  f->joined = false;
   f->id_len = tag->len;
   f->seq = 0;
   f->len = len;
@@ -188,48 +181,21 @@ frame_t *frame_create_tail(const frame_tag *tag, const frame_part *parts, size_t
   return f;
 }
 
-/* A joined frame's halves, kept where a frame of its own keeps its bytes. */
-static frame_t **frame_halves(const frame_t *f) {
-  return (frame_t **)(uintptr_t)f->data;
-}
-
-frame_t *frame_join(frame_t *head, frame_t *tail) {
-  frame_t *f = frame_alloc(sizeof(*f) + 2 * sizeof(frame_t *));
-  f->refs = 1;
-  f->joined = true;
-  f->id_len = (uint16_t)(head->id_len + tail->id_len);
-  f->seq = head->seq;
-  f->len = head->len + tail->len;
-  frame_halves(f)[0] = frame_ref(head);
-  frame_halves(f)[1] = frame_ref(tail);
-  return f;
-}
-
-size_t frame_pieces(const frame_t *f, frame_part out[FRAME_MAX_PIECES]) {
-  if (!f->joined) {
-    out[0] = (frame_part){f->data, f->len};
-    return 1;
-  }
-  const frame_t *head = frame_halves(f)[0], *tail = frame_halves(f)[1];
-  size_t head_id = 4 + (size_t)head->id_len; /* "id: <seq>" */
-  out[0] = (frame_part){head->data, head_id};
-  out[1] = (frame_part){tail->data, tail->id_len};
-  out[2] = (frame_part){head->data + head_id, head->len - head_id};
-  out[3] = (frame_part){tail->data + tail->id_len, tail->len - tail->id_len};
-  return 4;
-}
-
 /*
- * f's id (id_len bytes): in place for a frame of its own, put together in
- * buf for a joined one (a seq of at most 20 characters and a tag of at most
+ * e's id (*len bytes): in place for a whole frame, put together in buf for
+ * a head and a tail (a seq of at most 20 characters and a tag of at most
  * 22: frame_tag).
  */
 #define FRAME_ID_MAX 48
-static const char *frame_id(const frame_t *f, char buf[FRAME_ID_MAX]) {
-  if (!f->joined) return f->data + 4;
-  const frame_t *head = frame_halves(f)[0], *tail = frame_halves(f)[1];
+static const char *frame_id(frame_ev e, char buf[FRAME_ID_MAX], size_t *len) {
+  const frame_t *head = e.f, *tail = e.tail;
+  if (tail == NULL) {
+    *len = head->id_len;
+    return head->data + 4;
+  }
   memcpy(buf, head->data + 4, head->id_len);
   memcpy(buf + head->id_len, tail->data, tail->id_len);
+  *len = (size_t)head->id_len + tail->id_len;
   return buf;
 }
 
@@ -245,23 +211,11 @@ frame_t *frame_create(int64_t seq, char tag, uint64_t n, const char *json, size_
   return frame_create_parts(seq, tag, n, &part, 1);
 }
 
-frame_t *frame_ref(frame_t *f) {
-  f->refs++;
-  return f;
-}
-
-void frame_unref(frame_t *f) {
-  if (f == NULL || --f->refs > 0) return;
-  if (f->joined) {
-    frame_unref(frame_halves(f)[0]);
-    frame_unref(frame_halves(f)[1]);
-  }
-  frame_release(f);
-}
-
-bool frame_id_is(const frame_t *f, const char *id, size_t len) {
+bool frame_id_is(frame_ev e, const char *id, size_t len) {
   char buf[FRAME_ID_MAX];
-  return len == f->id_len && memcmp(frame_id(f, buf), id, len) == 0;
+  size_t id_len;
+  const char *own = frame_id(e, buf, &id_len);
+  return len == id_len && memcmp(own, id, len) == 0;
 }
 
 /* Digits of a decimal number without sign or leading zeros (except "0"), at most 20. */
@@ -291,10 +245,12 @@ int frame_id_parse(const char *id, size_t len, frame_pos *pos) {
   return 0;
 }
 
-frame_pos frame_position(const frame_t *f) {
-  frame_pos pos = {f->seq, 's', 0};
+frame_pos frame_position(frame_ev e) {
+  frame_pos pos = {e.f->seq, 's', 0};
   char buf[FRAME_ID_MAX];
-  if (frame_id_parse(frame_id(f, buf), f->id_len, &pos) != 0) {
+  size_t len;
+  const char *id = frame_id(e, buf, &len);
+  if (frame_id_parse(id, len, &pos) != 0) {
     /* Every frame's id is one of ours. */
   }
   return pos;

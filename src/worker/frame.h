@@ -19,8 +19,9 @@
  * Resumption is exclusive: it sends what comes after the position an id
  * names. Clients treat ids as opaque.
  *
- * A frame either holds its bytes or joins two shared halves (frame_join):
- * what is written and what ids and positions are is the same for both.
+ * An event is held as a frame_ev: one frame that holds its bytes, or two
+ * shared halves (a change's head and a topic's tail) written one after the
+ * other: what is written and what ids and positions are is the same for both.
  */
 #ifndef MCPSUB_FRAME_H
 #define MCPSUB_FRAME_H
@@ -34,10 +35,9 @@
 typedef struct frame {
   uint32_t refs;
   uint16_t id_len; /* the id is data + 4 ("id: ") */
-  bool joined;     /* a head and a tail (frame_join), not bytes of its own */
   int64_t seq;     /* audit position named by the id */
-  size_t len;      /* bytes on the wire (a joined frame's: its head's and tail's) */
-  char data[];     /* the whole event, wire-ready; a joined frame: its head and tail */
+  size_t len;      /* bytes on the wire */
+  char data[];     /* the whole event, wire-ready (or a head's or a tail's part of it) */
 } frame_t;
 
 /*
@@ -65,28 +65,75 @@ void frame_tag_init(frame_tag *t, char tag, uint64_t n);
 frame_t *frame_create_tagged(int64_t seq, const frame_tag *tag, const frame_part *parts,
                              size_t n_parts);
 /*
- * A frame in two shared halves, for the update of a topic with one
+ * An event in two shared halves, for the update of a topic with one
  * subscriber: the change's head, made once for every such topic ("id:
  * <seq>\ndata: " and the JSON up to the subscribed URI; id_len is the
  * seq's length) and the topic's tail, made once when the topic is
  * ("-t<order>" then the rest of the JSON and "\n\n"; id_len is the tag's
- * length, at data). frame_join makes a small frame that references both
- * (one reference each) instead of copying them: the event's bytes are
- * head's id, tail's id end, head's JSON, tail's JSON (frame_pieces).
+ * length, at data). The event's bytes are head's id, tail's id end,
+ * head's JSON, tail's JSON (frame_pieces): nothing is copied or allocated
+ * for the subscriber.
  */
 frame_t *frame_create_head(int64_t seq, const frame_part *parts, size_t n_parts);
 frame_t *frame_create_tail(const frame_tag *tag, const frame_part *parts, size_t n_parts);
-frame_t *frame_join(frame_t *head, frame_t *tail);
-/* The event's bytes in order: one piece, or four for a joined frame. Returns the count. */
+
+/*
+ * An event as rings and streams hold it, by value: a whole frame (tail
+ * NULL), or a head and a tail. Holding the pair instead of a frame that
+ * points to both is what keeps a topic's only subscriber free of an
+ * allocation, and a ring's oldest event free of a cold frame to release.
+ */
+typedef struct frame_ev {
+  frame_t *f;    /* the whole event, or its head */
+  frame_t *tail; /* NULL, or the tail that completes f */
+} frame_ev;
+static inline frame_ev frame_whole(frame_t *f) {
+  return (frame_ev){f, NULL};
+}
+/*
+ * The event's bytes in order: one piece, or four for a head and a tail.
+ * Returns the count; *len is their total.
+ */
 #define FRAME_MAX_PIECES 4
-size_t frame_pieces(const frame_t *f, frame_part out[FRAME_MAX_PIECES]);
-frame_t *frame_ref(frame_t *f);
-/* Drops a reference; frees at zero (small frames are kept for reuse). NULL is a no-op. */
-void frame_unref(frame_t *f);
+static inline size_t frame_pieces(frame_ev e, frame_part out[FRAME_MAX_PIECES], size_t *len) {
+  const frame_t *head = e.f, *tail = e.tail;
+  if (tail == NULL) {
+    out[0] = (frame_part){head->data, head->len};
+    *len = head->len;
+    return 1;
+  }
+  *len = head->len + tail->len;
+  size_t head_id = 4 + (size_t)head->id_len; /* "id: <seq>" */
+  out[0] = (frame_part){head->data, head_id};
+  out[1] = (frame_part){tail->data, tail->id_len};
+  out[2] = (frame_part){head->data + head_id, head->len - head_id};
+  out[3] = (frame_part){tail->data + tail->id_len, tail->len - tail->id_len};
+  return 4;
+}
+/* Frees a frame whose last reference was dropped (small ones are kept for reuse). */
+void frame_release(frame_t *f);
+static inline frame_t *frame_ref(frame_t *f) {
+  f->refs++;
+  return f;
+}
+/* Drops a reference; frees at zero. NULL is a no-op. */
+static inline void frame_unref(frame_t *f) {
+  if (f != NULL && --f->refs == 0) frame_release(f);
+}
+/* A reference to each frame of e; dropping them. */
+static inline frame_ev frame_ev_ref(frame_ev e) {
+  frame_ref(e.f);
+  if (e.tail != NULL) frame_ref(e.tail);
+  return e;
+}
+static inline void frame_ev_unref(frame_ev e) {
+  frame_unref(e.f);
+  frame_unref(e.tail);
+}
 /* Frees the frames kept for reuse (at exit). */
 void frame_pool_drain(void);
-/* Does the frame's event id equal id? */
-bool frame_id_is(const frame_t *f, const char *id, size_t len);
+/* Does the event's id equal id? */
+bool frame_id_is(frame_ev e, const char *id, size_t len);
 
 /* The position an event id names (see above). */
 typedef struct frame_pos {
@@ -100,7 +147,7 @@ typedef struct frame_pos {
  * 0, or -EINVAL for an id this server did not mint.
  */
 int frame_id_parse(const char *id, size_t len, frame_pos *pos) MCPSUB_NODISCARD;
-/* The position of a frame's own id. */
-frame_pos frame_position(const frame_t *f);
+/* The position of an event's own id. */
+frame_pos frame_position(frame_ev e);
 
 #endif

@@ -827,12 +827,10 @@ void http_stream_begin_sse(http_conn_t *c) {
   http_stream_begin(c, 200, head, sizeof(head) / sizeof(head[0]));
 }
 
-int http_stream_writev(http_conn_t *c, const uv_buf_t *bufs, size_t n) {
+int http_stream_writev(http_conn_t *c, const uv_buf_t *bufs, size_t n, size_t len) {
   if (c == NULL) return -EINVAL;
   if (c->closing) return -EPIPE;
   if (c->phase != PHASE_STREAM) return -EINVAL;
-  size_t len = 0;
-  for (size_t i = 0; i < n; i++) len += bufs[i].len;
   size_t max = c->srv->opts.max_stream_queue;
   if (!c->stream_exempt && (c->queued > max || len > max - c->queued)) {
     conn_finish(c, false);
@@ -853,7 +851,13 @@ int http_stream_writev(http_conn_t *c, const uv_buf_t *bufs, size_t n) {
 
 int http_stream_write(http_conn_t *c, const char *data, size_t len) {
   uv_buf_t b = {.base = (char *)(uintptr_t)data, .len = len};
-  return http_stream_writev(c, &b, 1);
+  return http_stream_writev(c, &b, 1, len);
+}
+
+void http_stream_prefetch(const http_conn_t *c) {
+  __builtin_prefetch(c);
+  __builtin_prefetch(&c->out);
+  __builtin_prefetch(&c->closing);
 }
 
 void http_stream_exempt(http_conn_t *c, bool exempt) {

@@ -139,8 +139,14 @@ void http_stream_begin_sse(http_conn_t *c);
  * runs later) and the bytes dropped. -EPIPE when the stream is closing.
  */
 int http_stream_write(http_conn_t *c, const char *data, size_t len) MCPSUB_NODISCARD;
-/* The same with the bytes in pieces, queued in order as one write. */
-int http_stream_writev(http_conn_t *c, const uv_buf_t *bufs, size_t n) MCPSUB_NODISCARD;
+/* Starts loading what a stream write reads (a hint: it changes nothing). */
+void http_stream_prefetch(const http_conn_t *c);
+/*
+ * The same with the bytes in pieces, queued in order as one write; len is
+ * their total, which a caller has at hand (summing it here would read back
+ * the pieces just stored, as wide loads the CPU cannot forward from them).
+ */
+int http_stream_writev(http_conn_t *c, const uv_buf_t *bufs, size_t n, size_t len) MCPSUB_NODISCARD;
 /*
  * While exempt, http_stream_write does not apply max_stream_queue: for a
  * replay whose size the caller bounds (a resumption must not be cut by the

@@ -45,17 +45,42 @@ void session_registry_init(session_registry_t *reg, unsigned sse_retry_ms,
   reg->position_data = position_data;
 }
 
+/*
+ * A ring slot is the event's frame (frame_ev.f) and, once the session has
+ * been sent a head and a tail, its tail in a second array after the first
+ * (ring_paired): a session sent whole frames only (a collection's or a
+ * record's subscriber, an idle session) keeps 8 bytes a slot.
+ */
+static frame_ev ring_slot(const session_t *s, unsigned k) {
+  return (frame_ev){s->ring[k], s->ring_paired ? s->ring[s->ring_cap + k] : NULL};
+}
+
+static frame_ev ring_at(const session_t *s, unsigned i) {
+  return ring_slot(s, (s->ring_start + i) % s->ring_cap);
+}
+
+static void ring_resize(session_t *s, unsigned cap, bool paired) {
+  frame_t **ring = mem_alloc(cap * sizeof(frame_t *) * (paired ? 2 : 1));
+  for (unsigned i = 0; i < s->ring_count; i++) {
+    frame_ev e = ring_at(s, i);
+    ring[i] = e.f;
+    if (paired) ring[cap + i] = e.tail;
+  }
+  free(s->ring);
+  s->ring = ring;
+  s->ring_cap = cap;
+  s->ring_start = 0;
+  s->ring_paired = paired;
+}
+
 static void session_free(session_t *s) {
   session_stream_close(s);
   if (s->subs_by_uri != NULL) {
     strmap_finish(s->subs_by_uri);
     free(s->subs_by_uri);
   }
-  if (s->ring != NULL) {
-    for (unsigned i = 0; i < s->ring_count; i++)
-      frame_unref(s->ring[(s->ring_start + i) % s->ring_cap]);
-    free(s->ring);
-  }
+  for (unsigned i = 0; i < s->ring_count; i++) frame_ev_unref(ring_at(s, i));
+  free(s->ring);
   free(s->principal);
   free(s);
 }
@@ -169,15 +194,15 @@ void session_stream_open(session_t *s, http_conn_t *c) {
   buf_finish(&b);
 }
 
-/* Writes f to the open stream. false when there is none or it was cut. */
-static bool session_write(session_t *s, const frame_t *f) {
+/* Writes e to the open stream. false when there is none or it was cut. */
+static bool session_write(session_t *s, frame_ev e) {
   if (s->stream == NULL) return false;
   frame_part p[FRAME_MAX_PIECES];
-  size_t n = frame_pieces(f, p);
+  size_t len, n = frame_pieces(e, p, &len);
   uv_buf_t b[FRAME_MAX_PIECES];
   for (size_t i = 0; i < n; i++)
     b[i] = (uv_buf_t){.base = (char *)(uintptr_t)p[i].data, .len = p[i].len};
-  if (http_stream_writev(s->stream, b, n) != 0) return false;
+  if (http_stream_writev(s->stream, b, n, len) != 0) return false;
   s->registry->frames_sent++;
   return true;
 }
@@ -187,47 +212,47 @@ void session_stream_prime(session_t *s) {
   /* Kept in the ring too: a reconnect naming it is then replayed exactly. */
   frame_t *f = frame_create(s->registry->position(s, s->registry->position_data), 's',
                             s->next_frame++, "", 0);
-  session_deliver(s, f);
+  session_deliver(s, frame_whole(f));
   frame_unref(f);
 }
 
-static frame_t *ring_at(const session_t *s, unsigned i) {
-  return s->ring[(s->ring_start + i) % s->ring_cap];
+void session_prefetch(const session_t *s) {
+  if (s->ring_cap > 0) {
+    unsigned at = s->ring_start + s->ring_count;
+    if (at >= s->ring_cap) at -= s->ring_cap;
+    __builtin_prefetch(&s->ring[at]);
+    if (s->ring_paired) __builtin_prefetch(&s->ring[s->ring_cap + at]);
+  }
+  if (s->stream != NULL) http_stream_prefetch(s->stream);
 }
 
-/*
- * Doubles the ring (from 8 slots) up to SESSION_RING_SIZE, so that an idle
- * session pays for the few frames it had, not for a hundred.
- */
-static void ring_grow(session_t *s) {
-  unsigned cap = s->ring_cap == 0 ? 8 : s->ring_cap * 2;
-  if (cap > SESSION_RING_SIZE) cap = SESSION_RING_SIZE;
-  frame_t **ring = mem_alloc(cap * sizeof(frame_t *));
-  for (unsigned i = 0; i < s->ring_count; i++) ring[i] = ring_at(s, i);
-  free(s->ring);
-  s->ring = ring;
-  s->ring_cap = cap;
-  s->ring_start = 0;
-}
-
-void session_deliver(session_t *s, frame_t *f) {
-  if (s->ring_count == s->ring_cap && s->ring_cap < SESSION_RING_SIZE) ring_grow(s);
+void session_deliver(session_t *s, frame_ev e) {
+  /* Doubled from 8 slots up to SESSION_RING_SIZE: an idle session pays for the few frames it had.
+   */
+  if (s->ring_count == s->ring_cap && s->ring_cap < SESSION_RING_SIZE) {
+    unsigned cap = s->ring_cap == 0 ? 8 : s->ring_cap * 2;
+    ring_resize(s, cap < SESSION_RING_SIZE ? cap : SESSION_RING_SIZE, s->ring_paired);
+  }
+  if (e.tail != NULL && !s->ring_paired) ring_resize(s, s->ring_cap, true);
   if (s->ring_count == SESSION_RING_SIZE) {
-    frame_t *oldest = s->ring[s->ring_start];
+    frame_ev oldest = ring_slot(s, s->ring_start);
     if (s->undelivered == s->ring_count) { /* it never reached a stream */
       s->undelivered--;
       s->registry->frames_dropped++;
       if (!s->lost) s->lost_from = frame_position(oldest); /* frames leave in order */
       s->lost = true;
     }
-    frame_unref(oldest);
+    frame_ev_unref(oldest);
     s->ring_start = (s->ring_start + 1) % s->ring_cap;
     s->ring_count--;
   }
-  s->ring[(s->ring_start + s->ring_count) % s->ring_cap] = frame_ref(f);
+  unsigned k = (s->ring_start + s->ring_count) % s->ring_cap;
+  frame_ev_ref(e);
+  s->ring[k] = e.f;
+  if (s->ring_paired) s->ring[s->ring_cap + k] = e.tail;
   s->ring_count++;
-  /* A frame behind undelivered ones waits with them, in order. */
-  if (s->undelivered > 0 || !session_write(s, f)) s->undelivered++;
+  /* An event behind undelivered ones waits with them, in order. */
+  if (s->undelivered > 0 || !session_write(s, e)) s->undelivered++;
 }
 
 static void session_replay_from(session_t *s, unsigned first) {
@@ -256,7 +281,7 @@ int session_send(session_t *s, const char *json, size_t len, bool keep) {
   if (s->stream == NULL && !keep) return -ENOTCONN;
   frame_t *f = frame_create(s->registry->position(s, s->registry->position_data), 's',
                             s->next_frame++, json, len);
-  session_deliver(s, f);
+  session_deliver(s, frame_whole(f));
   frame_unref(f);
   return 0;
 }

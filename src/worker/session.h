@@ -49,6 +49,7 @@ typedef struct session {
   /* The small members together, after the id's odd length (every idle session holds one). */
   bool elicit_form; /* the client declared form elicitation (confirm.h) */
   bool lost;        /* undelivered frames fell off the ring, from lost_from on */
+  bool ring_paired; /* the ring keeps a tail per slot too (session.c) */
   enum session_log_level log_level;
   int64_t created_ms;            /* Unix ms */
   int64_t last_seen_ms;          /* Unix ms of the last request or stream activity */
@@ -117,8 +118,10 @@ void session_stream_prime(session_t *s);
 /* Ends the session's stream, if any (flushes, then closes the connection). */
 void session_stream_close(session_t *s);
 
-/* Keeps frame (a new reference is taken) in the ring and writes it to the stream, if open. */
-void session_deliver(session_t *s, frame_t *f);
+/* Starts loading what session_deliver reads and writes (a hint: it changes nothing). */
+void session_prefetch(const session_t *s);
+/* Keeps the event (new references are taken) in the ring and writes it to the stream, if open. */
+void session_deliver(session_t *s, frame_ev e);
 /*
  * When the ring holds the frame whose event id is id, writes every frame
  * after it to the stream and returns true; else writes nothing, false.

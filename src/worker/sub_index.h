@@ -55,7 +55,8 @@ struct sub_topic {
   uint64_t order;       /* sub_topic_order(uri): orders and names its updates in event ids */
   const char *uri_json; /* the uri as a JSON string (in tail): formatted once, copied per update */
   size_t uri_json_len;
-  /* Its updates' id end and JSON after the record URI (frame_create_tail), for joined frames. */
+  /* Its updates' id end and JSON after the record URI (frame_create_tail): a sole subscriber's
+   * half. */
   frame_t *tail;
   debounce_t debounce;    /* its subscribers' own debounce (part of key), or none */
   uint64_t notified;      /* updates formatted for it (mcpsubctl subs, top) */

@@ -46,7 +46,7 @@ static void test_large_numbers(void) {
   frame_pos pos;
   CHECK_INT_EQ(frame_id_parse(id, strlen(id), &pos), 0);
   CHECK(pos.seq == INT64_MAX && pos.tag == 'r' && pos.n == UINT64_MAX);
-  pos = frame_position(f);
+  pos = frame_position(frame_whole(f));
   CHECK(pos.seq == INT64_MAX && pos.tag == 'r' && pos.n == UINT64_MAX);
   frame_unref(f);
 }
@@ -64,7 +64,7 @@ static void test_tagged(void) {
     CHECK_INT_EQ(a->len, b->len);
     CHECK_INT_EQ(a->id_len, b->id_len);
     CHECK_STR_EQ(a->data, b->data);
-    frame_pos pos = frame_position(a);
+    frame_pos pos = frame_position(frame_whole(a));
     CHECK(seqs[i] < 0 || (pos.seq == seqs[i] && pos.tag == 't' && pos.n == UINT64_MAX));
     frame_unref(a);
     frame_unref(b);
@@ -78,25 +78,26 @@ static void test_tagged(void) {
   frame_unref(f);
 }
 
-/* The bytes of a frame's pieces, in order, NUL-terminated. */
-static void frame_text(const frame_t *f, char *out, size_t cap) {
+/* The bytes of an event's pieces, in order, NUL-terminated; returns their length. */
+static size_t frame_text(frame_ev e, char *out, size_t cap) {
   frame_part p[FRAME_MAX_PIECES];
-  size_t n = frame_pieces(f, p), len = 0;
+  size_t total, n = frame_pieces(e, p, &total), len = 0;
   for (size_t i = 0; i < n; i++) {
     CHECK(len + p[i].len < cap);
     memcpy(out + len, p[i].data, p[i].len);
     len += p[i].len;
   }
-  CHECK_INT_EQ(len, f->len);
+  CHECK_INT_EQ(total, len);
   out[len] = '\0';
+  return len;
 }
 
 /*
- * A change's head joined to a topic's tail is the event the topic's whole
- * frame would be, byte for byte, with the same id, position and id test;
- * the halves live as long as a joined frame holds them.
+ * A change's head and a topic's tail are the event the topic's whole frame
+ * would be, byte for byte, with the same id, position and id test; the
+ * halves live as long as a reference to the pair holds them.
  */
-static void test_joined(void) {
+static void test_pair(void) {
   const frame_part head_parts[] = {{"{\"uri\":", 7}, {"\"r\"", 3}, {",\"s\":", 5}};
   const frame_part tail_parts[] = {{"\"q\"", 3}, {"}", 1}};
   const frame_part whole_parts[] = {head_parts[0], head_parts[1], head_parts[2], tail_parts[0],
@@ -109,28 +110,27 @@ static void test_joined(void) {
     frame_t *tail = frame_create_tail(&tag, tail_parts, 2);
     for (size_t j = 0; j < sizeof(seqs) / sizeof(seqs[0]); j++) {
       frame_t *head = frame_create_head(seqs[j], head_parts, 3);
-      frame_t *joined = frame_join(head, tail);
-      frame_unref(head); /* the joined frame keeps it */
+      frame_ev pair = frame_ev_ref((frame_ev){head, tail});
+      frame_unref(head); /* the pair's reference keeps it */
       frame_t *whole = frame_create_tagged(seqs[j], &tag, whole_parts, 5);
       char text[256];
-      frame_text(joined, text, sizeof text);
+      CHECK_INT_EQ(frame_text(pair, text, sizeof text), whole->len);
       CHECK_STR_EQ(text, whole->data);
-      CHECK_INT_EQ(joined->len, whole->len);
-      CHECK_INT_EQ(joined->id_len, whole->id_len);
-      CHECK_INT_EQ(joined->seq, seqs[j]);
-      frame_pos a = frame_position(joined), b = frame_position(whole);
+      CHECK_INT_EQ(frame_text(frame_whole(whole), text, sizeof text), whole->len);
+      CHECK_STR_EQ(text, whole->data);
+      frame_pos a = frame_position(pair), b = frame_position(frame_whole(whole));
       CHECK(a.seq == b.seq && a.tag == b.tag && a.n == b.n);
-      CHECK(frame_id_is(joined, whole->data + 4, whole->id_len));
-      CHECK(!frame_id_is(joined, whole->data + 4, (size_t)whole->id_len - 1));
+      CHECK(frame_id_is(pair, whole->data + 4, whole->id_len));
+      CHECK(!frame_id_is(pair, whole->data + 4, (size_t)whole->id_len - 1));
       char other[64];
       memcpy(other, whole->data + 4, whole->id_len);
       other[whole->id_len - 1] ^= 1; /* the tag's last digit */
-      CHECK(!frame_id_is(joined, other, whole->id_len));
+      CHECK(!frame_id_is(pair, other, whole->id_len));
       other[whole->id_len - 1] ^= 1;
       other[0] = other[0] == '1' ? '2' : '1'; /* the seq's first character */
-      CHECK(!frame_id_is(joined, other, whole->id_len));
+      CHECK(!frame_id_is(pair, other, whole->id_len));
       frame_unref(whole);
-      frame_unref(joined);
+      frame_ev_unref(pair);
     }
     frame_unref(tail);
   }
@@ -141,24 +141,22 @@ static void test_joined(void) {
   CHECK_STR_EQ(tail->data, "-t5\"q\"}\n\n");
   frame_t *head = frame_create_head(77, head_parts, 3);
   CHECK_STR_EQ(head->data, "id: 77\ndata: {\"uri\":\"r\",\"s\":");
-  frame_t *joined = frame_join(head, tail);
+  char text[256];
+  frame_text((frame_ev){head, tail}, text, sizeof text);
+  CHECK_STR_EQ(text, "id: 77-t5\ndata: {\"uri\":\"r\",\"s\":\"q\"}\n\n");
   frame_unref(tail);
   frame_unref(head);
-  char text[256];
-  frame_text(joined, text, sizeof text);
-  CHECK_STR_EQ(text, "id: 77-t5\ndata: {\"uri\":\"r\",\"s\":\"q\"}\n\n");
-  frame_unref(joined);
 }
 
 static void test_id_is(void) {
   frame_t *f = frame_create(123, 't', 4, "{}", 2);
-  CHECK(frame_id_is(f, "123-t4", 6));
-  CHECK(frame_id_is(f, "123-t4xyz", 6)); /* only len bytes are compared */
-  CHECK(!frame_id_is(f, "123-t4", 5));
-  CHECK(!frame_id_is(f, "123-t45", 7));
-  CHECK(!frame_id_is(f, "123-s4", 6));
-  CHECK(!frame_id_is(f, "124-t4", 6));
-  CHECK(!frame_id_is(f, "", 0));
+  CHECK(frame_id_is(frame_whole(f), "123-t4", 6));
+  CHECK(frame_id_is(frame_whole(f), "123-t4xyz", 6)); /* only len bytes are compared */
+  CHECK(!frame_id_is(frame_whole(f), "123-t4", 5));
+  CHECK(!frame_id_is(frame_whole(f), "123-t45", 7));
+  CHECK(!frame_id_is(frame_whole(f), "123-s4", 6));
+  CHECK(!frame_id_is(frame_whole(f), "124-t4", 6));
+  CHECK(!frame_id_is(frame_whole(f), "", 0));
   frame_unref(f);
 }
 
@@ -200,9 +198,9 @@ static void test_parse_valid(void) {
       memcpy(id, f->data + 4, f->id_len);
       id[f->id_len] = '\0';
       expect_parse(id, seq, tags[i], (uint64_t)seq * 3 + i);
-      frame_pos pos = frame_position(f);
+      frame_pos pos = frame_position(frame_whole(f));
       CHECK(pos.seq == seq && pos.tag == tags[i] && pos.n == (uint64_t)seq * 3 + i);
-      CHECK(frame_id_is(f, id, strlen(id)));
+      CHECK(frame_id_is(frame_whole(f), id, strlen(id)));
       frame_unref(f);
     }
   }
@@ -259,7 +257,7 @@ int main(void) {
   RUN(test_empty_data);
   RUN(test_large_numbers);
   RUN(test_tagged);
-  RUN(test_joined);
+  RUN(test_pair);
   RUN(test_id_is);
   RUN(test_parse_valid);
   RUN(test_parse_invalid);
