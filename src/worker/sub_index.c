@@ -33,6 +33,11 @@ typedef struct sub_table {
   strmap eq;
   uint32_t eq_topics[SUB_MAX_COLUMNS];
   size_t n_eq;
+  /* The ne-only topics per column (in eq too, under the keys of a negated filter), and a match's
+   * mark. */
+  uint32_t ne_topics[SUB_MAX_COLUMNS];
+  size_t n_ne;
+  uint64_t ne_mark;
   /* The lengths of the indexed prefixes (sw), by column, with how many topics have each. */
   struct prefix_len {
     uint8_t col;
@@ -163,6 +168,13 @@ static void table_free(sub_table *st) {
  * under 'p' and its prefix, and a change looks up its string values cut
  * to each prefix length the column's topics have (prefix_lens). A topic
  * found there is then tested whole, as any other.
+ *
+ * A topic whose one filter is ne (ne_only) matches every row with a value
+ * in its column (NULL matches no operator) except the values its filter
+ * names. It stays with the topics tested at every change, but is filed
+ * under its value's keys in upper case ('S', 'N', 'B'): a change looks up
+ * its rows' values there once and marks the topics it finds, and the test
+ * of each ne-only topic is then a look at its marks, not a comparison.
  */
 #define EQ_KEY_STACK 256
 
@@ -191,27 +203,33 @@ static void eq_key(sub_table *st, uint8_t col, char kind, const void *bytes, siz
   if (k != stack) free(k);
 }
 
-static void eq_key_number(sub_table *st, uint8_t col, double d, eq_fn fn, void *data) {
+/* A key's kind: k ('s', 'n' or 'b') for an equality, in upper case for an ne-only topic. */
+#define EQ_KIND(k, ne) ((char)((ne) ? (k) - 'a' + 'A' : (k)))
+
+static void eq_key_number(sub_table *st, uint8_t col, double d, bool ne, eq_fn fn, void *data) {
   if (d == 0) d = 0; /* -0 equals 0: one key */
-  eq_key(st, col, 'n', &d, sizeof(d), fn, data);
+  eq_key(st, col, EQ_KIND('n', ne), &d, sizeof(d), fn, data);
 }
 
 /* fn for every key of a filter value's text. */
-static void eq_text_keys(sub_table *st, uint8_t col, const char *text, eq_fn fn, void *data) {
-  eq_key(st, col, 's', text, strlen(text), fn, data);
+static void eq_text_keys(sub_table *st, uint8_t col, const char *text, bool ne, eq_fn fn,
+                         void *data) {
+  eq_key(st, col, EQ_KIND('s', ne), text, strlen(text), fn, data);
   double d;
-  if (equality_number(text, &d) && !isnan(d)) eq_key_number(st, col, d, fn, data);
-  if (strcmp(text, "1") == 0 || strcmp(text, "0") == 0) eq_key(st, col, 'b', text, 1, fn, data);
+  if (equality_number(text, &d) && !isnan(d)) eq_key_number(st, col, d, ne, fn, data);
+  if (strcmp(text, "1") == 0 || strcmp(text, "0") == 0)
+    eq_key(st, col, EQ_KIND('b', ne), text, 1, fn, data);
 }
 
 /* fn for the key of a row's value; none for a value no equality matches (NULL, an object). */
-static void eq_value_key(sub_table *st, uint8_t col, const cJSON *v, eq_fn fn, void *data) {
+static void eq_value_key(sub_table *st, uint8_t col, const cJSON *v, bool ne, eq_fn fn,
+                         void *data) {
   if (cJSON_IsString(v))
-    eq_key(st, col, 's', v->valuestring, strlen(v->valuestring), fn, data);
+    eq_key(st, col, EQ_KIND('s', ne), v->valuestring, strlen(v->valuestring), fn, data);
   else if (cJSON_IsNumber(v))
-    eq_key_number(st, col, v->valuedouble, fn, data);
+    eq_key_number(st, col, v->valuedouble, ne, fn, data);
   else if (cJSON_IsBool(v))
-    eq_key(st, col, 'b', cJSON_IsTrue(v) ? "1" : "0", 1, fn, data);
+    eq_key(st, col, EQ_KIND('b', ne), cJSON_IsTrue(v) ? "1" : "0", 1, fn, data);
 }
 
 static void eq_add(sub_table *st, const char *key, size_t len, void *t) {
@@ -294,10 +312,22 @@ static void eq_file(sub_table *st, sub_topic *t, eq_fn fn) {
     return;
   }
   if (f->op == URI_IN)
-    for (size_t i = 0; i < f->n_alts; i++) eq_text_keys(st, col, f->alts[i], fn, t);
+    for (size_t i = 0; i < f->n_alts; i++) eq_text_keys(st, col, f->alts[i], false, fn, t);
   else
-    eq_text_keys(st, col, f->value, fn, t);
+    eq_text_keys(st, col, f->value, false, fn, t);
   st->eq_topics[col] += (uint32_t)delta;
+}
+
+/* Is t's one filter an ne on a named column (after eq_filter_of found none to index)? */
+static bool ne_only_of(const sub_topic *t) {
+  return t->parsed.n_filters == 1 && t->parsed.filters[0].op == URI_NE &&
+         t->columns[0] != SUB_NO_COLUMN;
+}
+
+/* eq_file for an ne-only topic. */
+static void ne_file(sub_table *st, sub_topic *t, eq_fn fn) {
+  eq_text_keys(st, t->columns[0], t->parsed.filters[0].value, true, fn, t);
+  st->ne_topics[t->columns[0]] += fn == eq_add ? 1 : (uint32_t)-1;
 }
 
 static sub_topic *topic_create(sub_index *idx, const char *key, const char *uri,
@@ -346,6 +376,11 @@ static sub_topic *topic_create(sub_index *idx, const char *key, const char *uri,
       topic_link(&st->filtered, t);
       st->n_filtered++;
       st->sorted_stale = true;
+      t->ne_only = ne_only_of(t);
+      if (t->ne_only) {
+        ne_file(st, t, eq_add);
+        st->n_ne++;
+      }
     }
   } else {
     topic_link(&st->collections, t);
@@ -375,6 +410,10 @@ static void topic_destroy(sub_index *idx, sub_topic *t) {
     topic_unlink(&st->filtered, t);
     st->n_filtered--;
     st->sorted_stale = true;
+    if (t->ne_only) {
+      ne_file(st, t, eq_remove);
+      st->n_ne--;
+    }
   } else {
     topic_unlink(&st->collections, t);
   }
@@ -614,9 +653,9 @@ static void eq_match(sub_table *st, const sub_change *change, const cJSON *const
   eq_probe p = {change, old_values, new_values, m};
   for (size_t c = 0; c < st->n_columns; c++) {
     if (st->eq_topics[c] == 0) continue;
-    eq_value_key(st, (uint8_t)c, old_values[c], eq_lookup, &p);
+    eq_value_key(st, (uint8_t)c, old_values[c], false, eq_lookup, &p);
     if (!eq_same_value(old_values[c], new_values[c]))
-      eq_value_key(st, (uint8_t)c, new_values[c], eq_lookup, &p);
+      eq_value_key(st, (uint8_t)c, new_values[c], false, eq_lookup, &p);
   }
   for (size_t i = 0; i < st->n_prefix_lens; i++) {
     const struct prefix_len *pl = &st->prefix_lens[i];
@@ -624,6 +663,44 @@ static void eq_match(sub_table *st, const sub_change *change, const cJSON *const
     if (!eq_same_value(old_values[pl->col], new_values[pl->col]))
       eq_prefix(st, pl, new_values[pl->col], &p);
   }
+}
+
+/* What ne_lookup marks the topics it finds with. */
+typedef struct ne_probe {
+  uint64_t mark;
+  int row; /* 0: the old row's value, 1: the new row's */
+} ne_probe;
+
+static void ne_lookup(sub_table *st, const char *key, size_t len, void *data) {
+  const ne_probe *p = data;
+  const eq_list *l = strmap_get(&st->eq, key, len);
+  for (size_t i = 0; l != NULL && i < l->n; i++) l->topics[i]->ne_marks[p->row] = p->mark;
+}
+
+/*
+ * Marks the ne-only topics whose filter names the old row's value or the
+ * new row's (one lookup per row and column); returns this match's mark.
+ */
+static uint64_t ne_mark(sub_table *st, const cJSON *const *old_values,
+                        const cJSON *const *new_values) {
+  ne_probe p = {++st->ne_mark, 0};
+  for (size_t c = 0; c < st->n_columns; c++) {
+    if (st->ne_topics[c] == 0) continue;
+    p.row = 0;
+    eq_value_key(st, (uint8_t)c, old_values[c], true, ne_lookup, &p);
+    p.row = 1;
+    eq_value_key(st, (uint8_t)c, new_values[c], true, ne_lookup, &p);
+  }
+  return p.mark;
+}
+
+/* An ne-only topic's test (after ne_mark): a row with a value in its column that its filter does
+ * not name. */
+static bool ne_matches(const sub_topic *t, const cJSON *const *old_values,
+                       const cJSON *const *new_values, uint64_t mark) {
+  const cJSON *o = old_values[t->columns[0]], *n = new_values[t->columns[0]];
+  return (o != NULL && !cJSON_IsNull(o) && t->ne_marks[0] != mark) ||
+         (n != NULL && !cJSON_IsNull(n) && t->ne_marks[1] != mark);
 }
 
 /* The table's filtered topics in (order, uri) order; sorted again only after they changed. */
@@ -666,11 +743,13 @@ void sub_index_match(const sub_index *idx, const sub_change *change,
   }
   /* Merged with the filtered topics that match, which are already in order. */
   sub_topic *const *filtered = st->n_filtered > 0 ? filtered_sorted(st) : NULL;
+  uint64_t mark = st->n_ne > 0 ? ne_mark(st, old_values, new_values) : 0;
   size_t i = 0;
   for (size_t j = 0; j < st->n_filtered; j++) {
     sub_topic *t = filtered[j];
-    if (!topic_filters_match(t, change->old_row, old_values) &&
-        !topic_filters_match(t, change->new_row, new_values))
+    if (t->ne_only ? !ne_matches(t, old_values, new_values, mark)
+                   : !topic_filters_match(t, change->old_row, old_values) &&
+                         !topic_filters_match(t, change->new_row, new_values))
       continue;
     while (i < m.n && sub_topic_compare(&m.list[i], &t) < 0) fn(m.list[i++], data);
     fn(t, data);

@@ -14,7 +14,9 @@
  * its old and new rows (and per prefix length), plus one filter test per
  * topic found there and per filtered topic without either: no SQL, no
  * allocation per subscriber, and a table of many selective topics (one
- * per customer, say) is not tested topic by topic.
+ * per customer, say) is not tested topic by topic. A topic whose one
+ * filter is ne is filed under the values it excludes, so that its test is
+ * a look at a mark the change's lookup left, not a comparison.
  *
  * The index knows nothing of sessions or streams: a subscription's owner is
  * an opaque pointer, so a session's GET stream, a wait_and_read call and a
@@ -64,8 +66,11 @@ struct sub_topic {
   frame_tag tag;          /* "-t<order>": its updates' event ids end with it */
   /* Filter i's column as an index into its table's columns (sub_index.c), or SUB_NO_COLUMN. */
   uint8_t columns[URI_MAX_FILTERS];
-  uri_t parsed; /* kind, table, key, filters */
-  uint32_t id;  /* unique within the index's lifetime */
+  /* ne_only: the topic's one filter is ne on a named column, tested by the marks (sub_index.c). */
+  bool ne_only;
+  uint64_t ne_marks[2]; /* the match whose old [0] or new [1] row has the filter's value */
+  uri_t parsed;         /* kind, table, key, filters */
+  uint32_t id;          /* unique within the index's lifetime */
   /* The filter (eq, any of, or sw) the table's index finds it by, or -1: tested per change. */
   int8_t eq_filter;
   char *key; /* what the index knows it by: uri, or uri and the subscriber's row scope */
