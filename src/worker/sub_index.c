@@ -33,8 +33,7 @@ typedef struct sub_table {
   strmap eq;
   uint32_t eq_topics[SUB_MAX_COLUMNS];
   size_t n_eq;
-  /* The ne-only topics per column (in eq too, under the keys of a negated filter), and a match's
-   * mark. */
+  /* ne-only topics per column (filed in eq too, under upper-case kinds); the last match's mark. */
   uint32_t ne_topics[SUB_MAX_COLUMNS];
   size_t n_ne;
   uint64_t ne_mark;
@@ -327,7 +326,7 @@ static bool ne_only_of(const sub_topic *t) {
 /* eq_file for an ne-only topic. */
 static void ne_file(sub_table *st, sub_topic *t, eq_fn fn) {
   eq_text_keys(st, t->columns[0], t->parsed.filters[0].value, true, fn, t);
-  st->ne_topics[t->columns[0]] += fn == eq_add ? 1 : (uint32_t)-1;
+  st->ne_topics[t->columns[0]] += (uint32_t)(fn == eq_add ? 1 : -1);
 }
 
 static sub_topic *topic_create(sub_index *idx, const char *key, const char *uri,
@@ -694,8 +693,7 @@ static uint64_t ne_mark(sub_table *st, const cJSON *const *old_values,
   return p.mark;
 }
 
-/* An ne-only topic's test (after ne_mark): a row with a value in its column that its filter does
- * not name. */
+/* An ne-only topic's test (after ne_mark): a row with a value in its column it does not name. */
 static bool ne_matches(const sub_topic *t, const cJSON *const *old_values,
                        const cJSON *const *new_values, uint64_t mark) {
   const cJSON *o = old_values[t->columns[0]], *n = new_values[t->columns[0]];
