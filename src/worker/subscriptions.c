@@ -316,6 +316,12 @@ void subs_deliver_held(worker_t *w, sub_t *sub, const char *record_uri, int64_t 
   sub->topic->notified++;
 }
 
+/* The subscriber n after s in its topic's list, or NULL. */
+static sub_t *sub_nth(sub_t *s, int n) {
+  while (s != NULL && n-- > 0) s = s->topic_next;
+  return s;
+}
+
 /*
  * Formats the topic's update for this change once per kind of owner — a
  * frame for sessions, an event head for listen streams — and hands it to
@@ -327,8 +333,24 @@ static void subs_send_topic(worker_t *w, sub_topic *t, const char *record_uri,
   frame_t *f = NULL;
   buf_t *head = NULL; /* a listen stream's head, formatted at the first one */
   bool debounced = t->debounce.quiet_ms > 0;
+  /*
+   * As across topics (topics_prefetch), along the subscribers: the owner 4
+   * ahead, and the ring slot and stream of the one 2 ahead, are started
+   * while one is served. Only the subscriber served can leave the topic
+   * here (a waiter completes later, a stream's close is a callback).
+   */
+  sub_t *owner_ahead = sub_nth(t->subs, 4), *slot_ahead = sub_nth(t->subs, 2);
   for (sub_t *sub = t->subs, *next; sub != NULL; sub = next) {
-    next = sub->topic_next;              /* a waiter may leave the topic when it completes */
+    next = sub->topic_next;
+    if (owner_ahead != NULL) {
+      __builtin_prefetch(owner_ahead->owner);
+      owner_ahead = owner_ahead->topic_next;
+    }
+    if (slot_ahead != NULL) {
+      if (slot_ahead->owner->kind == SUB_OWNER_SESSION)
+        session_prefetch((const session_t *)slot_ahead->owner);
+      slot_ahead = slot_ahead->topic_next;
+    }
     if (sub->since_seq >= seq) continue; /* omitCurrent: subscribed after this change */
     hold_queue *q = owner_queue(sub->owner);
     if (q != NULL && (debounced || q->head != NULL)) {
