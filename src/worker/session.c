@@ -59,6 +59,12 @@ static frame_ev ring_at(const session_t *s, unsigned i) {
   return ring_slot(s, (s->ring_start + i) % s->ring_cap);
 }
 
+/* The slot after the newest event (the oldest's, when the ring is full). ring_cap > 0. */
+static unsigned ring_end(const session_t *s) {
+  unsigned k = s->ring_start + s->ring_count; /* both at most ring_cap */
+  return k >= s->ring_cap ? k - s->ring_cap : k;
+}
+
 static void ring_resize(session_t *s, unsigned cap, bool paired) {
   frame_t **ring = mem_alloc(cap * sizeof(frame_t *) * (paired ? 2 : 1));
   for (unsigned i = 0; i < s->ring_count; i++) {
@@ -218,17 +224,15 @@ void session_stream_prime(session_t *s) {
 
 void session_prefetch(const session_t *s) {
   if (s->ring_cap > 0) {
-    unsigned at = s->ring_start + s->ring_count;
-    if (at >= s->ring_cap) at -= s->ring_cap;
-    __builtin_prefetch(&s->ring[at]);
-    if (s->ring_paired) __builtin_prefetch(&s->ring[s->ring_cap + at]);
+    unsigned k = ring_end(s);
+    __builtin_prefetch(&s->ring[k]);
+    if (s->ring_paired) __builtin_prefetch(&s->ring[s->ring_cap + k]);
   }
   if (s->stream != NULL) http_stream_prefetch(s->stream);
 }
 
 void session_deliver(session_t *s, frame_ev e) {
-  /* Doubled from 8 slots up to SESSION_RING_SIZE: an idle session pays for the few frames it had.
-   */
+  /* Doubled from 8 slots up to SESSION_RING_SIZE: an idle session pays for few. */
   if (s->ring_count == s->ring_cap && s->ring_cap < SESSION_RING_SIZE) {
     unsigned cap = s->ring_cap == 0 ? 8 : s->ring_cap * 2;
     ring_resize(s, cap < SESSION_RING_SIZE ? cap : SESSION_RING_SIZE, s->ring_paired);
@@ -246,7 +250,7 @@ void session_deliver(session_t *s, frame_ev e) {
     s->ring_start = (s->ring_start + 1) % s->ring_cap;
     s->ring_count--;
   }
-  unsigned k = (s->ring_start + s->ring_count) % s->ring_cap;
+  unsigned k = ring_end(s);
   frame_ev_ref(e);
   s->ring[k] = e.f;
   if (s->ring_paired) s->ring[s->ring_cap + k] = e.tail;

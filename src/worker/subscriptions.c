@@ -316,6 +316,11 @@ void subs_deliver_held(worker_t *w, sub_t *sub, const char *record_uri, int64_t 
   sub->topic->notified++;
 }
 
+/* Starts loading what delivering to o will read, when o is a session (session_prefetch). */
+static void owner_prefetch(const sub_owner *o) {
+  if (o->kind == SUB_OWNER_SESSION) session_prefetch((const session_t *)o);
+}
+
 /* The subscriber n after s in its topic's list, or NULL. */
 static sub_t *sub_nth(sub_t *s, int n) {
   while (s != NULL && n-- > 0) s = s->topic_next;
@@ -347,8 +352,7 @@ static void subs_send_topic(worker_t *w, sub_topic *t, const char *record_uri,
       owner_ahead = owner_ahead->topic_next;
     }
     if (slot_ahead != NULL) {
-      if (slot_ahead->owner->kind == SUB_OWNER_SESSION)
-        session_prefetch((const session_t *)slot_ahead->owner);
+      owner_prefetch(slot_ahead->owner);
       slot_ahead = slot_ahead->topic_next;
     }
     if (sub->since_seq >= seq) continue; /* omitCurrent: subscribed after this change */
@@ -423,8 +427,7 @@ static void topics_prefetch(sub_topic *const *m, size_t n, size_t i) {
     __builtin_prefetch(m[i + 6]->tail);
   }
   if (i + 4 < n && m[i + 4]->subs != NULL) __builtin_prefetch(m[i + 4]->subs->owner);
-  if (i + 2 < n && m[i + 2]->subs != NULL && m[i + 2]->subs->owner->kind == SUB_OWNER_SESSION)
-    session_prefetch((const session_t *)m[i + 2]->subs->owner);
+  if (i + 2 < n && m[i + 2]->subs != NULL) owner_prefetch(m[i + 2]->subs->owner);
 }
 
 static void collect_topic(sub_topic *t, void *data) {
