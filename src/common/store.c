@@ -95,6 +95,12 @@ bool store_parse_int_key(const char *key, int64_t *out) {
 }
 
 /* True when key can name a row of t (integer-keyed tables need an integer). */
+int store_written_row(int rc, const store_table *t, const char *key, char *err, size_t errlen) {
+  if (rc != -ENOENT) return rc;
+  store_set_err(err, errlen, "record %s of %s cannot be read back after its write", key, t->name);
+  return -EIO;
+}
+
 bool store_key_valid(const store_table *t, const char *key) {
   int64_t v;
   return !t->key_integer || store_parse_int_key(key, &v);
@@ -286,7 +292,7 @@ bool store_column_numeric(const store_table *t, int col) {
 
 int store_write(store_t *s, const store_table *t, const char *key, const cJSON *obj,
                 store_write_mode mode, char **out_key, bool *created, char *err, size_t errlen) {
-  return store_write_as(s, t, key, obj, mode, NULL, out_key, created, err, errlen);
+  return store_write_as(s, t, key, obj, mode, NULL, out_key, created, NULL, NULL, err, errlen);
 }
 
 int store_delete(store_t *s, const store_table *t, const char *key) {
@@ -454,8 +460,9 @@ int store_table_count(store_t *s, const store_table *t, int64_t *count) {
 
 int store_write_as(store_t *s, const store_table *t, const char *key, const cJSON *obj,
                    store_write_mode mode, const store_guard *guard, char **out_key, bool *created,
-                   char *err, size_t errlen) {
-  return s->ops->write_as(s, t, key, obj, mode, guard, out_key, created, err, errlen);
+                   cJSON **row, int64_t *version, char *err, size_t errlen) {
+  if (row != NULL) *row = NULL;
+  return s->ops->write_as(s, t, key, obj, mode, guard, out_key, created, row, version, err, errlen);
 }
 
 int store_delete_as(store_t *s, const store_table *t, const char *key, const store_guard *guard,

@@ -227,10 +227,13 @@ typedef struct store_guard {
  * (err says why) when the row it replaces or changes, or the row it leaves,
  * is outside the guard's scope, and nothing is written; the audit rows of
  * the write carry guard->principal. guard may be NULL (= store_write).
+ * With row not NULL, *row and *version get the record as this write left
+ * it (as store_get_record would read it), read in the write's own
+ * transaction: no read of its own afterwards, and no later write's row.
  */
 int store_write_as(store_t *s, const store_table *t, const char *key, const cJSON *obj,
                    store_write_mode mode, const store_guard *guard, char **out_key, bool *created,
-                   char *err, size_t errlen) MCPSUB_NODISCARD;
+                   cJSON **row, int64_t *version, char *err, size_t errlen) MCPSUB_NODISCARD;
 /* store_delete with a guard, the same way. err may be NULL. */
 int store_delete_as(store_t *s, const store_table *t, const char *key, const store_guard *guard,
                     char *err, size_t errlen) MCPSUB_NODISCARD;

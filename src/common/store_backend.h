@@ -65,7 +65,7 @@ struct store_ops {
   /* Writes */
   int (*write_as)(store_t *s, const store_table *t, const char *key, const cJSON *obj,
                   store_write_mode mode, const store_guard *guard, char **out_key, bool *created,
-                  char *err, size_t errlen);
+                  cJSON **row, int64_t *version, char *err, size_t errlen);
   int (*delete_as)(store_t *s, const store_table *t, const char *key, const store_guard *guard,
                    char *err, size_t errlen);
   int (*bulk_as)(store_t *s, const store_table *t, const store_filter *filters, size_t n,
@@ -151,6 +151,12 @@ char *store_json_key_text(const cJSON *v);
 bool store_parse_int_key(const char *key, int64_t *out);
 /* True when key can name a row of t (integer-keyed tables need an integer). */
 bool store_key_valid(const store_table *t, const char *key);
+/*
+ * The rc of reading back, in its own transaction, the row a write just
+ * left (store_write_as's row): a row not found there is the store's
+ * failure (-EIO, err says so), and the write is rolled back.
+ */
+int store_written_row(int rc, const store_table *t, const char *key, char *err, size_t errlen);
 /* Are the filters' values of the kinds their operators take? */
 bool store_filters_valid(const store_table *t, const store_filter *filters, size_t n);
 /*

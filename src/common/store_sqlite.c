@@ -1622,7 +1622,7 @@ static int store_delete_row(store_t *s, const store_table *t, const char *key);
 
 static int sq_write_as(store_t *s, const store_table *t, const char *key, const cJSON *obj,
                        store_write_mode mode, const store_guard *guard, char **out_key,
-                       bool *created, char *err, size_t errlen) {
+                       bool *created, cJSON **row, int64_t *version, char *err, size_t errlen) {
   store_assign *assigns = mem_calloc((size_t)t->n_cols + 1, sizeof(*assigns));
   const cJSON *key_value = NULL;
   char *new_key = NULL;
@@ -1679,6 +1679,8 @@ static int sq_write_as(store_t *s, const store_table *t, const char *key, const 
   /* What was written must be in the scope too: nobody writes rows into another's. */
   if (ret == 0) ret = store_guard_check(s, t, new_key, guard, err, errlen);
   if (ret == 0) ret = store_guard_stamp(s, guard, before, err, errlen);
+  if (ret == 0 && row != NULL)
+    ret = store_written_row(sq_get_record(s, t, new_key, row, version), t, new_key, err, errlen);
   if (ret < 0) goto done;
   ret = store_commit(s, err, errlen);
   if (ret < 0) goto done;
@@ -1691,6 +1693,10 @@ static int sq_write_as(store_t *s, const store_table *t, const char *key, const 
 
 done:
   if (in_txn) store_rollback(s);
+  if (ret < 0 && row != NULL) {
+    cJSON_Delete(*row);
+    *row = NULL;
+  }
   free(new_key);
   free(assigns);
   return ret;

@@ -6,8 +6,8 @@
  * filters}; the answers the home has for one sender in one turn go in one
  * IPC_WRITTEN, the sender's slot, a NUL (the master routes on it), and an
  * array of {"o", "s", "rc", "k": out_key, "c": created, "n": changed,
- * "e": err}. One message a turn instead of one a write: the master is woken
- * once for a group commit's answers, not once for each.
+ * "e": err, and for a put "w": the row it left and "v": its version}. One message a turn instead of
+ * one a write: the master is woken once for a group commit's answers, not once for each.
  */
 #include "worker/forward.h"
 
@@ -187,7 +187,7 @@ void forward_submit(worker_t *w, writer_record *r) {
 }
 
 /* The sender: one of the home's answers. */
-static void forward_answered_one(worker_t *w, const cJSON *a) {
+static void forward_answered_one(worker_t *w, cJSON *a) {
   const char *origin = string_or_null(a, "o");
   int64_t seq = number_of(a, "s");
   writer_record *r = w->fwd_head;
@@ -207,6 +207,13 @@ static void forward_answered_one(worker_t *w, const cJSON *a) {
   r->out_key = key != NULL ? mem_strdup(key) : NULL;
   r->created = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(a, "c"));
   r->changed = number_of(a, "n");
+  cJSON *row = cJSON_DetachItemFromObjectCaseSensitive(a, "w");
+  if (cJSON_IsObject(row)) {
+    r->row = row;
+    r->version = number_of(a, "v");
+  } else {
+    cJSON_Delete(row);
+  }
   const char *err = string_or_null(a, "e");
   snprintf(r->err, sizeof(r->err), "%s", err != NULL ? err : "");
   r->job.done(&r->job);
@@ -217,7 +224,7 @@ void forward_answered(worker_t *w, const char *payload, size_t len) {
   char *copy = ipc_fields(payload, len, f, 2);
   cJSON *list = copy != NULL ? cJSON_Parse(f[1]) : NULL;
   free(copy);
-  const cJSON *items = cJSON_IsArray(list) ? list : NULL, *a;
+  cJSON *items = cJSON_IsArray(list) ? list : NULL, *a;
   cJSON_ArrayForEach(a, items) forward_answered_one(w, a);
   cJSON_Delete(list);
 }
@@ -249,8 +256,9 @@ void forward_lost(worker_t *w) {
     if (r->fwd_done == NULL) forward_make_here(w, r);
 }
 
-/* The home: answers the sender of j with j's result (rc: instead of it, when not 0). */
-static void forward_answer(worker_t *w, unsigned from, const writer_record *r, int rc) {
+/* The home: answers the sender of j with j's result (rc: instead of it, when not 0; takes its row).
+ */
+static void forward_answer(worker_t *w, unsigned from, writer_record *r, int rc) {
   cJSON *a = cJSON_CreateObject();
   cJSON_AddStringToObject(a, "o", r->once.origin);
   cJSON_AddNumberToObject(a, "s", (double)r->once.seq);
@@ -259,6 +267,11 @@ static void forward_answer(worker_t *w, unsigned from, const writer_record *r, i
   cJSON_AddBoolToObject(a, "c", r->created);
   cJSON_AddNumberToObject(a, "n", (double)r->changed);
   cJSON_AddStringToObject(a, "e", r->err);
+  if (rc == 0 && r->row != NULL) {
+    cJSON_AddItemToObject(a, "w", r->row);
+    cJSON_AddNumberToObject(a, "v", (double)r->version);
+    r->row = NULL;
+  }
   char *text = cJSON_PrintUnformatted(a);
   cJSON_Delete(a);
   if (text == NULL) abort(); /* cJSON out of memory: mem.h's policy */

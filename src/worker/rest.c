@@ -60,8 +60,7 @@ typedef struct rest_write {
   bool post; /* 201 with Location */
 } rest_write;
 
-static void rest_send_record(worker_t *w, http_conn_t *c, int status, const store_table *t,
-                             const char *key, const char *location);
+static void rest_send_record(rest_write *r, int status, const store_table *t, const char *location);
 
 static void rest_write_done(writer_job *j) {
   rest_write *r = (rest_write *)j;
@@ -74,10 +73,10 @@ static void rest_write_done(writer_job *j) {
     worker_respond_error(r->c, 500, "the table is gone");
   } else if (r->post) {
     char *location = uri_format_record("", t->name, r->rec.out_key);
-    rest_send_record(r->w, r->c, 201, t, r->rec.out_key, location);
+    rest_send_record(r, 201, t, location);
     free(location);
   } else {
-    rest_send_record(r->w, r->c, r->rec.created ? 201 : 200, t, r->rec.key, NULL);
+    rest_send_record(r, r->rec.created ? 201 : 200, t, NULL);
   }
   writer_record_free(&r->rec);
 }
@@ -113,16 +112,16 @@ static void rest_respond_record(http_conn_t *c, int status, const cJSON *row, in
   worker_respond_json(c, status, row, h, location != NULL ? 2 : 1);
 }
 
-/* Sends the record as stored now (after a write). */
-static void rest_send_record(worker_t *w, http_conn_t *c, int status, const store_table *t,
-                             const char *key, const char *location) {
+/* Sends the record as r's write left it. */
+static void rest_send_record(rest_write *r, int status, const store_table *t,
+                             const char *location) {
   cJSON *row = NULL;
   int64_t version = 0;
-  int rc = store_get_record(w->store, t, key, &row, &version);
+  int rc = writer_record_take_row(&r->rec, r->w->store, t, &row, &version);
   if (rc != 0)
-    rest_store_error(c, rc, "");
+    rest_store_error(r->c, rc, "");
   else
-    rest_respond_record(c, status, row, version, location);
+    rest_respond_record(r->c, status, row, version, location);
   cJSON_Delete(row);
 }
 

@@ -361,7 +361,7 @@ typedef struct tool_write_job {
 } tool_write_job;
 
 /* The answer of a record write: put_record's {created, record}, delete_record's {deleted}. */
-static cJSON *tool_write_result(worker_t *w, const writer_record *r, mcp_reply *reply) {
+static cJSON *tool_write_result(worker_t *w, writer_record *r, mcp_reply *reply) {
   const store_table *t = store_find_table(w->store, r->table);
   if (r->job.rc != 0 || t == NULL)
     return tool_store_error(t == NULL && r->job.rc == 0 ? -EIO : r->job.rc, r->err, r->table,
@@ -384,7 +384,7 @@ static cJSON *tool_write_result(worker_t *w, const writer_record *r, mcp_reply *
   }
   cJSON *row = NULL;
   int64_t version = 0;
-  int rc = store_get_record(w->store, t, r->key, &row, &version);
+  int rc = writer_record_take_row(r, w->store, t, &row, &version);
   if (rc != 0) {
     cJSON_Delete(out);
     return tool_store_error(rc, "", t->name, r->key);

@@ -422,8 +422,8 @@ static int writer_record_write(writer_record *r, store_t *s, const store_table *
   store_guard g = {r->principal, r->scope_column, r->scope_value};
   if (r->where != NULL) return writer_bulk_run(r, s, t, &g);
   if (r->is_delete) return store_delete_as(s, t, r->key, &g, r->err, sizeof(r->err));
-  return store_write_as(s, t, r->key, r->record, r->mode, &g, &r->out_key, &r->created, r->err,
-                        sizeof(r->err));
+  return store_write_as(s, t, r->key, r->record, r->mode, &g, &r->out_key, &r->created, &r->row,
+                        &r->version, r->err, sizeof(r->err));
 }
 
 static int writer_record_run(writer_job *j, store_t *s) {
@@ -494,7 +494,17 @@ void writer_record_free(writer_record *r) {
   free((char *)r->once.origin);
   cJSON_Delete(r->record);
   cJSON_Delete(r->where);
+  cJSON_Delete(r->row);
   free(r);
+}
+
+int writer_record_take_row(writer_record *r, store_t *s, const store_table *t, cJSON **row,
+                           int64_t *version) {
+  if (r->row == NULL) return store_get_record(s, t, r->out_key ? r->out_key : r->key, row, version);
+  *row = r->row;
+  *version = r->version;
+  r->row = NULL;
+  return 0;
 }
 
 /* Session rows and retention ------------------------------------------------------ */

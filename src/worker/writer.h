@@ -96,6 +96,13 @@ typedef struct writer_record {
   struct worker *fwd_w; /* the worker it belongs to (the sender's, or the home's for its job) */
   /* results */
   char *out_key; /* the written row's key (new string) */
+  /*
+   * A put's row as its write left it, and its version (store_write_as);
+   * NULL for a delete or a bulk write, and for a write answered from the
+   * write home's record of it (forward.h), which the answer reads anew.
+   */
+  cJSON *row;
+  int64_t version;
   bool created;
   int64_t changed; /* a bulk write's rows */
   char err[256];
@@ -111,6 +118,13 @@ writer_record *writer_record_create(size_t size, const char *table, const char *
                                     store_write_mode mode, bool is_delete, const store_guard *guard,
                                     void (*done)(writer_job *j));
 void writer_record_free(writer_record *r);
+/*
+ * The row r's put left and its version (taken from r: the caller owns
+ * *row), or when r has none (answered from the write home's record) read
+ * from s as stored now. Returns store_get_record's rc.
+ */
+int writer_record_take_row(writer_record *r, store_t *s, const store_table *t, cJSON **row,
+                           int64_t *version) MCPSUB_NODISCARD;
 /*
  * Runs r's write on s now, as the writer would (without re-reading s's
  * schema): for a write that cannot wait, on the loop's connection. Returns

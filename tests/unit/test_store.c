@@ -1422,6 +1422,62 @@ static void test_batch(void) {
   store_close(s);
 }
 
+/* store_write_as with row: the row as that write left it, read in its own transaction. */
+static void test_written_row(void) {
+  store_t *s = open_store(db_path);
+  char err[256] = "";
+  cJSON *row1 = NULL, *row2 = NULL, *row3 = NULL, *obj;
+  int64_t v1 = -1, v2 = -1, v3 = -1;
+  char *key = NULL;
+
+  /* Two puts of one record in one batch: each gets its own row, not the later one. */
+  CHECK(store_batch_begin(s) == 0);
+  obj = json("{\"name\":\"Rasp\",\"price_cents\":3}");
+  CHECK(store_write_as(s, table(s, "Product"), "W-1", obj, STORE_WRITE_REPLACE, NULL, NULL, NULL,
+                       &row1, &v1, err, sizeof(err)) == 0);
+  cJSON_Delete(obj);
+  obj = json("{\"name\":\"Rasp II\"}");
+  CHECK(store_write_as(s, table(s, "Product"), "W-1", obj, STORE_WRITE_PATCH, NULL, NULL, NULL,
+                       &row2, &v2, err, sizeof(err)) == 0);
+  cJSON_Delete(obj);
+  CHECK(store_batch_end(s, true) == 0);
+  CHECK(row1 != NULL && row2 != NULL);
+  CHECK_STR_EQ(cJSON_GetObjectItem(row1, "name")->valuestring, "Rasp");
+  CHECK_STR_EQ(cJSON_GetObjectItem(row2, "name")->valuestring, "Rasp II");
+  CHECK(cJSON_GetObjectItem(row2, "price_cents")->valuedouble == 3); /* PATCH kept it */
+  CHECK(v1 > 0 && v2 > v1);
+  /* The last is what a read finds now, version included. */
+  int64_t v = 0;
+  cJSON *now = get_ok(s, "Product", "W-1", &v);
+  CHECK(cJSON_Compare(now, row2, true));
+  CHECK_INT_EQ(v, v2);
+  cJSON_Delete(now);
+
+  /* An insert with a generated key: the row carries it. */
+  obj = json("{\"note\":\"tick\"}");
+  CHECK(store_write_as(s, table(s, "Event"), NULL, obj, STORE_WRITE_INSERT, NULL, &key, NULL, &row3,
+                       &v3, err, sizeof(err)) == 0);
+  cJSON_Delete(obj);
+  CHECK(key != NULL && row3 != NULL && v3 > v2);
+  char id[24];
+  snprintf(id, sizeof(id), "%lld", (long long)cJSON_GetObjectItem(row3, "id")->valuedouble);
+  CHECK_STR_EQ(id, key);
+
+  /* A refused write gives no row. */
+  cJSON *none = NULL;
+  obj = json("{\"nope\":1}");
+  CHECK(store_write_as(s, table(s, "Product"), "W-2", obj, STORE_WRITE_REPLACE, NULL, NULL, NULL,
+                       &none, &v, err, sizeof(err)) == -EINVAL);
+  cJSON_Delete(obj);
+  CHECK(none == NULL);
+
+  free(key);
+  cJSON_Delete(row1);
+  cJSON_Delete(row2);
+  cJSON_Delete(row3);
+  store_close(s);
+}
+
 /* Exactly-once writes: a second run of the same once id finds the first and writes nothing. */
 static void test_once(void) {
   store_t *s = open_store(db_path);
@@ -1582,6 +1638,7 @@ int main(void) {
   RUN(test_sessions);
   RUN(test_subscription_count);
   RUN(test_batch);
+  RUN(test_written_row);
   RUN(test_once);
   RUN(test_deferred_checkpoints);
   RUN(test_readonly);
