@@ -95,12 +95,6 @@ bool store_parse_int_key(const char *key, int64_t *out) {
 }
 
 /* True when key can name a row of t (integer-keyed tables need an integer). */
-int store_written_row(int rc, const store_table *t, const char *key, char *err, size_t errlen) {
-  if (rc != -ENOENT) return rc;
-  store_set_err(err, errlen, "record %s of %s cannot be read back after its write", key, t->name);
-  return -EIO;
-}
-
 bool store_key_valid(const store_table *t, const char *key) {
   int64_t v;
   return !t->key_integer || store_parse_int_key(key, &v);

@@ -230,6 +230,8 @@ typedef struct store_guard {
  * With row not NULL, *row and *version get the record as this write left
  * it (as store_get_record would read it), read in the write's own
  * transaction: no read of its own afterwards, and no later write's row.
+ * SQLite does; on PostgreSQL *row stays NULL (one more round trip inside
+ * the transaction), and the caller reads the record after the commit.
  */
 int store_write_as(store_t *s, const store_table *t, const char *key, const cJSON *obj,
                    store_write_mode mode, const store_guard *guard, char **out_key, bool *created,

@@ -151,12 +151,6 @@ char *store_json_key_text(const cJSON *v);
 bool store_parse_int_key(const char *key, int64_t *out);
 /* True when key can name a row of t (integer-keyed tables need an integer). */
 bool store_key_valid(const store_table *t, const char *key);
-/*
- * The rc of reading back, in its own transaction, the row a write just
- * left (store_write_as's row): a row not found there is the store's
- * failure (-EIO, err says so), and the write is rolled back.
- */
-int store_written_row(int rc, const store_table *t, const char *key, char *err, size_t errlen);
 /* Are the filters' values of the kinds their operators take? */
 bool store_filters_valid(const store_table *t, const store_filter *filters, size_t n);
 /*

@@ -1620,6 +1620,18 @@ static int store_guard_stamp(store_t *s, const store_guard *g, int64_t before, c
 
 static int store_delete_row(store_t *s, const store_table *t, const char *key);
 
+/*
+ * The rc of reading back, in its own transaction, the row a write just
+ * left (store_write_as's row): a row not found there is the store's
+ * failure (-EIO, err says so), and the write is rolled back.
+ */
+static int store_written_row(int rc, const store_table *t, const char *key, char *err,
+                             size_t errlen) {
+  if (rc != -ENOENT) return rc;
+  store_set_err(err, errlen, "record %s of %s cannot be read back after its write", key, t->name);
+  return -EIO;
+}
+
 static int sq_write_as(store_t *s, const store_table *t, const char *key, const cJSON *obj,
                        store_write_mode mode, const store_guard *guard, char **out_key,
                        bool *created, cJSON **row, int64_t *version, char *err, size_t errlen) {

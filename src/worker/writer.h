@@ -98,8 +98,9 @@ typedef struct writer_record {
   char *out_key; /* the written row's key (new string) */
   /*
    * A put's row as its write left it, and its version (store_write_as);
-   * NULL for a delete or a bulk write, and for a write answered from the
-   * write home's record of it (forward.h), which the answer reads anew.
+   * NULL for a delete or a bulk write, on PostgreSQL, and for a write
+   * answered from the write home's record of it (forward.h): the answer
+   * then reads the record after the commit.
    */
   cJSON *row;
   int64_t version;
