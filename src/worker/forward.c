@@ -6,8 +6,9 @@
  * filters}; the answers the home has for one sender in one turn go in one
  * IPC_WRITTEN, the sender's slot, a NUL (the master routes on it), and an
  * array of {"o", "s", "rc", "k": out_key, "c": created, "n": changed,
- * "e": err, and for a put "w": the row it left and "v": its version}. One message a turn instead of
- * one a write: the master is woken once for a group commit's answers, not once for each.
+ * "e": err, and for a put "w": the row it left and "v": its version}.
+ * One message a turn instead of one a write: the master is woken once for
+ * a group commit's answers, not once for each.
  */
 #include "worker/forward.h"
 
@@ -256,8 +257,7 @@ void forward_lost(worker_t *w) {
     if (r->fwd_done == NULL) forward_make_here(w, r);
 }
 
-/* The home: answers the sender of j with j's result (rc: instead of it, when not 0; takes its row).
- */
+/* The home: answers r's sender with its result (rc instead, when not 0); takes its row. */
 static void forward_answer(worker_t *w, unsigned from, writer_record *r, int rc) {
   cJSON *a = cJSON_CreateObject();
   cJSON_AddStringToObject(a, "o", r->once.origin);
