@@ -121,8 +121,8 @@ writer_record *writer_record_create(size_t size, const char *table, const char *
 void writer_record_free(writer_record *r);
 /*
  * The row r's put left and its version (taken from r: the caller owns
- * *row), or when r has none (answered from the write home's record) read
- * from s as stored now. Returns store_get_record's rc.
+ * *row), or when r has none (see row above) read from s as stored now.
+ * Returns store_get_record's rc.
  */
 int writer_record_take_row(writer_record *r, store_t *s, const store_table *t, cJSON **row,
                            int64_t *version) MCPSUB_NODISCARD;
