@@ -39,9 +39,9 @@ static const ipc_cmd_info ipc_cmds[IPC_CMD_END] = {
     [IPC_DRAIN] = {"DRAIN", false, 0, 0},
     [IPC_CANCEL] = {"CANCEL", false, 3, 1024},
     [IPC_ANSWER] = {"ANSWER", false, 5, 16384},
+    [IPC_PEER] = {"PEER", true, 3, 32},
     [IPC_WRITE] = {"WRITE", false, 2, IPC_MAX_TOTAL},
-    [IPC_WRITTEN] = {"WRITTEN", false, 4, IPC_MAX_TOTAL},
-    [IPC_WRITE_LOST] = {"WRITE_LOST", false, 0, 0},
+    [IPC_WRITTEN] = {"WRITTEN", false, 2, IPC_MAX_TOTAL},
 };
 
 static const ipc_cmd_info *ipc_cmd_lookup(uint32_t cmd) {

@@ -1,12 +1,14 @@
 /*
  * The master/worker channel: one AF_UNIX SOCK_SEQPACKET socketpair per
- * worker, carrying small fixed-header messages in the style of nginx's
+ * worker (and, with a write home, one the master makes between the home and
+ * each other worker, stamped with that worker's slot and generation: see
+ * forward.h), carrying small fixed-header messages in the style of nginx's
  * ngx_channel. A message is an ipc_header {cmd, slot, generation, len,
  * total, flags} followed by len payload bytes, in one datagram; a payload
  * over IPC_CHUNK bytes is sent as a first packet and continuation packets
  * (IPC_F_CONT) that the receiver reassembles. File descriptors travel only
  * as SCM_RIGHTS, on the first packet of a message, and only with the
- * commands that take one (CONN, REROUTE).
+ * commands that take one (CONN, REROUTE, PEER).
  *
  * The receiver trusts nothing: a packet whose size, command, slot,
  * generation, chunking or fd does not fit is dropped and any fd that came
@@ -49,9 +51,9 @@ enum ipc_cmd {
   IPC_DRAIN,     /* master -> worker: stop gracefully (see worker_drain) */
   IPC_CANCEL,    /* worker -> master -> other workers: "principal\0request id" (listen.h) */
   IPC_ANSWER,    /* worker -> master -> other workers: "principal\0session\0response" (confirm.h) */
-  IPC_WRITE,     /* worker -> master -> the write home (slot 0): a record write (forward.h) */
-  IPC_WRITTEN,   /* the write home -> master -> its sender: "slot\0answer" (forward.h) */
-  IPC_WRITE_LOST, /* master -> workers: the write home is gone or not there; make its writes */
+  IPC_PEER,      /* master -> worker: its end (fd) of a write home's channel, "slot generation" */
+  IPC_WRITE,     /* worker -> the write home, on their channel: record writes (forward.h) */
+  IPC_WRITTEN,   /* the write home -> their sender, on their channel: the answers (forward.h) */
   IPC_CMD_END
 };
 

@@ -850,33 +850,35 @@ static void master_on_ctl_rep(master_slot *s, const ipc_msg *msg) {
   cJSON_Delete(rep);
 }
 
-/* Tells the worker of slot s that the write home will not answer what it sent (forward.h). */
-static void master_write_lost(master_slot *s) {
-  if (s->w != NULL && s->w->ch_open &&
-      ipc_channel_send(&s->w->ch, IPC_WRITE_LOST, 0, NULL, 0, -1) != 0) {
-    /* its channel is going: so is the worker, whose writes end with it */
+/*
+ * A channel of their own between the write home (slot 0) and the worker of
+ * slot o (forward.h): a socketpair, an end to each with IPC_PEER, stamped
+ * with o's slot and generation. Made when the later of the two starts.
+ */
+static void master_link_home(master_t *m, master_slot *o) {
+  master_slot *home = &m->slots[0];
+  if (!m->write_home || o == home || home->w == NULL || !home->w->ch_open || o->w == NULL ||
+      !o->w->ch_open)
+    return;
+  int sv[2];
+  if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, sv) != 0) {
+    /* the worker makes its writes itself */
+    log_warn("cannot create a channel to the write home", "error", strerror(errno));
+    return;
   }
-}
-
-/* The write home's answer to the worker that sent the write (its slot leads the payload). */
-static void master_relay_written(master_t *m, const ipc_msg *msg) {
-  char *end;
-  unsigned long to = strtoul(msg->payload, &end, 10);
-  if (end == msg->payload || *end != '\0' || to >= m->n) return;
-  master_slot *o = &m->slots[to];
-  if (o->w != NULL && o->w->ch_open &&
-      ipc_channel_send(&o->w->ch, IPC_WRITTEN, 0, msg->payload, msg->len, -1) != 0)
-    master_write_lost(o); /* it makes the write again, once */
+  char stamp[32];
+  int n = snprintf(stamp, sizeof(stamp), "%u %u", o->index, o->generation);
+  /* Each send owns its fd, sent or not; a worker left without its end makes its writes itself. */
+  if (ipc_channel_send(&home->w->ch, IPC_PEER, 0, stamp, (size_t)n, sv[0]) != 0 ||
+      ipc_channel_send(&o->w->ch, IPC_PEER, 0, stamp, (size_t)n, sv[1]) != 0) {
+    /* the other end then sees its peer gone at once */
+  }
 }
 
 static void master_on_msg(ipc_channel_t *ch, ipc_msg *msg, void *data) {
   master_worker *w = data;
   master_slot *s = w->slot;
   master_t *m = s->m;
-  if (msg->cmd == IPC_WRITTEN) { /* the write home's answer, whatever its generation */
-    master_relay_written(m, msg);
-    return;
-  }
   if (s->w != w) { /* an old generation's last words */
     if (msg->fd >= 0) close(msg->fd);
     return;
@@ -908,14 +910,6 @@ static void master_on_msg(ipc_channel_t *ch, ipc_msg *msg, void *data) {
       }
     }
     break;
-  case IPC_WRITE: {
-    /* A record write for the write home (forward.h); when it cannot go, its sender makes it. */
-    master_slot *home = &m->slots[0];
-    if (home == s || home->w == NULL || !home->w->ch_open ||
-        ipc_channel_send(&home->w->ch, IPC_WRITE, 0, msg->payload, msg->len, -1) != 0)
-      master_write_lost(s);
-    break;
-  }
   case IPC_REROUTE: master_adopt(m, msg->fd, msg->payload, msg->len); break;
   case IPC_CTL_REP: master_on_ctl_rep(s, msg); break;
   default:
@@ -971,8 +965,6 @@ static void master_on_exit(uv_process_t *p, int64_t status, int term_signal) {
   s->ready = false;
   memset(&s->last, 0, sizeof(s->last));
   master_worker_close_channel(w);
-  if (s->index == 0 && m->write_home) /* what it was sent and did not answer: made by the senders */
-    for (unsigned i = 1; i < m->n; i++) master_write_lost(&m->slots[i]);
   uv_close((uv_handle_t *)&w->proc, master_worker_proc_closed);
   for (master_gather *g = m->gathers, *next; g != NULL; g = next) {
     next = g->next;
@@ -1053,6 +1045,10 @@ static void master_spawn(master_slot *s) {
   memset(&s->last, 0, sizeof(s->last));
   s->started_ms = store_now_ms();
   s->started_at = uv_now(m->loop);
+  if (s->index == 0)
+    for (unsigned i = 1; i < m->n; i++) master_link_home(m, &m->slots[i]);
+  else
+    master_link_home(m, s);
   char pid[16];
   log_debug("worker started", "slot", slot, "generation", gen, "pid",
             master_fmt_u(pid, sizeof(pid), (unsigned long long)w->pid));

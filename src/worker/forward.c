@@ -1,14 +1,11 @@
 /*
  * The write home's writes (see forward.h). The writes a worker sends in
- * one loop turn go in one IPC_WRITE, a JSON array of {"f": sender's slot,
- * "o": origin, "s": seq, "b": below, "t": table, "k": key, "r": record,
- * "m": mode, "d": delete, "p": principal, "sc"/"sv": row scope, "w": bulk
- * filters}; the answers the home has for one sender in one turn go in one
- * IPC_WRITTEN, the sender's slot, a NUL (the master routes on it), and an
- * array of {"o", "s", "rc", "k": out_key, "c": created, "n": changed,
- * "e": err, and for a put "w": the row it left and "v": its version}.
- * One message a turn instead of one a write: the master is woken once for
- * a group commit's answers, not once for each.
+ * one loop turn go in one IPC_WRITE, a JSON array of {"o": origin, "s": seq, "b": below, "t":
+ * table, "k": key, "r": record, "m": mode, "d": delete, "p": principal, "sc"/"sv": row scope, "w":
+ * bulk filters}; the answers the home has for one sender in one turn go in one IPC_WRITTEN, an
+ * array of {"o", "s", "rc", "k": out_key, "c": created, "n": changed, "e": err, and for a put "w":
+ * the row it left and "v": its version}. One message a turn instead of one a write: the other side
+ * is woken once for a group commit's answers, not once for each.
  */
 #include "worker/forward.h"
 
@@ -25,7 +22,7 @@
 /*
  * A write is sent only while another worker has committed writes of its
  * own within this many milliseconds: alone, a worker takes the lock from
- * nobody, and the way through the master would only add its round trip.
+ * nobody, and the way to the home would only add its round trip.
  */
 #define FORWARD_SHARED_MS 100
 /* A turn's message is sent before it grows past this (one packet, ipc.h's IPC_CHUNK). */
@@ -73,7 +70,6 @@ static int64_t number_of(const cJSON *o, const char *name) {
 /* The sent form of r, or NULL when it cannot go (nothing to print). */
 static char *forward_format(const worker_t *w, const writer_record *r) {
   cJSON *o = cJSON_CreateObject();
-  cJSON_AddNumberToObject(o, "f", w->slot);
   cJSON_AddStringToObject(o, "o", r->once.origin);
   cJSON_AddNumberToObject(o, "s", (double)r->once.seq);
   cJSON_AddNumberToObject(o, "b", (double)r->once.below);
@@ -96,11 +92,9 @@ static void forward_make_here(worker_t *w, writer_record *r);
 
 static void forward_on_idle(uv_idle_t *h);
 
-/* Adds item to a turn's message b ("head[item,item" so far), sent at the turn's end. */
-static void forward_gather(worker_t *w, buf_t *b, const char *head, size_t head_len,
-                           const char *item) {
+/* Adds item to a turn's message b ("[item,item" so far), sent at the turn's end. */
+static void forward_gather(worker_t *w, buf_t *b, const char *item) {
   if (b->len == 0) {
-    buf_append(b, head, head_len);
     buf_append_byte(b, '[');
   } else {
     buf_append_byte(b, ',');
@@ -110,10 +104,13 @@ static void forward_gather(worker_t *w, buf_t *b, const char *head, size_t head_
     uv_idle_start(&w->fwd_idle, forward_on_idle);
 }
 
-/* Sends b (closing its array) as cmd: false when it cannot go. b is emptied either way. */
-static bool forward_send(worker_t *w, buf_t *b, uint32_t cmd) {
+/*
+ * Sends b (closing its array) as cmd to the worker of slot: false when it
+ * cannot go. b is emptied either way.
+ */
+static bool forward_send(worker_t *w, unsigned slot, buf_t *b, uint32_t cmd) {
   buf_append_byte(b, ']');
-  bool sent = w->send_ipc != NULL && w->send_ipc(w, cmd, b->data, b->len);
+  bool sent = w->send_peer != NULL && w->send_peer(w, slot, cmd, b->data, b->len);
   buf_reset(b);
   return sent;
 }
@@ -124,7 +121,7 @@ static void forward_flush(worker_t *w) {
   if (w->fwd_out.len > 0) {
     writer_record *r = w->fwd_unsent;
     w->fwd_unsent = NULL;
-    bool sent = forward_send(w, &w->fwd_out, IPC_WRITE);
+    bool sent = forward_send(w, 0, &w->fwd_out, IPC_WRITE);
     for (; r != NULL; r = r->fwd_next) {
       if (sent)
         w->writes_forwarded++;
@@ -133,8 +130,8 @@ static void forward_flush(worker_t *w) {
     }
   }
   for (unsigned i = 0; w->fwd_answers != NULL && i < w->n_slots; i++)
-    if (w->fwd_answers[i].len > 0 && !forward_send(w, &w->fwd_answers[i], IPC_WRITTEN)) {
-      /* lost: the sender makes them again when the master tells it this worker is gone */
+    if (w->fwd_answers[i].len > 0 && !forward_send(w, i, &w->fwd_answers[i], IPC_WRITTEN)) {
+      /* lost: the sender makes them again when it finds this worker gone */
     }
 }
 
@@ -163,7 +160,7 @@ void forward_finish(worker_t *w) {
 }
 
 void forward_submit(worker_t *w, writer_record *r) {
-  if (!w->forwards || w->send_ipc == NULL || uv_is_closing((uv_handle_t *)&w->fwd_idle) ||
+  if (!w->forwards || w->send_peer == NULL || uv_is_closing((uv_handle_t *)&w->fwd_idle) ||
       uv_now(w->loop) - w->others_wrote_ms > FORWARD_SHARED_MS) {
     writer_submit(w->writer, &r->job, w->cfg->write_timeout_ms);
     return;
@@ -174,7 +171,7 @@ void forward_submit(worker_t *w, writer_record *r) {
       (store_once){mem_strdup(w->origin), seq, w->fwd_head != NULL ? w->fwd_head->once.seq : seq};
   char *text = forward_format(w, r);
   if (text == NULL) abort(); /* cJSON out of memory: mem.h's policy */
-  forward_gather(w, &w->fwd_out, "", 0, text);
+  forward_gather(w, &w->fwd_out, text);
   cJSON_free(text);
   r->fwd_prev = w->fwd_tail;
   r->fwd_next = NULL;
@@ -221,10 +218,7 @@ static void forward_answered_one(worker_t *w, cJSON *a) {
 }
 
 void forward_answered(worker_t *w, const char *payload, size_t len) {
-  const char *f[2]; /* the sender's slot (this one), the answers */
-  char *copy = ipc_fields(payload, len, f, 2);
-  cJSON *list = copy != NULL ? cJSON_Parse(f[1]) : NULL;
-  free(copy);
+  cJSON *list = cJSON_ParseWithLength(payload, len);
   cJSON *items = cJSON_IsArray(list) ? list : NULL, *a;
   cJSON_ArrayForEach(a, items) forward_answered_one(w, a);
   cJSON_Delete(list);
@@ -279,10 +273,8 @@ static void forward_answer(worker_t *w, unsigned from, writer_record *r, int rc)
     w->fwd_answers = mem_calloc(w->n_slots, sizeof(buf_t));
     for (unsigned i = 0; i < w->n_slots; i++) buf_init(&w->fwd_answers[i]);
   }
-  char head[16];
-  int n = snprintf(head, sizeof(head), "%u", from);
   buf_t *b = &w->fwd_answers[from];
-  forward_gather(w, b, head, (size_t)n + 1, text);
+  forward_gather(w, b, text);
   cJSON_free(text);
   /* After the loop's close (forward_close) nothing is gathered: sent at once. */
   if (b->len > FORWARD_PACK_MAX || uv_is_closing((uv_handle_t *)&w->fwd_idle)) forward_flush(w);
@@ -294,12 +286,10 @@ static void forward_job_done(writer_job *j) {
   writer_record_free(&fj->rec);
 }
 
-/* The home: one of the writes a sender sent. */
-static void forward_run_one(worker_t *w, cJSON *o) {
+/* The home: one of the writes the worker of slot from sent. */
+static void forward_run_one(worker_t *w, unsigned from, cJSON *o) {
   const char *table = string_or_null(o, "t"), *origin = string_or_null(o, "o");
-  const cJSON *from = cJSON_GetObjectItemCaseSensitive(o, "f");
-  if (table == NULL || origin == NULL || !cJSON_IsNumber(from) || from->valuedouble < 0 ||
-      from->valuedouble >= w->n_slots) {
+  if (table == NULL || origin == NULL) {
     log_warn("ipc: malformed write from another worker");
     return;
   }
@@ -310,7 +300,7 @@ static void forward_run_one(worker_t *w, cJSON *o) {
       sizeof(forward_job), table, string_or_null(o, "k"), record,
       (store_write_mode)number_of(o, "m"), is_delete, &g, forward_job_done);
   fj->rec.fwd_w = w;
-  fj->from = (unsigned)from->valuedouble;
+  fj->from = from;
   fj->rec.where = cJSON_DetachItemFromObjectCaseSensitive(o, "w");
   fj->rec.job.quick = fj->rec.where == NULL;
   fj->rec.job.batched = true;
@@ -324,11 +314,11 @@ static void forward_run_one(worker_t *w, cJSON *o) {
   writer_submit(w->writer, &fj->rec.job, w->cfg->write_timeout_ms);
 }
 
-void forward_run(worker_t *w, const char *payload, size_t len) {
+void forward_run(worker_t *w, unsigned from, const char *payload, size_t len) {
   cJSON *list = cJSON_ParseWithLength(payload, len);
-  const cJSON *items = cJSON_IsArray(list) ? list : NULL;
+  const cJSON *items = cJSON_IsArray(list) && from < w->n_slots ? list : NULL;
   if (items == NULL) log_warn("ipc: malformed write from another worker");
   cJSON *o;
-  cJSON_ArrayForEach(o, items) forward_run_one(w, o);
+  cJSON_ArrayForEach(o, items) forward_run_one(w, from, o);
   cJSON_Delete(list);
 }

@@ -5,21 +5,28 @@
  * spread over two workers commit much slower than on one
  * (docs/BENCHMARKS.md, Writes). So on SQLite with several workers, every
  * record write (REST and tools) that a worker other than the write home
- * (slot 0) is asked for is sent there through the master (IPC_WRITE), made
- * by the home's writer in its group commits, and answered back
- * (IPC_WRITTEN); the request is answered from that as if made here. The
- * writes and answers of one loop turn go together, one message each way. It is
- * sent only while other workers write too (IPC_COMMITTED came within the
- * last FORWARD_SHARED_MS): a worker writing alone meets no lock taken, and
- * the way through the master would only add its round trip.
+ * (slot 0) is asked for is sent there (IPC_WRITE), made by the home's
+ * writer in its group commits, and answered back (IPC_WRITTEN); the request
+ * is answered from that as if made here. The writes and answers of one
+ * loop turn go together, one message each way. It is sent only while other
+ * workers write too (IPC_COMMITTED came within the last
+ * FORWARD_SHARED_MS): a worker writing alone meets no lock taken, and the
+ * way to the home would only add its round trip.
+ *
+ * The writes and their answers go on a channel of their own between the
+ * home and each other worker, not through the master: the master makes it
+ * (a socketpair, IPC_PEER to both) when the later of the two starts, so a
+ * write crosses one socket each way and wakes no third process. A worker
+ * without a channel to a home (none yet, or it went) makes its writes
+ * itself.
  *
  * An answer can be lost: the home may die after its commit. The sender
- * then makes the write itself (the master says so: IPC_WRITE_LOST, when
- * the home exits or is not there), and exactly once: each sent write
- * carries a once id, the sender's (origin, seq), recorded with its result
- * in the write's own transaction (store_once_begin), so that a second run
- * finds the first and answers from it. A write sent is begun: a
- * cancellation no longer stops it (its answer is not sent).
+ * then makes the write itself (when the channel ends, or a new home's
+ * replaces it), and exactly once: each sent write carries a once id, the
+ * sender's (origin, seq), recorded with its result in the write's own
+ * transaction (store_once_begin), so that a second run finds the first
+ * and answers from it. A write sent is begun: a cancellation no longer
+ * stops it (its answer is not sent).
  */
 #ifndef MCPSUB_FORWARD_H
 #define MCPSUB_FORWARD_H
@@ -43,11 +50,12 @@ void forward_close(worker_t *w);
 void forward_finish(worker_t *w);
 /* Makes r (a record write, done set): at the write home, or here. Takes r. */
 void forward_submit(worker_t *w, writer_record *r);
-/* The sender: the home's answer (IPC_WRITTEN's payload). */
+/* The sender: the home's answers (IPC_WRITTEN's payload). */
 void forward_answered(worker_t *w, const char *payload, size_t len);
-/* The sender: the home is gone, or was not there; what waits for it is made here. */
+/* The sender: the home is gone (its channel ended or was replaced); what waits for it is made here.
+ */
 void forward_lost(worker_t *w);
-/* The home: a write another worker sent (IPC_WRITE's payload), made and answered. */
-void forward_run(worker_t *w, const char *payload, size_t len);
+/* The home: writes the worker of slot from sent (IPC_WRITE's payload), made and answered. */
+void forward_run(worker_t *w, unsigned from, const char *payload, size_t len);
 
 #endif

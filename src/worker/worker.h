@@ -86,18 +86,21 @@ typedef struct worker {
   void (*on_unknown_answer)(struct worker *w, const char *principal, const char *session,
                             const cJSON *msg);
   void *ipc; /* the worker's end of the master pipe (multi-process mode) */
-  /* Set likewise: sends an ipc.h message to the master (false: not sent). */
-  bool (*send_ipc)(struct worker *w, uint32_t cmd, const void *payload, size_t len);
+  /*
+   * Set likewise: sends an ipc.h message to the worker of slot on their own
+   * channel (the write home's and another worker's, forward.h); false when
+   * there is none or it cannot go.
+   */
+  bool (*send_peer)(struct worker *w, unsigned slot, uint32_t cmd, const void *payload, size_t len);
   /* Record writes go to the write home (forward.h): those sent wait here, oldest first. */
   bool forwards;
   struct writer_record *fwd_head, *fwd_tail;
   int64_t fwd_seq;
   /*
-   * What a loop turn gathers for the master, sent as one message each at
-   * the turn's end (fwd_idle): the writes for the home ("[w,w,", the first
-   * of them fwd_unsent in the list above), and at the home the answers for
-   * each sender slot ("slot\0[a,a,"; fwd_answers has n_slots, made at the
-   * first).
+   * What a loop turn gathers, sent as one message each at the turn's end
+   * (fwd_idle): the writes for the home ("[w,w,", the first of them
+   * fwd_unsent in the list above), and at the home the answers for each
+   * sender slot ("[a,a,"; fwd_answers has n_slots, made at the first).
    */
   uv_idle_t fwd_idle;
   buf_t fwd_out;

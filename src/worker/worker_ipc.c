@@ -20,11 +20,19 @@
 #include "worker/worker.h"
 #include "worker/worker_ctl.h"
 
+/* A channel of the write home's with another worker (forward.h): the home holds one per slot. */
+typedef struct worker_peer {
+  ipc_channel_t ch;
+  struct worker_ipc *wi;
+  unsigned slot; /* the worker at the other end: 0 (the home) on the others' side */
+} worker_peer;
+
 typedef struct worker_ipc {
   worker_t w;
   const config_t *cfg;
   ipc_channel_t ch;
   bool ch_open;
+  worker_peer **peers; /* n_slots, by the other end's slot; NULL where there is none */
   uv_timer_t stats_timer;
   uv_signal_t sigterm;
   uint64_t adopted; /* CONN messages taken */
@@ -32,6 +40,18 @@ typedef struct worker_ipc {
   bool stopped;         /* the handles of this file are closed or closing */
   lane_task stats_task; /* the report reads the log's head from the store: a lane job */
 } worker_ipc_t;
+
+static void worker_peer_closed(ipc_channel_t *ch) {
+  free(ch->data);
+}
+
+/* Closes the channel to the worker of slot, if any. */
+static void worker_peer_drop(worker_ipc_t *wi, unsigned slot) {
+  worker_peer *p = wi->peers != NULL ? wi->peers[slot] : NULL;
+  if (p == NULL) return;
+  wi->peers[slot] = NULL;
+  ipc_channel_close(&p->ch, worker_peer_closed);
+}
 
 static void worker_ipc_send_stats(worker_ipc_t *wi, uint64_t request) {
   if (!wi->ch_open) return;
@@ -67,6 +87,7 @@ static void worker_ipc_stop(worker_ipc_t *wi) {
     wi->ch_open = false;
     ipc_channel_close(&wi->ch, NULL);
   }
+  for (unsigned i = 0; wi->peers != NULL && i < wi->w.n_slots; i++) worker_peer_drop(wi, i);
 }
 
 static const char *worker_ipc_slot(const worker_ipc_t *wi) {
@@ -95,6 +116,13 @@ static void worker_ipc_drain(worker_ipc_t *wi, const char *why) {
 static bool worker_ipc_send(worker_t *w, uint32_t cmd, const void *payload, size_t len) {
   worker_ipc_t *wi = w->ipc;
   return wi->ch_open && ipc_channel_send(&wi->ch, cmd, 0, payload, len, -1) == 0;
+}
+
+static bool worker_ipc_send_peer(worker_t *w, unsigned slot, uint32_t cmd, const void *payload,
+                                 size_t len) {
+  worker_ipc_t *wi = w->ipc;
+  worker_peer *p = wi->peers != NULL && slot < w->n_slots ? wi->peers[slot] : NULL;
+  return p != NULL && ipc_channel_send(&p->ch, cmd, 0, payload, len, -1) == 0;
 }
 
 /*
@@ -157,6 +185,74 @@ static bool worker_ipc_reroute(worker_t *w, http_conn_t *c) {
   return true;
 }
 
+/* The write home's channels (forward.h) ------------------------------------------------- */
+
+/*
+ * Writes and their answers, handled at once: there is a write home only on
+ * SQLite, whose workers run no store lane.
+ */
+static void worker_peer_on_msg(ipc_channel_t *ch, ipc_msg *msg, void *data) {
+  worker_peer *p = data;
+  worker_t *w = &p->wi->w;
+  (void)ch;
+  if (msg->cmd == IPC_WRITE && w->slot == 0) {
+    forward_run(w, p->slot, msg->payload, msg->len);
+  } else if (msg->cmd == IPC_WRITTEN && p->slot == 0) {
+    forward_answered(w, msg->payload, msg->len);
+  } else {
+    if (msg->fd >= 0) close(msg->fd);
+    log_warn("ipc: unexpected message from another worker", "cmd", ipc_cmd_name(msg->cmd));
+  }
+}
+
+static void worker_peer_on_eof(ipc_channel_t *ch, void *data) {
+  worker_peer *p = data;
+  worker_ipc_t *wi = p->wi;
+  (void)ch;
+  unsigned slot = p->slot;
+  worker_peer_drop(wi, slot);
+  /* The home went: what it was sent and did not answer is made here, once. */
+  if (slot == 0 && !wi->w.closing) forward_lost(&wi->w);
+}
+
+/*
+ * IPC_PEER: this worker's end of a channel between the write home and the
+ * worker whose "slot generation" the payload holds (stamped on its
+ * packets). It replaces the channel it had to the same slot: a new home's,
+ * or a new generation's of that worker.
+ */
+static void worker_ipc_on_peer(worker_ipc_t *wi, ipc_msg *msg) {
+  worker_t *w = &wi->w;
+  char text[33];
+  unsigned slot, generation;
+  size_t n = msg->len < sizeof(text) - 1 ? msg->len : sizeof(text) - 1;
+  memcpy(text, msg->payload, n);
+  text[n] = '\0';
+  bool mine = sscanf(text, "%u %u", &slot, &generation) == 2 && slot > 0 && slot < w->n_slots &&
+              (w->slot == 0 || (slot == w->slot && generation == w->generation));
+  if (!mine || w->closing) {
+    if (!mine) log_warn("ipc: malformed channel to another worker");
+    close(msg->fd);
+    return;
+  }
+  unsigned at = w->slot == 0 ? slot : 0; /* the other end's slot */
+  if (wi->peers == NULL) wi->peers = mem_calloc(w->n_slots, sizeof(worker_peer *));
+  bool replaced = wi->peers[at] != NULL;
+  worker_peer_drop(wi, at);
+  if (replaced && at == 0) forward_lost(w); /* sent to the home before: made here, once */
+  worker_peer *p = mem_calloc(1, sizeof(*p));
+  p->wi = wi;
+  p->slot = at;
+  int rc = ipc_channel_init(&p->ch, w->loop, msg->fd, slot, generation, worker_peer_on_msg,
+                            worker_peer_on_eof, p);
+  if (rc != 0) {
+    log_warn("ipc: cannot watch a channel to another worker", "error", uv_strerror(rc));
+    free(p);
+    return;
+  }
+  wi->peers[at] = p;
+}
+
 /* Messages from the master -------------------------------------------------------------- */
 
 static void worker_ipc_on_ctl(worker_ipc_t *wi, const ipc_msg *msg) {
@@ -195,6 +291,10 @@ static void worker_ipc_job(void *arg) {
 static void worker_ipc_on_msg(ipc_channel_t *ch, ipc_msg *msg, void *data) {
   worker_ipc_t *wi = data;
   worker_t *w = &wi->w;
+  if (msg->cmd == IPC_PEER) {
+    worker_ipc_on_peer(wi, msg);
+    return;
+  }
   if (msg->cmd == IPC_CONN) {
     /* A connection to serve: taken at once (its requests are lane jobs themselves). */
     unsigned flags = (msg->flags & IPC_F_REROUTED) ? HTTP_ADOPT_REROUTED : 0;
@@ -253,11 +353,6 @@ static void worker_ipc_handle(worker_ipc_t *wi, ipc_msg *msg) {
     free(copy);
     break;
   }
-  case IPC_WRITE: forward_run(w, msg->payload, msg->len); break;
-  case IPC_WRITTEN: forward_answered(w, msg->payload, msg->len); break;
-  case IPC_WRITE_LOST:
-    if (!w->closing) forward_lost(w);
-    break;
   default:
     if (msg->fd >= 0) close(msg->fd);
     log_warn("ipc: unexpected message", "cmd", ipc_cmd_name(msg->cmd));
@@ -316,7 +411,7 @@ int worker_ipc_main(const config_t *cfg) {
   w->on_local_commit = worker_ipc_on_local_commit;
   w->on_unknown_cancel = worker_ipc_on_cancel;
   w->on_unknown_answer = worker_ipc_on_answer;
-  w->send_ipc = worker_ipc_send;
+  w->send_peer = worker_ipc_send_peer;
   /* SQLite, one writer at a time: the others' record writes go to slot 0 (forward.h). */
   w->forwards = forward_write_home(cfg) && cfg->worker_slot != 0;
 
@@ -343,6 +438,8 @@ int worker_ipc_main(const config_t *cfg) {
 
   uv_run(loop, UV_RUN_DEFAULT);
   worker_finish(w);
+  free(wi.peers); /* each closed with the loop's handles */
+  wi.peers = NULL;
   rc = uv_loop_close(loop);
   if (rc != 0) log_warn("worker loop closed with open handles", "error", uv_strerror(rc));
   return failed ? 1 : 0;

@@ -383,6 +383,26 @@ test('SIGKILL of the write home while another worker sends it writes: every call
   await stop(srv);
 });
 
+test('a restarted worker sends its writes to the write home again, on a channel of its own', { skip: PG_MODE && 'PostgreSQL has no write home' }, async () => {
+  const srv = await server(['--workers', '2']);
+  const before = (await ctl(srv, { cmd: 'workers' })).workers[1];
+  process.kill(before.pid, 'SIGKILL');
+  await waitFor(async () => {
+    const w = (await ctl(srv, { cmd: 'workers' })).workers[1];
+    return w.restarts === 1 && w.alive && w.pid !== before.pid;
+  }, { timeoutMs: 10000, message: 'worker 1 restarted' });
+  const sid = await sessionOn(srv, 1);
+  const home = homeWriter(srv);
+  await waitFor(() => home.acked() >= 5, { timeoutMs: 5000, message: 'the home writer under way' });
+  const counts = await writeCounts(srv);
+  const r = JSON.parse((await putRecord(srv, sid, 'RW-1', { name: 'from the new worker', price_cents: 3 })).content[0].text);
+  const after = await writeCounts(srv);
+  await home.stop();
+  assert.equal(r.record.price_cents, 3, JSON.stringify(r));
+  assert.deepEqual([after[1].forwarded - counts[1].forwarded, after[0].taken - counts[0].taken], [1, 1]);
+  await stop(srv);
+});
+
 test('control socket: JSON lines for status, workers, stats, sessions, session, evict, subs; errors', async () => {
   const srv = await server(['--workers', '2']);
   const sid = await initialize(srv.port);
