@@ -43,7 +43,8 @@
 enum ipc_cmd {
   IPC_CONN = 1,  /* master -> worker: a connection (fd) and the bytes already read from it */
   IPC_REROUTE,   /* worker -> master: a connection (fd) and its unanswered bytes, to route again */
-  IPC_COMMITTED, /* worker -> master -> other workers: the database changed, read the audit log */
+  IPC_COMMITTED, /* worker -> master -> other workers (the write home: on its own channels):
+                    the database changed, read the audit log */
   IPC_STATS,     /* worker -> master: an ipc_stats report (periodic, or answering STATS_REQ) */
   IPC_STATS_REQ, /* master -> worker: send a fresh report; payload a uint64_t request number */
   IPC_CTL_REQ,   /* master -> worker: a control request, a JSON object with "rid" */

@@ -16,9 +16,9 @@
  * The writes and their answers go on a channel of their own between the
  * home and each other worker, not through the master: the master makes it
  * (a socketpair, IPC_PEER to both) when the later of the two starts, so a
- * write crosses one socket each way and wakes no third process. A worker
- * without a channel to a home (none yet, or it went) makes its writes
- * itself.
+ * write crosses one socket each way and wakes no third process; the
+ * home's IPC_COMMITTED goes on them too. A worker without a channel to a
+ * home (none yet, or it went) makes its writes itself.
  *
  * An answer can be lost: the home may die after its commit. The sender
  * then makes the write itself (when the channel ends, or a new home's

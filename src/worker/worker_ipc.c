@@ -128,13 +128,24 @@ static bool worker_ipc_send_peer(worker_t *w, unsigned slot, uint32_t cmd, const
 /*
  * Once per batch of completions (subs_after_write), at once: the other
  * workers read the commit while this one fans it out to its own streams,
- * not after.
+ * not after. The write home tells them on its own channels (one hop, not
+ * two through the master), and the master only when one is missing.
  */
 static void worker_ipc_on_local_commit(worker_t *w) {
   worker_ipc_t *wi = w->ipc;
-  if (!wi->stopped && w->n_slots > 1 && !worker_ipc_send(w, IPC_COMMITTED, NULL, 0)) {
+  if (wi->stopped || w->n_slots < 2) return;
+  bool all = wi->peers != NULL && w->slot == 0;
+  for (unsigned i = 1; all && i < w->n_slots; i++)
+    all = worker_ipc_send_peer(w, i, IPC_COMMITTED, NULL, 0);
+  if (!all && !worker_ipc_send(w, IPC_COMMITTED, NULL, 0)) {
     /* the others' WAL watchers still see the commit within milliseconds */
   }
+}
+
+/* Another worker committed (through the master, or the write home on its channel). */
+static void worker_ipc_on_committed(worker_t *w) {
+  w->others_wrote_ms = uv_now(w->loop); /* forward.h: they write too */
+  if (!w->closing) subs_external_commit(w);
 }
 
 /* A cancel this worker's listen streams did not match: the other workers may hold it. */
@@ -188,8 +199,8 @@ static bool worker_ipc_reroute(worker_t *w, http_conn_t *c) {
 /* The write home's channels (forward.h) ------------------------------------------------- */
 
 /*
- * Writes and their answers, handled at once: there is a write home only on
- * SQLite, whose workers run no store lane.
+ * Writes, their answers and the home's commits, handled at once: there is
+ * a write home only on SQLite, whose workers run no store lane.
  */
 static void worker_peer_on_msg(ipc_channel_t *ch, ipc_msg *msg, void *data) {
   worker_peer *p = data;
@@ -199,6 +210,8 @@ static void worker_peer_on_msg(ipc_channel_t *ch, ipc_msg *msg, void *data) {
     forward_run(w, p->slot, msg->payload, msg->len);
   } else if (msg->cmd == IPC_WRITTEN && p->slot == 0) {
     forward_answered(w, msg->payload, msg->len);
+  } else if (msg->cmd == IPC_COMMITTED && p->slot == 0) {
+    worker_ipc_on_committed(w);
   } else {
     if (msg->fd >= 0) close(msg->fd);
     log_warn("ipc: unexpected message from another worker", "cmd", ipc_cmd_name(msg->cmd));
@@ -320,10 +333,7 @@ static void worker_ipc_on_msg(ipc_channel_t *ch, ipc_msg *msg, void *data) {
 static void worker_ipc_handle(worker_ipc_t *wi, ipc_msg *msg) {
   worker_t *w = &wi->w;
   switch (msg->cmd) {
-  case IPC_COMMITTED:
-    w->others_wrote_ms = uv_now(w->loop); /* forward.h: they write too */
-    if (!w->closing) subs_external_commit(w);
-    break;
+  case IPC_COMMITTED: worker_ipc_on_committed(w); break;
   case IPC_STATS_REQ: {
     uint64_t request;
     memcpy(&request, msg->payload, sizeof(request));
