@@ -1726,16 +1726,29 @@ static int pg_guard_check(pg_store *p, const store_table *t, const char *key, co
   return ret;
 }
 
-/* Opens a write transaction whose audit rows carry the guard's principal. */
+/*
+ * Opens a write transaction (its savepoint in a group commit) whose audit
+ * rows carry the guard's principal, set in the same round trip: one query
+ * of two statements, the principal a quoted literal.
+ */
 static int pg_begin_write(pg_store *p, const store_guard *g, char *err, size_t errlen) {
-  int ret = pg_begin(p, err, errlen);
   const char *who = g != NULL ? g->principal : NULL;
   /* In a group commit the setting lasts to the batch's end: a write without one clears it. */
-  if (ret < 0 || (who == NULL && !p->batch)) return ret;
-  pg_params ps = {0};
-  pg_param(&ps, who != NULL ? who : "");
-  ret = pg_run(p, "SELECT set_config('mcpsub.principal', $1, true)", &ps, NULL, err, errlen);
-  pg_params_finish(&ps);
+  if (who == NULL && !p->batch) return pg_begin(p, err, errlen);
+  if (p->lost || p->conn == NULL) return -ENOTCONN; /* its callers were pg_ready just before */
+  char *lit = PQescapeLiteral(p->conn, who != NULL ? who : "", who != NULL ? strlen(who) : 0);
+  if (lit == NULL) {
+    store_set_err(err, errlen, "%s", PQerrorMessage(p->conn));
+    return -ENOMEM;
+  }
+  pg_str q = {0};
+  pg_str_add(&q, "%s; SELECT set_config('mcpsub.principal', %s, true)",
+             p->batch ? "SAVEPOINT mcpsub_call" : "BEGIN", lit);
+  PQfreemem(lit);
+  int ret = pg_exec(p, q.data, err, errlen);
+  free(q.data);
+  /* The savepoint stands when the set_config after it failed: pg_rollback must undo it. */
+  if (p->batch && (ret == 0 || PQtransactionStatus(p->conn) == PQTRANS_INERROR)) p->depth++;
   return ret;
 }
 

@@ -1206,6 +1206,16 @@ static void test_batch(void) {
   CHECK_INT_EQ(client_int(c, "SELECT count(*) FROM audit_log WHERE key = 'G-5' AND "
                              "principal IS NULL"),
                1);
+  /* A principal is set as a quoted literal: quotes and backslashes come through as they are. */
+  store_guard odd = {.principal = "jwt:o'brien\\'); DROP TABLE audit_log; --"};
+  obj = cJSON_Parse("{\"name\":\"Grommet\"}");
+  CHECK(store_write_as(s, store_find_table(s, "Product"), "G-6", obj, STORE_WRITE_REPLACE, &odd,
+                       NULL, NULL, NULL, NULL, err, sizeof(err)) == 0);
+  cJSON_Delete(obj);
+  PGresult *who = PQexec(c, "SELECT principal FROM audit_log WHERE key = 'G-6'");
+  CHECK(PQntuples(who) == 1);
+  CHECK_STR_EQ(PQgetvalue(who, 0, 0), odd.principal);
+  PQclear(who);
 
   /* Outside a batch, calls commit on their own again. */
   put(s, "G-3", "{\"name\":\"Grater\"}", STORE_WRITE_REPLACE, 0);
