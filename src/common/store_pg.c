@@ -1565,18 +1565,25 @@ static int pg_row_exists(pg_store *p, const store_table *t, const char *key, boo
   return ret;
 }
 
-/* PUT: one upsert on the key; columns not given take their default, as on insert. */
+/*
+ * PUT: one upsert on the key; columns not given take their default, as on
+ * insert. Whether the row was there is counted in the upsert's own
+ * snapshot (a WITH query sees the table as the statement began), not in a
+ * round trip of its own.
+ */
 static int pg_write_replace(pg_store *p, const store_table *t, const char *key,
                             const store_assign *assigns, int n, bool *created, char *err,
                             size_t errlen) {
   const pg_table_info *ti = pg_info(p, t);
-  bool exists;
-  int ret = pg_row_exists(p, t, key, &exists, err, errlen);
-  if (ret < 0) return ret;
   pg_str q = {0};
   pg_params ps = {0};
+  PGresult *r = NULL;
   pg_param(&ps, key);
-  pg_str_add(&q, "INSERT INTO ");
+  pg_str_add(&q, "WITH mcpsub_prior AS (SELECT count(*) AS n FROM ");
+  pg_str_ident(&q, t->name);
+  pg_str_add(&q, " AS " PG_ROW " WHERE ");
+  pg_sql_key_eq(&q, t, ti, 1);
+  pg_str_add(&q, ") INSERT INTO ");
   pg_str_ident(&q, t->name);
   pg_str_add(&q, " (");
   pg_str_ident(&q, t->cols[t->key_col].name);
@@ -1600,8 +1607,11 @@ static int pg_write_replace(pg_store *p, const store_table *t, const char *key,
     any = true;
   }
   if (!any) pg_str_add(&q, "NOTHING");
-  ret = pg_run(p, q.data, &ps, NULL, err, errlen);
-  *created = ret == 0 && !exists;
+  pg_str_add(&q, " RETURNING (SELECT n FROM mcpsub_prior)");
+  int ret = pg_run(p, q.data, &ps, &r, err, errlen);
+  /* DO NOTHING returns no row for a row that was there. */
+  *created = ret == 0 && PQntuples(r) > 0 && strcmp(PQgetvalue(r, 0, 0), "0") == 0;
+  PQclear(r);
   pg_params_finish(&ps);
   free(q.data);
   return ret;

@@ -1217,6 +1217,31 @@ static void test_batch(void) {
   CHECK_STR_EQ(PQgetvalue(who, 0, 0), odd.principal);
   PQclear(who);
 
+  /*
+   * Created or not, as each PUT of a batch found the key (counted in the
+   * upsert's own snapshot): the second PUT of a new key sees the first's
+   * row; a key-only table's PUT (DO NOTHING) creates once.
+   */
+  sql(c, "CREATE TABLE \"Tag\" (t text PRIMARY KEY)");
+  bool changed = false;
+  CHECK(store_refresh_schema(s, &changed) == 0 && store_find_table(s, "Tag") != NULL);
+  CHECK(store_batch_begin(s) == 0);
+  bool created[4] = {false, true, false, true};
+  const char *puts[][3] = {{"Product", "G-8", "{\"name\":\"Glove\"}"},
+                           {"Product", "G-8", "{\"name\":\"Gloves\"}"},
+                           {"Tag", "red", "{}"},
+                           {"Tag", "red", "{}"}};
+  for (int i = 0; i < 4; i++) {
+    obj = cJSON_Parse(puts[i][2]);
+    CHECK(store_write(s, store_find_table(s, puts[i][0]), puts[i][1], obj, STORE_WRITE_REPLACE,
+                      NULL, &created[i], err, sizeof(err)) == 0);
+    cJSON_Delete(obj);
+  }
+  CHECK(store_batch_end(s, true) == 0);
+  CHECK(created[0] && !created[1] && created[2] && !created[3]);
+  CHECK_INT_EQ(client_int(c, "SELECT count(*) FROM \"Tag\""), 1);
+  sql(c, "DROP TABLE \"Tag\"");
+
   /* Outside a batch, calls commit on their own again. */
   put(s, "G-3", "{\"name\":\"Grater\"}", STORE_WRITE_REPLACE, 0);
   CHECK_INT_EQ(client_int(c, "SELECT count(*) FROM \"Product\" WHERE sku = 'G-3'"), 1);
