@@ -1,11 +1,13 @@
 /*
  * The write home's writes (see forward.h). The writes a worker sends in
- * one loop turn go in one IPC_WRITE, a JSON array of {"o": origin, "s": seq, "b": below, "t":
- * table, "k": key, "r": record, "m": mode, "d": delete, "p": principal, "sc"/"sv": row scope, "w":
- * bulk filters}; the answers the home has for one sender in one turn go in one IPC_WRITTEN, an
- * array of {"o", "s", "rc", "k": out_key, "c": created, "n": changed, "e": err, and for a put "w":
- * the row it left and "v": its version}. One message a turn instead of one a write: the other side
- * is woken once for a group commit's answers, not once for each.
+ * one loop turn go in one IPC_WRITE, a JSON array of {"o": origin, "s":
+ * seq, "b": below, "t": table, "k": key, "r": record, "m": mode, "d":
+ * delete, "p": principal, "sc"/"sv": row scope, "w": bulk filters}; the
+ * answers the home has for one sender in one turn go in one IPC_WRITTEN,
+ * an array of {"o", "s", "rc", "k": out_key, "c": created, "n": changed,
+ * "e": err, and for a put "w": the row it left and "v": its version}. One
+ * message a turn instead of one a write: the other side is woken once for
+ * a group commit's answers, not once for each.
  */
 #include "worker/forward.h"
 
@@ -68,7 +70,7 @@ static int64_t number_of(const cJSON *o, const char *name) {
 }
 
 /* The sent form of r, or NULL when it cannot go (nothing to print). */
-static char *forward_format(const worker_t *w, const writer_record *r) {
+static char *forward_format(const writer_record *r) {
   cJSON *o = cJSON_CreateObject();
   cJSON_AddStringToObject(o, "o", r->once.origin);
   cJSON_AddNumberToObject(o, "s", (double)r->once.seq);
@@ -169,7 +171,7 @@ void forward_submit(worker_t *w, writer_record *r) {
   /* Every write of this worker's before the oldest unanswered one has its answer. */
   r->once =
       (store_once){mem_strdup(w->origin), seq, w->fwd_head != NULL ? w->fwd_head->once.seq : seq};
-  char *text = forward_format(w, r);
+  char *text = forward_format(r);
   if (text == NULL) abort(); /* cJSON out of memory: mem.h's policy */
   forward_gather(w, &w->fwd_out, text);
   cJSON_free(text);

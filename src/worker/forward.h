@@ -52,8 +52,7 @@ void forward_finish(worker_t *w);
 void forward_submit(worker_t *w, writer_record *r);
 /* The sender: the home's answers (IPC_WRITTEN's payload). */
 void forward_answered(worker_t *w, const char *payload, size_t len);
-/* The sender: the home is gone (its channel ended or was replaced); what waits for it is made here.
- */
+/* The sender: the home is gone (its channel ended or was replaced); its writes are made here. */
 void forward_lost(worker_t *w);
 /* The home: writes the worker of slot from sent (IPC_WRITE's payload), made and answered. */
 void forward_run(worker_t *w, unsigned from, const char *payload, size_t len);
