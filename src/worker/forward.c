@@ -137,6 +137,11 @@ static void forward_flush(worker_t *w) {
     }
 }
 
+bool forward_tell(worker_t *w, unsigned slot) {
+  if (w->fwd_answers == NULL || slot >= w->n_slots || w->fwd_answers[slot].len == 0) return false;
+  return forward_send(w, slot, &w->fwd_answers[slot], IPC_WRITTEN);
+}
+
 static void forward_on_idle(uv_idle_t *h) {
   forward_flush(h->data);
 }

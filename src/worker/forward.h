@@ -17,8 +17,9 @@
  * home and each other worker, not through the master: the master makes it
  * (a socketpair, IPC_PEER to both) when the later of the two starts, so a
  * write crosses one socket each way and wakes no third process; the
- * home's IPC_COMMITTED goes on them too. A worker without a channel to a
- * home (none yet, or it went) makes its writes itself.
+ * home's IPC_COMMITTED goes on them too, or, to a worker whose writes the
+ * commit made, the answers sent at once (forward_tell). A worker without
+ * a channel to a home (none yet, or it went) makes its writes itself.
  *
  * An answer can be lost: the home may die after its commit. The sender
  * then makes the write itself (when the channel ends, or a new home's
@@ -50,6 +51,12 @@ void forward_close(worker_t *w);
 void forward_finish(worker_t *w);
 /* Makes r (a record write, done set): at the write home, or here. Takes r. */
 void forward_submit(worker_t *w, writer_record *r);
+/*
+ * The home, at a commit: sends the answers gathered for slot now, not at
+ * the turn's end; true when they went. They tell the sender of the commit
+ * too (it reads IPC_WRITTEN as IPC_COMMITTED), one message instead of two.
+ */
+bool forward_tell(worker_t *w, unsigned slot);
 /* The sender: the home's answers (IPC_WRITTEN's payload). */
 void forward_answered(worker_t *w, const char *payload, size_t len);
 /* The sender: the home is gone (its channel ended or was replaced); its writes are made here. */

@@ -129,14 +129,16 @@ static bool worker_ipc_send_peer(worker_t *w, unsigned slot, uint32_t cmd, const
  * Once per batch of completions (subs_after_write), at once: the other
  * workers read the commit while this one fans it out to its own streams,
  * not after. The write home tells them on its own channels (one hop, not
- * two through the master), and the master only when one is missing.
+ * two through the master): with the answers to the writes they sent, when
+ * there are some, or else with IPC_COMMITTED; the master only when a
+ * channel is missing.
  */
 static void worker_ipc_on_local_commit(worker_t *w) {
   worker_ipc_t *wi = w->ipc;
   if (wi->stopped || w->n_slots < 2) return;
   bool all = wi->peers != NULL && w->slot == 0;
   for (unsigned i = 1; all && i < w->n_slots; i++)
-    all = worker_ipc_send_peer(w, i, IPC_COMMITTED, NULL, 0);
+    all = forward_tell(w, i) || worker_ipc_send_peer(w, i, IPC_COMMITTED, NULL, 0);
   if (!all && !worker_ipc_send(w, IPC_COMMITTED, NULL, 0)) {
     /* the others' WAL watchers still see the commit within milliseconds */
   }
@@ -210,6 +212,7 @@ static void worker_peer_on_msg(ipc_channel_t *ch, ipc_msg *msg, void *data) {
     forward_run(w, p->slot, msg->payload, msg->len);
   } else if (msg->cmd == IPC_WRITTEN && p->slot == 0) {
     forward_answered(w, msg->payload, msg->len);
+    worker_ipc_on_committed(w); /* answers come at the home's commits (forward_tell) */
   } else if (msg->cmd == IPC_COMMITTED && p->slot == 0) {
     worker_ipc_on_committed(w);
   } else {
