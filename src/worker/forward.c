@@ -117,6 +117,11 @@ static bool forward_send(worker_t *w, unsigned slot, buf_t *b, uint32_t cmd) {
   return sent;
 }
 
+bool forward_tell(worker_t *w, unsigned slot) {
+  if (w->fwd_answers == NULL || slot >= w->n_slots || w->fwd_answers[slot].len == 0) return false;
+  return forward_send(w, slot, &w->fwd_answers[slot], IPC_WRITTEN);
+}
+
 /* Sends what this turn gathered: the writes for the home, the answers for each sender. */
 static void forward_flush(worker_t *w) {
   uv_idle_stop(&w->fwd_idle);
@@ -131,15 +136,8 @@ static void forward_flush(worker_t *w) {
         forward_make_here(w, r);
     }
   }
-  for (unsigned i = 0; w->fwd_answers != NULL && i < w->n_slots; i++)
-    if (w->fwd_answers[i].len > 0 && !forward_send(w, i, &w->fwd_answers[i], IPC_WRITTEN)) {
-      /* lost: the sender makes them again when it finds this worker gone */
-    }
-}
-
-bool forward_tell(worker_t *w, unsigned slot) {
-  if (w->fwd_answers == NULL || slot >= w->n_slots || w->fwd_answers[slot].len == 0) return false;
-  return forward_send(w, slot, &w->fwd_answers[slot], IPC_WRITTEN);
+  /* An answer that cannot go is lost: its sender makes the write again when it finds us gone. */
+  for (unsigned i = 0; w->fwd_answers != NULL && i < w->n_slots; i++) (void)forward_tell(w, i);
 }
 
 static void forward_on_idle(uv_idle_t *h) {
