@@ -170,6 +170,26 @@ static void test_assembler(void) {
   CHECK_INT_EQ(ipc_assembler_push(&a, &conn, "abc", -1, &msg), -EBADMSG);
   ipc_header stats = header(IPC_STATS, 3, 3, 0);
   CHECK_INT_EQ(ipc_assembler_push(&a, &stats, "abc", -1, &msg), -EBADMSG);
+  /*
+   * A write home's channel (PEER) comes with its fd and a short stamp only:
+   * one without its fd, or with a stamp past the bound, is dropped (its fd
+   * closed); one in bounds with its fd passes.
+   */
+  ipc_header peer = header(IPC_PEER, 3, 3, 0);
+  CHECK_INT_EQ(ipc_assembler_push(&a, &peer, "1 2", -1, &msg), -EBADMSG);
+  char stamp[33];
+  memset(stamp, '7', sizeof(stamp));
+  ipc_header long_peer = header(IPC_PEER, sizeof(stamp), sizeof(stamp), 0);
+  CHECK(pipe(pp) == 0);
+  CHECK_INT_EQ(ipc_assembler_push(&a, &long_peer, stamp, pp[1], &msg), -EBADMSG);
+  CHECK(pipe_eof(pp[0]));
+  close(pp[0]);
+  CHECK(pipe(pp) == 0);
+  CHECK_INT_EQ(ipc_assembler_push(&a, &peer, "1 2", pp[1], &msg), 1);
+  CHECK_INT_EQ(msg.cmd, IPC_PEER);
+  CHECK_INT_EQ(msg.fd, pp[1]);
+  close(msg.fd);
+  close(pp[0]);
   /* A first packet shorter than a chunk that announces more: not a valid chunking. */
   ipc_header odd = header(IPC_CTL_REP, 5, 50, 0);
   CHECK_INT_EQ(ipc_assembler_push(&a, &odd, "{}{}{", -1, &msg), -EBADMSG);
