@@ -184,7 +184,9 @@ struct http_server {
   uint64_t refused;     /* over max_connections / max_per_address */
   http_conn_t *pending; /* deferred work for the next idle callback, in the order scheduled */
   http_conn_t *pending_tail;
-  http_conn_t *running; /* what the idle callback has not reached yet */
+  http_conn_t *running;         /* what the idle callback has not reached yet */
+  void (*turn_end)(void *data); /* http_server_at_turn_end: due once, after the deferred work */
+  void *turn_end_data;
 
   /*
    * Timeouts, in h2o's way: one list per kind of wait, and since every
@@ -827,7 +829,7 @@ void http_stream_begin_sse(http_conn_t *c) {
   http_stream_begin(c, 200, head, sizeof(head) / sizeof(head[0]));
 }
 
-int http_stream_writev(http_conn_t *c, const uv_buf_t *bufs, size_t n, size_t len) {
+int http_stream_append(http_conn_t *c, const uv_buf_t *bufs, size_t n, size_t len) {
   if (c == NULL) return -EINVAL;
   if (c->closing) return -EPIPE;
   if (c->phase != PHASE_STREAM) return -EINVAL;
@@ -845,8 +847,13 @@ int http_stream_writev(http_conn_t *c, const uv_buf_t *bufs, size_t n, size_t le
   }
   c->out.data[c->out.len] = '\0';
   c->queued += len;
-  conn_schedule(c);
   return 0;
+}
+
+int http_stream_writev(http_conn_t *c, const uv_buf_t *bufs, size_t n, size_t len) {
+  int rc = http_stream_append(c, bufs, n, len);
+  if (rc == 0 && len > 0) conn_schedule(c);
+  return rc;
 }
 
 int http_stream_write(http_conn_t *c, const char *data, size_t len) {
@@ -1229,7 +1236,19 @@ static void server_on_idle(uv_idle_t *h) {
       conn_settle(c);
     }
   }
-  if (srv->pending == NULL && !srv->closing) (void)uv_idle_stop(h); /* cannot fail */
+  if (srv->turn_end != NULL) {
+    void (*fn)(void *) = srv->turn_end;
+    srv->turn_end = NULL;
+    fn(srv->turn_end_data);
+  }
+  if (srv->pending == NULL && srv->turn_end == NULL && !srv->closing)
+    (void)uv_idle_stop(h); /* cannot fail */
+}
+
+void http_server_at_turn_end(http_server_t *srv, void (*fn)(void *data), void *data) {
+  srv->turn_end = fn;
+  srv->turn_end_data = data;
+  (void)uv_idle_start(&srv->idle, server_on_idle); /* fails only on a closing handle */
 }
 
 static void conn_on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *b) {

@@ -148,6 +148,12 @@ void http_stream_prefetch(const http_conn_t *c);
  */
 int http_stream_writev(http_conn_t *c, const uv_buf_t *bufs, size_t n, size_t len) MCPSUB_NODISCARD;
 /*
+ * http_stream_writev without the write at the turn's end: the caller hands
+ * the bytes over itself (http_stream_flush) once it has appended all that
+ * goes together, while they are still in the cache.
+ */
+int http_stream_append(http_conn_t *c, const uv_buf_t *bufs, size_t n, size_t len) MCPSUB_NODISCARD;
+/*
  * While exempt, http_stream_write does not apply max_stream_queue: for a
  * replay whose size the caller bounds (a resumption must not be cut by the
  * very backlog it is sending, or the client could never catch up).
@@ -161,6 +167,12 @@ void http_stream_exempt(http_conn_t *c, bool exempt);
 void http_stream_flush(http_conn_t *c);
 /* Flushes what is queued, then closes the connection. */
 void http_stream_end(http_conn_t *c);
+/*
+ * Runs fn(data) once at the end of the next idle callback, after every
+ * connection's deferred work of that turn (its responses written first).
+ * One hook: a second call before it runs replaces the first.
+ */
+void http_server_at_turn_end(http_server_t *srv, void (*fn)(void *data), void *data);
 /* Labels the request in hand for on_answered (a method, a kind of request). */
 void http_conn_set_label(http_conn_t *c, int label);
 /* Has the connection's response become a stream (http_stream_begin)? */

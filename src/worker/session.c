@@ -4,8 +4,9 @@
  * doubly linked list so that keepalives and shutdown touch only streaming
  * sessions. Frames are shared (see frame.h): delivering one to a session
  * stores a reference in its ring and copies its bytes into the stream's
- * output buffer, which the HTTP layer flushes once per loop turn and
- * bounds; a stream over its bound is cut and the client resumes.
+ * output buffer, which the HTTP layer flushes once per loop turn (or the
+ * caller at once: session_deliver_now) and bounds; a stream over its bound
+ * is cut and the client resumes.
  */
 #include "worker/session.h"
 
@@ -154,6 +155,11 @@ void session_registry_foreach(session_registry_t *reg, void (*fn)(session_t *s, 
 
 /* Streams ------------------------------------------------------------------- */
 
+/* What delivers to a session or reads its ring first delivers the turn's held-back updates. */
+static void session_settle(session_registry_t *reg) {
+  if (reg->turn_held) reg->settle(reg->settle_data);
+}
+
 static void session_stream_unlink(session_t *s) {
   session_registry_t *reg = s->registry;
   if (s->stream_prev != NULL)
@@ -175,13 +181,15 @@ static void session_stream_on_close(http_conn_t *c, void *data) {
 void session_stream_close(session_t *s) {
   http_conn_t *c = s->stream;
   if (c == NULL) return;
+  session_settle(s->registry); /* what this turn sent it goes out before the end */
   http_conn_set_close_cb(c, NULL, NULL);
   session_stream_unlink(s);
   http_stream_end(c);
 }
 
 void session_stream_open(session_t *s, http_conn_t *c) {
-  session_stream_close(s); /* a new GET supersedes the old stream */
+  session_settle(s->registry); /* the turn's updates precede the new stream's replay */
+  session_stream_close(s);     /* a new GET supersedes the old stream */
   http_stream_begin_sse(c);
   s->stream = c;
   session_registry_t *reg = s->registry;
@@ -200,15 +208,20 @@ void session_stream_open(session_t *s, http_conn_t *c) {
   buf_finish(&b);
 }
 
-/* Writes e to the open stream. false when there is none or it was cut. */
-static bool session_write(session_t *s, frame_ev e) {
+/*
+ * Writes e to the open stream: at the turn's end, or (now unset) when the
+ * caller flushes the stream. false when there is none or it was cut.
+ */
+static bool session_write(session_t *s, frame_ev e, bool at_turn_end) {
   if (s->stream == NULL) return false;
   frame_part p[FRAME_MAX_PIECES];
   size_t len, n = frame_pieces(e, p, &len);
   uv_buf_t b[FRAME_MAX_PIECES];
   for (size_t i = 0; i < n; i++)
     b[i] = (uv_buf_t){.base = (char *)(uintptr_t)p[i].data, .len = p[i].len};
-  if (http_stream_writev(s->stream, b, n, len) != 0) return false;
+  int rc = at_turn_end ? http_stream_writev(s->stream, b, n, len)
+                       : http_stream_append(s->stream, b, n, len);
+  if (rc != 0) return false;
   s->registry->frames_sent++;
   return true;
 }
@@ -231,7 +244,8 @@ void session_prefetch(const session_t *s) {
   if (s->stream != NULL) http_stream_prefetch(s->stream);
 }
 
-void session_deliver(session_t *s, frame_ev e) {
+/* session_deliver without settling first; at_turn_end as for session_write. */
+static void session_put(session_t *s, frame_ev e, bool at_turn_end) {
   /* Doubled from 8 slots up to SESSION_RING_SIZE: an idle session pays for few. */
   if (s->ring_count == s->ring_cap && s->ring_cap < SESSION_RING_SIZE) {
     unsigned cap = s->ring_cap == 0 ? 8 : s->ring_cap * 2;
@@ -256,18 +270,29 @@ void session_deliver(session_t *s, frame_ev e) {
   if (s->ring_paired) s->ring[s->ring_cap + k] = e.tail;
   s->ring_count++;
   /* An event behind undelivered ones waits with them, in order. */
-  if (s->undelivered > 0 || !session_write(s, e)) s->undelivered++;
+  if (s->undelivered > 0 || !session_write(s, e, at_turn_end)) s->undelivered++;
+}
+
+void session_deliver(session_t *s, frame_ev e) {
+  session_settle(s->registry);
+  session_put(s, e, true);
+}
+
+void session_deliver_now(session_t *s, const frame_ev *e, size_t n) {
+  for (size_t i = 0; i < n; i++) session_put(s, e[i], false);
+  if (s->stream != NULL) http_stream_flush(s->stream);
 }
 
 static void session_replay_from(session_t *s, unsigned first) {
   for (unsigned i = first; i < s->ring_count; i++) {
-    if (!session_write(s, ring_at(s, i))) return;
+    if (!session_write(s, ring_at(s, i), true)) return;
     s->registry->frames_replayed++;
   }
   s->undelivered = 0;
 }
 
 bool session_replay_after(session_t *s, const char *id, size_t len) {
+  session_settle(s->registry);
   for (unsigned i = s->ring_count; i-- > 0;) {
     if (frame_id_is(ring_at(s, i), id, len)) {
       session_replay_from(s, i + 1);
@@ -278,6 +303,7 @@ bool session_replay_after(session_t *s, const char *id, size_t len) {
 }
 
 void session_replay_undelivered(session_t *s) {
+  session_settle(s->registry);
   session_replay_from(s, s->ring_count - s->undelivered);
 }
 

@@ -81,6 +81,15 @@ struct session_registry {
   /* The session's delivered position, for the ids of its own frames. */
   int64_t (*position)(const session_t *s, void *data);
   void *position_data;
+  /*
+   * Set while updates of this loop turn wait to be delivered subscriber by
+   * subscriber (subscriptions.c: the turn's fan-out); settle(settle_data)
+   * delivers them. Whatever delivers to a session, reads its ring or opens
+   * or ends its stream settles first, so nothing overtakes them.
+   */
+  bool turn_held;
+  void (*settle)(void *data);
+  void *settle_data;
   uint64_t frames_sent;     /* frames written to streams */
   uint64_t frames_dropped;  /* frames no stream took before they left the ring */
   uint64_t frames_replayed; /* frames sent again on a resumption (ring or audit log) */
@@ -123,6 +132,12 @@ void session_stream_close(session_t *s);
 void session_prefetch(const session_t *s);
 /* Keeps the event (new references are taken) in the ring and writes it to the stream, if open. */
 void session_deliver(session_t *s, frame_ev e);
+/*
+ * Delivers n events in order, as session_deliver does, and hands them to
+ * the stream's socket at once rather than at the turn's end, while they
+ * are in the cache. It does not settle: the turn's fan-out calls it.
+ */
+void session_deliver_now(session_t *s, const frame_ev *e, size_t n);
 /*
  * When the ring holds the frame whose event id is id, writes every frame
  * after it to the stream and returns true; else writes nothing, false.

@@ -77,7 +77,9 @@ struct sub_topic {
   char *uri; /* exactly as subscribed */
   size_t n_session_subs; /* of its subscribers, those owned by sessions */
   size_t n_subs;
-  uint64_t busy_mark; /* notified at the last {"cmd":"subs","busiest":N} (worker_ctl.c) */
+  size_t n_alone;      /* of its subscribers, those their session's only one (subscriptions.c) */
+  uint32_t turn_index; /* + 1: where the turn's fan-out keeps it (subscriptions.c), or 0 */
+  uint64_t busy_mark;  /* notified at the last {"cmd":"subs","busiest":N} (worker_ctl.c) */
 };
 
 struct sub {

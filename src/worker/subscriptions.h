@@ -143,6 +143,13 @@ int64_t subs_position(worker_t *w);
 int64_t subs_delivered_position(worker_t *w);
 /* Sends every update coalescing holds back, now and in order (resumption). */
 void subs_flush_held(worker_t *w);
+/*
+ * Delivers the updates of this loop turn held for delivery subscriber by
+ * subscriber (the turn's fan-out, subscriptions.c) now. Called at the
+ * turn's end, and by whatever must not overtake them: a change of any
+ * topic's subscribers, a resumption, a drain.
+ */
+void subs_turn_settle(worker_t *w);
 /* ...and every update debounce holds back too (a drain). */
 void subs_flush_all_held(worker_t *w);
 

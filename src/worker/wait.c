@@ -132,6 +132,7 @@ void wait_heartbeat(worker_t *w) {
 /* Leaves the index and the worker's lists; frees once the timer closed. */
 static void waiter_destroy(waiter_t *wt) {
   worker_t *w = wt->w;
+  subs_turn_settle(w); /* a held topic's subscribers stay as they were (subscriptions.c) */
   for (size_t i = 0; i < wt->n; i++) {
     if (wt->items[i].sub != NULL) sub_index_remove(&w->subs, wt->items[i].sub);
     wt->items[i].sub = NULL;
@@ -317,6 +318,7 @@ cJSON *wait_tool(mcp_call *call, const cJSON *args) {
   wt->w = w;
   mcp_reply_init(&wt->reply, call);
   wt->include_state = include_state;
+  subs_turn_settle(w); /* a held topic's subscribers stay as they were (subscriptions.c) */
   for (size_t i = 0; i < wt->n; i++)
     wt->items[i].sub = sub_index_add(&w->subs, wt->items[i].key, wt->items[i].uri,
                                      &wt->items[i].parsed, &wt->owner, since_seq);

@@ -4,7 +4,10 @@
 // including a row leaving the filter), one notification per matching
 // subscription with subscribedUri as written, omitCurrent and the
 // subscribe/commit race, no notification after the unsubscribe response
-// even while changes stream in, subscriptions made before the GET stream,
+// even while changes stream in, a burst to sessions that hold one
+// subscription each (delivered per subscriber at the loop turn's end) with
+// one subscribing, one unsubscribing and one resuming in the middle of it,
+// subscriptions made before the GET stream,
 // every kind of writer notifying, the per-session limit, strict mode, the
 // durable subscriptions column and teardown leaving /status at zero.
 //
@@ -338,6 +341,71 @@ test('two sessions subscribed to the same URI are each notified once', async () 
   } finally {
     await closeClient(a);
     await closeClient(b);
+  }
+});
+
+test('a burst on a collection whose sessions hold only it: every change once and in commit order, while one subscribes to more, one unsubscribes and one resumes', async () => {
+  // Sessions whose only subscription is one topic get a loop turn's updates
+  // together at the turn's end; 8 writers at once put several commits in a
+  // turn. What each session does mid-burst must not reorder, lose or repeat.
+  const uri = `${B}/Product`;
+  const clients = [];
+  const seqs = [];
+  try {
+    for (let i = 0; i < 12; i++) {
+      const c = await client();
+      await subscribe(c, uri);
+      clients.push(c);
+    }
+    const [grows, leaves, resumes] = clients;
+    const keyOf = (i) => `BURST-${String(i).padStart(3, '0')}`;
+    const extra = rec('Product', keyOf(70));
+    let next = 0;
+    let resumed = null;
+    const writer = async () => {
+      while (next < 96) {
+        const i = next++;
+        seqs.push(await putProduct(keyOf(i % 80), { price_cents: i }));
+        if (i === 24) await subscribe(grows, extra);
+        if (i === 40) await unsubscribe(leaves, uri);
+        if (i === 56) {
+          const last = resumes.stream.lastId;
+          resumes.stream.close();
+          resumed = await EventStream.open(srv.port, resumes.s.id, { lastEventId: last });
+        }
+      }
+    };
+    await Promise.all(Array.from({ length: 8 }, writer));
+    seqs.sort((a, b) => a - b);
+    const all = seqs.join(',');
+    const seqsOf = (events) => events.map((e) => idSeq(e.id));
+    for (const c of clients) {
+      if (c === leaves || c === resumes) continue;
+      await c.stream.waitUpdates(seqs.length, uri, { timeoutMs: 10000 });
+      assert.equal(seqsOf(c.stream.updates(uri)).join(','), all, c.stream.describe());
+    }
+    // Resumed with Last-Event-ID: both streams together hold every change once, in order.
+    await resumed.waitUntil((st) => st.updates(uri).some((e) => idSeq(e.id) === seqs.at(-1)), {
+      timeoutMs: 10000,
+      what: 'the last change on the resumed stream',
+    });
+    const both = [...seqsOf(resumes.stream.updates(uri)), ...seqsOf(resumed.updates(uri))];
+    assert.equal(both.join(','), all, resumed.describe());
+    resumed.close();
+    // The second subscription: its row's updates among the collection's, each change's two
+    // in one place, so the session's ids never go back.
+    const mixed = seqsOf(grows.stream.updates());
+    assert.ok(
+      mixed.every((s, i) => i === 0 || s >= mixed[i - 1]),
+      `ids went back: ${mixed.join(',')}`,
+    );
+    assert.ok(grows.stream.updates(extra).length >= 1, grows.stream.describe());
+    // Unsubscribed: the changes up to a point, none missing, and then none.
+    const kept = seqsOf(leaves.stream.updates(uri));
+    assert.equal(kept.join(','), seqs.slice(0, kept.length).join(','), leaves.stream.describe());
+    assert.ok(kept.length > 0 && kept.length < seqs.length, `kept ${kept.length} of ${seqs.length}`);
+  } finally {
+    for (const c of clients) await closeClient(c);
   }
 });
 
