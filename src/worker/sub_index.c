@@ -343,7 +343,7 @@ static sub_topic *topic_create(sub_index *idx, const char *key, const char *uri,
   const frame_part tail[] = {{json.data, json.len}, {"}}", 2}};
   t->tail = frame_create_tail(&t->tag, tail, ARRAY_LEN(tail));
   t->uri_json = t->tail->data + t->tag.len;
-  t->uri_json_len = json.len;
+  t->uri_json_len = (uint32_t)json.len; /* a URI is bounded far below */
   buf_finish(&json);
   t->parsed = uri_copy(parsed);
   strmap_put(&idx->topics, t->key, strlen(t->key), t);
@@ -437,6 +437,7 @@ sub_t *sub_index_add(sub_index *idx, const char *key, const char *uri, const uri
   if (t->subs != NULL) t->subs->topic_prev = s;
   t->subs = s;
   t->n_subs++;
+  sub_topic_recount(t);
   if (owner->kind == SUB_OWNER_SESSION) t->n_session_subs++;
   idx->n_subs++;
   return s;
@@ -452,7 +453,10 @@ void sub_index_remove(sub_index *idx, sub_t *s) {
   if (s->owner->kind == SUB_OWNER_SESSION) t->n_session_subs--;
   free(s);
   idx->n_subs--;
-  if (--t->n_subs == 0) topic_destroy(idx, t);
+  if (--t->n_subs == 0)
+    topic_destroy(idx, t);
+  else
+    sub_topic_recount(t);
 }
 
 bool sub_index_needs_rows(const sub_index *idx, const char *table) {

@@ -56,7 +56,9 @@ struct sub_topic {
   sub_t *subs;          /* subscribers (doubly linked through topic_prev/next) */
   uint64_t order;       /* sub_topic_order(uri): orders and names its updates in event ids */
   const char *uri_json; /* the uri as a JSON string (in tail): formatted once, copied per update */
-  size_t uri_json_len;
+  uint32_t uri_json_len;
+  /* n_alone == n_subs (below), here where a change reads it: the turn's fan-out may take it. */
+  bool sole_owners;
   /* Its updates' id end and JSON after the record URI (frame_create_tail): a sole subscriber's
    * half. */
   frame_t *tail;
@@ -81,6 +83,11 @@ struct sub_topic {
   uint32_t turn_index; /* + 1: where the turn's fan-out keeps it (subscriptions.c), or 0 */
   uint64_t busy_mark;  /* notified at the last {"cmd":"subs","busiest":N} (worker_ctl.c) */
 };
+
+/* Sets sole_owners after n_subs or n_alone changed. */
+static inline void sub_topic_recount(sub_topic *t) {
+  t->sole_owners = t->n_subs > 0 && t->n_alone == t->n_subs;
+}
 
 struct sub {
   sub_topic *topic;

@@ -455,8 +455,29 @@ typedef struct turn_update {
 
 /* Does the turn's fan-out take t's updates (above)? */
 static bool turn_takes(const worker_t *w, const sub_topic *t) {
-  return t->n_alone == t->n_subs && t->n_subs > 0 && t->debounce.quiet_ms == 0 &&
-         w->cfg->coalesce_ms == 0 && !w->turn_settling;
+  return t->sole_owners && t->debounce.quiet_ms == 0 && w->cfg->coalesce_ms == 0 &&
+         !w->turn_settling;
+}
+
+/*
+ * Matched topics are served in (order, uri) order, which is no order in
+ * memory: each is a chain of loads (topic, subscription, owner, the
+ * owner's ring slot and stream), too long for the CPU to look ahead
+ * through on its own. While topic i is served, the chains of the next ones
+ * are started, a link further for each step ahead. A topic the turn's
+ * fan-out takes is not served now: only its line is (held, with the
+ * tail's), unless held is unset (the turn's end, serving them).
+ */
+static void topics_prefetch(const worker_t *w, sub_topic *const *m, size_t n, size_t i, bool held) {
+  if (i + 8 < n) __builtin_prefetch(m[i + 8]);
+  if (i + 6 < n) {
+    __builtin_prefetch(m[i + 6]->tail);
+    if (!held || !turn_takes(w, m[i + 6])) __builtin_prefetch(m[i + 6]->subs);
+  }
+  if (i + 4 < n && m[i + 4]->subs != NULL && (!held || !turn_takes(w, m[i + 4])))
+    __builtin_prefetch(m[i + 4]->subs->owner);
+  if (i + 2 < n && m[i + 2]->subs != NULL && (!held || !turn_takes(w, m[i + 2])))
+    owner_prefetch(m[i + 2]->subs->owner);
 }
 
 static void subs_turn_end(void *data) {
@@ -543,6 +564,7 @@ void subs_turn_settle(worker_t *w) {
   }
   for (size_t k = 0; k < nt; k++) {
     sub_topic *t = w->turn_topics[k];
+    topics_prefetch(w, w->turn_topics, nt, k, false);
     t->turn_index = 0;
     size_t at = k == 0 ? 0 : start[k - 1];
     turn_deliver_topic(w, t, at, start[k] - at);
@@ -553,23 +575,6 @@ void subs_turn_settle(worker_t *w) {
 }
 
 /* The tailer's consumer --------------------------------------------------------- */
-
-/*
- * Matched topics are served in (order, uri) order, which is no order in
- * memory: each is a chain of loads (topic, subscription, owner, the
- * owner's ring slot and stream), too long for the CPU to look ahead
- * through on its own. While topic i is served, the chains of the next ones
- * are started, a link further for each step ahead.
- */
-static void topics_prefetch(sub_topic *const *m, size_t n, size_t i) {
-  if (i + 8 < n) __builtin_prefetch(m[i + 8]);
-  if (i + 6 < n) {
-    __builtin_prefetch(m[i + 6]->subs);
-    __builtin_prefetch(m[i + 6]->tail);
-  }
-  if (i + 4 < n && m[i + 4]->subs != NULL) __builtin_prefetch(m[i + 4]->subs->owner);
-  if (i + 2 < n && m[i + 2]->subs != NULL) owner_prefetch(m[i + 2]->subs->owner);
-}
 
 static void collect_topic(sub_topic *t, void *data) {
   worker_t *w = data;
@@ -617,7 +622,7 @@ static void subs_on_change(const store_audit_row *row, void *data) {
   frame_t *change_head = NULL; /* the change's head (frame_create_head), made at the first */
   for (size_t i = 0; i < w->n_matched; i++) {
     sub_topic *t = w->matched[i];
-    topics_prefetch(w->matched, w->n_matched, i);
+    topics_prefetch(w, w->matched, w->n_matched, i, true);
     /* A subscription's own debounce replaces the server-wide coalescing. */
     if (w->cfg->coalesce_ms > 0 && t->debounce.quiet_ms == 0 &&
         coalesce_hold(w, t, record_uri, row->seq))
@@ -687,10 +692,12 @@ static void owner_unsubscribe(worker_t *w, sub_t **slot, size_t *n) {
   sub_t *sub = *slot;
   *slot = sub->owner_next;
   (*n)--;
-  if (sub->owner->kind == SUB_OWNER_SESSION) {
+  if (sub->owner->kind == SUB_OWNER_SESSION && *n <= 1) {
     sub_t *left = ((session_t *)sub->owner)->subs; /* the other one, when one is left */
     if (*n == 0) sub->topic->n_alone--;
     if (*n == 1) left->topic->n_alone++;
+    sub_topic_recount(sub->topic);
+    if (left != NULL) sub_topic_recount(left->topic);
   }
   hold_queue *q = owner_queue(sub->owner);
   if (q != NULL && q->head != NULL) hold_drop_sub(w, q, sub);
@@ -709,9 +716,11 @@ sub_t *subs_owner_add(worker_t *w, sub_owner *o, sub_t **head, size_t *n, const 
   sub_t *sub = sub_index_add(&w->subs, k.data, uri, u, o, since);
   buf_finish(&k);
   if (d != NULL) sub->topic->debounce = *d;
-  if (o->kind == SUB_OWNER_SESSION) {
+  if (o->kind == SUB_OWNER_SESSION && *n <= 1) {
     if (*n == 0) sub->topic->n_alone++;
     if (*n == 1) (*head)->topic->n_alone--; /* no longer its session's only one */
+    sub_topic_recount(sub->topic);
+    if (*n == 1) sub_topic_recount((*head)->topic);
   }
   sub->owner_next = *head;
   *head = sub;
