@@ -447,7 +447,13 @@ static void subs_send_topic(worker_t *w, sub_topic *t, const char *record_uri,
 #define TURN_MAX 32768
 
 typedef struct turn_update {
-  frame_ev e; /* a whole frame, or a sole subscriber's pair (as subs_send_topic makes) */
+  /*
+   * A whole frame (a reference of its own), or a sole subscriber's pair
+   * (as subs_send_topic makes): borrowed, the head kept once for every
+   * topic of its change (w->turn_heads) and the tail by its topic, which
+   * keeps its subscribers until the turn is settled.
+   */
+  frame_ev e;
   int64_t seq;
   uint32_t topic; /* index in w->turn_topics */
   uint32_t uri;   /* where the change's record URI starts in w->turn_uris */
@@ -484,7 +490,7 @@ static void subs_turn_end(void *data) {
   subs_turn_settle(data);
 }
 
-/* Keeps e (a new reference is taken), t's update for the change seq, for the turn's end. */
+/* Keeps e (as turn_update says), t's update for the change seq, for the turn's end. */
 static void turn_hold(worker_t *w, sub_topic *t, frame_ev e, const char *record_uri, int64_t seq) {
   if (w->n_turn == TURN_MAX) subs_turn_settle(w);
   if (w->n_turn == 0) {
@@ -511,7 +517,16 @@ static void turn_hold(worker_t *w, sub_topic *t, frame_ev e, const char *record_
     w->turn_uri_at = (uint32_t)w->turn_uris.len;
     buf_append(&w->turn_uris, record_uri, strlen(record_uri) + 1);
   }
-  w->turn[w->n_turn++] = (turn_update){frame_ev_ref(e), seq, t->turn_index - 1, w->turn_uri_at};
+  if (e.tail == NULL) {
+    frame_ref(e.f);
+  } else if (w->n_turn_heads == 0 || w->turn_heads[w->n_turn_heads - 1] != e.f) {
+    if (w->n_turn_heads == w->turn_heads_cap) {
+      w->turn_heads_cap = w->turn_heads_cap == 0 ? 16 : w->turn_heads_cap * 2;
+      w->turn_heads = mem_realloc(w->turn_heads, w->turn_heads_cap * sizeof(*w->turn_heads));
+    }
+    w->turn_heads[w->n_turn_heads++] = frame_ref(e.f);
+  }
+  w->turn[w->n_turn++] = (turn_update){e, seq, t->turn_index - 1, w->turn_uri_at};
 }
 
 /* Gives every subscriber of t its n updates, w->turn_events[at] on (w->turn_order: their index). */
@@ -569,8 +584,10 @@ void subs_turn_settle(worker_t *w) {
     size_t at = k == 0 ? 0 : start[k - 1];
     turn_deliver_topic(w, t, at, start[k] - at);
   }
-  for (size_t i = 0; i < n; i++) frame_ev_unref(w->turn[i].e);
-  w->n_turn = w->n_turn_topics = 0;
+  for (size_t i = 0; i < n; i++)
+    if (w->turn[i].e.tail == NULL) frame_unref(w->turn[i].e.f);
+  for (size_t i = 0; i < w->n_turn_heads; i++) frame_unref(w->turn_heads[i]);
+  w->n_turn = w->n_turn_topics = w->n_turn_heads = 0;
   w->turn_settling = false;
 }
 
@@ -939,6 +956,7 @@ void subs_finish(worker_t *w) {
   free(w->turn_order);
   free(w->turn_topics);
   free(w->turn_start);
+  free(w->turn_heads);
   buf_finish(&w->turn_uris);
   tailer_finish(&w->tailer);
   sub_index_finish(&w->subs);

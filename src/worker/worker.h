@@ -79,8 +79,10 @@ typedef struct worker {
   frame_ev *turn_events; /* at the end: the updates again, topic by topic, */
   uint32_t *turn_order;  /* and the index in turn of each */
   size_t *turn_start;    /* (per topic, where its updates end: a counting sort) */
-  buf_t turn_uris;       /* the record URIs of their changes, each once, NUL-ended */
-  int64_t turn_uri_seq;  /* the change whose URI is last in turn_uris */
+  frame_t **turn_heads;  /* the heads their sole subscribers' pairs borrow, one reference each */
+  size_t n_turn_heads, turn_heads_cap;
+  buf_t turn_uris;      /* the record URIs of their changes, each once, NUL-ended */
+  int64_t turn_uri_seq; /* the change whose URI is last in turn_uris */
   uint32_t turn_uri_at;
   bool turn_settling;
   uint64_t notifications;      /* resource-update frames formatted */
