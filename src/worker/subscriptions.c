@@ -352,6 +352,27 @@ static sub_t *sub_nth(sub_t *s, int n) {
   return s;
 }
 
+/* Along a topic's subscribers, the owner 4 ahead and the one 2 ahead whose loads are started. */
+typedef struct subs_ahead {
+  sub_t *owner, *slot;
+} subs_ahead;
+
+static subs_ahead subs_ahead_start(sub_t *first) {
+  return (subs_ahead){sub_nth(first, 4), sub_nth(first, 2)};
+}
+
+/* Starts the owner's load of the one 4 ahead, and its ring slot and stream's of the one 2 ahead. */
+static void subs_ahead_step(subs_ahead *a) {
+  if (a->owner != NULL) {
+    __builtin_prefetch(a->owner->owner);
+    a->owner = a->owner->topic_next;
+  }
+  if (a->slot != NULL) {
+    owner_prefetch(a->slot->owner);
+    a->slot = a->slot->topic_next;
+  }
+}
+
 /*
  * Formats the topic's update for this change once per kind of owner — a
  * frame for sessions, an event head for listen streams — and hands it to
@@ -369,17 +390,10 @@ static void subs_send_topic(worker_t *w, sub_topic *t, const char *record_uri,
    * while one is served. Only the subscriber served can leave the topic
    * here (a waiter completes later, a stream's close is a callback).
    */
-  sub_t *owner_ahead = sub_nth(t->subs, 4), *slot_ahead = sub_nth(t->subs, 2);
+  subs_ahead ahead = subs_ahead_start(t->subs);
   for (sub_t *sub = t->subs, *next; sub != NULL; sub = next) {
     next = sub->topic_next;
-    if (owner_ahead != NULL) {
-      __builtin_prefetch(owner_ahead->owner);
-      owner_ahead = owner_ahead->topic_next;
-    }
-    if (slot_ahead != NULL) {
-      owner_prefetch(slot_ahead->owner);
-      slot_ahead = slot_ahead->topic_next;
-    }
+    subs_ahead_step(&ahead);
     if (sub->since_seq >= seq) continue; /* omitCurrent: subscribed after this change */
     hold_queue *q = owner_queue(sub->owner);
     if (q != NULL && (debounced || q->head != NULL)) {
@@ -533,18 +547,9 @@ static void turn_hold(worker_t *w, sub_topic *t, frame_ev e, const char *record_
 static void turn_deliver_topic(worker_t *w, sub_topic *t, size_t at, size_t n) {
   const frame_ev *events = w->turn_events + at;
   const uint32_t *order = w->turn_order + at;
-  /* The owner 4 ahead, and the ring slot and stream of the one 2 ahead, load while one is served.
-   */
-  sub_t *owner_ahead = sub_nth(t->subs, 4), *slot_ahead = sub_nth(t->subs, 2);
+  subs_ahead ahead = subs_ahead_start(t->subs); /* as in subs_send_topic */
   for (sub_t *sub = t->subs; sub != NULL; sub = sub->topic_next) {
-    if (owner_ahead != NULL) {
-      __builtin_prefetch(owner_ahead->owner);
-      owner_ahead = owner_ahead->topic_next;
-    }
-    if (slot_ahead != NULL) {
-      owner_prefetch(slot_ahead->owner);
-      slot_ahead = slot_ahead->topic_next;
-    }
+    subs_ahead_step(&ahead);
     session_t *s = (session_t *)sub->owner;
     /* omitCurrent: the updates after its since_seq, a suffix (they are in commit order). */
     size_t from = 0;
