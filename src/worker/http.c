@@ -861,6 +861,10 @@ int http_stream_write(http_conn_t *c, const char *data, size_t len) {
   return http_stream_writev(c, &b, 1, len);
 }
 
+void http_stream_offer(http_conn_t *c) {
+  if (c != NULL && c->phase == PHASE_STREAM) conn_flush(c);
+}
+
 void http_stream_prefetch(const http_conn_t *c) {
   __builtin_prefetch(c);
   __builtin_prefetch(&c->out);

@@ -149,7 +149,7 @@ void http_stream_prefetch(const http_conn_t *c);
 int http_stream_writev(http_conn_t *c, const uv_buf_t *bufs, size_t n, size_t len) MCPSUB_NODISCARD;
 /*
  * http_stream_writev without the write at the turn's end: the caller hands
- * the bytes over itself (http_stream_flush) once it has appended all that
+ * the bytes over itself (http_stream_offer) once it has appended all that
  * goes together, while they are still in the cache.
  */
 int http_stream_append(http_conn_t *c, const uv_buf_t *bufs, size_t n, size_t len) MCPSUB_NODISCARD;
@@ -165,6 +165,12 @@ void http_stream_exempt(http_conn_t *c, bool exempt);
  * connection's response).
  */
 void http_stream_flush(http_conn_t *c);
+/*
+ * Offers what the stream holds to its socket now, as the turn's end would:
+ * while a write is in flight, the bytes wait for it and go when it is done
+ * (unlike http_stream_flush, which queues a second write behind it).
+ */
+void http_stream_offer(http_conn_t *c);
 /* Flushes what is queued, then closes the connection. */
 void http_stream_end(http_conn_t *c);
 /*

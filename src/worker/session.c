@@ -280,7 +280,7 @@ void session_deliver(session_t *s, frame_ev e) {
 
 void session_deliver_now(session_t *s, const frame_ev *e, size_t n) {
   for (size_t i = 0; i < n; i++) session_put(s, e[i], false);
-  if (s->stream != NULL) http_stream_flush(s->stream);
+  if (s->stream != NULL) http_stream_offer(s->stream);
 }
 
 static void session_replay_from(session_t *s, unsigned first) {
