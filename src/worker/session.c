@@ -209,8 +209,8 @@ void session_stream_open(session_t *s, http_conn_t *c) {
 }
 
 /*
- * Writes e to the open stream: at the turn's end, or (now unset) when the
- * caller flushes the stream. false when there is none or it was cut.
+ * Writes e to the open stream: at the turn's end, or (at_turn_end unset)
+ * when the caller offers the stream. false when there is none or it was cut.
  */
 static bool session_write(session_t *s, frame_ev e, bool at_turn_end) {
   if (s->stream == NULL) return false;

@@ -441,9 +441,9 @@ static void subs_send_topic(worker_t *w, sub_topic *t, const char *record_uri,
 /*
  * A topic whose subscribers are all sessions holding no other subscription,
  * and which neither debounce nor coalescing holds back, is not delivered
- * change by change: its updates of the loop turn are kept (w->turn), and at
- * the turn's end, after the turn's responses, each subscriber is given all
- * of them at once and its stream hands them to the socket right away
+ * change by change: its updates of the loop turn are kept (w->turn), and
+ * at the turn's end, after the turn's responses, each subscriber is given
+ * all of them at once and its stream hands them to the socket right away
  * (session_deliver_now). Change by change, every subscriber's session, ring
  * and stream were fetched once per change, and every stream's buffer was
  * filled before any was written, so that the kernel's copy of the bytes
@@ -464,19 +464,19 @@ typedef struct turn_update {
   /*
    * A whole frame (a reference of its own), or a sole subscriber's pair
    * (as subs_send_topic makes): borrowed, the head kept once for every
-   * topic of its change (w->turn_heads) and the tail by its topic, which
+   * topic of its change (w->turn.heads) and the tail by its topic, which
    * keeps its subscribers until the turn is settled.
    */
   frame_ev e;
   int64_t seq;
-  uint32_t topic; /* index in w->turn_topics */
-  uint32_t uri;   /* where the change's record URI starts in w->turn_uris */
+  uint32_t topic; /* index in w->turn.topics */
+  uint32_t uri;   /* where the change's record URI starts in w->turn.uris */
 } turn_update;
 
 /* Does the turn's fan-out take t's updates (above)? */
 static bool turn_takes(const worker_t *w, const sub_topic *t) {
   return t->sole_owners && t->debounce.quiet_ms == 0 && w->cfg->coalesce_ms == 0 &&
-         !w->turn_settling;
+         !w->turn.settling;
 }
 
 /*
@@ -506,54 +506,54 @@ static void subs_turn_end(void *data) {
 
 /* Keeps e (as turn_update says), t's update for the change seq, for the turn's end. */
 static void turn_hold(worker_t *w, sub_topic *t, frame_ev e, const char *record_uri, int64_t seq) {
-  if (w->n_turn == TURN_MAX) subs_turn_settle(w);
-  if (w->n_turn == 0) {
+  if (w->turn.n == TURN_MAX) subs_turn_settle(w);
+  if (w->turn.n == 0) {
     w->sessions.turn_held = true;
     http_server_at_turn_end(w->http, subs_turn_end, w);
-    buf_reset(&w->turn_uris);
-    w->turn_uri_seq = -1;
+    buf_reset(&w->turn.uris);
+    w->turn.uri_seq = -1;
   }
-  if (w->n_turn == w->turn_cap) {
-    w->turn_cap = w->turn_cap == 0 ? 64 : w->turn_cap * 2;
-    w->turn = mem_realloc(w->turn, w->turn_cap * sizeof(*w->turn));
-    w->turn_events = mem_realloc(w->turn_events, w->turn_cap * sizeof(*w->turn_events));
-    w->turn_order = mem_realloc(w->turn_order, w->turn_cap * sizeof(*w->turn_order));
+  if (w->turn.n == w->turn.cap) {
+    w->turn.cap = w->turn.cap == 0 ? 64 : w->turn.cap * 2;
+    w->turn.updates = mem_realloc(w->turn.updates, w->turn.cap * sizeof(*w->turn.updates));
+    w->turn.events = mem_realloc(w->turn.events, w->turn.cap * sizeof(*w->turn.events));
+    w->turn.order = mem_realloc(w->turn.order, w->turn.cap * sizeof(*w->turn.order));
     /* no more topics than updates, and one count past the last */
-    w->turn_topics = mem_realloc(w->turn_topics, w->turn_cap * sizeof(*w->turn_topics));
-    w->turn_start = mem_realloc(w->turn_start, (w->turn_cap + 1) * sizeof(*w->turn_start));
+    w->turn.topics = mem_realloc(w->turn.topics, w->turn.cap * sizeof(*w->turn.topics));
+    w->turn.start = mem_realloc(w->turn.start, (w->turn.cap + 1) * sizeof(*w->turn.start));
   }
   if (t->turn_index == 0) {
-    w->turn_topics[w->n_turn_topics] = t;
-    t->turn_index = (uint32_t)++w->n_turn_topics;
+    w->turn.topics[w->turn.n_topics] = t;
+    t->turn_index = (uint32_t)++w->turn.n_topics;
   }
-  if (w->turn_uri_seq != seq) { /* each change's URI once */
-    w->turn_uri_seq = seq;
-    w->turn_uri_at = (uint32_t)w->turn_uris.len;
-    buf_append(&w->turn_uris, record_uri, strlen(record_uri) + 1);
+  if (w->turn.uri_seq != seq) { /* each change's URI once */
+    w->turn.uri_seq = seq;
+    w->turn.uri_at = (uint32_t)w->turn.uris.len;
+    buf_append(&w->turn.uris, record_uri, strlen(record_uri) + 1);
   }
   if (e.tail == NULL) {
     frame_ref(e.f);
-  } else if (w->n_turn_heads == 0 || w->turn_heads[w->n_turn_heads - 1] != e.f) {
-    if (w->n_turn_heads == w->turn_heads_cap) {
-      w->turn_heads_cap = w->turn_heads_cap == 0 ? 16 : w->turn_heads_cap * 2;
-      w->turn_heads = mem_realloc(w->turn_heads, w->turn_heads_cap * sizeof(*w->turn_heads));
+  } else if (w->turn.n_heads == 0 || w->turn.heads[w->turn.n_heads - 1] != e.f) {
+    if (w->turn.n_heads == w->turn.heads_cap) {
+      w->turn.heads_cap = w->turn.heads_cap == 0 ? 16 : w->turn.heads_cap * 2;
+      w->turn.heads = mem_realloc(w->turn.heads, w->turn.heads_cap * sizeof(*w->turn.heads));
     }
-    w->turn_heads[w->n_turn_heads++] = frame_ref(e.f);
+    w->turn.heads[w->turn.n_heads++] = frame_ref(e.f);
   }
-  w->turn[w->n_turn++] = (turn_update){e, seq, t->turn_index - 1, w->turn_uri_at};
+  w->turn.updates[w->turn.n++] = (turn_update){e, seq, t->turn_index - 1, w->turn.uri_at};
 }
 
-/* Gives every subscriber of t its n updates, w->turn_events[at] on (w->turn_order: their index). */
+/* Gives every subscriber of t its n updates, w->turn.events[at] on (w->turn.order: their index). */
 static void turn_deliver_topic(worker_t *w, sub_topic *t, size_t at, size_t n) {
-  const frame_ev *events = w->turn_events + at;
-  const uint32_t *order = w->turn_order + at;
+  const frame_ev *events = w->turn.events + at;
+  const uint32_t *order = w->turn.order + at;
   subs_ahead ahead = subs_ahead_start(t->subs); /* as in subs_send_topic */
   for (sub_t *sub = t->subs; sub != NULL; sub = sub->topic_next) {
     subs_ahead_step(&ahead);
     session_t *s = (session_t *)sub->owner;
     /* omitCurrent: the updates after its since_seq, a suffix (they are in commit order). */
     size_t from = 0;
-    while (from < n && w->turn[order[from]].seq <= sub->since_seq) from++;
+    while (from < n && w->turn.updates[order[from]].seq <= sub->since_seq) from++;
     if (from == n) continue;
     if (s->held.head == NULL) {
       session_deliver_now(s, events + from, n - from);
@@ -561,39 +561,39 @@ static void turn_deliver_topic(worker_t *w, sub_topic *t, size_t at, size_t n) {
     }
     /* Behind updates debounce holds: into its queue, in order (debounce.h). */
     for (size_t i = from; i < n; i++) {
-      const turn_update *u = &w->turn[order[i]];
-      hold_add(w, &s->held, sub, w->turn_uris.data + u->uri, u->seq);
+      const turn_update *u = &w->turn.updates[order[i]];
+      hold_add(w, &s->held, sub, w->turn.uris.data + u->uri, u->seq);
     }
   }
 }
 
 void subs_turn_settle(worker_t *w) {
-  if (w->n_turn == 0 || w->turn_settling) return;
-  w->turn_settling = true; /* nothing delivering does holds more (turn_takes) */
+  if (w->turn.n == 0 || w->turn.settling) return;
+  w->turn.settling = true; /* nothing delivering does holds more (turn_takes) */
   w->sessions.turn_held = false;
-  size_t n = w->n_turn, nt = w->n_turn_topics;
+  size_t n = w->turn.n, nt = w->turn.n_topics;
   /* The updates topic by topic, each topic's in commit order: a counting sort by topic. */
-  size_t *start = w->turn_start;
+  size_t *start = w->turn.start;
   memset(start, 0, (nt + 1) * sizeof(*start));
-  for (size_t i = 0; i < n; i++) start[w->turn[i].topic + 1]++;
+  for (size_t i = 0; i < n; i++) start[w->turn.updates[i].topic + 1]++;
   for (size_t k = 0; k < nt; k++) start[k + 1] += start[k];
   for (size_t i = 0; i < n; i++) { /* start[k] moves from topic k's first slot to its end */
-    size_t at = start[w->turn[i].topic]++;
-    w->turn_events[at] = w->turn[i].e;
-    w->turn_order[at] = (uint32_t)i;
+    size_t at = start[w->turn.updates[i].topic]++;
+    w->turn.events[at] = w->turn.updates[i].e;
+    w->turn.order[at] = (uint32_t)i;
   }
   for (size_t k = 0; k < nt; k++) {
-    sub_topic *t = w->turn_topics[k];
-    topics_prefetch(w, w->turn_topics, nt, k, false);
+    sub_topic *t = w->turn.topics[k];
+    topics_prefetch(w, w->turn.topics, nt, k, false);
     t->turn_index = 0;
     size_t at = k == 0 ? 0 : start[k - 1];
     turn_deliver_topic(w, t, at, start[k] - at);
   }
   for (size_t i = 0; i < n; i++)
-    if (w->turn[i].e.tail == NULL) frame_unref(w->turn[i].e.f);
-  for (size_t i = 0; i < w->n_turn_heads; i++) frame_unref(w->turn_heads[i]);
-  w->n_turn = w->n_turn_topics = w->n_turn_heads = 0;
-  w->turn_settling = false;
+    if (w->turn.updates[i].e.tail == NULL) frame_unref(w->turn.updates[i].e.f);
+  for (size_t i = 0; i < w->turn.n_heads; i++) frame_unref(w->turn.heads[i]);
+  w->turn.n = w->turn.n_topics = w->turn.n_heads = 0;
+  w->turn.settling = false;
 }
 
 /* The tailer's consumer --------------------------------------------------------- */
@@ -923,7 +923,7 @@ void subs_init(worker_t *w) {
   sub_index_init(&w->subs);
   buf_init(&w->fmt_uri);
   buf_init(&w->fmt_head);
-  buf_init(&w->turn_uris);
+  buf_init(&w->turn.uris);
   strmap_init(&w->coalesce);
   tailer_init(&w->tailer, w->loop, w->store, &w->lane, w->cfg->db_path, &subs_tailer_ops, w);
   uv_timer_init(w->loop, &w->coalesce_timer);
@@ -956,13 +956,13 @@ void subs_finish(worker_t *w) {
   buf_finish(&w->fmt_head);
   free(w->matched);
   w->matched = NULL;
-  free(w->turn);
-  free(w->turn_events);
-  free(w->turn_order);
-  free(w->turn_topics);
-  free(w->turn_start);
-  free(w->turn_heads);
-  buf_finish(&w->turn_uris);
+  free(w->turn.updates);
+  free(w->turn.events);
+  free(w->turn.order);
+  free(w->turn.topics);
+  free(w->turn.start);
+  free(w->turn.heads);
+  buf_finish(&w->turn.uris);
   tailer_finish(&w->tailer);
   sub_index_finish(&w->subs);
 }

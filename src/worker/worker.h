@@ -71,20 +71,22 @@ typedef struct worker {
   sub_topic **matched;     /* the topics one change matched (reused; grows) */
   buf_t fmt_uri, fmt_head; /* scratch of the update formatter: a record URI, a listen head */
   size_t n_matched, matched_cap;
-  /* The turn's fan-out (subscriptions.c): updates held for the loop turn's end, in commit order. */
-  struct turn_update *turn;
-  size_t n_turn, turn_cap;
-  sub_topic **turn_topics; /* the topics they are for, in the order of their first */
-  size_t n_turn_topics;
-  frame_ev *turn_events; /* at the end: the updates again, topic by topic, */
-  uint32_t *turn_order;  /* and the index in turn of each */
-  size_t *turn_start;    /* (per topic, where its updates end: a counting sort) */
-  frame_t **turn_heads;  /* the heads their sole subscribers' pairs borrow, one reference each */
-  size_t n_turn_heads, turn_heads_cap;
-  buf_t turn_uris;      /* the record URIs of their changes, each once, NUL-ended */
-  int64_t turn_uri_seq; /* the change whose URI is last in turn_uris */
-  uint32_t turn_uri_at;
-  bool turn_settling;
+  /* The turn's fan-out (subscriptions.c): updates held for the loop turn's end. */
+  struct {
+    struct turn_update *updates; /* in commit order */
+    size_t n, cap;
+    sub_topic **topics; /* the topics they are for, in the order of their first */
+    size_t n_topics;
+    frame_ev *events; /* at the end: the updates again, topic by topic, */
+    uint32_t *order;  /* and the index in updates of each */
+    size_t *start;    /* (per topic, where its updates end: a counting sort) */
+    frame_t **heads;  /* the heads their sole subscribers' pairs borrow, one reference each */
+    size_t n_heads, heads_cap;
+    buf_t uris;      /* the record URIs of their changes, each once, NUL-ended */
+    int64_t uri_seq; /* the change whose URI is last in uris */
+    uint32_t uri_at;
+    bool settling;
+  } turn;
   uint64_t notifications;      /* resource-update frames formatted */
   uint64_t schema_checked_at;  /* loop time of the last schema check */
   uint64_t schema_forced_at;   /* uv_now of the last look at the schema a miss asked for */
