@@ -725,13 +725,27 @@ static int pg_ready(pg_store *p) {
  * A transaction of one store call. Inside a group commit (store_batch_begin)
  * it is a savepoint of the batch's transaction instead: released on
  * success, rolled back alone on failure (pg_rollback), committed with the
- * batch.
+ * batch. then (or NULL) is a statement sent with its opening.
  */
-static int pg_begin(pg_store *p, char *err, size_t errlen) {
-  if (!p->batch) return pg_exec(p, "BEGIN", err, errlen);
-  int ret = pg_exec(p, "SAVEPOINT mcpsub_call", err, errlen);
-  if (ret == 0) p->depth++;
+static int pg_begin_then(pg_store *p, const char *then, char *err, size_t errlen) {
+  const char *open = p->batch ? "SAVEPOINT mcpsub_call" : "BEGIN";
+  int ret;
+  if (then == NULL) {
+    ret = pg_exec(p, open, err, errlen);
+  } else { /* in the same round trip */
+    pg_str q = {0};
+    pg_str_add(&q, "%s; %s", open, then);
+    ret = pg_exec(p, q.data, err, errlen);
+    free(q.data);
+  }
+  /* The savepoint stands when a statement after it failed: pg_rollback must undo it. */
+  if (p->batch && (ret == 0 || (then != NULL && PQtransactionStatus(p->conn) == PQTRANS_INERROR)))
+    p->depth++;
   return ret;
+}
+
+static int pg_begin(pg_store *p, char *err, size_t errlen) {
+  return pg_begin_then(p, NULL, err, errlen);
 }
 
 static int pg_commit(pg_store *p, char *err, size_t errlen) {
@@ -1752,13 +1766,10 @@ static int pg_begin_write(pg_store *p, const store_guard *g, char *err, size_t e
     return -ENOMEM;
   }
   pg_str q = {0};
-  pg_str_add(&q, "%s; SELECT set_config('mcpsub.principal', %s, true)",
-             p->batch ? "SAVEPOINT mcpsub_call" : "BEGIN", lit);
+  pg_str_add(&q, "SELECT set_config('mcpsub.principal', %s, true)", lit);
   PQfreemem(lit);
-  int ret = pg_exec(p, q.data, err, errlen);
+  int ret = pg_begin_then(p, q.data, err, errlen);
   free(q.data);
-  /* The savepoint stands when the set_config after it failed: pg_rollback must undo it. */
-  if (p->batch && (ret == 0 || PQtransactionStatus(p->conn) == PQTRANS_INERROR)) p->depth++;
   return ret;
 }
 
