@@ -1183,12 +1183,18 @@ static void master_ctl_merge(master_t *m, control_request_t *r, const cJSON *req
     cJSON_AddItemToObject(out, "session", cJSON_Duplicate(found, true));
   } else if (strcmp(cmd, "evict") == 0) {
     bool evicted = false;
-    for (size_t i = 0; i < n; i++)
+    const char *failed = NULL; /* a worker ended the session but could not delete its row */
+    for (size_t i = 0; i < n; i++) {
       evicted |= cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(replies[i], "evicted"));
+      const cJSON *error = cJSON_GetObjectItemCaseSensitive(replies[i], "error");
+      if (cJSON_IsString(error)) failed = error->valuestring;
+    }
     if (!evicted) {
       cJSON_Delete(out);
       cJSON_Delete(unanswered);
-      control_answer_error(r, missing[0] != '\0' ? no_answer : "unknown session");
+      control_answer_error(r, failed != NULL       ? failed
+                              : missing[0] != '\0' ? no_answer
+                                                   : "unknown session");
       return;
     }
     cJSON_AddTrueToObject(out, "evicted");
@@ -1263,21 +1269,26 @@ typedef struct master_local_ctl {
   cJSON *req; /* a copy */
 } master_local_ctl;
 
+static void master_ctl_local_answer(cJSON *rep, void *data) {
+  master_local_ctl *j = data;
+  master_ctl_merge(j->m, j->r, j->req, &rep, 1);
+  cJSON_Delete(j->req);
+  free(j);
+}
+
 static void master_ctl_local(void *arg) {
-  master_local_ctl j = *(master_local_ctl *)arg;
-  free(arg);
-  const char *cmd = cJSON_GetObjectItemCaseSensitive(j.req, "cmd")->valuestring;
+  master_local_ctl *j = arg;
+  const char *cmd = cJSON_GetObjectItemCaseSensitive(j->req, "cmd")->valuestring;
   if (strcmp(cmd, "status") == 0 || strcmp(cmd, "workers") == 0 || strcmp(cmd, "stats") == 0) {
-    master_ctl_answer_stats(j.m, j.r, cmd);
-  } else {
-    cJSON *copy = cJSON_Duplicate(j.req, true);
-    cJSON_AddTrueToObject(copy, "durable");
-    cJSON *rep = worker_ctl_handle(j.m->local, copy);
-    cJSON_Delete(copy);
-    master_ctl_merge(j.m, j.r, j.req, &rep, 1);
-    cJSON_Delete(rep);
+    master_ctl_answer_stats(j->m, j->r, cmd);
+    cJSON_Delete(j->req);
+    free(j);
+    return;
   }
-  cJSON_Delete(j.req);
+  cJSON *copy = cJSON_Duplicate(j->req, true);
+  cJSON_AddTrueToObject(copy, "durable");
+  worker_ctl_handle(j->m->local, copy, master_ctl_local_answer, j);
+  cJSON_Delete(copy);
 }
 
 /* Is req[name] absent, or a whole number from 1 to max? */

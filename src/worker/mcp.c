@@ -391,7 +391,7 @@ static int mcp_session_lookup(worker_t *w, const char *id, const auth_principal 
     *out = s;
     return 0;
   }
-  if (!session_id_valid(id, len)) return -ENOENT;
+  if (!session_id_valid(id, len) || worker_session_ending(w, id, len)) return -ENOENT;
   store_session row;
   if (store_session_load(w->store, id, &row) != 0) return -ENOENT;
   int64_t now = store_now_ms();

@@ -360,11 +360,44 @@ void worker_session_touch(worker_t *w, session_t *s) {
   worker_session_persist_seen(w, s);
 }
 
+/* A session's end, until its row is deleted. */
+typedef struct session_ending {
+  worker_t *w;
+  void (*then)(int rc, void *data);
+  void *data;
+  char id[SESSION_ID_LEN + 1];
+} session_ending;
+
+static void worker_session_ended(int rc, void *data) {
+  session_ending *e = data;
+  size_t len = strlen(e->id);
+  uintptr_t n = (uintptr_t)strmap_get(&e->w->ending, e->id, len);
+  if (n > 1)
+    strmap_put(&e->w->ending, e->id, len, (void *)(n - 1));
+  else
+    strmap_remove(&e->w->ending, e->id, len);
+  if (e->then != NULL) e->then(rc, e->data);
+  free(e);
+}
+
 void worker_session_end_then(worker_t *w, session_t *s, void (*then)(int rc, void *data),
                              void *data) {
+  /*
+   * Until the row is gone, a request for the session must not restore it
+   * from the row (it would outlive its own deletion): the id is kept aside.
+   */
+  session_ending *e = mem_alloc(sizeof(*e));
+  *e = (session_ending){.w = w, .then = then, .data = data};
+  snprintf(e->id, sizeof(e->id), "%s", s->id);
+  size_t len = strlen(e->id);
+  strmap_put(&w->ending, e->id, len, (void *)((uintptr_t)strmap_get(&w->ending, e->id, len) + 1));
   subs_session_drop(w, s);
-  writer_session_delete_then(w->writer, s->id, then, data);
+  writer_session_delete_then(w->writer, s->id, worker_session_ended, e);
   session_registry_remove(&w->sessions, s);
+}
+
+bool worker_session_ending(const worker_t *w, const char *id, size_t len) {
+  return strmap_get(&w->ending, id, len) != NULL;
 }
 
 void worker_session_end(worker_t *w, session_t *s) {
@@ -521,6 +554,7 @@ int worker_init(worker_t *w, uv_loop_t *loop, const config_t *cfg, unsigned slot
   store_leave_triggers(w->store);
   limits_init(&w->limits, w);
   session_registry_init(&w->sessions, cfg->sse_retry_ms, NULL, NULL);
+  strmap_init(&w->ending);
   http_server_options opts = {
       .max_header = cfg->max_header,
       .max_body = cfg->max_body,
@@ -687,6 +721,7 @@ void worker_finish(worker_t *w) {
   w->http = NULL;
   session_registry_foreach(&w->sessions, worker_drop_subs, w);
   session_registry_finish(&w->sessions);
+  strmap_finish(&w->ending); /* after writer_stop: every deletion has been answered */
   subs_finish(w);
   forward_finish(w);
   store_close(w->store);

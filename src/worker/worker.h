@@ -43,8 +43,9 @@ typedef struct worker {
   auth_state auth; /* API keys; who may do what */
   limits_t limits; /* per-principal limits */
   session_registry_t sessions;
-  sub_index subs;                /* every subscription of every owner */
-  tailer_t tailer;               /* the audit-log feed */
+  strmap ending;   /* ids of ended sessions whose rows are being deleted: never restored */
+  sub_index subs;  /* every subscription of every owner */
+  tailer_t tailer; /* the audit-log feed */
   struct listen_stream *listens; /* open subscriptions/listen streams (listen.h) */
   size_t n_listens;
   struct confirm_pending *confirms;   /* destructive calls waiting for the user (confirm.h) */
@@ -201,5 +202,7 @@ void worker_session_end(worker_t *w, session_t *s);
 /* The same, then then(rc, data) once the row is gone: nothing can restore the session after it. */
 void worker_session_end_then(worker_t *w, session_t *s, void (*then)(int rc, void *data),
                              void *data);
+/* Was the session of this id ended here, its row not yet deleted? Then it is not restored. */
+bool worker_session_ending(const worker_t *w, const char *id, size_t len);
 
 #endif

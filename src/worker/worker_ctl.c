@@ -126,22 +126,45 @@ static cJSON *ctl_session(worker_t *w, const cJSON *req) {
   return out;
 }
 
-static cJSON *ctl_evict(worker_t *w, const cJSON *req) {
+/* An eviction of a live session, answered once its row is gone (as a DELETE is). */
+typedef struct ctl_evicting {
+  worker_ctl_answer answer;
+  void *data;
+} ctl_evicting;
+
+static void ctl_evict_answer(worker_ctl_answer answer, void *data, bool evicted,
+                             const char *error) {
+  cJSON *out = cJSON_CreateObject();
+  cJSON_AddBoolToObject(out, "evicted", evicted);
+  if (error != NULL) cJSON_AddStringToObject(out, "error", error);
+  answer(out, data);
+  cJSON_Delete(out);
+}
+
+static void ctl_evicted(int rc, void *data) {
+  ctl_evicting ev = *(ctl_evicting *)data;
+  free(data);
+  ctl_evict_answer(ev.answer, ev.data, rc == 0,
+                   rc == 0 ? NULL : "the session ended but its record could not be removed; retry");
+}
+
+static void ctl_evict(worker_t *w, const cJSON *req, worker_ctl_answer answer, void *data) {
   const char *id;
   session_t *s = ctl_find(w, req, &id);
-  bool evicted = false;
   if (s != NULL) {
     log_info("session evicted", "session", s->id);
-    worker_session_end(w, s);
-    evicted = true;
-  } else if (id != NULL && session_id_valid(id, strlen(id))) {
+    ctl_evicting *ev = mem_alloc(sizeof(*ev));
+    *ev = (ctl_evicting){answer, data};
+    worker_session_end_then(w, s, ctl_evicted, ev);
+    return;
+  }
+  bool evicted = false;
+  if (id != NULL && session_id_valid(id, strlen(id))) {
     /* Not live here: its row alone would let a client bring it back. */
     evicted = store_session_delete(w->store, id) == 0;
     if (evicted) log_info("session evicted (row only)", "session", id);
   }
-  cJSON *out = cJSON_CreateObject();
-  cJSON_AddBoolToObject(out, "evicted", evicted);
-  return out;
+  ctl_evict_answer(answer, data, evicted, NULL);
 }
 
 /*
@@ -452,16 +475,25 @@ bool worker_ctl_sessions_rank(cJSON *list, size_t limit) {
   return kept < n;
 }
 
-cJSON *worker_ctl_handle(worker_t *w, const cJSON *req) {
+void worker_ctl_handle(worker_t *w, const cJSON *req, worker_ctl_answer answer, void *data) {
   const cJSON *cmd = cJSON_GetObjectItemCaseSensitive(req, "cmd");
   const char *name = cJSON_IsString(cmd) ? cmd->valuestring : "";
-  if (strcmp(name, "sessions") == 0)
-    return ctl_sessions(
+  if (strcmp(name, "evict") == 0) {
+    ctl_evict(w, req, answer, data);
+    return;
+  }
+  cJSON *out;
+  if (strcmp(name, "sessions") == 0) {
+    out = ctl_sessions(
         w, ctl_count(req, "limit", WORKER_CTL_SESSIONS_DEFAULT, WORKER_CTL_SESSIONS_MAX));
-  if (strcmp(name, "session") == 0) return ctl_session(w, req);
-  if (strcmp(name, "evict") == 0) return ctl_evict(w, req);
-  if (strcmp(name, "subs") == 0) return ctl_subs(w, req);
-  cJSON *out = cJSON_CreateObject();
-  cJSON_AddStringToObject(out, "error", "unknown command");
-  return out;
+  } else if (strcmp(name, "session") == 0) {
+    out = ctl_session(w, req);
+  } else if (strcmp(name, "subs") == 0) {
+    out = ctl_subs(w, req);
+  } else {
+    out = cJSON_CreateObject();
+    cJSON_AddStringToObject(out, "error", "unknown command");
+  }
+  answer(out, data);
+  cJSON_Delete(out);
 }

@@ -55,10 +55,12 @@
  *                                the last such request, then the most sessions
  * A session is {id, worker, live, protocolVersion, createdMs, lastSeenMs,
  * stream, subscriptions: [uri...], ring, undelivered[, subscriptionsOmitted]}.
- * Anything else gets {"error": message}. Returns a new object the caller
- * owns; never NULL.
+ * Anything else gets {"error": message}. The answer goes to answer(), now
+ * or (an eviction of a live session: once its row is deleted) later; it
+ * owns nothing of the object it is given, which is freed when it returns.
  */
-cJSON *worker_ctl_handle(worker_t *w, const cJSON *req);
+typedef void (*worker_ctl_answer)(cJSON *rep, void *data);
+void worker_ctl_handle(worker_t *w, const cJSON *req, worker_ctl_answer answer, void *data);
 
 /*
  * Puts a "subs" listing (rows {uri, sessions, ...}) in its order, the most

@@ -13,6 +13,7 @@
 
 #include "common/ipc.h"
 #include "common/log.h"
+#include "common/mem.h"
 #include "worker/confirm.h"
 #include "worker/forward.h"
 #include "worker/mcp.h"
@@ -271,6 +272,22 @@ static void worker_ipc_on_peer(worker_ipc_t *wi, ipc_msg *msg) {
 
 /* Messages from the master -------------------------------------------------------------- */
 
+/* A control request being answered: the master matches the answer by rid. */
+typedef struct worker_ipc_ctl {
+  worker_ipc_t *wi;
+  double rid;
+} worker_ipc_ctl;
+
+static void worker_ipc_ctl_answer(cJSON *rep, void *data) {
+  worker_ipc_ctl *q = data;
+  cJSON_AddNumberToObject(rep, "rid", q->rid);
+  char *text = cJSON_PrintUnformatted(rep);
+  if (text != NULL && ipc_channel_send(&q->wi->ch, IPC_CTL_REP, 0, text, strlen(text), -1) != 0)
+    log_warn("ipc: cannot send a control answer");
+  cJSON_free(text);
+  free(q);
+}
+
 static void worker_ipc_on_ctl(worker_ipc_t *wi, const ipc_msg *msg) {
   cJSON *req = cJSON_ParseWithLength(msg->payload, msg->len);
   const cJSON *rid = cJSON_GetObjectItemCaseSensitive(req, "rid");
@@ -279,13 +296,9 @@ static void worker_ipc_on_ctl(worker_ipc_t *wi, const ipc_msg *msg) {
     cJSON_Delete(req);
     return;
   }
-  cJSON *rep = worker_ctl_handle(&wi->w, req);
-  cJSON_AddNumberToObject(rep, "rid", rid->valuedouble);
-  char *text = cJSON_PrintUnformatted(rep);
-  if (text != NULL && ipc_channel_send(&wi->ch, IPC_CTL_REP, 0, text, strlen(text), -1) != 0)
-    log_warn("ipc: cannot send a control answer");
-  cJSON_free(text);
-  cJSON_Delete(rep);
+  worker_ipc_ctl *q = mem_alloc(sizeof(*q));
+  *q = (worker_ipc_ctl){wi, rid->valuedouble};
+  worker_ctl_handle(&wi->w, req, worker_ipc_ctl_answer, q);
   cJSON_Delete(req);
 }
 

@@ -7,12 +7,14 @@
 // fails with 503 and Retry-After and changes nothing. A subscribe or an
 // unsubscribe whose row cannot be written meanwhile is written again once
 // the database takes writes: a restart restores what the session held,
-// not what the failed write left.
+// not what the failed write left. A session ended meanwhile (DELETE, or
+// evicted on the control socket) is not restored from its row while the
+// row waits to be deleted, and both answer once it is.
 
 import test, { after } from 'node:test';
 import assert from 'node:assert/strict';
 
-import { startServer } from './lib/server.mjs';
+import { controlCall, startServer } from './lib/server.mjs';
 import { holdLock } from './lib/lock.mjs';
 import { McpSession } from './lib/mcp.mjs';
 import { initializeMessage, mcpPost, request } from './lib/raw.mjs';
@@ -121,6 +123,32 @@ test('a write that waits past --write-timeout fails with 503 and Retry-After, an
   // And once the lock is gone, writes go through again.
   assert.equal((await request(srv.port, { method: 'PATCH', path: '/Product/A-100', headers: json, body: '{"price_cents": 2}' })).status, 200);
   await s.delete();
+  await srv.stop();
+});
+
+test('a session ended while its row cannot be deleted is not restored meanwhile; DELETE and evict answer once it is gone', async () => {
+  const srv = await startServer({ args: ['--workers', '0', '--write-timeout', '20000'] });
+  servers.push(srv);
+  const deleted = await McpSession.open(srv.port);
+  const evicted = await McpSession.open(srv.port);
+  const lock = holdLock(srv.dbPath, 1500, 'SELECT 1;');
+  await lock.locked;
+  // Both sessions end here at once; their rows wait for the lock.
+  const del = deleted.delete();
+  const evict = controlCall(srv, { cmd: 'evict', id: evicted.id });
+  await sleep(200);
+  for (const s of [deleted, evicted]) {
+    const ping = await mcpPost(srv.port, s.id, { jsonrpc: '2.0', id: 1, method: 'ping' });
+    assert.equal(ping.status, 404, `ended, though its row is still there: ${ping.text}`);
+  }
+  assert.equal((await sqliteRows(srv.dbPath, 'SELECT id FROM mcp_session ORDER BY id')).length, 2);
+  await lock.done;
+  assert.equal((await del).status, 204);
+  assert.deepEqual(await evict, { ok: true, evicted: true });
+  // Answered once the rows were gone: nothing is left to restore.
+  assert.deepEqual(await sqliteRows(srv.dbPath, 'SELECT id FROM mcp_session'), []);
+  for (const s of [deleted, evicted])
+    assert.equal((await mcpPost(srv.port, s.id, { jsonrpc: '2.0', id: 2, method: 'ping' })).status, 404);
   await srv.stop();
 });
 
