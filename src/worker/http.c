@@ -865,6 +865,29 @@ void http_stream_offer(http_conn_t *c) {
   if (c != NULL && c->phase == PHASE_STREAM) conn_flush(c);
 }
 
+bool http_stream_takes(const http_conn_t *c, size_t len) {
+  if (c == NULL || c->closing || c->phase != PHASE_STREAM) return false;
+  size_t max = c->srv->opts.max_stream_queue;
+  return c->stream_exempt || (c->queued <= max && len <= max - c->queued);
+}
+
+void http_stream_send(http_conn_t *c, const char *data, size_t len) {
+  size_t done = 0;
+  if (c->out.len == 0 && !c->stream_writing && !c->handle_closing) {
+    /* Nothing ahead of these bytes: the socket takes them from where they are. */
+    uv_buf_t now = uv_buf_init((char *)(uintptr_t)data, (unsigned int)len);
+    int took = uv_try_write((uv_stream_t *)&c->tcp, &now, 1);
+    if (took < 0 && took != UV_EAGAIN && took != UV_ENOSYS) {
+      conn_close_now(c);
+      return;
+    }
+    done = took > 0 ? (size_t)took : 0;
+    if (done == len) return;
+  }
+  uv_buf_t rest = uv_buf_init((char *)(uintptr_t)data + done, (unsigned int)(len - done));
+  if (http_stream_append(c, &rest, 1, len - done) == 0) conn_flush(c);
+}
+
 void http_stream_prefetch(const http_conn_t *c) {
   __builtin_prefetch(c);
   __builtin_prefetch(&c->out);

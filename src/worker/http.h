@@ -171,6 +171,16 @@ void http_stream_flush(http_conn_t *c);
  * (unlike http_stream_flush, which queues a second write behind it).
  */
 void http_stream_offer(http_conn_t *c);
+/* Would the stream take len more bytes (open, and within --max-stream-queue)? */
+bool http_stream_takes(const http_conn_t *c, size_t len);
+/*
+ * Hands len bytes, which the caller keeps, to a stream that takes them
+ * (http_stream_takes): with nothing queued or in flight ahead of them,
+ * straight to the socket, copying only what it leaves (queued as
+ * http_stream_offer would); else behind what is queued. Many streams can
+ * be sent the same bytes, from one buffer that stays in the cache.
+ */
+void http_stream_send(http_conn_t *c, const char *data, size_t len);
 /* Flushes what is queued, then closes the connection. */
 void http_stream_end(http_conn_t *c);
 /*

@@ -244,8 +244,8 @@ void session_prefetch(const session_t *s) {
   if (s->stream != NULL) http_stream_prefetch(s->stream);
 }
 
-/* session_deliver without settling first; at_turn_end as for session_write. */
-static void session_put(session_t *s, frame_ev e, bool at_turn_end) {
+/* Keeps e in the ring (new references), the oldest leaving a full one. */
+static void session_keep(session_t *s, frame_ev e) {
   /* Doubled from 8 slots up to SESSION_RING_SIZE: an idle session pays for few. */
   if (s->ring_count == s->ring_cap && s->ring_cap < SESSION_RING_SIZE) {
     unsigned cap = s->ring_cap == 0 ? 8 : s->ring_cap * 2;
@@ -269,6 +269,11 @@ static void session_put(session_t *s, frame_ev e, bool at_turn_end) {
   s->ring[k] = e.f;
   if (s->ring_paired) s->ring[s->ring_cap + k] = e.tail;
   s->ring_count++;
+}
+
+/* session_deliver without settling first; at_turn_end as for session_write. */
+static void session_put(session_t *s, frame_ev e, bool at_turn_end) {
+  session_keep(s, e);
   /* An event behind undelivered ones waits with them, in order. */
   if (s->undelivered > 0 || !session_write(s, e, at_turn_end)) s->undelivered++;
 }
@@ -281,6 +286,17 @@ void session_deliver(session_t *s, frame_ev e) {
 void session_deliver_now(session_t *s, const frame_ev *e, size_t n) {
   for (size_t i = 0; i < n; i++) session_put(s, e[i], false);
   if (s->stream != NULL) http_stream_offer(s->stream);
+}
+
+void session_deliver_bytes(session_t *s, const frame_ev *e, size_t n, const char *bytes,
+                           size_t len) {
+  if (s->undelivered > 0 || !http_stream_takes(s->stream, len)) {
+    session_deliver_now(s, e, n); /* waits behind others, or cuts the stream, event by event */
+    return;
+  }
+  for (size_t i = 0; i < n; i++) session_keep(s, e[i]);
+  http_stream_send(s->stream, bytes, len);
+  s->registry->frames_sent += n;
 }
 
 static void session_replay_from(session_t *s, unsigned first) {

@@ -139,6 +139,12 @@ void session_deliver(session_t *s, frame_ev e);
  */
 void session_deliver_now(session_t *s, const frame_ev *e, size_t n);
 /*
+ * The same, with the events' frames already laid end to end in bytes (len
+ * of them), which many sessions are sent from (http_stream_send).
+ */
+void session_deliver_bytes(session_t *s, const frame_ev *e, size_t n, const char *bytes,
+                           size_t len);
+/*
  * When the ring holds the frame whose event id is id, writes every frame
  * after it to the stream and returns true; else writes nothing, false.
  */

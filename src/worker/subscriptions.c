@@ -449,8 +449,11 @@ static void subs_send_topic(worker_t *w, sub_topic *t, const char *record_uri,
  * filled before any was written, so that the kernel's copy of the bytes
  * found them out of every cache (9% of a worker at 10,000 sessions, 1% for
  * the kernel ceiling's one hot buffer). Here each subscriber is fetched once
- * a turn, and the buffer it writes from (a spare, the one the stream before
- * gave back) is hot.
+ * a turn, and the buffer its stream is written from is hot: for a topic of
+ * several subscribers, the topic's updates laid end to end once
+ * (turn_lay_out), which a stream with nothing queued is written from
+ * without a copy of its own; for a sole subscriber, the spare output
+ * buffer the stream before gave back.
  *
  * Commit order holds: such a session has no other subscription whose
  * updates could pass these, and whatever else would deliver to a session,
@@ -459,6 +462,8 @@ static void subs_send_topic(worker_t *w, sub_topic *t, const char *record_uri,
  * turn that reaches TURN_MAX updates, which bounds what one holds.
  */
 #define TURN_MAX 32768
+/* The most of a topic's laid-out updates (turn_lay_out) whose buffer is kept for the next turn. */
+#define TURN_BYTES_KEEP (256 * 1024)
 
 typedef struct turn_update {
   /*
@@ -521,6 +526,7 @@ static void turn_hold(worker_t *w, sub_topic *t, frame_ev e, const char *record_
     /* no more topics than updates, and one count past the last */
     w->turn.topics = mem_realloc(w->turn.topics, w->turn.cap * sizeof(*w->turn.topics));
     w->turn.start = mem_realloc(w->turn.start, (w->turn.cap + 1) * sizeof(*w->turn.start));
+    w->turn.ends = mem_realloc(w->turn.ends, w->turn.cap * sizeof(*w->turn.ends));
   }
   if (t->turn_index == 0) {
     w->turn.topics[w->turn.n_topics] = t;
@@ -543,10 +549,32 @@ static void turn_hold(worker_t *w, sub_topic *t, frame_ev e, const char *record_
   w->turn.updates[w->turn.n++] = (turn_update){e, seq, t->turn_index - 1, w->turn.uri_at};
 }
 
+/*
+ * Lays the n frames of events end to end in w->turn.bytes (their ends in
+ * w->turn.ends), once for all of a topic's subscribers: each stream is
+ * then written from this one buffer, which stays in the cache, as the
+ * kernel ceiling writes its streams, rather than from a copy of its own.
+ */
+static void turn_lay_out(worker_t *w, const frame_ev *events, size_t n) {
+  buf_reset(&w->turn.bytes);
+  for (size_t i = 0; i < n; i++) {
+    frame_part p[FRAME_MAX_PIECES];
+    size_t len, k = frame_pieces(events[i], p, &len);
+    buf_reserve(&w->turn.bytes, len);
+    for (size_t j = 0; j < k; j++) {
+      memcpy(w->turn.bytes.data + w->turn.bytes.len, p[j].data, p[j].len);
+      w->turn.bytes.len += p[j].len;
+    }
+    w->turn.ends[i] = w->turn.bytes.len;
+  }
+}
+
 /* Gives every subscriber of t its n updates, w->turn.events[at] on (w->turn.order: their index). */
 static void turn_deliver_topic(worker_t *w, sub_topic *t, size_t at, size_t n) {
   const frame_ev *events = w->turn.events + at;
   const uint32_t *order = w->turn.order + at;
+  bool laid_out = t->n_subs > 1;
+  if (laid_out) turn_lay_out(w, events, n);
   subs_ahead ahead = subs_ahead_start(t->subs); /* as in subs_send_topic */
   for (sub_t *sub = t->subs; sub != NULL; sub = sub->topic_next) {
     subs_ahead_step(&ahead);
@@ -555,6 +583,12 @@ static void turn_deliver_topic(worker_t *w, sub_topic *t, size_t at, size_t n) {
     size_t from = 0;
     while (from < n && w->turn.updates[order[from]].seq <= sub->since_seq) from++;
     if (from == n) continue;
+    if (s->held.head == NULL && laid_out) {
+      size_t off = from == 0 ? 0 : w->turn.ends[from - 1];
+      session_deliver_bytes(s, events + from, n - from, w->turn.bytes.data + off,
+                            w->turn.ends[n - 1] - off);
+      continue;
+    }
     if (s->held.head == NULL) {
       session_deliver_now(s, events + from, n - from);
       continue;
@@ -592,6 +626,7 @@ void subs_turn_settle(worker_t *w) {
   for (size_t i = 0; i < n; i++)
     if (w->turn.updates[i].e.tail == NULL) frame_unref(w->turn.updates[i].e.f);
   for (size_t i = 0; i < w->turn.n_heads; i++) frame_unref(w->turn.heads[i]);
+  if (w->turn.bytes.cap > TURN_BYTES_KEEP) buf_finish(&w->turn.bytes); /* a burst's, not kept */
   w->turn.n = w->turn.n_topics = w->turn.n_heads = 0;
   w->turn.settling = false;
 }
@@ -924,6 +959,7 @@ void subs_init(worker_t *w) {
   buf_init(&w->fmt_uri);
   buf_init(&w->fmt_head);
   buf_init(&w->turn.uris);
+  buf_init(&w->turn.bytes);
   strmap_init(&w->coalesce);
   tailer_init(&w->tailer, w->loop, w->store, &w->lane, w->cfg->db_path, &subs_tailer_ops, w);
   uv_timer_init(w->loop, &w->coalesce_timer);
@@ -963,6 +999,8 @@ void subs_finish(worker_t *w) {
   free(w->turn.start);
   free(w->turn.heads);
   buf_finish(&w->turn.uris);
+  buf_finish(&w->turn.bytes);
+  free(w->turn.ends);
   tailer_finish(&w->tailer);
   sub_index_finish(&w->subs);
 }

@@ -84,6 +84,8 @@ typedef struct worker {
     frame_t **heads;  /* the heads their sole subscribers' pairs borrow, one reference each */
     size_t n_heads, heads_cap;
     buf_t uris;      /* the record URIs of their changes, each once, NUL-ended */
+    buf_t bytes;     /* a topic's updates' frames end to end, sent to each of its subscribers */
+    size_t *ends;    /* where each of those frames ends in bytes */
     int64_t uri_seq; /* the change whose URI is last in uris */
     uint32_t uri_at;
     bool settling;

@@ -3,18 +3,21 @@
 // lib/exactly_once.mjs): the master killed with SIGKILL under
 // subscriptions and writes (its workers go too; a new server on the same
 // port and database takes the clients back), a reader that stops reading
-// (cut at --max-stream-queue, then resumed), and a restart with a schema
-// change (a column added, a subscribed table dropped). A worker killed
-// alone is covered by prefork.test.mjs and exactly_once.test.mjs.
+// (cut at --max-stream-queue, then resumed), one of several sessions on
+// a collection that stops reading (its socket takes part of a write, the
+// server keeps the rest; nothing lost, doubled or reordered for it or the
+// others), and a restart with a schema change (a column added, a
+// subscribed table dropped). A worker killed alone is covered by
+// prefork.test.mjs and exactly_once.test.mjs.
 
 import test, { after } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 
-import { startServer, getStatus } from './lib/server.mjs';
+import { controlCall, startServer, getStatus } from './lib/server.mjs';
 import { McpSession } from './lib/mcp.mjs';
 import { jsonMember, sqlite, sqliteRows, sessionRow } from './lib/sqlite.mjs';
-import { EventStream } from './lib/sse.mjs';
+import { EventStream, idSeq } from './lib/sse.mjs';
 import { auditMax, rest, startServerOn, waitStatus } from './lib/subs.mjs';
 import { assertExactlyOnce } from './lib/exactly_once.mjs';
 import { sleep, waitFor } from './lib/wait.mjs';
@@ -106,6 +109,45 @@ test('SIGKILL of the master under subscriptions and writes: the workers go too; 
     assertExactlyOnce({ db: srv.dbPath, base: B, streams: c.streams, subs: c.subs, from, upto, what: `client ${i}` });
   }
   for (const c of clients) c.streams.at(-1).close();
+  await srv.stop();
+});
+
+test('sessions sharing a collection, one not reading: the socket takes part of a write, the rest waits; each gets every change once, in order', async () => {
+  const srv = await startServer({ args: ['--workers', '0', '--max-stream-queue', '64m'] });
+  servers.push(srv);
+  const uri = `${srv.base}/StockEvent`;
+  const sessions = [];
+  for (let i = 0; i < 3; i++) {
+    const s = await McpSession.open(srv.port);
+    assert.deepEqual(await s.result('resources/subscribe', { uri }), {});
+    sessions.push(s);
+  }
+  const streams = [];
+  for (const s of sessions) streams.push(await openPrimed(srv.port, s));
+  const from = auditMax(srv.dbPath);
+  const slow = streams[0];
+  slow.conn.socket.pause(); // the kernel's buffers fill; what they leave of a write waits in the server
+  // More than loopback's socket buffers hold (about 10 MB of 250-byte updates), in bursts.
+  const N = 48000;
+  for (let b = 0; b < 8; b++) {
+    sqlite(srv.dbPath, `BEGIN; WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ${N / 8})
+      INSERT INTO StockEvent (id, sku, delta) SELECT ${100000 + b * (N / 8)} + i, 'SLOW', i FROM n; COMMIT;`);
+    await sleep(20);
+  }
+  const upto = auditMax(srv.dbPath);
+  const want = sqliteRows(srv.dbPath, `SELECT seq FROM audit_log WHERE seq > ${from} AND seq <= ${upto} AND tbl = 'StockEvent' ORDER BY seq`).map((r) => r.seq);
+  assert.equal(want.length, N);
+  const seqs = (st) => st.updates().filter((e) => e.json.params.subscribedUri === uri).map((e) => idSeq(e.id));
+  for (const st of streams.slice(1)) await waitFor(() => seqs(st).length >= N, { timeoutMs: 60000, message: 'the readers to get every change' });
+  assert.ok(seqs(slow).length < N, 'the stream that does not read has not got them all');
+  const held = (await controlCall(srv, { cmd: 'status' })).totals.queuedBytes;
+  assert.ok(held > 0, `the server holds what its socket did not take (${held} bytes)`);
+  slow.conn.socket.resume();
+  await waitFor(() => seqs(slow).length >= N, { timeoutMs: 60000, message: 'the slow reader to catch up' });
+  await sleep(200);
+  for (const st of streams) assert.deepEqual(seqs(st), want, 'every change once, in commit order');
+  assert.equal((await getStatus(srv.port)).streams, 3, 'no stream was cut');
+  for (const st of streams) st.close();
   await srv.stop();
 });
 
