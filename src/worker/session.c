@@ -283,6 +283,10 @@ void session_deliver(session_t *s, frame_ev e) {
   session_put(s, e, true);
 }
 
+void session_deliver_unheld(session_t *s, frame_ev e) {
+  session_put(s, e, true);
+}
+
 void session_deliver_now(session_t *s, const frame_ev *e, size_t n) {
   for (size_t i = 0; i < n; i++) session_put(s, e[i], false);
   if (s->stream != NULL) http_stream_offer(s->stream);

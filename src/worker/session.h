@@ -85,7 +85,8 @@ struct session_registry {
    * Set while updates of this loop turn wait to be delivered subscriber by
    * subscriber (subscriptions.c: the turn's fan-out); settle(settle_data)
    * delivers them. Whatever delivers to a session, reads its ring or opens
-   * or ends its stream settles first, so nothing overtakes them.
+   * or ends its stream settles first, so nothing overtakes them, but for a
+   * delivery to a session that cannot be holding any (session_deliver_unheld).
    */
   bool turn_held;
   void (*settle)(void *data);
@@ -132,6 +133,13 @@ void session_stream_close(session_t *s);
 void session_prefetch(const session_t *s);
 /* Keeps the event (new references are taken) in the ring and writes it to the stream, if open. */
 void session_deliver(session_t *s, frame_ev e);
+/*
+ * The same without settling the turn first, for a session none of whose
+ * updates the turn's fan-out can be holding (subscriptions.c: a subscriber
+ * of a topic it does not take; a session whose updates it holds has that
+ * one subscription only).
+ */
+void session_deliver_unheld(session_t *s, frame_ev e);
 /*
  * Delivers n events in order, as session_deliver does, and hands them to
  * the stream's socket at once rather than at the turn's end, while they

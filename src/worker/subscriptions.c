@@ -377,7 +377,12 @@ static void subs_ahead_step(subs_ahead *a) {
  * Formats the topic's update for this change once per kind of owner — a
  * frame for sessions, an event head for listen streams — and hands it to
  * every subscriber; to its owner's hold queue instead when the topic is
- * debounced or the queue already holds something (commit order).
+ * debounced or the queue already holds something (commit order). A
+ * session reached here has none of the turn's updates held (the turn's
+ * fan-out takes every update of a topic whose subscribers it holds for,
+ * and such a session has no other subscription), so the turn is not
+ * settled first: a change for a session of several subscriptions leaves
+ * the other sessions' updates gathering.
  */
 static void subs_send_topic(worker_t *w, sub_topic *t, const char *record_uri,
                             const buf_t *record_json, int64_t seq, frame_t **change_head) {
@@ -410,12 +415,12 @@ static void subs_send_topic(worker_t *w, sub_topic *t, const char *record_uri,
          */
         w->notifications++;
         t->notified++;
-        session_deliver((session_t *)sub->owner,
-                        (frame_ev){change_head_of(change_head, record_json, seq), t->tail});
+        session_deliver_unheld((session_t *)sub->owner,
+                               (frame_ev){change_head_of(change_head, record_json, seq), t->tail});
         break;
       }
       if (f == NULL) f = topic_frame(w, t, record_json, seq);
-      session_deliver((session_t *)sub->owner, frame_whole(f));
+      session_deliver_unheld((session_t *)sub->owner, frame_whole(f));
       break;
     case SUB_OWNER_LISTEN:
       if (head == NULL) {

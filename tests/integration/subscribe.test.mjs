@@ -344,7 +344,7 @@ test('two sessions subscribed to the same URI are each notified once', async () 
   }
 });
 
-test('a burst on a collection whose sessions hold only it: every change once and in commit order, while one subscribes to more, one unsubscribes and one resumes', async () => {
+test('a burst on a collection whose sessions hold only it: every change once and in commit order, while one subscribes to more, one unsubscribes, one resumes, and one of two other URIs gets its own', async () => {
   // Sessions whose only subscription is one topic get a loop turn's updates
   // together at the turn's end; 8 writers at once put several commits in a
   // turn. What each session does mid-burst must not reorder, lose or repeat.
@@ -359,6 +359,13 @@ test('a burst on a collection whose sessions hold only it: every change once and
     }
     const [grows, leaves, resumes] = clients;
     const keyOf = (i) => `BURST-${String(i).padStart(3, '0')}`;
+    // And one session holding two other URIs of the table from the start: its updates go
+    // change by change among the others' gathered ones, and must not disturb them either.
+    const both = await client();
+    const filtered = `${B}/Product?sku=sw=BURST-`;
+    await subscribe(both, filtered);
+    await subscribe(both, rec('Product', keyOf(3)));
+    clients.push(both);
     const extra = rec('Product', keyOf(70));
     let next = 0;
     let resumed = null;
@@ -379,8 +386,13 @@ test('a burst on a collection whose sessions hold only it: every change once and
     seqs.sort((a, b) => a - b);
     const all = seqs.join(',');
     const seqsOf = (events) => events.map((e) => idSeq(e.id));
+    await both.stream.waitUpdates(seqs.length, filtered, { timeoutMs: 10000 });
+    assert.equal(seqsOf(both.stream.updates(filtered)).join(','), all, both.stream.describe());
+    const own = seqsOf(both.stream.updates());
+    assert.ok(own.every((s, i) => i === 0 || s >= own[i - 1]), `ids went back: ${own.join(',')}`);
+    assert.equal(both.stream.updates(rec('Product', keyOf(3))).length, 2, both.stream.describe());
     for (const c of clients) {
-      if (c === leaves || c === resumes) continue;
+      if (c === leaves || c === resumes || c === both) continue;
       await c.stream.waitUpdates(seqs.length, uri, { timeoutMs: 10000 });
       assert.equal(seqsOf(c.stream.updates(uri)).join(','), all, c.stream.describe());
     }
@@ -389,8 +401,8 @@ test('a burst on a collection whose sessions hold only it: every change once and
       timeoutMs: 10000,
       what: 'the last change on the resumed stream',
     });
-    const both = [...seqsOf(resumes.stream.updates(uri)), ...seqsOf(resumed.updates(uri))];
-    assert.equal(both.join(','), all, resumed.describe());
+    const joined = [...seqsOf(resumes.stream.updates(uri)), ...seqsOf(resumed.updates(uri))];
+    assert.equal(joined.join(','), all, resumed.describe());
     resumed.close();
     // The second subscription: its row's updates among the collection's, each change's two
     // in one place, so the session's ids never go back.
