@@ -208,9 +208,9 @@ static int lg_parse_update(lg_t *lg, const lg_sse_event *ev, lg_update *u) {
   if (uri == NULL || sub == NULL) return -1;
   memset(u, 0, sizeof(*u));
   size_t clen = strlen(lg->coll_uri);
-  /* The collection, or (--filtered) one of its filtered URIs. */
+  /* The collection, or (--filtered, --mixed) one of its filtered URIs. */
   bool coll = slen >= clen && memcmp(sub, lg->coll_uri, clen) == 0 &&
-              (slen == clen || (lg->o.filtered && sub[clen] == '?'));
+              (slen == clen || ((lg->o.filtered || lg->o.mixed) && sub[clen] == '?'));
   u->sub = coll ? 0 : 1;
   /* A collection subscription told to re-read itself (resumption could not be exact). */
   u->reread = u->sub == 0 && ulen == slen && memcmp(uri, sub, ulen) == 0;
@@ -314,7 +314,8 @@ static unsigned lg_setup_subs(const lg_t *lg) {
 static void slot_step(lg_slot *sl) {
   lg_t *lg = sl->lg;
   lg_session *s = sl->s;
-  unsigned subs = lg_setup_subs(lg);
+  bool mixed = s->index < lg->o.mixed;
+  unsigned subs = lg_setup_subs(lg) + (mixed && lg->sc->streams ? 1 : 0);
   int r = 0;
   char body[512];
   if (sl->step == 0) {
@@ -323,11 +324,14 @@ static void slot_step(lg_slot *sl) {
     r = lg_post(lg, sl->conn, s->id, lg_initialized_body);
   } else if (sl->step < 2 + subs) {
     char filter[32] = "";
-    if (sl->step == 2 && lg->o.filtered) snprintf(filter, sizeof(filter), "?v=ne=y%u", s->index);
+    if (sl->step == 2 && (lg->o.filtered || mixed))
+      snprintf(filter, sizeof(filter), "?v=ne=y%u", s->index);
+    else if (sl->step == 3 && mixed)
+      snprintf(filter, sizeof(filter), "/m%u", s->index);
     snprintf(body, sizeof(body),
              "{\"jsonrpc\":\"2.0\",\"id\":%u,\"method\":\"resources/"
              "subscribe\",\"params\":{\"uri\":\"%s%s\"}}",
-             sl->step, sl->step == 2 ? lg->coll_uri : lg->rec_uri, filter);
+             sl->step, sl->step == 2 || mixed ? lg->coll_uri : lg->rec_uri, filter);
     r = lg_post(lg, sl->conn, s->id, body);
   } else if (lg->sc->streams) {
     s->stream = lg_conn_create(lg->cl, true, s->index, &lg_stream_ops, s);

@@ -124,6 +124,9 @@ static const lg_flag lg_flags[] = {
     {"--filtered", FLAG_U64, OPT(filtered),
      "1: each session's collection subscription is a distinct filtered URI\n"
      "(<collection>?v=ne=y<i>, matching every row)"},
+    {"--mixed", FLAG_U64, OPT(mixed),
+     "fanout: the first N sessions each hold two other URIs instead of the collection:\n"
+     "<collection>?v=ne=y<i> (matching every row) and <collection>/m<i> (never written)"},
     {"--held", FLAG_U64, OPT(held),
      "subscribe: subscriptions the session holds before the measured ones"},
     {"--events", FLAG_U64, OPT(events), "commits"},
@@ -212,6 +215,7 @@ static int lg_parse(int argc, char **argv, lg_opts *o) {
     case FLAG_U64: {
       unsigned long long x = strtoull(v, &end, 10);
       if (f->offset == OPT(sessions) || f->offset == OPT(subs) || f->offset == OPT(filtered) ||
+          f->offset == OPT(mixed) ||
           f->offset == OPT(writers) || f->offset == OPT(connections) ||
           f->offset == OPT(drop_percent) || f->offset == OPT(settle_ms) ||
           f->offset == OPT(workers))
@@ -251,6 +255,8 @@ static int lg_parse(int argc, char **argv, lg_opts *o) {
     why = "--subs is 1 or 2";
   else if (o->filtered > 1 || (o->filtered && (o->listen || o->ceiling)))
     why = "--filtered is 0 or 1, with --target server";
+  else if (o->mixed > 0 && (o->mixed > o->sessions || o->subs != 1 || o->listen || o->ceiling))
+    why = "--mixed is at most --sessions, with --subs 1 and --target server";
   else if (o->events == 0 || o->events > LG_MAX_EVENTS)
     why = "--events is 1 to 2000000";
   else if (o->window == 0)
