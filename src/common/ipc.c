@@ -42,6 +42,7 @@ static const ipc_cmd_info ipc_cmds[IPC_CMD_END] = {
     [IPC_PEER] = {"PEER", true, 3, 32},
     [IPC_WRITE] = {"WRITE", false, 2, IPC_MAX_TOTAL},
     [IPC_WRITTEN] = {"WRITTEN", false, 2, IPC_MAX_TOTAL},
+    [IPC_RESTORED] = {"RESTORED", false, 1, 64},
 };
 
 static const ipc_cmd_info *ipc_cmd_lookup(uint32_t cmd) {

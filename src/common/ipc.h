@@ -55,6 +55,8 @@ enum ipc_cmd {
   IPC_PEER,      /* master -> worker: its end (fd) of a write home's channel, "slot generation" */
   IPC_WRITE,     /* worker -> the write home, on their channel: record writes (forward.h) */
   IPC_WRITTEN,   /* the write home -> their sender, on their channel: the answers (forward.h) */
+  IPC_RESTORED,  /* worker -> master -> other workers: the id of a session it restored from its
+                    row; a live copy elsewhere ends (worker_session_forget) */
   IPC_CMD_END
 };
 

@@ -897,16 +897,18 @@ static void master_on_msg(ipc_channel_t *ch, ipc_msg *msg, void *data) {
     break;
   case IPC_CANCEL:
   case IPC_ANSWER:
+  case IPC_RESTORED:
     /*
      * A cancel for a listen stream, or an elicitation's answer, that the
-     * sender does not hold: whoever holds it takes it.
+     * sender does not hold: whoever holds it takes it. A session the sender
+     * restored: whoever else holds it live lets it go.
      */
     for (unsigned i = 0; i < m->n; i++) {
       master_slot *o = &m->slots[i];
       if (o != s && o->w != NULL && o->w->ch_open &&
           ipc_channel_send(&o->w->ch, msg->cmd, 0, msg->payload, msg->len, -1) != 0) {
         /* a cancel: the client's closing its connection ends the stream too; an answer: the
-         * confirmation times out, changing nothing */
+         * confirmation times out, changing nothing; a restore: the copy idles out */
       }
     }
     break;

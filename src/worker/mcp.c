@@ -409,6 +409,8 @@ static int mcp_session_lookup(worker_t *w, const char *id, const auth_principal 
     cJSON_Delete(caps);
     subs_session_restore(w, s, p, row.subscriptions);
     log_info("session restored", "session", s->id);
+    /* One live copy: a worker that restored it while this slot was down lets it go. */
+    if (w->on_restored != NULL) w->on_restored(w, s->id);
     *out = s;
     rc = 0;
   }

@@ -396,6 +396,11 @@ void worker_session_end_then(worker_t *w, session_t *s, void (*then)(int rc, voi
   session_registry_remove(&w->sessions, s);
 }
 
+void worker_session_forget(worker_t *w, session_t *s) {
+  subs_session_drop(w, s);
+  session_registry_remove(&w->sessions, s); /* its stream too */
+}
+
 bool worker_session_ending(const worker_t *w, const char *id, size_t len) {
   return strmap_get(&w->ending, id, len) != NULL;
 }
@@ -423,8 +428,7 @@ static void worker_sweep_session(session_t *s, void *data) {
      * it while another worker or host still uses the session (the holder
      * refreshes it), and deletes it in this same sweep when nobody does.
      */
-    subs_session_drop(w, s);
-    session_registry_remove(&w->sessions, s);
+    worker_session_forget(w, s);
     ctx->evicted++;
   } else if (s->last_seen_ms != s->persisted_seen_ms &&
              ctx->now - s->persisted_seen_ms >= idle / 3) {

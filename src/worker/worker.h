@@ -99,6 +99,11 @@ typedef struct worker {
    * after this worker committed, so that their tailers are woken at once.
    */
   void (*on_local_commit)(struct worker *w);
+  /*
+   * Set likewise: this worker restored a session from its row; another
+   * worker may hold a live copy (restored while this one's slot was down).
+   */
+  void (*on_restored)(struct worker *w, const char *id);
   /* Set likewise: a notifications/cancelled for a listen stream this worker does not hold. */
   void (*on_unknown_cancel)(struct worker *w, const char *principal, const char *id_json);
   /* ...and an answer to an elicitation this worker did not send (confirm.h). */
@@ -204,6 +209,8 @@ void worker_session_end(worker_t *w, session_t *s);
 /* The same, then then(rc, data) once the row is gone: nothing can restore the session after it. */
 void worker_session_end_then(worker_t *w, session_t *s, void (*then)(int rc, void *data),
                              void *data);
+/* Ends the live copy here and its stream; the row stays (another worker, or a restart, has it). */
+void worker_session_forget(worker_t *w, session_t *s);
 /* Was the session of this id ended here, its row not yet deleted? Then it is not restored. */
 bool worker_session_ending(const worker_t *w, const char *id, size_t len);
 

@@ -163,6 +163,13 @@ static void worker_ipc_on_cancel(worker_t *w, const char *principal, const char 
   buf_finish(&b);
 }
 
+/* A session restored here: the other workers end their live copies of it. */
+static void worker_ipc_on_restored(worker_t *w, const char *id) {
+  if (!worker_ipc_send(w, IPC_RESTORED, id, strlen(id))) {
+    /* the other copy idles out; its stream stays until then */
+  }
+}
+
 /* An elicitation answer this worker did not ask for: the one that did may be another. */
 static void worker_ipc_on_answer(worker_t *w, const char *principal, const char *session,
                                  const cJSON *msg) {
@@ -368,6 +375,16 @@ static void worker_ipc_handle(worker_ipc_t *wi, ipc_msg *msg) {
     free(copy);
     break;
   }
+  case IPC_RESTORED: {
+    /* Another worker restored it (its own slot's, back up): the client goes there now. */
+    session_t *s = w->closing ? NULL : session_registry_find(&w->sessions, msg->payload, msg->len);
+    if (s != NULL) {
+      log_info("session restored by another worker: its copy here ends", "session", s->id);
+      worker_session_forget(w, s);
+      subs_update_active(w);
+    }
+    break;
+  }
   case IPC_ANSWER: {
     const char *f[3]; /* principal, session, response */
     char *copy = ipc_fields(msg->payload, msg->len, f, 3);
@@ -436,6 +453,7 @@ int worker_ipc_main(const config_t *cfg) {
   w->reroute = worker_ipc_reroute;
   w->on_local_commit = worker_ipc_on_local_commit;
   w->on_unknown_cancel = worker_ipc_on_cancel;
+  w->on_restored = worker_ipc_on_restored;
   w->on_unknown_answer = worker_ipc_on_answer;
   w->send_peer = worker_ipc_send_peer;
   /* SQLite, one writer at a time: the others' record writes go to slot 0 (forward.h). */

@@ -4,7 +4,10 @@
 // connection carries requests for sessions held by different workers
 // (handed back and routed again); a worker killed with SIGKILL while a
 // writer commits is restarted and its clients, reconnecting with
-// Last-Event-ID, miss no change (checked against audit_log); SIGTERM under
+// Last-Event-ID, miss no change (checked against audit_log); a session
+// restored by another worker while its own was down (kept down by the
+// restart backoff) goes back to it once it is up, one live copy at a
+// time; SIGTERM under
 // load drains within --drain-timeout without losing an acknowledged write,
 // and the next server on the same database restores the sessions. Also the
 // control socket (JSON lines) that mcpsubctl talks to.
@@ -400,6 +403,47 @@ test('a restarted worker sends its writes to the write home again, on a channel 
   await home.stop();
   assert.equal(r.record.price_cents, 3, JSON.stringify(r));
   assert.deepEqual([after[1].forwarded - counts[1].forwarded, after[0].taken - counts[0].taken], [1, 1]);
+  await stop(srv);
+});
+
+test('a session restored by another worker while its own was down goes back to it: one live copy, and the stream elsewhere ends so the client resumes there', async () => {
+  const srv = await server(['--workers', '2']);
+  const B = srv.base;
+  const sid = await sessionOn(srv, 0);
+  const subscribe = async (uri) => {
+    const res = await mcpPost(srv.port, sid, { jsonrpc: '2.0', id: 1, method: 'resources/subscribe', params: { uri } });
+    assert.equal(res.status, 200, res.text);
+  };
+  await subscribe(`${B}/Product/A-100`);
+  // Slot 0's worker killed until its next start waits (the backoff doubles from 100 ms: the
+  // sixth restart comes 1.6 s after the exit).
+  for (let k = 0; k < 6; k++) {
+    const before = (await ctl(srv, { cmd: 'workers' })).workers[0];
+    process.kill(before.pid, 'SIGKILL');
+    await waitFor(async () => {
+      const w = (await ctl(srv, { cmd: 'workers' })).workers[0];
+      return k < 5 ? w.alive && w.pid !== before.pid : !w.alive;
+    }, { timeoutMs: 10000, message: `slot 0 after kill ${k + 1}` });
+  }
+  // Meanwhile the session's stream goes to worker 1, which restores the session from its row.
+  const first = await EventStream.open(srv.port, sid);
+  await first.waitPrimed();
+  assert.equal((await ctl(srv, { cmd: 'session', id: sid })).session.worker, 1, 'restored on worker 1');
+  await waitFor(async () => (await ctl(srv, { cmd: 'workers' })).workers[0].alive, { timeoutMs: 10000, message: 'slot 0 back' });
+  // The session's next request goes to slot 0, which restores it too: worker 1 lets its copy go,
+  // and the stream there ends (else a subscription made at slot 0 would notify a ring no
+  // stream reads).
+  await subscribe(`${B}/Product/B-200`);
+  await first.waitClosed({ timeoutMs: 5000 });
+  await waitFor(async () => (await ctl(srv, { cmd: 'status' })).totals.sessions === 1, { timeoutMs: 5000, message: 'one live copy' });
+  assert.equal((await ctl(srv, { cmd: 'session', id: sid })).session.worker, 0);
+  const second = await EventStream.open(srv.port, sid, { lastEventId: first.lastId });
+  await second.waitPrimed();
+  await rest(srv.port, 'PATCH', '/Product/B-200', { price_cents: 4242 });
+  await rest(srv.port, 'PATCH', '/Product/A-100', { price_cents: 4343 });
+  await second.waitUpdates(1, `${B}/Product/B-200`);
+  await second.waitUpdates(1, `${B}/Product/A-100`);
+  second.close();
   await stop(srv);
 });
 
