@@ -4,6 +4,7 @@
 #include "worker/listen.h"
 
 #include <cjson/cJSON.h>
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -96,6 +97,18 @@ size_t listen_subscriptions_of(const worker_t *w, const char *principal) {
   return n;
 }
 
+/* A position as this server writes it: decimal digits, nothing else, within a long long. */
+static bool listen_position(const char *text, long long *out) {
+  long long v = 0;
+  if (*text == '\0') return false;
+  for (const char *p = text; *p != '\0'; p++) {
+    if (*p < '0' || *p > '9' || v > (LLONG_MAX - (*p - '0')) / 10) return false;
+    v = v * 10 + (*p - '0');
+  }
+  *out = v;
+  return true;
+}
+
 cJSON *listen_open(mcp_call *call) {
   worker_t *w = call->w;
   const config_t *cfg = w->cfg;
@@ -135,8 +148,8 @@ cJSON *listen_open(mcp_call *call) {
   const cJSON *after = cJSON_GetObjectItemCaseSensitive(
       cJSON_GetObjectItemCaseSensitive(call->params, "_meta"), META_AFTER);
   long long after_seq = -1;
-  if (after != NULL && (!cJSON_IsString(after) ||
-                        sscanf(after->valuestring, "%lld", &after_seq) != 1 || after_seq < 0)) {
+  if (after != NULL &&
+      (!cJSON_IsString(after) || !listen_position(after->valuestring, &after_seq))) {
     cJSON_free(id_text);
     return mcp_call_fail(call, JSONRPC_INVALID_PARAMS,
                          "_meta." META_AFTER " must be a position this server gave (a string)");

@@ -271,6 +271,13 @@ test('recovery extension: a new listen from a position gets one update per URI c
   await waitFor(() => l2.events().length === 4, { timeoutMs: 5000, message: 'the live update' });
   assert.equal(l2.events()[3].json.params.uri, `${B}/StockEvent/952`);
   l2.conn.close();
+  // A position is the digits this server wrote, nothing more, nothing less.
+  for (const bad of ['12abc', ' 12', '+5', '-1', '', '99999999999999999999', 12]) {
+    const msg = modern('subscriptions/listen', { notifications: { resourceSubscriptions: [`${B}/StockEvent`] } }, 'bad');
+    msg.params._meta['io.mcpsub/after'] = bad;
+    const res = await post(srv.port, msg);
+    assert.equal(res.json().error?.code, -32602, `${JSON.stringify(bad)}: ${res.text}`);
+  }
 });
 
 test('bounds: too many URIs in one listen is -32602; the filter must be an object; --limit-subscriptions counts listen streams (429)', async () => {
