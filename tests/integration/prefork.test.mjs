@@ -435,7 +435,9 @@ test('a session restored by another worker while its own was down goes back to i
   // stream reads).
   await subscribe(`${B}/Product/B-200`);
   await first.waitClosed({ timeoutMs: 5000 });
-  await waitFor(async () => (await ctl(srv, { cmd: 'status' })).totals.sessions === 1, { timeoutMs: 5000, message: 'one live copy' });
+  // (sessionOn may have left other sessions on worker 1: count this one's copies.)
+  const copies = async () => (await ctl(srv, { cmd: 'sessions' })).sessions.filter((x) => x.id === sid).length;
+  await waitFor(async () => (await copies()) === 1, { timeoutMs: 5000, message: 'one live copy' });
   assert.equal((await ctl(srv, { cmd: 'session', id: sid })).session.worker, 0);
   const second = await EventStream.open(srv.port, sid, { lastEventId: first.lastId });
   await second.waitPrimed();
