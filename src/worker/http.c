@@ -602,6 +602,18 @@ static void conn_on_stream_write(uv_write_t *req, int status) {
  * when it completes; only a closing connection writes a second buffer
  * concurrently (its FIN must follow every byte).
  */
+/* Offers len bytes to the socket: how many it took, or -1 when it failed (the connection closed).
+ */
+static ssize_t conn_try_write(http_conn_t *c, const char *data, size_t len) {
+  uv_buf_t now = uv_buf_init((char *)(uintptr_t)data, (unsigned int)len);
+  int took = uv_try_write((uv_stream_t *)&c->tcp, &now, 1);
+  if (took < 0 && took != UV_EAGAIN && took != UV_ENOSYS) {
+    conn_close_now(c);
+    return -1;
+  }
+  return took > 0 ? took : 0;
+}
+
 static void conn_flush(http_conn_t *c) {
   if (c->out.len == 0 || c->handle_closing) return;
   if (c->stream_writing) {
@@ -611,13 +623,9 @@ static void conn_flush(http_conn_t *c) {
     }
     return;
   }
-  uv_buf_t now = uv_buf_init(c->out.data, (unsigned int)c->out.len);
-  int took = uv_try_write((uv_stream_t *)&c->tcp, &now, 1);
-  if (took < 0 && took != UV_EAGAIN && took != UV_ENOSYS) {
-    conn_close_now(c);
-    return;
-  }
-  size_t done = took > 0 ? (size_t)took : 0;
+  ssize_t took = conn_try_write(c, c->out.data, c->out.len);
+  if (took < 0) return;
+  size_t done = (size_t)took;
   if (done == c->out.len) {
     /* All taken: the buffer goes back to the spares, as after a write (idle streams hold none). */
     c->queued -= done;
@@ -875,13 +883,9 @@ void http_stream_send(http_conn_t *c, const char *data, size_t len) {
   size_t done = 0;
   if (c->out.len == 0 && !c->stream_writing && !c->handle_closing) {
     /* Nothing ahead of these bytes: the socket takes them from where they are. */
-    uv_buf_t now = uv_buf_init((char *)(uintptr_t)data, (unsigned int)len);
-    int took = uv_try_write((uv_stream_t *)&c->tcp, &now, 1);
-    if (took < 0 && took != UV_EAGAIN && took != UV_ENOSYS) {
-      conn_close_now(c);
-      return;
-    }
-    done = took > 0 ? (size_t)took : 0;
+    ssize_t took = conn_try_write(c, data, len);
+    if (took < 0) return;
+    done = (size_t)took;
     if (done == len) return;
   }
   uv_buf_t rest = uv_buf_init((char *)(uintptr_t)data + done, (unsigned int)(len - done));

@@ -588,14 +588,14 @@ static void turn_deliver_topic(worker_t *w, sub_topic *t, size_t at, size_t n) {
     size_t from = 0;
     while (from < n && w->turn.updates[order[from]].seq <= sub->since_seq) from++;
     if (from == n) continue;
-    if (s->held.head == NULL && laid_out) {
-      size_t off = from == 0 ? 0 : w->turn.ends[from - 1];
-      session_deliver_bytes(s, events + from, n - from, w->turn.bytes.data + off,
-                            w->turn.ends[n - 1] - off);
-      continue;
-    }
     if (s->held.head == NULL) {
-      session_deliver_now(s, events + from, n - from);
+      if (laid_out) {
+        size_t off = from == 0 ? 0 : w->turn.ends[from - 1];
+        session_deliver_bytes(s, events + from, n - from, w->turn.bytes.data + off,
+                              w->turn.ends[n - 1] - off);
+      } else {
+        session_deliver_now(s, events + from, n - from);
+      }
       continue;
     }
     /* Behind updates debounce holds: into its queue, in order (debounce.h). */

@@ -370,12 +370,7 @@ typedef struct session_ending {
 
 static void worker_session_ended(int rc, void *data) {
   session_ending *e = data;
-  size_t len = strlen(e->id);
-  uintptr_t n = (uintptr_t)strmap_get(&e->w->ending, e->id, len);
-  if (n > 1)
-    strmap_put(&e->w->ending, e->id, len, (void *)(n - 1));
-  else
-    strmap_remove(&e->w->ending, e->id, len);
+  strmap_remove(&e->w->ending, e->id, strlen(e->id));
   if (e->then != NULL) e->then(rc, e->data);
   free(e);
 }
@@ -385,12 +380,12 @@ void worker_session_end_then(worker_t *w, session_t *s, void (*then)(int rc, voi
   /*
    * Until the row is gone, a request for the session must not restore it
    * from the row (it would outlive its own deletion): the id is kept aside.
+   * Once per id: while it is, the session cannot be live here again to end.
    */
   session_ending *e = mem_alloc(sizeof(*e));
   *e = (session_ending){.w = w, .then = then, .data = data};
   snprintf(e->id, sizeof(e->id), "%s", s->id);
-  size_t len = strlen(e->id);
-  strmap_put(&w->ending, e->id, len, (void *)((uintptr_t)strmap_get(&w->ending, e->id, len) + 1));
+  strmap_put(&w->ending, e->id, strlen(e->id), e);
   subs_session_drop(w, s);
   writer_session_delete_then(w->writer, s->id, worker_session_ended, e);
   session_registry_remove(&w->sessions, s);
