@@ -464,9 +464,15 @@ static void subs_send_topic(worker_t *w, sub_topic *t, const char *record_uri,
  * updates could pass these, and whatever else would deliver to a session,
  * read its ring, or change a topic's subscribers settles the turn first
  * (subs_turn_settle; for sessions, through the registry's hook). So does a
- * turn that reaches TURN_MAX updates, which bounds what one holds.
+ * turn that reaches TURN_MAX updates, which bounds what one holds (52
+ * bytes an update: 27 MB). It is that large because a change reaches every
+ * topic it matches: at 10,000 distinct topics 32,768 updates were three
+ * changes, and a stream written three frames at a time costs the kernel
+ * six times what one written thirty at a time does (BENCHMARKS.md).
  */
-#define TURN_MAX 32768
+#define TURN_MAX 524288
+/* Arrays for more updates than this are freed by a turn that uses less than an eighth of them. */
+#define TURN_KEEP 4096
 /* The most of a topic's laid-out updates (turn_lay_out) whose buffer is kept for the next turn. */
 #define TURN_BYTES_KEEP (256 * 1024)
 
@@ -528,12 +534,14 @@ static void turn_hold(worker_t *w, sub_topic *t, frame_ev e, const char *record_
     w->turn.updates = mem_realloc(w->turn.updates, w->turn.cap * sizeof(*w->turn.updates));
     w->turn.events = mem_realloc(w->turn.events, w->turn.cap * sizeof(*w->turn.events));
     w->turn.order = mem_realloc(w->turn.order, w->turn.cap * sizeof(*w->turn.order));
-    /* no more topics than updates, and one count past the last */
-    w->turn.topics = mem_realloc(w->turn.topics, w->turn.cap * sizeof(*w->turn.topics));
-    w->turn.start = mem_realloc(w->turn.start, (w->turn.cap + 1) * sizeof(*w->turn.start));
-    w->turn.ends = mem_realloc(w->turn.ends, w->turn.cap * sizeof(*w->turn.ends));
   }
   if (t->turn_index == 0) {
+    if (w->turn.n_topics == w->turn.topics_cap) {
+      w->turn.topics_cap = w->turn.topics_cap == 0 ? 64 : w->turn.topics_cap * 2;
+      w->turn.topics = mem_realloc(w->turn.topics, w->turn.topics_cap * sizeof(*w->turn.topics));
+      /* one count past the last */
+      w->turn.start = mem_realloc(w->turn.start, (w->turn.topics_cap + 1) * sizeof(*w->turn.start));
+    }
     w->turn.topics[w->turn.n_topics] = t;
     t->turn_index = (uint32_t)++w->turn.n_topics;
   }
@@ -561,6 +569,10 @@ static void turn_hold(worker_t *w, sub_topic *t, frame_ev e, const char *record_
  * kernel ceiling writes its streams, rather than from a copy of its own.
  */
 static void turn_lay_out(worker_t *w, const frame_ev *events, size_t n) {
+  if (n > w->turn.ends_cap) {
+    w->turn.ends_cap = n;
+    w->turn.ends = mem_realloc(w->turn.ends, n * sizeof(*w->turn.ends));
+  }
   buf_reset(&w->turn.bytes);
   for (size_t i = 0; i < n; i++) {
     frame_part p[FRAME_MAX_PIECES];
@@ -606,6 +618,19 @@ static void turn_deliver_topic(worker_t *w, sub_topic *t, size_t at, size_t n) {
   }
 }
 
+/* Frees the arrays of a turn's updates, and of the frame ends of a topic's. */
+static void turn_arrays_free(worker_t *w) {
+  free(w->turn.updates);
+  free(w->turn.events);
+  free(w->turn.order);
+  free(w->turn.ends);
+  w->turn.updates = NULL;
+  w->turn.events = NULL;
+  w->turn.order = NULL;
+  w->turn.ends = NULL;
+  w->turn.cap = w->turn.ends_cap = 0;
+}
+
 void subs_turn_settle(worker_t *w) {
   if (w->turn.n == 0 || w->turn.settling) return;
   w->turn.settling = true; /* nothing delivering does holds more (turn_takes) */
@@ -631,7 +656,8 @@ void subs_turn_settle(worker_t *w) {
   for (size_t i = 0; i < n; i++)
     if (w->turn.updates[i].e.tail == NULL) frame_unref(w->turn.updates[i].e.f);
   for (size_t i = 0; i < w->turn.n_heads; i++) frame_unref(w->turn.heads[i]);
-  if (w->turn.bytes.cap > TURN_BYTES_KEEP) buf_finish(&w->turn.bytes); /* a burst's, not kept */
+  if (w->turn.bytes.cap > TURN_BYTES_KEEP) buf_finish(&w->turn.bytes);     /* a burst's, not kept */
+  if (w->turn.cap > TURN_KEEP && n < w->turn.cap / 8) turn_arrays_free(w); /* a burst's */
   w->turn.n = w->turn.n_topics = w->turn.n_heads = 0;
   w->turn.settling = false;
 }
@@ -997,15 +1023,12 @@ void subs_finish(worker_t *w) {
   buf_finish(&w->fmt_head);
   free(w->matched);
   w->matched = NULL;
-  free(w->turn.updates);
-  free(w->turn.events);
-  free(w->turn.order);
+  turn_arrays_free(w);
   free(w->turn.topics);
   free(w->turn.start);
   free(w->turn.heads);
   buf_finish(&w->turn.uris);
   buf_finish(&w->turn.bytes);
-  free(w->turn.ends);
   tailer_finish(&w->tailer);
   sub_index_finish(&w->subs);
 }

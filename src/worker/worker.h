@@ -75,17 +75,18 @@ typedef struct worker {
   /* The turn's fan-out (subscriptions.c): updates held for the loop turn's end. */
   struct {
     struct turn_update *updates; /* in commit order */
-    size_t n, cap;
-    sub_topic **topics; /* the topics they are for, in the order of their first */
-    size_t n_topics;
-    frame_ev *events; /* at the end: the updates again, topic by topic, */
-    uint32_t *order;  /* and the index in updates of each */
-    size_t *start;    /* (per topic, where its updates end: a counting sort) */
-    frame_t **heads;  /* the heads their sole subscribers' pairs borrow, one reference each */
+    size_t n, cap;               /* (cap: of updates, events and order) */
+    sub_topic **topics;          /* the topics they are for, in the order of their first */
+    size_t n_topics, topics_cap; /* (of topics and start) */
+    frame_ev *events;            /* at the end: the updates again, topic by topic, */
+    uint32_t *order;             /* and the index in updates of each */
+    size_t *start;               /* (per topic, where its updates end: a counting sort) */
+    frame_t **heads; /* the heads their sole subscribers' pairs borrow, one reference each */
     size_t n_heads, heads_cap;
-    buf_t uris;      /* the record URIs of their changes, each once, NUL-ended */
-    buf_t bytes;     /* a topic's updates' frames end to end, sent to each of its subscribers */
-    size_t *ends;    /* where each of those frames ends in bytes */
+    buf_t uris;   /* the record URIs of their changes, each once, NUL-ended */
+    buf_t bytes;  /* a topic's updates' frames end to end, sent to each of its subscribers */
+    size_t *ends; /* where each of those frames ends in bytes */
+    size_t ends_cap;
     int64_t uri_seq; /* the change whose URI is last in uris */
     uint32_t uri_at;
     bool settling;

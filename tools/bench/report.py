@@ -184,12 +184,16 @@ def summarize(runs):
                               "per_wall_s": median(rs, "per_wall_s"),
                               "cost": round(1 - cpu / off, 3) if cpu and off and mode != "off" else None})
     # Filtered subscriptions against collection ones (medians of interleaved runs).
-    kinds = {k: [r for r in ok if r.get("scenario") == "fanout" and r.get("label") == f"filters-{k}"]
-             for k in ("collection", "filtered", "mixed")}
-    if kinds["collection"] and kinds["filtered"]:
+    # One row per number of sessions.
+    filter_runs = [r for r in ok if r.get("scenario") == "fanout" and r.get("label", "").startswith("filters-")]
+    for n in sorted({r["sessions"] for r in filter_runs}):
+        kinds = {k: [r for r in filter_runs if r["sessions"] == n and r["label"] == f"filters-{k}"]
+                 for k in ("collection", "filtered", "mixed")}
+        if not (kinds["collection"] and kinds["filtered"]):
+            continue
         col, fil, mix = (median(kinds[k], "per_server_cpu_s") if kinds[k] else None
                          for k in ("collection", "filtered", "mixed"))
-        s["filters"].append({"sessions": kinds["filtered"][0]["sessions"], "runs": len(kinds["filtered"]),
+        s["filters"].append({"sessions": n, "runs": len(kinds["filtered"]),
                              "collection_per_cpu_s": col, "filtered_per_cpu_s": fil,
                              "filtered_vs_collection": ratio(fil, col),
                              "mixed_per_cpu_s": mix, "mixed_vs_collection": ratio(mix, col)})
