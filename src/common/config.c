@@ -309,6 +309,12 @@ static int config_set_strict(config_t *cfg, const char *flag, const char *value,
   return 0;
 }
 
+static int config_set_db_no_prepare(config_t *cfg, const char *flag, const char *value, char *err,
+                                    size_t errlen) {
+  cfg->db_no_prepare = true;
+  return 0;
+}
+
 static int config_set_workers(config_t *cfg, const char *flag, const char *value, char *err,
                               size_t errlen) {
   uint64_t n = 0;
@@ -609,6 +615,11 @@ static const config_flag config_flags[] = {
      "read holds up no other request; 0 = those reads take turns with every\n"
      "other request (SQLite: not used)",
      config_set_db_readers},
+    {"--db-no-prepare", NULL, NULL,
+     "PostgreSQL: run every statement unnamed instead of preparing those a\n"
+     "connection runs more than once; for a pooler in transaction mode that\n"
+     "does not keep prepared statements (PgBouncer before 1.21)",
+     config_set_db_no_prepare},
     {"--auth-keys", "FILE", "none",
      "API key file (written by mcpsubctl key add); every request then needs\n"
      "Authorization: Bearer KEY (or a JWT with --auth-jwks)",

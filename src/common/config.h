@@ -60,6 +60,7 @@ typedef struct config {
   size_t max_connections_per_address; /* --max-connections-per-address, 0 = none */
   uint64_t write_timeout_ms; /* --write-timeout: how long a queued write may wait for a lock */
   int db_readers;            /* --db-readers: PostgreSQL reader connections per worker (reader.h) */
+  bool db_no_prepare;        /* --db-no-prepare: PostgreSQL statements all unnamed */
   const char *auth_keys;     /* --auth-keys FILE: API keys (mcpsubctl key ...), or NULL */
   const char *auth_jwks;     /* --auth-jwks FILE|URL: keys of the JWT issuer, or NULL */
   const char *auth_issuer;   /* --auth-issuer: the iss every JWT must carry, or NULL */

@@ -395,6 +395,10 @@ void store_close(store_t *s) {
   if (s != NULL) s->ops->close(s);
 }
 
+int store_prepared_statements(store_t *s) {
+  return s->ops->prepared != NULL ? s->ops->prepared(s) : 0;
+}
+
 void store_set_busy_timeout(store_t *s, int ms) {
   if (s->ops->set_busy_timeout != NULL) s->ops->set_busy_timeout(s, ms);
 }

@@ -81,6 +81,14 @@ int64_t store_schema_generation(const store_t *s);
  * at all, -EBUSY at once). The default is STORE_BUSY_TIMEOUT_MS.
  */
 void store_set_busy_timeout(store_t *s, int ms);
+/*
+ * Process-wide, before any store is opened: do PostgreSQL connections
+ * prepare the statements they run more than once (default true)?
+ * store_pg.c says what that changes.
+ */
+void store_pg_set_prepare(bool on);
+/* The statements s's connection holds prepared (PostgreSQL; 0 for SQLite, whose are its own). */
+int store_prepared_statements(store_t *s);
 /* Replaces the waiting with fn (SQLite's busy handler contract: non-zero to try again). */
 void store_set_busy_handler(store_t *s, int (*fn)(void *data, int count), void *data);
 

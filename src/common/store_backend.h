@@ -51,6 +51,7 @@ struct store_ops {
   void (*set_busy_handler)(store_t *s, int (*fn)(void *data, int count), void *data);
   int (*refresh_schema)(store_t *s, bool *tables_changed);
   bool (*schema_stale)(store_t *s); /* NULL: refreshes always look (false) */
+  int (*prepared)(store_t *s);      /* NULL: none (store_prepared_statements) */
 
   /* Reads */
   int (*get_record)(store_t *s, const store_table *t, const char *key, cJSON **row,

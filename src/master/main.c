@@ -10,6 +10,7 @@
 
 #include "common/config.h"
 #include "common/log.h"
+#include "common/store.h"
 #include "master/master.h"
 #include "worker/worker_ipc.h"
 
@@ -50,6 +51,7 @@ int main(int argc_given, char **argv_given) {
     return rc > 0 ? 0 : 2;
   }
   log_set_level(cfg.log_level);
+  store_pg_set_prepare(!cfg.db_no_prepare);
   if (cfg.worker_slot < 0 && cfg.allow_anonymous && !config_auth_enabled(&cfg) &&
       !config_host_is_loopback(cfg.listen_host))
     log_warn("serving a non-loopback address without authentication (--allow-anonymous): anyone "

@@ -13,7 +13,7 @@ import test, { after } from 'node:test';
 import assert from 'node:assert/strict';
 
 import { McpSession } from './lib/mcp.mjs';
-import { PG_MODE, dbTarget, pgHoldLock } from './lib/pg.mjs';
+import { PG_MODE, dbTarget, pgHoldLock, psql } from './lib/pg.mjs';
 import { request } from './lib/raw.mjs';
 import { startServer } from './lib/server.mjs';
 import { waitFor } from './lib/wait.mjs';
@@ -142,3 +142,43 @@ test('--db-readers 0: reads take turns on the lane, whose connection does not wa
   assert.equal((await request(srv.port, { path: '/Product/A-100' })).status, 200);
   await srv.stop();
 });
+
+// Statements a connection runs more than once are prepared (store_pg.c); a
+// schema change deallocates them, and --db-no-prepare runs every statement
+// unnamed (a pooler in transaction mode). Either way reads and writes
+// follow a column added and dropped by another client.
+for (const flags of [[], ['--db-no-prepare']]) {
+  test(`reads and writes follow a column added and dropped (${flags[0] || 'prepared statements'})`, { skip: !PG_MODE && 'PostgreSQL only' }, async () => {
+    const srv = await startServer({ args: ['--workers', '1', ...flags] });
+    servers.push(srv);
+    const json = { 'Content-Type': 'application/json', Accept: 'application/json' };
+    const get = (key) => request(srv.port, { path: `/Product/${key}`, headers: { Accept: 'application/json' } });
+    const patch = (key, body) => request(srv.port, { method: 'PATCH', path: `/Product/${key}`, headers: json, body: JSON.stringify(body) });
+    // Each statement runs three times: prepared from its second run on.
+    for (let i = 1; i <= 3; i++) {
+      assert.equal((await patch('B-200', { price_cents: 100 + i })).status, 200);
+      const r = await get('B-200');
+      assert.equal(r.status, 200, r.text);
+      assert.equal(r.json().price_cents, 100 + i);
+    }
+    const uri = dbTarget(srv.dbPath);
+    psql(uri, `ALTER TABLE "Product" ADD COLUMN colour text DEFAULT 'red'`);
+    // The schema is looked at every 500 ms: the column appears in the reads, and takes writes.
+    await waitFor(async () => (await get('A-100')).json().colour === 'red', { message: 'the new column read' });
+    await waitFor(async () => (await patch('B-200', { colour: 'blue' })).status === 200, { message: 'the new column written' });
+    assert.equal((await get('B-200')).json().colour, 'blue');
+    assert.equal((await get('B-200')).json().price_cents, 103);
+    psql(uri, 'ALTER TABLE "Product" DROP COLUMN colour');
+    await waitFor(async () => {
+      const r = await get('A-100');
+      return r.status === 200 && !('colour' in r.json());
+    }, { message: 'the column gone from the reads' });
+    for (let i = 1; i <= 2; i++) {
+      assert.equal((await patch('B-200', { price_cents: 200 + i })).status, 200);
+      assert.equal((await get('B-200')).json().price_cents, 200 + i);
+    }
+    const log = srv.stderr();
+    assert.doesNotMatch(log, /prepared statement|cached plan/, 'no statement failed for its preparation');
+    await srv.stop();
+  });
+}

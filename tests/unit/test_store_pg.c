@@ -958,6 +958,98 @@ static void test_reconnect(void) {
   store_close(s);
 }
 
+/* The Product count of the filters (col op value) and (col2 op2 value2), both numbers or texts. */
+static int64_t count_pair(store_t *s, const store_table *t, int k) {
+  static const char *const text_cols[] = {"name", "category", "sku"};
+  store_filter f[2] = {{store_column_index(t, text_cols[k % 3]), NULL, (store_op)(k / 3 % 8)},
+                       {store_column_index(t, "price_cents"), NULL, (store_op)(k / 24 % 6)}};
+  cJSON *v0 = cJSON_CreateString(f[0].op >= STORE_SW ? "A" : "B"), *v1 = cJSON_CreateNumber(900);
+  f[0].value = v0;
+  f[1].value = v1;
+  int64_t n = -1;
+  CHECK(store_count_where(s, t, f, 2, &n) == 0);
+  cJSON_Delete(v0);
+  cJSON_Delete(v1);
+  return n;
+}
+
+static void test_prepared(void) {
+  store_t *s = open_store();
+  const store_table *t = store_find_table(s, "Product");
+  cJSON *row = NULL;
+  int64_t version;
+  /* A statement is prepared the second time its text runs, and answers as before. */
+  int before = store_prepared_statements(s);
+  CHECK(store_get_record(s, t, "A-100", &row, &version) == 0);
+  char *unnamed = cJSON_PrintUnformatted(row);
+  cJSON_Delete(row);
+  CHECK_INT_EQ(store_prepared_statements(s), before);
+  for (int i = 0; i < 2; i++) {
+    CHECK(store_get_record(s, t, "A-100", &row, &version) == 0);
+    CHECK_INT_EQ(store_prepared_statements(s), before + 1);
+    char *named = cJSON_PrintUnformatted(row);
+    CHECK_STR_EQ(named, unnamed);
+    cJSON_free(named);
+    cJSON_Delete(row);
+  }
+  cJSON_free(unnamed);
+  CHECK(store_get_record(s, t, "Z-999", &row, &version) == -ENOENT);
+  CHECK_INT_EQ(store_prepared_statements(s), before + 1);
+  /*
+   * 144 texts (two filters each), each run twice and then once more: the
+   * connection keeps at most 128, the least recently used deallocated, and
+   * every run counts the same rows.
+   */
+  int64_t first[144];
+  for (int k = 0; k < 144; k++) {
+    first[k] = count_pair(s, t, k);
+    CHECK_INT_EQ(count_pair(s, t, k), first[k]);
+    CHECK(store_prepared_statements(s) <= 128);
+  }
+  CHECK_INT_EQ(store_prepared_statements(s), 128);
+  for (int k = 0; k < 144; k++) CHECK_INT_EQ(count_pair(s, t, k), first[k]);
+  /* One a hand can check: name = 'B' matches nothing; name >= 'B' and price > 900: Chisel, Dust
+   * pan... */
+  CHECK_INT_EQ(first[0], 0);
+  /* A schema change: the statements planned before it go, and reads see the new column. */
+  PGconn *c = client();
+  sql(c, "ALTER TABLE \"Product\" ADD COLUMN note text DEFAULT 'n'");
+  bool changed = false;
+  CHECK(store_schema_stale(s));
+  CHECK(store_refresh_schema(s, &changed) == 0);
+  CHECK(changed);
+  t = store_find_table(s, "Product");
+  CHECK(store_get_record(s, t, "A-100", &row, &version) == 0);
+  CHECK(store_prepared_statements(s) < 4);
+  CHECK_STR_EQ(cJSON_GetObjectItem(row, "note")->valuestring, "n");
+  cJSON_Delete(row);
+  sql(c, "ALTER TABLE \"Product\" DROP COLUMN note");
+  CHECK(store_schema_stale(s));
+  CHECK(store_refresh_schema(s, &changed) == 0);
+  t = store_find_table(s, "Product");
+  /* A connection made again holds none; its statements are prepared again. */
+  sql(c, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+         "WHERE datname = 'mcpsub' AND pid <> pg_backend_pid()");
+  CHECK(store_get_record(s, t, "A-100", &row, &version) == -ENOTCONN);
+  for (int i = 0; i < 2; i++) {
+    CHECK(store_get_record(s, t, "A-100", &row, &version) == 0);
+    CHECK(cJSON_GetObjectItem(row, "note") == NULL);
+    cJSON_Delete(row);
+  }
+  CHECK(store_prepared_statements(s) >= 1 && store_prepared_statements(s) < 4);
+  PQfinish(c);
+  store_close(s);
+  /* Off (mcpsubd --db-no-prepare): nothing is prepared, and everything answers. */
+  store_pg_set_prepare(false);
+  s = open_store();
+  t = store_find_table(s, "Product");
+  for (int k = 0; k < 3; k++) CHECK_INT_EQ(count_pair(s, t, k), first[k]);
+  for (int k = 0; k < 3; k++) CHECK_INT_EQ(count_pair(s, t, k), first[k]);
+  CHECK_INT_EQ(store_prepared_statements(s), 0);
+  store_close(s);
+  store_pg_set_prepare(true);
+}
+
 static void test_readonly(void) {
   store_t *s = NULL;
   char err[256];
@@ -1268,6 +1360,7 @@ int main(void) {
   RUN_TIMED(test_sessions);
   RUN_TIMED(test_prune);
   RUN_TIMED(test_reconnect);
+  RUN_TIMED(test_prepared);
   RUN_TIMED(test_readonly);
   RUN_TIMED(test_batch);
   stop_cluster();
