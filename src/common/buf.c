@@ -158,6 +158,19 @@ const char *buf_int_text(char text[BUF_INT_TEXT], long long v) {
   return p;
 }
 
+bool buf_parse_uint(const char *p, size_t len, uint64_t max, uint64_t *out) {
+  if (len == 0 || (len > 1 && p[0] == '0')) return false;
+  uint64_t v = 0;
+  for (size_t i = 0; i < len; i++) {
+    if (p[i] < '0' || p[i] > '9') return false;
+    unsigned d = (unsigned)(p[i] - '0');
+    if (v > (max - d) / 10) return false;
+    v = v * 10 + d;
+  }
+  *out = v;
+  return true;
+}
+
 void buf_append_int(buf_t *b, long long v) {
   char text[BUF_INT_TEXT];
   const char *p = buf_int_text(text, v);

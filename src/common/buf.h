@@ -7,7 +7,9 @@
 #define MCPSUB_BUF_H
 
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 typedef struct buf {
   char *data; /* NULL until the first append */
@@ -30,6 +32,12 @@ void buf_append_int(buf_t *b, long long v);
 #define BUF_INT_TEXT 24
 /* Writes v in decimal into text and returns where it starts (it ends at the NUL at the end). */
 const char *buf_int_text(char text[BUF_INT_TEXT], long long v);
+/*
+ * Reads the len bytes at p as buf_int_text writes a value from 0 to max:
+ * decimal digits, no sign, blank or leading zero (but "0"). false for
+ * anything else, or a greater value.
+ */
+bool buf_parse_uint(const char *p, size_t len, uint64_t max, uint64_t *out);
 /* Appends one byte; the common case (room left) is a store, not a call. */
 static inline void buf_append_byte(buf_t *b, char ch) {
   if (b->len + 2 > b->cap) buf_reserve(b, 1);

@@ -18,6 +18,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/buf.h"
+
 /* Backend-independent helpers ------------------------------------------------------ */
 
 void store_set_err(char *err, size_t errlen, const char *fmt, ...) {
@@ -82,15 +84,12 @@ char *store_json_key_text(const cJSON *v) {
  * each row has exactly one key text, the one the audit log records.
  */
 bool store_parse_int_key(const char *key, int64_t *out) {
-  const char *p = key;
-  if (*p == '-') p++;
-  if (*p < '0' || *p > '9' || (*p == '0' && (p[1] != '\0' || p != key))) return false;
-  for (const char *q = p; *q; q++)
-    if (*q < '0' || *q > '9') return false;
-  errno = 0;
-  long long v = strtoll(key, NULL, 10);
-  if (errno == ERANGE) return false;
-  *out = v;
+  bool negative = key[0] == '-';
+  const char *p = key + negative;
+  uint64_t v;
+  if (!buf_parse_uint(p, strlen(p), (uint64_t)INT64_MAX + negative, &v) || (negative && v == 0))
+    return false;
+  *out = negative ? -(int64_t)(v - 1) - 1 : (int64_t)v; /* INT64_MIN too */
   return true;
 }
 

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/buf.h"
 #include "common/mem.h"
 
 /*
@@ -218,28 +219,14 @@ bool frame_id_is(frame_ev e, const char *id, size_t len) {
   return len == id_len && memcmp(own, id, len) == 0;
 }
 
-/* Digits of a decimal number without sign or leading zeros (except "0"), at most 20. */
-static bool parse_decimal(const char *p, size_t len, uint64_t max, uint64_t *out) {
-  if (len == 0 || len > 20 || (len > 1 && p[0] == '0')) return false;
-  uint64_t v = 0;
-  for (size_t i = 0; i < len; i++) {
-    if (p[i] < '0' || p[i] > '9') return false;
-    unsigned d = (unsigned)(p[i] - '0');
-    if (v > (max - d) / 10) return false;
-    v = v * 10 + d;
-  }
-  *out = v;
-  return true;
-}
-
 int frame_id_parse(const char *id, size_t len, frame_pos *pos) {
   const char *dash = memchr(id, '-', len);
   if (dash == NULL || dash + 2 > id + len) return -EINVAL;
   uint64_t seq, n;
   char tag = dash[1];
   if (tag != 't' && tag != 's' && tag != 'r') return -EINVAL;
-  if (!parse_decimal(id, (size_t)(dash - id), INT64_MAX, &seq) ||
-      !parse_decimal(dash + 2, (size_t)(id + len - dash - 2), UINT64_MAX, &n))
+  if (!buf_parse_uint(id, (size_t)(dash - id), INT64_MAX, &seq) ||
+      !buf_parse_uint(dash + 2, (size_t)(id + len - dash - 2), UINT64_MAX, &n))
     return -EINVAL;
   *pos = (frame_pos){(int64_t)seq, tag, n};
   return 0;

@@ -97,15 +97,11 @@ size_t listen_subscriptions_of(const worker_t *w, const char *principal) {
   return n;
 }
 
-/* A position as this server writes it: decimal digits, nothing else, within a long long. */
+/* A position as this server writes it (buf_parse_uint), within a long long. */
 static bool listen_position(const char *text, long long *out) {
-  long long v = 0;
-  if (*text == '\0') return false;
-  for (const char *p = text; *p != '\0'; p++) {
-    if (*p < '0' || *p > '9' || v > (LLONG_MAX - (*p - '0')) / 10) return false;
-    v = v * 10 + (*p - '0');
-  }
-  *out = v;
+  uint64_t v;
+  if (!buf_parse_uint(text, strlen(text), LLONG_MAX, &v)) return false;
+  *out = (long long)v;
   return true;
 }
 

@@ -9,9 +9,11 @@
  * the templates (with completion of keys) are how a client finds them.
  */
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "common/buf.h"
 #include "common/jsonrpc.h"
 #include "common/mem.h"
 #include "common/strmap.h"
@@ -85,15 +87,17 @@ static bool resource_list_visible(const mcp_call *call, const store_table *table
   return auth_table_access(p, tables[(i - 1) / 2].name, AUTH_READ, &scope) == 0;
 }
 
-/* Cursors are "o<offset>"; anything else is an invalid cursor. */
+/* Cursors are "o<offset>", as this server writes them; anything else is an invalid cursor. */
 static int parse_cursor(const cJSON *params, long *offset) {
   const cJSON *cursor = cJSON_GetObjectItemCaseSensitive(params, "cursor");
   *offset = 0;
   if (cursor == NULL || cJSON_IsNull(cursor)) return 0;
-  if (!cJSON_IsString(cursor) || cursor->valuestring[0] != 'o') return -EINVAL;
-  char *end;
-  *offset = strtol(cursor->valuestring + 1, &end, 10);
-  return (*end != '\0' || *offset < 0 || end == cursor->valuestring + 1) ? -EINVAL : 0;
+  uint64_t v;
+  if (!cJSON_IsString(cursor) || cursor->valuestring[0] != 'o' ||
+      !buf_parse_uint(cursor->valuestring + 1, strlen(cursor->valuestring + 1), LONG_MAX, &v))
+    return -EINVAL;
+  *offset = (long)v;
+  return 0;
 }
 
 cJSON *resources_list(mcp_call *call) {

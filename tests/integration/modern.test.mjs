@@ -272,7 +272,7 @@ test('recovery extension: a new listen from a position gets one update per URI c
   assert.equal(l2.events()[3].json.params.uri, `${B}/StockEvent/952`);
   l2.conn.close();
   // A position is the digits this server wrote, nothing more, nothing less.
-  for (const bad of ['12abc', ' 12', '+5', '-1', '', '99999999999999999999', 12]) {
+  for (const bad of ['12abc', ' 12', '+5', '-1', '', '012', '99999999999999999999', 12]) {
     const msg = modern('subscriptions/listen', { notifications: { resourceSubscriptions: [`${B}/StockEvent`] } }, 'bad');
     msg.params._meta['io.mcpsub/after'] = bad;
     const res = await post(srv.port, msg);

@@ -73,6 +73,14 @@ test('resources/list pagination (--page-size 2) returns every resource exactly o
 test('resources/list with an invalid cursor -> -32602', async () => {
   const err = await s.error('resources/list', { cursor: 'definitely-not-a-cursor-%%%' });
   assert.equal(err.code, -32602);
+  // A cursor is what a page's nextCursor said ("o2" here), nothing near it.
+  const next = (await p.result('resources/list', {})).nextCursor;
+  assert.equal(next, 'o2');
+  assert.ok((await p.result('resources/list', { cursor: next })).resources.length > 0);
+  for (const bad of ['o', 'o 2', 'o+2', 'o02', 'o-0', 'o2 ', 'o99999999999999999999', 2]) {
+    const e = await p.error('resources/list', { cursor: bad });
+    assert.equal(e.code, -32602, `cursor ${JSON.stringify(bad)}`);
+  }
 });
 
 test('resources/templates/list has the record template', async () => {

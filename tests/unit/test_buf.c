@@ -3,6 +3,7 @@
  * invariant, printf formatting that exceeds the current capacity, JSON
  * string escaping, consume, reset and steal.
  */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -172,6 +173,34 @@ static void test_mem(void) {
   free(d);
 }
 
+/* Reads text with buf_parse_uint: 1 and the value in *v, or 0. */
+static int parse(const char *text, uint64_t max, uint64_t *v) {
+  return buf_parse_uint(text, strlen(text), max, v);
+}
+
+static void test_parse_uint(void) {
+  uint64_t v = 7;
+  CHECK(parse("0", 10, &v) && v == 0);
+  CHECK(parse("10", 10, &v) && v == 10);
+  CHECK(!parse("11", 10, &v));
+  CHECK(parse("9223372036854775807", INT64_MAX, &v) && v == INT64_MAX);
+  CHECK(!parse("9223372036854775808", INT64_MAX, &v));
+  CHECK(parse("18446744073709551615", UINT64_MAX, &v) && v == UINT64_MAX);
+  CHECK(!parse("18446744073709551616", UINT64_MAX, &v));
+  CHECK(!parse("184467440737095516150", UINT64_MAX, &v));
+  v = 7;
+  /* Only what buf_int_text writes: no blank, sign, leading zero or trailing byte. */
+  const char *bad[] = {"", " 5", "5 ", "+5", "-5", "05", "00", "5x", "0x10", "1e3", "٣"};
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) CHECK(!parse(bad[i], UINT64_MAX, &v));
+  CHECK_INT_EQ(v, 7); /* untouched by a failure */
+  /* len bounds the read: the digits before a byte that is not one. */
+  CHECK(buf_parse_uint("42-t", 2, 100, &v) && v == 42);
+  /* And it reads back what buf_int_text writes. */
+  char text[BUF_INT_TEXT];
+  for (long long x = 1; x > 0 && x <= INT64_MAX / 7; x = x * 7 + 3)
+    CHECK(parse(buf_int_text(text, x), INT64_MAX, &v) && v == (uint64_t)x);
+}
+
 int main(void) {
   RUN(test_init_and_append);
   RUN(test_growth);
@@ -181,5 +210,6 @@ int main(void) {
   RUN(test_reset_consume);
   RUN(test_steal);
   RUN(test_mem);
+  RUN(test_parse_uint);
   return 0;
 }
