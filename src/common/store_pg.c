@@ -533,7 +533,10 @@ static const pg_stmt *pg_stmt_for(pg_store *p, const char *sql, int n, PGresult 
     char q[48];
     pg_stmt_name(st, name);
     snprintf(q, sizeof(q), "DEALLOCATE %s", name);
-    if (!pg_roundtrip_quiet(p, q, timed_out)) return NULL;
+    if (!pg_roundtrip_quiet(p, q, timed_out)) {
+      p->stmts_discard = true; /* the server has lost track of ours: start again */
+      return NULL;
+    }
     free(st->sql);
     *st = p->stmts[--p->n_stmts];
     st = &p->stmts[p->n_stmts];
