@@ -808,6 +808,49 @@ test('--strict-subscribe: -32602 without an open GET stream; accepted once it is
   }
 });
 
+test('a turn of thousands of updates, the small turns after it, and another such turn: every session every change once, in order', async () => {
+  // 40 sessions, each its own filtered URI matching every TURN- row; one
+  // put_records of 250 rows is one transaction, read by the tailer in one
+  // batch: 10,000 updates the turns' fan-out holds at once (at least 4,500
+  // on either worker). A turn after it needs far fewer (one PUT), and the
+  // arrays of the first are freed; the third grows them again.
+  const keyOf = (i) => `TURN-${String(i).padStart(3, '0')}`;
+  for (let i = 0; i < 250; i++) await putProduct(keyOf(i), { price_cents: 1 });
+  const clients = [];
+  try {
+    for (let i = 0; i < 40; i++) {
+      const c = await client();
+      c.uri = `${B}/Product?sku=sw=TURN-&price_cents=ne=${-1 - i}`;
+      await subscribe(c, c.uri);
+      clients.push(c);
+    }
+    const bulk = async (cents) => {
+      const r = await clients[0].s.result('tools/call', {
+        name: 'put_records',
+        arguments: { table: 'Product', filter: 'sku=sw=TURN-', set: { price_cents: cents } },
+      });
+      assert.ok(!r.isError, JSON.stringify(r));
+    };
+    await bulk(2);
+    const single = await putProduct(keyOf(0), { price_cents: 3 });
+    await bulk(4);
+    const expected = 501;
+    for (const c of clients) await c.stream.waitUpdates(expected, c.uri, { timeoutMs: 15000 });
+    const seqsOf = (c) => c.stream.updates(c.uri).map((e) => idSeq(e.id));
+    const first = seqsOf(clients[0]);
+    assert.equal(first.length, expected, clients[0].stream.describe());
+    assert.ok(first.every((q, i) => i === 0 || q > first[i - 1]), `not in commit order: ${first.join(',')}`);
+    assert.equal(first[250], single, 'the single PUT between the two bulk writes');
+    const uris = clients[0].stream.updates(clients[0].uri).map((e) => e.json.params.uri);
+    for (let i = 0; i < 250; i++) {
+      assert.equal(uris.filter((u) => u === rec('Product', keyOf(i))).length, i === 0 ? 3 : 2, keyOf(i));
+    }
+    for (const c of clients) assert.equal(seqsOf(c).join(','), first.join(','), c.stream.describe());
+  } finally {
+    for (const c of clients) await closeClient(c);
+  }
+});
+
 test('teardown: a dropped stream connection ends the stream, not the session; its updates wait for the next GET', async () => {
   const c = await client();
   try {
