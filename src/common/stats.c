@@ -169,6 +169,10 @@ static uint64_t stats_reads_pending(const worker_stats *w, const slot_stats *slo
   return w->reads_pending;
 }
 
+static uint64_t stats_statements_prepared(const worker_stats *w, const slot_stats *slot) {
+  return w->statements_prepared;
+}
+
 static uint64_t stats_restarts(const worker_stats *w, const slot_stats *slot) {
   return slot != NULL ? slot->restarts : 0;
 }
@@ -226,6 +230,10 @@ static const stats_metric stats_metrics[] = {
      STATS_COUNTER, stats_reads_done},
     {"mcpsub_db_reads_pending", "Reads given to the reader connections and not answered yet.",
      STATS_GAUGE, stats_reads_pending},
+    {"mcpsub_db_statements_prepared_total",
+     "Statements the worker's PostgreSQL connections prepared (each text a connection runs "
+     "twice).",
+     STATS_COUNTER, stats_statements_prepared},
     {"mcpsub_worker_restarts_total", "Times the master restarted the slot's worker.", STATS_COUNTER,
      stats_restarts},
 };

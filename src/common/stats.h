@@ -86,6 +86,7 @@ typedef struct worker_stats {
   uint64_t lane_blocked;        /* ...calls from outside the lane (should stay 0) */
   uint64_t reads_done;          /* readers (PostgreSQL, reader.h): reads answered */
   uint64_t reads_pending;       /* ...given to them and not answered yet */
+  uint64_t statements_prepared; /* PostgreSQL: statements its connections prepared */
   uint64_t writes_forwarded;    /* record writes sent to the write home (forward.h) */
   uint64_t writes_taken;        /* ...made here for other workers (the write home) */
   stats_histogram notify_delay; /* commit -> its updates queued on their streams, per change */

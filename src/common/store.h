@@ -89,6 +89,8 @@ void store_set_busy_timeout(store_t *s, int ms);
 void store_pg_set_prepare(bool on);
 /* The statements s's connection holds prepared (PostgreSQL; 0 for SQLite, whose are its own). */
 int store_prepared_statements(store_t *s);
+/* Statements every PostgreSQL connection of this process has prepared, in all (a counter). */
+uint64_t store_pg_prepared_total(void);
 /* Replaces the waiting with fn (SQLite's busy handler contract: non-zero to try again). */
 void store_set_busy_handler(store_t *s, int (*fn)(void *data, int count), void *data);
 

@@ -222,6 +222,8 @@ typedef struct pg_stmt {
 
 /* Does a connection prepare the statements it runs more than once (store_pg_set_prepare)? */
 static bool pg_prepare = true;
+/* Statements this process's connections prepared (store_pg_prepared_total). */
+static atomic_uint_fast64_t pg_prepared_total;
 
 typedef struct pg_store {
   struct store base;
@@ -473,6 +475,10 @@ void store_pg_set_prepare(bool on) {
   pg_prepare = on;
 }
 
+uint64_t store_pg_prepared_total(void) {
+  return atomic_load_explicit(&pg_prepared_total, memory_order_relaxed);
+}
+
 static uint64_t pg_hash(const char *s) {
   uint64_t h = 14695981039346656037ULL; /* FNV-1a */
   for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ULL;
@@ -552,6 +558,7 @@ static const pg_stmt *pg_stmt_for(pg_store *p, const char *sql, int n, PGresult 
   PQclear(r);
   st->sql = mem_strdup(sql);
   p->n_stmts++;
+  atomic_fetch_add_explicit(&pg_prepared_total, 1, memory_order_relaxed);
   return st;
 }
 

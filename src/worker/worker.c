@@ -197,6 +197,7 @@ void worker_stats_collect(worker_t *w, worker_stats *st) {
   st->lane_queued = w->lane.queued;
   st->lane_blocked = w->lane.blocked;
   reader_counts(w->reader, &st->reads_done, &st->reads_pending);
+  st->statements_prepared = store_pg_prepared_total();
   st->connections_refused = http_server_refused(w->http);
   st->requests_refused = w->auth.denied + w->limits.refused;
   for (session_t *s = w->sessions.streams; s != NULL; s = s->stream_next)

@@ -179,6 +179,11 @@ for (const flags of [[], ['--db-no-prepare']]) {
     }
     const log = srv.stderr();
     assert.doesNotMatch(log, /prepared statement|cached plan/, 'no statement failed for its preparation');
+    // The worker says how many it prepared: some, a bounded number, or none when told not to.
+    const metrics = (await request(srv.port, { path: '/metrics', timeoutMs: 2000 })).text;
+    const prepared = Number(/mcpsub_db_statements_prepared_total\{worker="0"\} (\d+)/.exec(metrics)?.[1]);
+    if (flags.length === 0) assert.ok(prepared > 0 && prepared < 200, `prepared ${prepared}`);
+    else assert.equal(prepared, 0, metrics);
     await srv.stop();
   });
 }

@@ -57,6 +57,7 @@ static void two_workers(worker_stats w[2], slot_stats s[2]) {
                         .lane_queued = 2,
                         .reads_done = 41,
                         .reads_pending = 3,
+                        .statements_prepared = 17,
                         .writes_forwarded = 12};
   s[0] = (slot_stats){.restarts = 1, .alive = 1};
   s[1] = (slot_stats){.restarts = 0, .alive = 0};
@@ -191,6 +192,11 @@ static void test_prometheus_two_workers_exact(void) {
       "# TYPE mcpsub_db_reads_pending gauge\n"
       "mcpsub_db_reads_pending{worker=\"0\"} 0\n"
       "mcpsub_db_reads_pending{worker=\"1\"} 3\n"
+      "# HELP mcpsub_db_statements_prepared_total Statements the worker's PostgreSQL connections "
+      "prepared (each text a connection runs twice).\n"
+      "# TYPE mcpsub_db_statements_prepared_total counter\n"
+      "mcpsub_db_statements_prepared_total{worker=\"0\"} 0\n"
+      "mcpsub_db_statements_prepared_total{worker=\"1\"} 17\n"
       "# HELP mcpsub_worker_restarts_total Times the master restarted the slot's worker.\n"
       "# TYPE mcpsub_worker_restarts_total counter\n"
       "mcpsub_worker_restarts_total{worker=\"0\"} 1\n"
@@ -241,8 +247,8 @@ static void test_prometheus_help_type_once(void) {
     }
     line = end + 1;
   }
-  CHECK_INT_EQ(families, 29);
-  CHECK_INT_EQ(count_occurrences(text, "# HELP "), 29);
+  CHECK_INT_EQ(families, 30);
+  CHECK_INT_EQ(count_occurrences(text, "# HELP "), 30);
   free(text);
 }
 
@@ -305,7 +311,7 @@ static void test_prometheus_without_slots(void) {
 /* No worker reported yet: the families, no sample but build_info, still valid text. */
 static void test_prometheus_no_workers(void) {
   char *text = render(NULL, NULL, 0);
-  CHECK_INT_EQ(count_occurrences(text, "# TYPE "), 29);
+  CHECK_INT_EQ(count_occurrences(text, "# TYPE "), 30);
   CHECK(strstr(text, "mcpsub_build_info{") != NULL);
   CHECK(strstr(text, "{worker=\"0\"}") == NULL);
   free(text);
