@@ -6,11 +6,13 @@
  */
 #include "worker/worker_ipc.h"
 
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "common/buf.h"
 #include "common/ipc.h"
 #include "common/log.h"
 #include "common/mem.h"
@@ -247,12 +249,13 @@ static void worker_peer_on_eof(ipc_channel_t *ch, void *data) {
  */
 static void worker_ipc_on_peer(worker_ipc_t *wi, ipc_msg *msg) {
   worker_t *w = &wi->w;
-  char text[33];
-  unsigned slot, generation;
-  size_t n = msg->len < sizeof(text) - 1 ? msg->len : sizeof(text) - 1;
-  memcpy(text, msg->payload, n);
-  text[n] = '\0';
-  bool mine = sscanf(text, "%u %u", &slot, &generation) == 2 && slot > 0 && slot < w->n_slots &&
+  /* "<slot> <generation>", as the master writes them */
+  const char *text = msg->payload, *space = memchr(text, ' ', msg->len);
+  uint64_t s = 0, g = 0;
+  bool parsed = space != NULL && buf_parse_uint(text, (size_t)(space - text), UINT_MAX, &s) &&
+                buf_parse_uint(space + 1, msg->len - (size_t)(space + 1 - text), UINT_MAX, &g);
+  unsigned slot = (unsigned)s, generation = (unsigned)g;
+  bool mine = parsed && slot > 0 && slot < w->n_slots &&
               (w->slot == 0 || (slot == w->slot && generation == w->generation));
   if (!mine || w->closing) {
     if (!mine) log_warn("ipc: malformed channel to another worker");
