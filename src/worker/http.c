@@ -593,17 +593,7 @@ static void conn_on_stream_write(uv_write_t *req, int status) {
   if (c->out.len > 0) conn_flush(c);
 }
 
-/*
- * Writes everything c queued during this loop turn (responses, stream
- * bytes), as one write.
- * The socket is offered the bytes at once (uv_try_write): what it takes is
- * done with, no request, no callback; only what it leaves is queued with
- * uv_write. While such a write is in flight, new bytes wait in out and go
- * when it completes; only a closing connection writes a second buffer
- * concurrently (its FIN must follow every byte).
- */
-/* Offers len bytes to the socket: how many it took, or -1 when it failed (the connection closed).
- */
+/* Offers len bytes to the socket: how many it took; -1 when it failed (the connection closed). */
 static ssize_t conn_try_write(http_conn_t *c, const char *data, size_t len) {
   uv_buf_t now = uv_buf_init((char *)(uintptr_t)data, (unsigned int)len);
   int took = uv_try_write((uv_stream_t *)&c->tcp, &now, 1);
@@ -614,6 +604,15 @@ static ssize_t conn_try_write(http_conn_t *c, const char *data, size_t len) {
   return took > 0 ? took : 0;
 }
 
+/*
+ * Writes everything c queued during this loop turn (responses, stream
+ * bytes), as one write.
+ * The socket is offered the bytes at once (uv_try_write): what it takes is
+ * done with, no request, no callback; only what it leaves is queued with
+ * uv_write. While such a write is in flight, new bytes wait in out and go
+ * when it completes; only a closing connection writes a second buffer
+ * concurrently (its FIN must follow every byte).
+ */
 static void conn_flush(http_conn_t *c) {
   if (c->out.len == 0 || c->handle_closing) return;
   if (c->stream_writing) {
