@@ -42,6 +42,26 @@ void listen_deliver(listen_stream *l, const char *head, size_t head_len) {
   l->w->sessions.frames_sent++;
 }
 
+void listen_deliver_run(listen_stream *l, buf_t *run, const char *heads, const size_t *ends,
+                        size_t from, size_t n) {
+  static const char tail[] = "}}}\n\n";
+  buf_reset(run);
+  for (size_t i = from; i < n; i++) {
+    size_t start = i == 0 ? 0 : ends[i - 1], len = ends[i] - start;
+    buf_reserve(run, len + l->id_len + sizeof(tail) - 1);
+    char *p = run->data + run->len;
+    memcpy(p, heads + start, len);
+    memcpy(p + len, l->id_json, l->id_len);
+    memcpy(p + len + l->id_len, tail, sizeof(tail) - 1);
+    run->len += len + l->id_len + sizeof(tail) - 1;
+  }
+  if (http_stream_takes(l->conn, run->len))
+    http_stream_send(l->conn, run->data, run->len);
+  else /* cut at its bound (or gone, or closing): as the events one by one would be */
+    listen_write(l, run->data, run->len);
+  l->w->sessions.frames_sent += n - from;
+}
+
 /* Unsubscribes everything and unlinks the stream; its connection is closing or closed. */
 static void listen_free(listen_stream *l) {
   worker_t *w = l->w;
@@ -253,6 +273,7 @@ void listen_lists_changed(worker_t *w, unsigned what) {
        "data: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/resources/"
        "list_changed\",\"params\":{\"_meta\":{\"" META_SUBSCRIPTION_ID "\":"},
   };
+  subs_turn_settle(w); /* after the updates before it */
   for (listen_stream *l = w->listens; l != NULL; l = l->next)
     for (size_t i = 0; i < ARRAY_LEN(kinds); i++)
       if ((what & kinds[i].bit) && (l->lists & kinds[i].bit))
@@ -273,6 +294,7 @@ static void listen_end(listen_stream *l) {
   static const char head[] = "data: {\"jsonrpc\":\"2.0\",\"id\":";
   static const char result[] =
       ",\"result\":{\"resultType\":\"complete\",\"_meta\":{\"" META_SUBSCRIPTION_ID "\":";
+  subs_turn_settle(l->w); /* the updates before it go first */
   listen_write(l, head, sizeof(head) - 1);
   listen_write(l, l->id_json, l->id_len);
   listen_write_event(l, result, sizeof(result) - 1, "}}}\n\n");

@@ -20,10 +20,13 @@
  *     the server ends it — its credential stops working, or a drain —
  *     with the listen request's result.
  *
- * Per update, a listen stream costs three writes into its output buffer
- * (the event's head, shared by every listen stream of the topic and
- * formatted once per change; its own id; the tail): no allocation per
- * subscriber.
+ * Per update, a listen stream costs three copies (the event's head, shared
+ * by every listen stream of the topic and formatted once per change; its
+ * own id; the tail): no allocation per subscriber. A stream whose only
+ * subscription is to a topic the turn's fan-out takes (subscriptions.c)
+ * gets its updates of a loop turn at once, put together in one hot buffer
+ * and handed to the socket (listen_deliver_run); others, change by change,
+ * into the stream's output buffer, written at the turn's end.
  */
 #ifndef MCPSUB_LISTEN_H
 #define MCPSUB_LISTEN_H
@@ -78,6 +81,13 @@ void listen_append_id_key(buf_t *b);
  * listen stream it goes to), the stream's own id, and the end of the event.
  */
 void listen_deliver(listen_stream *l, const char *head, size_t head_len);
+/*
+ * Writes the events whose heads (as listen_deliver takes them) lie end to
+ * end in heads, head i ending at ends[i], from head `from` to head n - 1:
+ * put together with the stream's id in run, and handed to the socket now.
+ */
+void listen_deliver_run(listen_stream *l, buf_t *run, const char *heads, const size_t *ends,
+                        size_t from, size_t n);
 
 /* Subscriptions of principal's listen streams on this worker (for --limit-subscriptions). */
 size_t listen_subscriptions_of(const worker_t *w, const char *principal);

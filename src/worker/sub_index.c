@@ -437,8 +437,8 @@ sub_t *sub_index_add(sub_index *idx, const char *key, const char *uri, const uri
   if (t->subs != NULL) t->subs->topic_prev = s;
   t->subs = s;
   t->n_subs++;
-  sub_topic_recount(t);
   if (owner->kind == SUB_OWNER_SESSION) t->n_session_subs++;
+  sub_topic_recount(t);
   idx->n_subs++;
   return s;
 }

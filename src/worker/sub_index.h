@@ -59,6 +59,8 @@ struct sub_topic {
   uint32_t uri_json_len;
   /* n_alone == n_subs (below), here where a change reads it: the turn's fan-out may take it. */
   bool sole_owners;
+  /* n_session_subs (below), 2 for more: what the turn's fan-out makes of an update for them. */
+  uint8_t few_session_subs;
   /* Its updates' id end and JSON after the record URI (frame_create_tail): a sole subscriber's
    * half. */
   frame_t *tail;
@@ -79,14 +81,15 @@ struct sub_topic {
   char *uri; /* exactly as subscribed */
   size_t n_session_subs; /* of its subscribers, those owned by sessions */
   size_t n_subs;
-  size_t n_alone;      /* of its subscribers, those their session's only one (subscriptions.c) */
+  size_t n_alone;      /* of its subscribers, those their stream's only one (subscriptions.c) */
   uint32_t turn_index; /* + 1: where the turn's fan-out keeps it (subscriptions.c), or 0 */
   uint64_t busy_mark;  /* notified at the last {"cmd":"subs","busiest":N} (worker_ctl.c) */
 };
 
-/* Sets sole_owners after n_subs or n_alone changed. */
+/* Sets sole_owners and few_session_subs after n_subs, n_session_subs or n_alone changed. */
 static inline void sub_topic_recount(sub_topic *t) {
   t->sole_owners = t->n_subs > 0 && t->n_alone == t->n_subs;
+  t->few_session_subs = (uint8_t)(t->n_session_subs < 2 ? t->n_session_subs : 2);
 }
 
 struct sub {

@@ -280,14 +280,34 @@ static void format_updated(buf_t *b, const char *uri, const char *subscribed) {
 
 /* An update's head for listen streams (listen_deliver): its change's audit position in _meta. */
 static void format_listen_meta(buf_t *b, int64_t seq) {
-  buf_printf(b, ",\"_meta\":{\"" LISTEN_META_POSITION "\":\"%lld\"", (long long)seq);
+  buf_append_str(b, ",\"_meta\":{\"" LISTEN_META_POSITION "\":\"");
+  buf_append_int(b, seq);
+  buf_append(b, "\"", 1);
   listen_append_id_key(b);
+}
+
+/* A topic's listen head for a change (listen_deliver's head), from its record URI as JSON. */
+static void format_listen_head(buf_t *b, const char *record_json, size_t record_len,
+                               const sub_topic *t, int64_t seq) {
+  buf_append(b, "data: ", 6);
+  format_updated_open_json(b, record_json, record_len, t->uri_json, t->uri_json_len);
+  format_listen_meta(b, seq);
 }
 
 static void format_listen_updated(buf_t *b, const char *uri, const char *subscribed, int64_t seq) {
   buf_append_str(b, "data: ");
   format_updated_open(b, uri, subscribed);
   format_listen_meta(b, seq);
+}
+
+/* The first of a stream owner's subscriptions (its own list); NULL for a waiter. */
+static sub_t *owner_first(sub_owner *o) {
+  switch (o->kind) {
+  case SUB_OWNER_SESSION: return ((session_t *)o)->subs;
+  case SUB_OWNER_LISTEN: return ((listen_stream *)o)->subs;
+  case SUB_OWNER_WAITER: break;
+  }
+  return NULL;
 }
 
 /* The hold queue of a subscription's owner (debounce.h); NULL for a waiter. */
@@ -330,20 +350,23 @@ static frame_t *change_head_of(frame_t **head, const buf_t *record_json, int64_t
 }
 
 /* The topic's update of a change as a whole frame: format_updated's, put together in the frame. */
-static frame_t *topic_frame(worker_t *w, sub_topic *t, const buf_t *record_json, int64_t seq) {
+static frame_t *topic_frame(sub_topic *t, const buf_t *record_json, int64_t seq) {
   frame_part parts[] = {{updated_head, sizeof(updated_head) - 1},
                         {record_json->data, record_json->len},
                         {updated_mid, sizeof(updated_mid) - 1},
                         {t->uri_json, t->uri_json_len},
                         {"}}", 2}};
-  w->notifications++;
-  t->notified++;
   return frame_create_tagged(seq, &t->tag, parts, ARRAY_LEN(parts));
 }
 
-/* Starts loading what delivering to o will read, when o is a session (session_prefetch). */
+/* Starts loading what delivering to o will read: a session's (session_prefetch), a stream's. */
 static void owner_prefetch(const sub_owner *o) {
-  if (o->kind == SUB_OWNER_SESSION) session_prefetch((const session_t *)o);
+  if (o->kind == SUB_OWNER_SESSION) {
+    session_prefetch((const session_t *)o);
+  } else if (o->kind == SUB_OWNER_LISTEN) {
+    const listen_stream *l = (const listen_stream *)o;
+    if (l->conn != NULL) http_stream_prefetch(l->conn);
+  }
 }
 
 /* The subscriber n after s in its topic's list, or NULL. */
@@ -419,17 +442,18 @@ static void subs_send_topic(worker_t *w, sub_topic *t, const char *record_uri,
                                (frame_ev){change_head_of(change_head, record_json, seq), t->tail});
         break;
       }
-      if (f == NULL) f = topic_frame(w, t, record_json, seq);
+      if (f == NULL) {
+        f = topic_frame(t, record_json, seq);
+        w->notifications++;
+        t->notified++;
+      }
       session_deliver_unheld((session_t *)sub->owner, frame_whole(f));
       break;
     case SUB_OWNER_LISTEN:
       if (head == NULL) {
         head = &w->fmt_head;
         buf_reset(head);
-        buf_append(head, "data: ", 6);
-        format_updated_open_json(head, record_json->data, record_json->len, t->uri_json,
-                                 t->uri_json_len);
-        format_listen_meta(head, seq);
+        format_listen_head(head, record_json->data, record_json->len, t, seq);
         w->notifications++;
         t->notified++;
       }
@@ -444,31 +468,39 @@ static void subs_send_topic(worker_t *w, sub_topic *t, const char *record_uri,
 /* The turn's fan-out ------------------------------------------------------------ */
 
 /*
- * A topic whose subscribers are all sessions holding no other subscription,
- * and which neither debounce nor coalescing holds back, is not delivered
- * change by change: its updates of the loop turn are kept (w->turn), and
- * at the turn's end, after the turn's responses, each subscriber is given
- * all of them at once and its stream hands them to the socket right away
- * (session_deliver_now). Change by change, every subscriber's session, ring
- * and stream were fetched once per change, and every stream's buffer was
- * filled before any was written, so that the kernel's copy of the bytes
- * found them out of every cache (9% of a worker at 10,000 sessions, 1% for
- * the kernel ceiling's one hot buffer). Here each subscriber is fetched once
- * a turn, and the buffer its stream is written from is hot: for a topic of
- * several subscribers, the topic's updates laid end to end once
- * (turn_lay_out), which a stream with nothing queued is written from
- * without a copy of its own; for a sole subscriber, the spare output
- * buffer the stream before gave back.
+ * A topic whose subscribers are all streams holding no other subscription
+ * (sessions and listen streams), and which neither debounce nor coalescing
+ * holds back, is not delivered change by change: its updates of the loop
+ * turn are kept (w->turn), and at the turn's end, after the turn's
+ * responses, each subscriber is given all of them at once and its stream
+ * hands them to the socket right away (session_deliver_now). Change by
+ * change, every subscriber's session, ring and stream were fetched once
+ * per change, and every stream's buffer was filled before any was written,
+ * so that the kernel's copy of the bytes found them out of every cache (9%
+ * of a worker at 10,000 sessions, 1% for the kernel ceiling's one hot
+ * buffer). Here each subscriber is fetched once a turn, and the buffer its
+ * stream is written from is hot: for a topic of several sessions, the
+ * topic's updates laid end to end once (turn_lay_out), which a stream with
+ * nothing queued is written from without a copy of its own; for a sole
+ * session, the spare output buffer the stream before gave back. A listen
+ * stream's events differ from the topic's other listen streams' only by its
+ * id: the topic's listen heads are laid end to end once
+ * (turn_lay_out_listen), and each stream's events are put together from
+ * them in one hot buffer (w->turn.run) and written at once
+ * (listen_deliver_run). Change by change, listen streams cost 1.3 to 1.6
+ * times the CPU of GET streams per notification (BENCHMARKS.md).
  *
- * Commit order holds: such a session has no other subscription whose
- * updates could pass these, and whatever else would deliver to a session,
- * read its ring, or change a topic's subscribers settles the turn first
- * (subs_turn_settle; for sessions, through the registry's hook). So does a
- * turn that reaches TURN_MAX updates, which bounds what one holds (52
- * bytes an update: 27 MB). It is that large because a change reaches every
- * topic it matches: at 10,000 distinct topics 32,768 updates were three
- * changes, and a stream written three frames at a time costs the kernel
- * six times what one written thirty at a time does (BENCHMARKS.md).
+ * Commit order holds: such a stream has no other subscription whose
+ * updates could pass these, and whatever else would deliver to it, read a
+ * session's ring, or change a topic's subscribers settles the turn first
+ * (subs_turn_settle; for sessions, through the registry's hook; for listen
+ * streams, their list changes, ends, recoveries and ended subscriptions).
+ * So does a turn that reaches TURN_MAX updates, which bounds what one
+ * holds (52 bytes an update: 27 MB). It is that large because a change
+ * reaches every topic it matches: at 10,000 distinct topics 32,768 updates
+ * were three changes, and a stream written three frames at a time costs
+ * the kernel six times what one written thirty at a time does
+ * (BENCHMARKS.md).
  */
 #define TURN_MAX 524288
 /* Arrays for more updates than this are freed by a turn that uses less than an eighth of them. */
@@ -550,7 +582,9 @@ static void turn_hold(worker_t *w, sub_topic *t, frame_ev e, const char *record_
     w->turn.uri_at = (uint32_t)w->turn.uris.len;
     buf_append(&w->turn.uris, record_uri, strlen(record_uri) + 1);
   }
-  if (e.tail == NULL) {
+  if (e.f == NULL) {
+    /* listen streams alone: their heads are laid out at the turn's end */
+  } else if (e.tail == NULL) {
     frame_ref(e.f);
   } else if (w->turn.n_heads == 0 || w->turn.heads[w->turn.n_heads - 1] != e.f) {
     if (w->turn.n_heads == w->turn.heads_cap) {
@@ -569,10 +603,6 @@ static void turn_hold(worker_t *w, sub_topic *t, frame_ev e, const char *record_
  * kernel ceiling writes its streams, rather than from a copy of its own.
  */
 static void turn_lay_out(worker_t *w, const frame_ev *events, size_t n) {
-  if (n > w->turn.ends_cap) {
-    w->turn.ends_cap = n;
-    w->turn.ends = mem_realloc(w->turn.ends, n * sizeof(*w->turn.ends));
-  }
   buf_reset(&w->turn.bytes);
   for (size_t i = 0; i < n; i++) {
     frame_part p[FRAME_MAX_PIECES];
@@ -586,21 +616,51 @@ static void turn_lay_out(worker_t *w, const frame_ev *events, size_t n) {
   }
 }
 
+/*
+ * Lays t's listen heads for its n updates (order: their index in
+ * w->turn.updates) end to end in w->turn.listen_heads, their ends in
+ * w->turn.listen_ends: once for all of the topic's listen streams.
+ */
+static void turn_lay_out_listen(worker_t *w, const sub_topic *t, const uint32_t *order, size_t n) {
+  buf_t *b = &w->turn.listen_heads, *json = &w->fmt_uri;
+  buf_reset(b);
+  for (size_t i = 0; i < n; i++) {
+    const turn_update *u = &w->turn.updates[order[i]];
+    const char *record_uri = w->turn.uris.data + u->uri;
+    buf_reset(json);
+    buf_append_json_string(json, record_uri, strlen(record_uri));
+    format_listen_head(b, json->data, json->len, t, u->seq);
+    w->turn.listen_ends[i] = b->len;
+  }
+}
+
 /* Gives every subscriber of t its n updates, w->turn.events[at] on (w->turn.order: their index). */
 static void turn_deliver_topic(worker_t *w, sub_topic *t, size_t at, size_t n) {
   const frame_ev *events = w->turn.events + at;
   const uint32_t *order = w->turn.order + at;
-  bool laid_out = t->n_subs > 1;
+  if (n > w->turn.ends_cap) {
+    w->turn.ends_cap = n;
+    w->turn.ends = mem_realloc(w->turn.ends, n * sizeof(*w->turn.ends));
+    w->turn.listen_ends = mem_realloc(w->turn.listen_ends, n * sizeof(*w->turn.listen_ends));
+  }
+  bool laid_out = t->n_session_subs > 1;
   if (laid_out) turn_lay_out(w, events, n);
+  if (t->n_subs > t->n_session_subs) turn_lay_out_listen(w, t, order, n);
   subs_ahead ahead = subs_ahead_start(t->subs); /* as in subs_send_topic */
   for (sub_t *sub = t->subs; sub != NULL; sub = sub->topic_next) {
     subs_ahead_step(&ahead);
-    session_t *s = (session_t *)sub->owner;
     /* omitCurrent: the updates after its since_seq, a suffix (they are in commit order). */
     size_t from = 0;
     while (from < n && w->turn.updates[order[from]].seq <= sub->since_seq) from++;
     if (from == n) continue;
-    if (s->held.head == NULL) {
+    hold_queue *q = owner_queue(sub->owner);
+    if (q->head == NULL && sub->owner->kind == SUB_OWNER_LISTEN) {
+      listen_deliver_run((listen_stream *)sub->owner, &w->turn.run, w->turn.listen_heads.data,
+                         w->turn.listen_ends, from, n);
+      continue;
+    }
+    session_t *s = (session_t *)sub->owner;
+    if (q->head == NULL) {
       if (laid_out) {
         size_t off = from == 0 ? 0 : w->turn.ends[from - 1];
         session_deliver_bytes(s, events + from, n - from, w->turn.bytes.data + off,
@@ -613,7 +673,7 @@ static void turn_deliver_topic(worker_t *w, sub_topic *t, size_t at, size_t n) {
     /* Behind updates debounce holds: into its queue, in order (debounce.h). */
     for (size_t i = from; i < n; i++) {
       const turn_update *u = &w->turn.updates[order[i]];
-      hold_add(w, &s->held, sub, w->turn.uris.data + u->uri, u->seq);
+      hold_add(w, q, sub, w->turn.uris.data + u->uri, u->seq);
     }
   }
 }
@@ -624,10 +684,12 @@ static void turn_arrays_free(worker_t *w) {
   free(w->turn.events);
   free(w->turn.order);
   free(w->turn.ends);
+  free(w->turn.listen_ends);
   w->turn.updates = NULL;
   w->turn.events = NULL;
   w->turn.order = NULL;
   w->turn.ends = NULL;
+  w->turn.listen_ends = NULL;
   w->turn.cap = w->turn.ends_cap = 0;
 }
 
@@ -656,7 +718,10 @@ void subs_turn_settle(worker_t *w) {
   for (size_t i = 0; i < n; i++)
     if (w->turn.updates[i].e.tail == NULL) frame_unref(w->turn.updates[i].e.f);
   for (size_t i = 0; i < w->turn.n_heads; i++) frame_unref(w->turn.heads[i]);
-  if (w->turn.bytes.cap > TURN_BYTES_KEEP) buf_finish(&w->turn.bytes);     /* a burst's, not kept */
+  /* A burst's, not kept. */
+  if (w->turn.bytes.cap > TURN_BYTES_KEEP) buf_finish(&w->turn.bytes);
+  if (w->turn.listen_heads.cap > TURN_BYTES_KEEP) buf_finish(&w->turn.listen_heads);
+  if (w->turn.run.cap > TURN_BYTES_KEEP) buf_finish(&w->turn.run);
   if (w->turn.cap > TURN_KEEP && n < w->turn.cap / 8) turn_arrays_free(w); /* a burst's */
   w->turn.n = w->turn.n_topics = w->turn.n_heads = 0;
   w->turn.settling = false;
@@ -717,14 +782,17 @@ static void subs_on_change(const store_audit_row *row, void *data) {
       continue;
     if (!turn_takes(w, t)) {
       subs_send_topic(w, t, record_uri, record_json, row->seq, &change_head);
-    } else if (t->n_subs == 1) { /* a sole subscriber: its pair, as subs_send_topic gives it */
+    } else {
+      /* For sessions: a sole one's pair, as subs_send_topic gives it, or a whole frame. */
+      frame_t *f = NULL;
+      frame_ev e = {NULL, NULL}; /* listen streams alone (turn_hold) */
+      if (t->few_session_subs == 1)
+        e = (frame_ev){change_head_of(&change_head, record_json, row->seq), t->tail};
+      else if (t->few_session_subs == 2)
+        e = frame_whole(f = topic_frame(t, record_json, row->seq));
       w->notifications++;
       t->notified++;
-      turn_hold(w, t, (frame_ev){change_head_of(&change_head, record_json, row->seq), t->tail},
-                record_uri, row->seq);
-    } else {
-      frame_t *f = topic_frame(w, t, record_json, row->seq);
-      turn_hold(w, t, frame_whole(f), record_uri, row->seq);
+      turn_hold(w, t, e, record_uri, row->seq);
       frame_unref(f);
     }
   }
@@ -780,8 +848,8 @@ static void owner_unsubscribe(worker_t *w, sub_t **slot, size_t *n) {
   sub_t *sub = *slot;
   *slot = sub->owner_next;
   (*n)--;
-  if (sub->owner->kind == SUB_OWNER_SESSION && *n <= 1) {
-    sub_t *left = ((session_t *)sub->owner)->subs; /* the other one, when one is left */
+  if (*n <= 1) {
+    sub_t *left = owner_first(sub->owner); /* the other one, when one is left */
     if (*n == 0) sub->topic->n_alone--;
     if (*n == 1) left->topic->n_alone++;
     sub_topic_recount(sub->topic);
@@ -804,7 +872,7 @@ sub_t *subs_owner_add(worker_t *w, sub_owner *o, sub_t **head, size_t *n, const 
   sub_t *sub = sub_index_add(&w->subs, k.data, uri, u, o, since);
   buf_finish(&k);
   if (d != NULL) sub->topic->debounce = *d;
-  if (o->kind == SUB_OWNER_SESSION && *n <= 1) {
+  if (*n <= 1) {
     if (*n == 0) sub->topic->n_alone++;
     if (*n == 1) (*head)->topic->n_alone--; /* no longer its session's only one */
     sub_topic_recount(sub->topic);
@@ -957,6 +1025,7 @@ static void subs_tell_session(session_t *s, void *data) {
 static void subs_on_schema_change(void *data) {
   worker_t *w = data;
   log_info("exported tables changed");
+  subs_turn_settle(w); /* the ends below come after the updates before them */
   /* Subscriptions to what is gone end visibly, before the list says it changed. */
   session_registry_foreach(&w->sessions, subs_end_gone_session, w);
   subs_end_gone_listens(w);
@@ -991,6 +1060,8 @@ void subs_init(worker_t *w) {
   buf_init(&w->fmt_head);
   buf_init(&w->turn.uris);
   buf_init(&w->turn.bytes);
+  buf_init(&w->turn.listen_heads);
+  buf_init(&w->turn.run);
   strmap_init(&w->coalesce);
   tailer_init(&w->tailer, w->loop, w->store, &w->lane, w->cfg->db_path, &subs_tailer_ops, w);
   uv_timer_init(w->loop, &w->coalesce_timer);
@@ -1029,6 +1100,8 @@ void subs_finish(worker_t *w) {
   free(w->turn.heads);
   buf_finish(&w->turn.uris);
   buf_finish(&w->turn.bytes);
+  buf_finish(&w->turn.listen_heads);
+  buf_finish(&w->turn.run);
   tailer_finish(&w->tailer);
   sub_index_finish(&w->subs);
 }
@@ -1562,6 +1635,7 @@ static bool recover_read(recover_ctx *ctx, int64_t after) {
 static void subs_recover(worker_t *w, const recover_sink *sink, frame_pos after, bool inclusive) {
   if (sink->subs == NULL) return;
   /* Held updates go out first: a resumption must not overtake them. */
+  subs_turn_settle(w);
   subs_flush_held(w);
   recover_ctx ctx = {.w = w,
                      .sink = sink,

@@ -86,7 +86,11 @@ typedef struct worker {
     buf_t uris;   /* the record URIs of their changes, each once, NUL-ended */
     buf_t bytes;  /* a topic's updates' frames end to end, sent to each of its subscribers */
     size_t *ends; /* where each of those frames ends in bytes */
-    size_t ends_cap;
+    /* A topic's listen heads end to end (listen_deliver_run), and where each ends. */
+    buf_t listen_heads;
+    size_t *listen_ends;
+    size_t ends_cap; /* (of ends and listen_ends) */
+    buf_t run;       /* one listen stream's events, put together from listen_heads */
     int64_t uri_seq; /* the change whose URI is last in uris */
     uint32_t uri_at;
     bool settling;

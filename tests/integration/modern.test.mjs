@@ -232,6 +232,65 @@ test('a raw listen stream: the acknowledgement first with its position, no id: l
   assert.equal(l.events().length, n);
 });
 
+test('bulk writes to listen streams that share a topic, own one, or hold two URIs, beside a 2025 session: every change once, in commit order, each with its own id', async () => {
+  // Streams whose only subscription is the topic get a loop turn's updates at once; the stream
+  // of two URIs gets them change by change; the session on the shared topic makes it mixed.
+  const B = srv.base;
+  const keyOf = (i) => `LST-${String(i).padStart(3, '0')}`;
+  for (let i = 0; i < 100; i++) await rest(srv.port, 'PUT', `/Product/${keyOf(i)}`, product(keyOf(i), { price_cents: 1 }));
+  const shared = `${B}/Product?sku=sw=LST-`;
+  const streams = [];
+  const old = new Client({ name: 'v1', version: '1.0.0' }, { capabilities: {} });
+  const v1got = [];
+  old.setNotificationHandler(ResourceUpdatedNotificationSchema, (n) => v1got.push(n.params.uri));
+  await old.connect(new StreamableHTTPClientTransport(new URL(srv.url)));
+  try {
+    await old.subscribeResource({ uri: shared });
+    for (let i = 0; i < 6; i++) streams.push({ uri: shared, l: await rawListen(srv.port, { resourceSubscriptions: [shared] }, { id: `shared-${i}` }) });
+    for (let i = 0; i < 2; i++) {
+      const own = `${B}/Product?sku=sw=LST-&price_cents=ne=${-1 - i}`;
+      streams.push({ uri: own, l: await rawListen(srv.port, { resourceSubscriptions: [own] }, { id: i }) });
+    }
+    const two = await rawListen(srv.port, { resourceSubscriptions: [shared, `${B}/Product/${keyOf(0)}`] }, { id: 'two' });
+    const bulk = async (cents) => {
+      const msg = modern('tools/call', { name: 'put_records', arguments: { table: 'Product', filter: 'sku=sw=LST-', set: { price_cents: cents } } }, 'bulk');
+      const r = (await post(srv.port, msg, { 'Mcp-Name': 'put_records' })).json();
+      assert.ok(r.result && !r.result.isError, JSON.stringify(r));
+    };
+    await bulk(2);
+    await rest(srv.port, 'PATCH', `/Product/${keyOf(0)}`, { price_cents: 3 });
+    await bulk(4);
+    const updatesOf = (l) => l.events().slice(1).map((e) => e.json.params);
+    await waitFor(() => streams.every((s) => updatesOf(s.l).length >= 201) && updatesOf(two).length >= 204 && v1got.length >= 201,
+      { timeoutMs: 15000, message: 'every update on every stream' });
+    await sleep(200); // nothing more comes
+    const positions = (ups) => ups.map((p) => Number(p._meta['io.mcpsub/position']));
+    const first = positions(updatesOf(streams[0].l));
+    assert.equal(first.length, 201);
+    assert.ok(first.every((q, i) => i === 0 || q > first[i - 1]), `not in commit order: ${first.join(',')}`);
+    for (const [k, s] of streams.entries()) {
+      const ups = updatesOf(s.l);
+      assert.deepEqual(positions(ups), first, `stream ${k}`);
+      assert.ok(ups.every((p) => p.subscribedUri === s.uri), `stream ${k}: its URI`);
+      const id = k < 6 ? `shared-${k}` : k - 6;
+      assert.ok(ups.every((p) => p._meta['io.modelcontextprotocol/subscriptionId'] === id), `stream ${k}: its id`);
+      assert.equal(ups[100].uri, `${B}/Product/${keyOf(0)}`, 'the PATCH between the bulk writes');
+      for (let i = 0; i < 100; i++) assert.equal(ups.filter((p) => p.uri === `${B}/Product/${keyOf(i)}`).length, i === 0 ? 3 : 2);
+    }
+    const ups = updatesOf(two);
+    assert.equal(ups.length, 204);
+    const twoPositions = positions(ups);
+    assert.ok(twoPositions.every((q, i) => i === 0 || q >= twoPositions[i - 1]), 'the two-URI stream in commit order');
+    assert.deepEqual([...new Set(twoPositions)], first, 'the two-URI stream: the same changes');
+    assert.equal(ups.filter((p) => p.subscribedUri !== shared).length, 3);
+    assert.equal(v1got.length, 201);
+    two.conn.close();
+  } finally {
+    for (const s of streams) s.l.conn.close();
+    await old.close();
+  }
+});
+
 test('a stateless wait_and_read ends at once on notifications/cancelled, whichever worker gets the cancel', async () => {
   const uri = `${srv.base}/Product/A-100`;
   for (let i = 0; i < 3; i++) {
