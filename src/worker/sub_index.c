@@ -425,6 +425,39 @@ static void topic_destroy(sub_index *idx, sub_topic *t) {
   free(t);
 }
 
+/* Links s into t's subscribers, at the front or at the back. */
+static void subs_link(sub_topic *t, sub_t *s, bool front) {
+  if (front) {
+    s->topic_prev = NULL;
+    s->topic_next = t->subs;
+    if (t->subs != NULL) t->subs->topic_prev = s;
+    t->subs = s;
+    if (t->subs_last == NULL) t->subs_last = s;
+  } else {
+    s->topic_next = NULL;
+    s->topic_prev = t->subs_last;
+    if (t->subs_last != NULL) t->subs_last->topic_next = s;
+    t->subs_last = s;
+    if (t->subs == NULL) t->subs = s;
+  }
+}
+
+static void subs_unlink(sub_topic *t, sub_t *s) {
+  if (s->topic_prev != NULL)
+    s->topic_prev->topic_next = s->topic_next;
+  else
+    t->subs = s->topic_next;
+  if (s->topic_next != NULL)
+    s->topic_next->topic_prev = s->topic_prev;
+  else
+    t->subs_last = s->topic_prev;
+}
+
+void sub_index_move(sub_t *s, bool front) {
+  subs_unlink(s->topic, s);
+  subs_link(s->topic, s, front);
+}
+
 sub_t *sub_index_add(sub_index *idx, const char *key, const char *uri, const uri_t *parsed,
                      sub_owner *owner, int64_t since_seq) {
   sub_topic *t = strmap_get(&idx->topics, key, strlen(key));
@@ -433,9 +466,7 @@ sub_t *sub_index_add(sub_index *idx, const char *key, const char *uri, const uri
   s->topic = t;
   s->owner = owner;
   s->since_seq = since_seq;
-  s->topic_next = t->subs;
-  if (t->subs != NULL) t->subs->topic_prev = s;
-  t->subs = s;
+  subs_link(t, s, true);
   t->n_subs++;
   if (owner->kind == SUB_OWNER_SESSION) t->n_session_subs++;
   sub_topic_recount(t);
@@ -445,11 +476,7 @@ sub_t *sub_index_add(sub_index *idx, const char *key, const char *uri, const uri
 
 void sub_index_remove(sub_index *idx, sub_t *s) {
   sub_topic *t = s->topic;
-  if (s->topic_prev != NULL)
-    s->topic_prev->topic_next = s->topic_next;
-  else
-    t->subs = s->topic_next;
-  if (s->topic_next != NULL) s->topic_next->topic_prev = s->topic_prev;
+  subs_unlink(t, s);
   if (s->owner->kind == SUB_OWNER_SESSION) t->n_session_subs--;
   free(s);
   idx->n_subs--;

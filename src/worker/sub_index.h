@@ -57,10 +57,13 @@ struct sub_topic {
   uint64_t order;       /* sub_topic_order(uri): orders and names its updates in event ids */
   const char *uri_json; /* the uri as a JSON string (in tail): formatted once, copied per update */
   uint32_t uri_json_len;
-  /* n_alone == n_subs (below), here where a change reads it: the turn's fan-out may take it. */
-  bool sole_owners;
-  /* n_session_subs (below), 2 for more: what the turn's fan-out makes of an update for them. */
-  uint8_t few_session_subs;
+  /*
+   * Here where a change reads them, of the counts below: are some of its
+   * subscribers alone (the turn's fan-out holds their updates), all of them,
+   * and how many alone are sessions' (2 for more: a pair, a frame or none).
+   */
+  bool some_alone, all_alone;
+  uint8_t few_alone_sessions;
   /* Its updates' id end and JSON after the record URI (frame_create_tail): a sole subscriber's
    * half. */
   frame_t *tail;
@@ -81,15 +84,21 @@ struct sub_topic {
   char *uri; /* exactly as subscribed */
   size_t n_session_subs; /* of its subscribers, those owned by sessions */
   size_t n_subs;
-  size_t n_alone;      /* of its subscribers, those their stream's only one (subscriptions.c) */
+  /*
+   * Of its subscribers, those their stream's only one (subscriptions.c), and
+   * of those the sessions'. The others come first in subs (sub_index_move).
+   */
+  size_t n_alone, n_alone_sessions;
+  sub_t *subs_last;    /* the last of subs */
   uint32_t turn_index; /* + 1: where the turn's fan-out keeps it (subscriptions.c), or 0 */
   uint64_t busy_mark;  /* notified at the last {"cmd":"subs","busiest":N} (worker_ctl.c) */
 };
 
-/* Sets sole_owners and few_session_subs after n_subs, n_session_subs or n_alone changed. */
+/* Sets the flags above after n_subs, n_alone or n_alone_sessions changed. */
 static inline void sub_topic_recount(sub_topic *t) {
-  t->sole_owners = t->n_subs > 0 && t->n_alone == t->n_subs;
-  t->few_session_subs = (uint8_t)(t->n_session_subs < 2 ? t->n_session_subs : 2);
+  t->some_alone = t->n_alone > 0;
+  t->all_alone = t->n_subs > 0 && t->n_alone == t->n_subs;
+  t->few_alone_sessions = (uint8_t)(t->n_alone_sessions < 2 ? t->n_alone_sessions : 2);
 }
 
 struct sub {
@@ -147,6 +156,8 @@ sub_t *sub_index_add(sub_index *idx, const char *key, const char *uri, const uri
                      sub_owner *owner, int64_t since_seq);
 /* Removes and frees one subscription; frees its topic when it was the last. */
 void sub_index_remove(sub_index *idx, sub_t *s);
+/* Moves s to the front of its topic's subscribers, or to the back (sub_index_add: in front). */
+void sub_index_move(sub_t *s, bool front);
 
 /* True when some filtered topic exists on table (the change's rows are then needed). */
 bool sub_index_needs_rows(const sub_index *idx, const char *table);

@@ -55,7 +55,7 @@ struct coalesce_entry {
   int64_t window_end; /* open: loop ms when its window closes */
 };
 
-static void subs_send_topic(worker_t *w, sub_topic *t, const char *record_uri,
+static void subs_send_topic(worker_t *w, sub_topic *t, size_t n, const char *record_uri,
                             const buf_t *record_json, int64_t seq, frame_t **change_head);
 static void coalesce_on_timer(uv_timer_t *h);
 /* What a topic's key adds for its subscribers' own debounce (subs_owner_add). */
@@ -144,7 +144,7 @@ static void coalesce_release_head(worker_t *w, int64_t now) {
   buf_init(&json);
   buf_append_json_string(&json, e->record_uri, strlen(e->record_uri));
   frame_t *change_head = NULL;
-  subs_send_topic(w, t, e->record_uri, &json, e->seq, &change_head);
+  subs_send_topic(w, t, t->n_subs, e->record_uri, &json, e->seq, &change_head);
   frame_unref(change_head);
   buf_finish(&json);
   coalesce_open_window(w, e, now);
@@ -399,15 +399,15 @@ static void subs_ahead_step(subs_ahead *a) {
 /*
  * Formats the topic's update for this change once per kind of owner — a
  * frame for sessions, an event head for listen streams — and hands it to
- * every subscriber; to its owner's hold queue instead when the topic is
- * debounced or the queue already holds something (commit order). A
- * session reached here has none of the turn's updates held (the turn's
- * fan-out takes every update of a topic whose subscribers it holds for,
- * and such a session has no other subscription), so the turn is not
- * settled first: a change for a session of several subscriptions leaves
- * the other sessions' updates gathering.
+ * the first n of its subscribers (all, or those the turn's fan-out does not
+ * hold for); to a subscriber's owner's hold queue instead when the topic
+ * is debounced or the queue already holds something (commit order). A
+ * stream reached here has none of the turn's updates held (the turn's
+ * fan-out holds only for a stream of one subscription, whose every update
+ * it takes), so the turn is not settled first: a change for a session of
+ * several subscriptions leaves the other sessions' updates gathering.
  */
-static void subs_send_topic(worker_t *w, sub_topic *t, const char *record_uri,
+static void subs_send_topic(worker_t *w, sub_topic *t, size_t n, const char *record_uri,
                             const buf_t *record_json, int64_t seq, frame_t **change_head) {
   frame_t *f = NULL;
   buf_t *head = NULL; /* a listen stream's head, formatted at the first one */
@@ -419,7 +419,7 @@ static void subs_send_topic(worker_t *w, sub_topic *t, const char *record_uri,
    * here (a waiter completes later, a stream's close is a callback).
    */
   subs_ahead ahead = subs_ahead_start(t->subs);
-  for (sub_t *sub = t->subs, *next; sub != NULL; sub = next) {
+  for (sub_t *sub = t->subs, *next; sub != NULL && n > 0; sub = next, n--) {
     next = sub->topic_next;
     subs_ahead_step(&ahead);
     if (sub->since_seq >= seq) continue; /* omitCurrent: subscribed after this change */
@@ -430,9 +430,9 @@ static void subs_send_topic(worker_t *w, sub_topic *t, const char *record_uri,
     }
     switch (sub->owner->kind) {
     case SUB_OWNER_SESSION:
-      if (f == NULL && sub == t->subs && next == NULL) {
+      if (f == NULL && sub == t->subs && (next == NULL || n == 1)) {
         /*
-         * The topic's only subscriber: the change's head and the topic's
+         * The only subscriber served: the change's head and the topic's
          * tail. A distinct topic per subscriber costs no copy of its update
          * and no allocation: its replay ring holds the pair.
          */
@@ -468,39 +468,42 @@ static void subs_send_topic(worker_t *w, sub_topic *t, const char *record_uri,
 /* The turn's fan-out ------------------------------------------------------------ */
 
 /*
- * A topic whose subscribers are all streams holding no other subscription
- * (sessions and listen streams), and which neither debounce nor coalescing
- * holds back, is not delivered change by change: its updates of the loop
- * turn are kept (w->turn), and at the turn's end, after the turn's
- * responses, each subscriber is given all of them at once and its stream
- * hands them to the socket right away (session_deliver_now). Change by
- * change, every subscriber's session, ring and stream were fetched once
- * per change, and every stream's buffer was filled before any was written,
- * so that the kernel's copy of the bytes found them out of every cache (9%
- * of a worker at 10,000 sessions, 1% for the kernel ceiling's one hot
- * buffer). Here each subscriber is fetched once a turn, and the buffer its
- * stream is written from is hot: for a topic of several sessions, the
- * topic's updates laid end to end once (turn_lay_out), which a stream with
- * nothing queued is written from without a copy of its own; for a sole
- * session, the spare output buffer the stream before gave back. A listen
- * stream's events differ from the topic's other listen streams' only by its
- * id: the topic's listen heads are laid end to end once
+ * A subscriber whose stream holds no other subscription (a session's or a
+ * listen stream: "alone"), on a topic which neither debounce nor coalescing
+ * holds back, is not delivered change by change: its topic's updates of the
+ * loop turn are kept (w->turn), and at the turn's end, after the turn's
+ * responses, each such subscriber is given all of them at once and its
+ * stream hands them to the socket right away (session_deliver_now). The
+ * topic's other subscribers (a stream of several subscriptions, a
+ * wait_and_read call), which its list keeps in front of those alone
+ * (sub_set_alone), are served as the change comes (subs_send_topic): one
+ * session of two subscriptions on a popular topic leaves the others'
+ * gathering alone. Change by change, every subscriber's session, ring and
+ * stream were fetched once per change, and every stream's buffer was filled
+ * before any was written, so that the kernel's copy of the bytes found them
+ * out of every cache (9% of a worker at 10,000 sessions, 1% for the kernel
+ * ceiling's one hot buffer). Here each subscriber is fetched once a turn,
+ * and the buffer its stream is written from is hot: for a topic of several
+ * sessions, the topic's updates laid end to end once (turn_lay_out), which
+ * a stream with nothing queued is written from without a copy of its own;
+ * for a sole session, the spare output buffer the stream before gave back.
+ * A listen stream's events differ from the topic's other listen streams'
+ * only by its id: the topic's listen heads are laid end to end once
  * (turn_lay_out_listen), and each stream's events are put together from
  * them in one hot buffer (w->turn.run) and written at once
  * (listen_deliver_run). Change by change, listen streams cost 1.3 to 1.6
  * times the CPU of GET streams per notification (BENCHMARKS.md).
  *
- * Commit order holds: such a stream has no other subscription whose
+ * Commit order holds: a stream alone has no other subscription whose
  * updates could pass these, and whatever else would deliver to it, read a
  * session's ring, or change a topic's subscribers settles the turn first
  * (subs_turn_settle; for sessions, through the registry's hook; for listen
  * streams, their list changes, ends, recoveries and ended subscriptions).
- * So does a turn that reaches TURN_MAX updates, which bounds what one
- * holds (52 bytes an update: 27 MB). It is that large because a change
- * reaches every topic it matches: at 10,000 distinct topics 32,768 updates
- * were three changes, and a stream written three frames at a time costs
- * the kernel six times what one written thirty at a time does
- * (BENCHMARKS.md).
+ * So does a turn that reaches TURN_MAX updates, which bounds what one holds
+ * (52 bytes an update: 27 MB). It is that large because a change reaches
+ * every topic it matches: at 10,000 distinct topics 32,768 updates were
+ * three changes, and a stream written three frames at a time costs the
+ * kernel six times what one written thirty at a time does (BENCHMARKS.md).
  */
 #define TURN_MAX 524288
 /* Arrays for more updates than this are freed by a turn that uses less than an eighth of them. */
@@ -523,7 +526,7 @@ typedef struct turn_update {
 
 /* Does the turn's fan-out take t's updates (above)? */
 static bool turn_takes(const worker_t *w, const sub_topic *t) {
-  return t->sole_owners && t->debounce.quiet_ms == 0 && w->cfg->coalesce_ms == 0 &&
+  return t->some_alone && t->debounce.quiet_ms == 0 && w->cfg->coalesce_ms == 0 &&
          !w->turn.settling;
 }
 
@@ -533,18 +536,22 @@ static bool turn_takes(const worker_t *w, const sub_topic *t) {
  * owner's ring slot and stream), too long for the CPU to look ahead
  * through on its own. While topic i is served, the chains of the next ones
  * are started, a link further for each step ahead. A topic the turn's
- * fan-out takes is not served now: only its line is (held, with the
- * tail's), unless held is unset (the turn's end, serving them).
+ * fan-out takes all of is not served now: only its line is (held, with
+ * the tail's), unless held is unset (the turn's end, serving them).
  */
+static bool topic_served_now(const worker_t *w, const sub_topic *t, bool held) {
+  return !held || !turn_takes(w, t) || !t->all_alone;
+}
+
 static void topics_prefetch(const worker_t *w, sub_topic *const *m, size_t n, size_t i, bool held) {
   if (i + 8 < n) __builtin_prefetch(m[i + 8]);
   if (i + 6 < n) {
     __builtin_prefetch(m[i + 6]->tail);
-    if (!held || !turn_takes(w, m[i + 6])) __builtin_prefetch(m[i + 6]->subs);
+    if (topic_served_now(w, m[i + 6], held)) __builtin_prefetch(m[i + 6]->subs);
   }
-  if (i + 4 < n && m[i + 4]->subs != NULL && (!held || !turn_takes(w, m[i + 4])))
+  if (i + 4 < n && m[i + 4]->subs != NULL && topic_served_now(w, m[i + 4], held))
     __builtin_prefetch(m[i + 4]->subs->owner);
-  if (i + 2 < n && m[i + 2]->subs != NULL && (!held || !turn_takes(w, m[i + 2])))
+  if (i + 2 < n && m[i + 2]->subs != NULL && topic_served_now(w, m[i + 2], held))
     owner_prefetch(m[i + 2]->subs->owner);
 }
 
@@ -634,7 +641,10 @@ static void turn_lay_out_listen(worker_t *w, const sub_topic *t, const uint32_t 
   }
 }
 
-/* Gives every subscriber of t its n updates, w->turn.events[at] on (w->turn.order: their index). */
+/*
+ * Gives every subscriber of t alone its n updates, w->turn.events[at] on
+ * (w->turn.order: their index).
+ */
 static void turn_deliver_topic(worker_t *w, sub_topic *t, size_t at, size_t n) {
   const frame_ev *events = w->turn.events + at;
   const uint32_t *order = w->turn.order + at;
@@ -643,11 +653,14 @@ static void turn_deliver_topic(worker_t *w, sub_topic *t, size_t at, size_t n) {
     w->turn.ends = mem_realloc(w->turn.ends, n * sizeof(*w->turn.ends));
     w->turn.listen_ends = mem_realloc(w->turn.listen_ends, n * sizeof(*w->turn.listen_ends));
   }
-  bool laid_out = t->n_session_subs > 1;
+  bool laid_out = t->n_alone_sessions > 1;
   if (laid_out) turn_lay_out(w, events, n);
-  if (t->n_subs > t->n_session_subs) turn_lay_out_listen(w, t, order, n);
-  subs_ahead ahead = subs_ahead_start(t->subs); /* as in subs_send_topic */
-  for (sub_t *sub = t->subs; sub != NULL; sub = sub->topic_next) {
+  if (t->n_alone > t->n_alone_sessions) turn_lay_out_listen(w, t, order, n);
+  /* Those alone, after the others (served as their changes came). */
+  sub_t *first = t->subs;
+  for (size_t k = t->n_subs - t->n_alone; k > 0; k--) first = first->topic_next;
+  subs_ahead ahead = subs_ahead_start(first); /* as in subs_send_topic */
+  for (sub_t *sub = first; sub != NULL; sub = sub->topic_next) {
     subs_ahead_step(&ahead);
     /* omitCurrent: the updates after its since_seq, a suffix (they are in commit order). */
     size_t from = 0;
@@ -781,14 +794,17 @@ static void subs_on_change(const store_audit_row *row, void *data) {
         coalesce_hold(w, t, record_uri, row->seq))
       continue;
     if (!turn_takes(w, t)) {
-      subs_send_topic(w, t, record_uri, record_json, row->seq, &change_head);
+      subs_send_topic(w, t, t->n_subs, record_uri, record_json, row->seq, &change_head);
     } else {
-      /* For sessions: a sole one's pair, as subs_send_topic gives it, or a whole frame. */
+      /* Those not alone, now; for the sessions alone, a sole one's pair or a whole frame. */
+      if (!t->all_alone)
+        subs_send_topic(w, t, t->n_subs - t->n_alone, record_uri, record_json, row->seq,
+                        &change_head);
       frame_t *f = NULL;
       frame_ev e = {NULL, NULL}; /* listen streams alone (turn_hold) */
-      if (t->few_session_subs == 1)
+      if (t->few_alone_sessions == 1)
         e = (frame_ev){change_head_of(&change_head, record_json, row->seq), t->tail};
-      else if (t->few_session_subs == 2)
+      else if (t->few_alone_sessions == 2)
         e = frame_whole(f = topic_frame(t, record_json, row->seq));
       w->notifications++;
       t->notified++;
@@ -840,6 +856,25 @@ static sub_t *session_sub_find(session_t *s, const char *uri) {
 }
 
 /*
+ * Counts sub as its stream's only subscription or no longer, and places it
+ * in its topic's list: those alone at the back, after the others, where
+ * the turn's fan-out finds them (turn_deliver_topic).
+ */
+static void sub_set_alone(sub_t *sub, bool alone) {
+  sub_topic *t = sub->topic;
+  bool session = sub->owner->kind == SUB_OWNER_SESSION;
+  if (alone) {
+    t->n_alone++;
+    t->n_alone_sessions += session;
+  } else {
+    t->n_alone--;
+    t->n_alone_sessions -= session;
+  }
+  sub_index_move(sub, !alone);
+  sub_topic_recount(t);
+}
+
+/*
  * Removes the subscription *slot links to from its owner's list (of *n),
  * its held updates, and from the index.
  */
@@ -848,13 +883,8 @@ static void owner_unsubscribe(worker_t *w, sub_t **slot, size_t *n) {
   sub_t *sub = *slot;
   *slot = sub->owner_next;
   (*n)--;
-  if (*n <= 1) {
-    sub_t *left = owner_first(sub->owner); /* the other one, when one is left */
-    if (*n == 0) sub->topic->n_alone--;
-    if (*n == 1) left->topic->n_alone++;
-    sub_topic_recount(sub->topic);
-    if (left != NULL) sub_topic_recount(left->topic);
-  }
+  if (*n == 0) sub_set_alone(sub, false);
+  if (*n == 1) sub_set_alone(owner_first(sub->owner), true); /* the one left */
   hold_queue *q = owner_queue(sub->owner);
   if (q != NULL && q->head != NULL) hold_drop_sub(w, q, sub);
   sub_index_remove(&w->subs, sub);
@@ -872,12 +902,8 @@ sub_t *subs_owner_add(worker_t *w, sub_owner *o, sub_t **head, size_t *n, const 
   sub_t *sub = sub_index_add(&w->subs, k.data, uri, u, o, since);
   buf_finish(&k);
   if (d != NULL) sub->topic->debounce = *d;
-  if (*n <= 1) {
-    if (*n == 0) sub->topic->n_alone++;
-    if (*n == 1) (*head)->topic->n_alone--; /* no longer its session's only one */
-    sub_topic_recount(sub->topic);
-    if (*n == 1) sub_topic_recount((*head)->topic);
-  }
+  if (*n == 0) sub_set_alone(sub, true);
+  if (*n == 1) sub_set_alone(*head, false); /* no longer its stream's only one */
   sub->owner_next = *head;
   *head = sub;
   (*n)++;

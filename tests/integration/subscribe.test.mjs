@@ -851,6 +851,59 @@ test('a turn of thousands of updates, the small turns after it, and another such
   }
 });
 
+test('sessions of two subscriptions beside those of one on the same topic, one session going from one to two and back: every change once, in order', async () => {
+  // The topic's subscribers alone gather a turn's updates; a session of two is served change by
+  // change beside them, before them in the topic's list. Y moves between the two as it
+  // subscribes to a record and unsubscribes again.
+  const keyOf = (i) => `MIX-${String(i).padStart(3, '0')}`;
+  for (let i = 0; i < 60; i++) await putProduct(keyOf(i), { price_cents: 1 });
+  const shared = `${B}/Product?sku=sw=MIX-`;
+  const clients = [];
+  try {
+    for (let i = 0; i < 12; i++) {
+      const c = await client();
+      await subscribe(c, shared);
+      clients.push(c);
+    }
+    const [x, y] = clients; // x: the shared topic and a record throughout; y: a record for a while
+    await subscribe(x, rec('Product', keyOf(0)));
+    const bulk = async (cents) => {
+      const r = await x.s.result('tools/call', {
+        name: 'put_records',
+        arguments: { table: 'Product', filter: 'sku=sw=MIX-', set: { price_cents: cents } },
+      });
+      assert.ok(!r.isError, JSON.stringify(r));
+    };
+    await bulk(2);
+    await putProduct(keyOf(0), { price_cents: 3 });
+    await subscribe(y, rec('Product', keyOf(1)));
+    await bulk(4);
+    await unsubscribe(y, rec('Product', keyOf(1)));
+    await bulk(5);
+    const expected = 181;
+    for (const c of clients) await c.stream.waitUpdates(expected, shared, { timeoutMs: 15000 });
+    const seqsOf = (c, uri) => c.stream.updates(uri).map((e) => idSeq(e.id));
+    const first = seqsOf(clients[2], shared);
+    assert.equal(first.length, expected, clients[2].stream.describe());
+    assert.ok(first.every((q, i) => i === 0 || q > first[i - 1]), `not in commit order: ${first.join(',')}`);
+    for (const c of clients) assert.equal(seqsOf(c, shared).join(','), first.join(','), c.stream.describe());
+    // The records, among the shared topic's updates in commit order.
+    await x.stream.waitUpdates(4, rec('Product', keyOf(0)));
+    await y.stream.waitUpdates(1, rec('Product', keyOf(1)));
+    for (const [c, n] of [[x, 185], [y, 182]]) {
+      const all = c.stream.updates().map((e) => idSeq(e.id));
+      assert.equal(all.length, n, c.stream.describe());
+      assert.ok(all.every((q, i) => i === 0 || q >= all[i - 1]), `not in commit order: ${all.join(',')}`);
+    }
+    const changes = clients[2].stream.updates(shared).map((e) => [e.json.params.uri, idSeq(e.id)]);
+    const of = (list, key) => list.filter(([u]) => u === rec('Product', key)).map(([, q]) => q);
+    assert.deepEqual(seqsOf(x, rec('Product', keyOf(0))), of(changes, keyOf(0)));
+    assert.deepEqual(seqsOf(y, rec('Product', keyOf(1))), of(changes.slice(61, 121), keyOf(1)));
+  } finally {
+    for (const c of clients) await closeClient(c);
+  }
+});
+
 test('teardown: a dropped stream connection ends the stream, not the session; its updates wait for the next GET', async () => {
   const c = await client();
   try {

@@ -6,7 +6,8 @@
  * the key before a rename, collection topics, filtered topics on the old
  * or the new row, so a row leaving the filter matches too), the filter
  * value comparison (text against numbers: "5" matches 5 and 5.0), tables
- * nobody watches, and sub_topic_matches agreeing with sub_index_match,
+ * nobody watches, moving a subscriber to either end of its topic's list,
+ * and sub_topic_matches agreeing with sub_index_match,
  * also for random topics and rows through the equality and prefix index.
  * ASan checks that removal and sub_index_finish free everything.
  */
@@ -727,6 +728,57 @@ static void test_equality_same_uri(void) {
   sub_index_finish(&idx);
 }
 
+/* Checks t's subscribers read want[0..n) front to back, and the same back to front. */
+static void check_order(const sub_topic *t, sub_t *const *want, int n) {
+  int i = 0;
+  for (sub_t *s = t->subs; s != NULL; s = s->topic_next, i++) {
+    CHECK(i < n);
+    CHECK(s == want[i]);
+    CHECK(s->topic_prev == (i == 0 ? NULL : want[i - 1]));
+  }
+  CHECK_INT_EQ(i, n);
+  CHECK(t->subs_last == (n == 0 ? NULL : want[n - 1]));
+}
+
+/* sub_index_move: to the front or the back, from any place, with the last kept right. */
+static void test_move(void) {
+  sub_index idx;
+  sub_index_init(&idx);
+  sub_owner owners[4] = {
+      {SUB_OWNER_SESSION}, {SUB_OWNER_SESSION}, {SUB_OWNER_LISTEN}, {SUB_OWNER_WAITER}};
+  sub_t *a = add(&idx, BASE "/Product", &owners[0]);
+  check_order(a->topic, (sub_t *[]){a}, 1);
+  sub_index_move(a, false); /* alone on the list: stays */
+  check_order(a->topic, (sub_t *[]){a}, 1);
+  sub_t *b = add(&idx, BASE "/Product", &owners[1]); /* in front */
+  sub_t *c = add(&idx, BASE "/Product", &owners[2]);
+  sub_topic *t = a->topic;
+  check_order(t, (sub_t *[]){c, b, a}, 3);
+  sub_index_move(c, false); /* the first to the back */
+  check_order(t, (sub_t *[]){b, a, c}, 3);
+  sub_index_move(a, false); /* a middle one to the back */
+  check_order(t, (sub_t *[]){b, c, a}, 3);
+  sub_index_move(a, true); /* the last to the front */
+  check_order(t, (sub_t *[]){a, b, c}, 3);
+  sub_index_move(b, true); /* a middle one to the front */
+  check_order(t, (sub_t *[]){b, a, c}, 3);
+  sub_index_move(b, true); /* the first to the front: stays */
+  check_order(t, (sub_t *[]){b, a, c}, 3);
+  sub_t *w = add(&idx, BASE "/Product", &owners[3]);
+  check_order(t, (sub_t *[]){w, b, a, c}, 4);
+  sub_index_remove(&idx, c); /* the last: the one before it is last now */
+  check_order(t, (sub_t *[]){w, b, a}, 3);
+  sub_index_remove(&idx, w); /* the first */
+  check_order(t, (sub_t *[]){b, a}, 2);
+  sub_index_move(b, false);
+  check_order(t, (sub_t *[]){a, b}, 2);
+  sub_index_remove(&idx, b);
+  check_order(t, (sub_t *[]){a}, 1);
+  sub_index_remove(&idx, a); /* the topic goes with it */
+  CHECK_INT_EQ(idx.topics.count, 0);
+  sub_index_finish(&idx);
+}
+
 int main(void) {
   RUN(test_equality_index);
   RUN(test_equality_same_uri);
@@ -742,5 +794,6 @@ int main(void) {
   RUN(test_since_seq);
   RUN(test_finish_with_subs);
   RUN(test_scoped_topics);
+  RUN(test_move);
   return 0;
 }

@@ -314,8 +314,8 @@ static unsigned lg_setup_subs(const lg_t *lg) {
 static void slot_step(lg_slot *sl) {
   lg_t *lg = sl->lg;
   lg_session *s = sl->s;
-  bool mixed = s->index < lg->o.mixed;
-  unsigned subs = lg_setup_subs(lg) + (mixed && lg->sc->streams ? 1 : 0);
+  bool mixed = s->index < lg->o.mixed, beside = s->index < lg->o.beside;
+  unsigned subs = lg_setup_subs(lg) + ((mixed || beside) && lg->sc->streams ? 1 : 0);
   int r = 0;
   char body[512];
   if (sl->step == 0) {
@@ -326,12 +326,12 @@ static void slot_step(lg_slot *sl) {
     char filter[32] = "";
     if (sl->step == 2 && (lg->o.filtered || mixed))
       snprintf(filter, sizeof(filter), "?v=ne=y%u", s->index);
-    else if (sl->step == 3 && mixed)
+    else if (sl->step == 3 && (mixed || beside))
       snprintf(filter, sizeof(filter), "/m%u", s->index);
     snprintf(body, sizeof(body),
              "{\"jsonrpc\":\"2.0\",\"id\":%u,\"method\":\"resources/"
              "subscribe\",\"params\":{\"uri\":\"%s%s\"}}",
-             sl->step, sl->step == 2 || mixed ? lg->coll_uri : lg->rec_uri, filter);
+             sl->step, sl->step == 2 || mixed || beside ? lg->coll_uri : lg->rec_uri, filter);
     r = lg_post(lg, sl->conn, s->id, body);
   } else if (lg->sc->streams) {
     s->stream = lg_conn_create(lg->cl, true, s->index, &lg_stream_ops, s);

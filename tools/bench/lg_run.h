@@ -43,7 +43,9 @@ typedef struct lg_opts {
   uint32_t filtered; /* 1: session i subscribes to <collection>?v=ne=y<i> (matching every row) */
   /* Sessions 0..mixed-1 hold <collection>?v=ne=y<i> and <collection>/m<i> (never written). */
   uint32_t mixed;
-  uint64_t held;     /* subscribe: subscriptions the session holds before measuring */
+  /* Sessions 0..beside-1 hold the collection and <collection>/m<i> (never written). */
+  uint32_t beside;
+  uint64_t held; /* subscribe: subscriptions the session holds before measuring */
   uint64_t events;
   uint64_t window;
   uint32_t writers;

@@ -127,6 +127,8 @@ static const lg_flag lg_flags[] = {
     {"--mixed", FLAG_U64, OPT(mixed),
      "fanout: the first N sessions each hold two other URIs instead of the collection:\n"
      "<collection>?v=ne=y<i> (matching every row) and <collection>/m<i> (never written)"},
+    {"--beside", FLAG_U64, OPT(beside),
+     "fanout: the first N sessions hold, beside the collection, <collection>/m<i> (never written)"},
     {"--held", FLAG_U64, OPT(held),
      "subscribe: subscriptions the session holds before the measured ones"},
     {"--events", FLAG_U64, OPT(events), "commits"},
@@ -215,10 +217,9 @@ static int lg_parse(int argc, char **argv, lg_opts *o) {
     case FLAG_U64: {
       unsigned long long x = strtoull(v, &end, 10);
       if (f->offset == OPT(sessions) || f->offset == OPT(subs) || f->offset == OPT(filtered) ||
-          f->offset == OPT(mixed) ||
-          f->offset == OPT(writers) || f->offset == OPT(connections) ||
-          f->offset == OPT(drop_percent) || f->offset == OPT(settle_ms) ||
-          f->offset == OPT(workers))
+          f->offset == OPT(mixed) || f->offset == OPT(beside) || f->offset == OPT(writers) ||
+          f->offset == OPT(connections) || f->offset == OPT(drop_percent) ||
+          f->offset == OPT(settle_ms) || f->offset == OPT(workers))
         *(uint32_t *)p = (uint32_t)(x > UINT32_MAX ? UINT32_MAX : x);
       else
         *(uint64_t *)p = x;
@@ -257,6 +258,10 @@ static int lg_parse(int argc, char **argv, lg_opts *o) {
     why = "--filtered is 0 or 1, with --target server";
   else if (o->mixed > 0 && (o->mixed > o->sessions || o->subs != 1 || o->listen || o->ceiling))
     why = "--mixed is at most --sessions, with --subs 1 and --target server";
+  else if (o->beside > 0 && (o->beside > o->sessions || o->subs != 1 || o->mixed || o->filtered ||
+                             o->listen || o->ceiling))
+    why = "--beside is at most --sessions, with --subs 1, neither --mixed nor --filtered, and "
+          "--target server";
   else if (o->events == 0 || o->events > LG_MAX_EVENTS)
     why = "--events is 1 to 2000000";
   else if (o->window == 0)
