@@ -62,8 +62,11 @@ typedef struct session {
   sub_t *subs;                   /* subscriptions, through sub_t.owner_next */
   size_t n_subs;
   strmap *subs_by_uri; /* uri -> sub_t, once it holds many (subscriptions.c), or NULL */
-  frame_t **ring;      /* ring_cap slots (and as many tails after them when ring_paired):
-                          grows on demand up to SESSION_RING_SIZE */
+  /* Of its subscriptions, those with a debounce of their own: the turn's fan-out holds none */
+  size_t n_debounced;
+  uint32_t turn_last; /* + 1: its last entry in the turn's w->turn.merges, or 0 */
+  frame_t **ring;     /* ring_cap slots (and as many tails after them when ring_paired):
+                         grows on demand up to SESSION_RING_SIZE */
   unsigned ring_cap, ring_start, ring_count;
   unsigned undelivered; /* newest ring frames no stream has taken yet */
   hold_queue held;      /* updates debounce holds back (debounce.h) */

@@ -59,11 +59,12 @@ struct sub_topic {
   uint32_t uri_json_len;
   /*
    * Here where a change reads them, of the counts below: are some of its
-   * subscribers alone (the turn's fan-out holds their updates), all of them,
-   * and how many alone are sessions' (2 for more: a pair, a frame or none).
+   * subscribers gathered (the turn's fan-out holds their updates), all of
+   * them, and how many gathered are sessions' (2 for more: a pair, a frame
+   * or none).
    */
-  bool some_alone, all_alone;
-  uint8_t few_alone_sessions;
+  bool some_gathered, all_gathered;
+  uint8_t few_gathered_sessions;
   /* Its updates' id end and JSON after the record URI (frame_create_tail): a sole subscriber's
    * half. */
   frame_t *tail;
@@ -85,20 +86,21 @@ struct sub_topic {
   size_t n_session_subs; /* of its subscribers, those owned by sessions */
   size_t n_subs;
   /*
-   * Of its subscribers, those their stream's only one (subscriptions.c), and
-   * of those the sessions'. The others come first in subs (sub_index_move).
+   * Of its subscribers, those the turn's fan-out gathers for (sub_t.gathered),
+   * and of those the sessions'. The others come first in subs
+   * (sub_index_move).
    */
-  size_t n_alone, n_alone_sessions;
+  size_t n_gathered, n_gathered_sessions;
   sub_t *subs_last;    /* the last of subs */
   uint32_t turn_index; /* + 1: where the turn's fan-out keeps it (subscriptions.c), or 0 */
   uint64_t busy_mark;  /* notified at the last {"cmd":"subs","busiest":N} (worker_ctl.c) */
 };
 
-/* Sets the flags above after n_subs, n_alone or n_alone_sessions changed. */
+/* Sets the flags above after n_subs, n_gathered or n_gathered_sessions changed. */
 static inline void sub_topic_recount(sub_topic *t) {
-  t->some_alone = t->n_alone > 0;
-  t->all_alone = t->n_subs > 0 && t->n_alone == t->n_subs;
-  t->few_alone_sessions = (uint8_t)(t->n_alone_sessions < 2 ? t->n_alone_sessions : 2);
+  t->some_gathered = t->n_gathered > 0;
+  t->all_gathered = t->n_subs > 0 && t->n_gathered == t->n_subs;
+  t->few_gathered_sessions = (uint8_t)(t->n_gathered_sessions < 2 ? t->n_gathered_sessions : 2);
 }
 
 struct sub {
@@ -107,6 +109,7 @@ struct sub {
   int64_t since_seq; /* omitCurrent: only changes with a greater audit seq notify */
   sub_t *topic_prev, *topic_next;
   sub_t *owner_next; /* the owner's own list; maintained by the owner */
+  bool gathered;     /* counted in its topic's n_gathered (subscriptions.c) */
 };
 
 typedef struct sub_index {

@@ -403,9 +403,9 @@ static void subs_ahead_step(subs_ahead *a) {
  * hold for); to a subscriber's owner's hold queue instead when the topic
  * is debounced or the queue already holds something (commit order). A
  * stream reached here has none of the turn's updates held (the turn's
- * fan-out holds only for a stream of one subscription, whose every update
- * it takes), so the turn is not settled first: a change for a session of
- * several subscriptions leaves the other sessions' updates gathering.
+ * fan-out holds every update of a gathered stream, and none of the
+ * others'), so the turn is not settled first: a change for a stream that
+ * is not gathered leaves the others' updates gathering.
  */
 static void subs_send_topic(worker_t *w, sub_topic *t, size_t n, const char *record_uri,
                             const buf_t *record_json, int64_t seq, frame_t **change_head) {
@@ -468,34 +468,38 @@ static void subs_send_topic(worker_t *w, sub_topic *t, size_t n, const char *rec
 /* The turn's fan-out ------------------------------------------------------------ */
 
 /*
- * A subscriber whose stream holds no other subscription (a session's or a
- * listen stream: "alone"), on a topic which neither debounce nor coalescing
- * holds back, is not delivered change by change: its topic's updates of the
- * loop turn are kept (w->turn), and at the turn's end, after the turn's
- * responses, each such subscriber is given all of them at once and its
- * stream hands them to the socket right away (session_deliver_now). The
- * topic's other subscribers (a stream of several subscriptions, a
- * wait_and_read call), which its list keeps in front of those alone
- * (sub_set_alone), are served as the change comes (subs_send_topic): one
- * session of two subscriptions on a popular topic leaves the others'
- * gathering alone. Change by change, every subscriber's session, ring and
- * stream were fetched once per change, and every stream's buffer was filled
- * before any was written, so that the kernel's copy of the bytes found them
- * out of every cache (9% of a worker at 10,000 sessions, 1% for the kernel
+ * A gathered subscriber — a session's with no subscription of its own
+ * debounce, a listen stream's of one subscription (owner_gathered) — on a
+ * topic which neither debounce nor coalescing holds back, is not
+ * delivered change by change: its topic's updates of the loop turn are
+ * kept (w->turn), and at the turn's end, after the turn's responses, each
+ * such subscriber is given all of them at once and its stream hands them
+ * to the socket right away (session_deliver_now). A session of several
+ * subscriptions gets the updates of all its topics merged in the order
+ * they were held (turn_deliver_merged). The topic's other subscribers (a
+ * listen stream of several URIs, a session with a debounced subscription,
+ * a wait_and_read call), which its list keeps in front of the gathered
+ * (sub_set_gathered), are served as the change comes (subs_send_topic).
+ * Change by change, every subscriber's session, ring and stream were
+ * fetched once per change, and every stream's buffer was filled before
+ * any was written, so that the kernel's copy of the bytes found them out
+ * of every cache (9% of a worker at 10,000 sessions, 1% for the kernel
  * ceiling's one hot buffer). Here each subscriber is fetched once a turn,
- * and the buffer its stream is written from is hot: for a topic of several
- * sessions, the topic's updates laid end to end once (turn_lay_out), which
- * a stream with nothing queued is written from without a copy of its own;
- * for a sole session, the spare output buffer the stream before gave back.
- * A listen stream's events differ from the topic's other listen streams'
- * only by its id: the topic's listen heads are laid end to end once
- * (turn_lay_out_listen), and each stream's events are put together from
- * them in one hot buffer (w->turn.run) and written at once
- * (listen_deliver_run). Change by change, listen streams cost 1.3 to 1.6
- * times the CPU of GET streams per notification (BENCHMARKS.md).
+ * and the buffer its stream is written from is hot: for a topic of
+ * several sessions, the topic's updates laid end to end once
+ * (turn_lay_out), which a stream of one subscription with nothing queued
+ * is written from without a copy of its own; for the others, the spare
+ * output buffer the stream before gave back. A listen stream's events
+ * differ from the topic's other listen streams' only by its id: the
+ * topic's listen heads are laid end to end once (turn_lay_out_listen), and
+ * each stream's events are put together from them in one hot buffer
+ * (w->turn.run) and written at once (listen_deliver_run). Change by
+ * change, listen streams cost 1.3 to 1.6 times the CPU of GET streams per
+ * notification, and sessions of two subscriptions 1.3 times that of one
+ * (BENCHMARKS.md).
  *
- * Commit order holds: a stream alone has no other subscription whose
- * updates could pass these, and whatever else would deliver to it, read a
+ * Commit order holds: a gathered stream's updates are all gathered, in
+ * the order they were held, and whatever else would deliver to it, read a
  * session's ring, or change a topic's subscribers settles the turn first
  * (subs_turn_settle; for sessions, through the registry's hook; for listen
  * streams, their list changes, ends, recoveries and ended subscriptions).
@@ -524,9 +528,17 @@ typedef struct turn_update {
   uint32_t uri;   /* where the change's record URI starts in w->turn.uris */
 } turn_update;
 
+/* A range of a topic's updates for a session of several subscriptions (turn_deliver_merged). */
+typedef struct turn_merge {
+  session_t *s;
+  sub_t *sub;
+  uint32_t at, n; /* in w->turn.events */
+  uint32_t prev;  /* + 1: the session's entry before, or 0 */
+} turn_merge;
+
 /* Does the turn's fan-out take t's updates (above)? */
 static bool turn_takes(const worker_t *w, const sub_topic *t) {
-  return t->some_alone && t->debounce.quiet_ms == 0 && w->cfg->coalesce_ms == 0 &&
+  return t->some_gathered && t->debounce.quiet_ms == 0 && w->cfg->coalesce_ms == 0 &&
          !w->turn.settling;
 }
 
@@ -540,7 +552,7 @@ static bool turn_takes(const worker_t *w, const sub_topic *t) {
  * the tail's), unless held is unset (the turn's end, serving them).
  */
 static bool topic_served_now(const worker_t *w, const sub_topic *t, bool held) {
-  return !held || !turn_takes(w, t) || !t->all_alone;
+  return !held || !turn_takes(w, t) || !t->all_gathered;
 }
 
 static void topics_prefetch(const worker_t *w, sub_topic *const *m, size_t n, size_t i, bool held) {
@@ -641,9 +653,20 @@ static void turn_lay_out_listen(worker_t *w, const sub_topic *t, const uint32_t 
   }
 }
 
+/* Notes that s gets w->turn.events[at, at + n), of sub, once its other topics' are known. */
+static void turn_merge_add(worker_t *w, session_t *s, sub_t *sub, size_t at, size_t n) {
+  if (w->turn.n_merges == w->turn.merges_cap) {
+    w->turn.merges_cap = w->turn.merges_cap == 0 ? 64 : w->turn.merges_cap * 2;
+    w->turn.merges = mem_realloc(w->turn.merges, w->turn.merges_cap * sizeof(*w->turn.merges));
+  }
+  w->turn.merges[w->turn.n_merges] = (turn_merge){s, sub, (uint32_t)at, (uint32_t)n, s->turn_last};
+  s->turn_last = (uint32_t)++w->turn.n_merges;
+}
+
 /*
- * Gives every subscriber of t alone its n updates, w->turn.events[at] on
- * (w->turn.order: their index).
+ * Gives every gathered subscriber of t its n updates, w->turn.events[at]
+ * on (w->turn.order: their index): a stream of one subscription now, a
+ * session of several once every topic is through (turn_deliver_merged).
  */
 static void turn_deliver_topic(worker_t *w, sub_topic *t, size_t at, size_t n) {
   const frame_ev *events = w->turn.events + at;
@@ -653,12 +676,12 @@ static void turn_deliver_topic(worker_t *w, sub_topic *t, size_t at, size_t n) {
     w->turn.ends = mem_realloc(w->turn.ends, n * sizeof(*w->turn.ends));
     w->turn.listen_ends = mem_realloc(w->turn.listen_ends, n * sizeof(*w->turn.listen_ends));
   }
-  bool laid_out = t->n_alone_sessions > 1;
+  bool laid_out = t->n_gathered_sessions > 1;
   if (laid_out) turn_lay_out(w, events, n);
-  if (t->n_alone > t->n_alone_sessions) turn_lay_out_listen(w, t, order, n);
-  /* Those alone, after the others (served as their changes came). */
+  if (t->n_gathered > t->n_gathered_sessions) turn_lay_out_listen(w, t, order, n);
+  /* The gathered, after the others (served as their changes came). */
   sub_t *first = t->subs;
-  for (size_t k = t->n_subs - t->n_alone; k > 0; k--) first = first->topic_next;
+  for (size_t k = t->n_subs - t->n_gathered; k > 0; k--) first = first->topic_next;
   subs_ahead ahead = subs_ahead_start(first); /* as in subs_send_topic */
   for (sub_t *sub = first; sub != NULL; sub = sub->topic_next) {
     subs_ahead_step(&ahead);
@@ -673,6 +696,10 @@ static void turn_deliver_topic(worker_t *w, sub_topic *t, size_t at, size_t n) {
       continue;
     }
     session_t *s = (session_t *)sub->owner;
+    if (s->n_subs > 1) {
+      turn_merge_add(w, s, sub, at + from, n - from);
+      continue;
+    }
     if (q->head == NULL) {
       if (laid_out) {
         size_t off = from == 0 ? 0 : w->turn.ends[from - 1];
@@ -691,19 +718,90 @@ static void turn_deliver_topic(worker_t *w, sub_topic *t, size_t at, size_t n) {
   }
 }
 
-/* Frees the arrays of a turn's updates, and of the frame ends of a topic's. */
+/* Compares two places in w->turn.events by the index their update was held at (data: order). */
+static int merge_pos_compare(const void *a, const void *b, void *data) {
+  const uint32_t *order = data;
+  uint32_t x = order[*(const uint32_t *)a], y = order[*(const uint32_t *)b];
+  return x < y ? -1 : x > y;
+}
+
+/* Up to this many topics a session's updates are merged by looking at each one's next. */
+#define TURN_MERGE_SCAN 8
+
+/*
+ * Gives s, a session of several subscriptions, the turn's updates of all
+ * its topics at once, in the order they were held: commit order, and the
+ * topics of one change in the order every worker sends them (frame.h).
+ */
+static void turn_deliver_merged(worker_t *w, session_t *s) {
+  const turn_merge *merges = w->turn.merges;
+  const uint32_t *order = w->turn.order;
+  uint32_t last = s->turn_last;
+  s->turn_last = 0;
+  size_t k = 0, m = 0;
+  for (uint32_t i = last; i != 0; i = merges[i - 1].prev) {
+    k++;
+    m += merges[i - 1].n;
+  }
+  if (m > w->turn.merge_cap) {
+    w->turn.merge_cap = m;
+    w->turn.merge_pos = mem_realloc(w->turn.merge_pos, m * sizeof(*w->turn.merge_pos));
+    w->turn.merge_ev = mem_realloc(w->turn.merge_ev, m * sizeof(*w->turn.merge_ev));
+  }
+  uint32_t *pos = w->turn.merge_pos;
+  if (k <= TURN_MERGE_SCAN) {
+    uint32_t next[TURN_MERGE_SCAN], end[TURN_MERGE_SCAN];
+    size_t j = 0;
+    for (uint32_t i = last; i != 0; i = merges[i - 1].prev, j++) {
+      next[j] = merges[i - 1].at;
+      end[j] = merges[i - 1].at + merges[i - 1].n;
+    }
+    for (size_t out = 0; out < m; out++) {
+      size_t best = k;
+      for (j = 0; j < k; j++)
+        if (next[j] < end[j] && (best == k || order[next[j]] < order[next[best]])) best = j;
+      pos[out] = next[best]++;
+    }
+  } else {
+    size_t out = 0;
+    for (uint32_t i = last; i != 0; i = merges[i - 1].prev)
+      for (uint32_t p = merges[i - 1].at; p < merges[i - 1].at + merges[i - 1].n; p++)
+        pos[out++] = p;
+    qsort_r(pos, m, sizeof(*pos), merge_pos_compare, (void *)order);
+  }
+  if (s->held.head == NULL) {
+    for (size_t i = 0; i < m; i++) w->turn.merge_ev[i] = w->turn.events[pos[i]];
+    session_deliver_now(s, w->turn.merge_ev, m);
+    return;
+  }
+  /* Behind updates debounce holds (a gathered session holds none): into its queue, in order. */
+  for (size_t i = 0; i < m; i++) {
+    const turn_merge *r = &merges[last - 1];
+    while (pos[i] < r->at || pos[i] >= r->at + r->n) r = &merges[r->prev - 1];
+    const turn_update *u = &w->turn.updates[order[pos[i]]];
+    hold_add(w, &s->held, r->sub, w->turn.uris.data + u->uri, u->seq);
+  }
+}
+
+/* Frees the arrays of a turn's updates, of the frame ends of a topic's, and of merges. */
 static void turn_arrays_free(worker_t *w) {
   free(w->turn.updates);
   free(w->turn.events);
   free(w->turn.order);
   free(w->turn.ends);
   free(w->turn.listen_ends);
+  free(w->turn.merges);
+  free(w->turn.merge_pos);
+  free(w->turn.merge_ev);
   w->turn.updates = NULL;
   w->turn.events = NULL;
   w->turn.order = NULL;
   w->turn.ends = NULL;
   w->turn.listen_ends = NULL;
-  w->turn.cap = w->turn.ends_cap = 0;
+  w->turn.merges = NULL;
+  w->turn.merge_pos = NULL;
+  w->turn.merge_ev = NULL;
+  w->turn.cap = w->turn.ends_cap = w->turn.merges_cap = w->turn.merge_cap = 0;
 }
 
 void subs_turn_settle(worker_t *w) {
@@ -728,6 +826,9 @@ void subs_turn_settle(worker_t *w) {
     size_t at = k == 0 ? 0 : start[k - 1];
     turn_deliver_topic(w, t, at, start[k] - at);
   }
+  for (size_t i = 0; i < w->turn.n_merges; i++) /* each session of several, at its first entry */
+    if (w->turn.merges[i].s->turn_last != 0) turn_deliver_merged(w, w->turn.merges[i].s);
+  w->turn.n_merges = 0;
   for (size_t i = 0; i < n; i++)
     if (w->turn.updates[i].e.tail == NULL) frame_unref(w->turn.updates[i].e.f);
   for (size_t i = 0; i < w->turn.n_heads; i++) frame_unref(w->turn.heads[i]);
@@ -797,14 +898,14 @@ static void subs_on_change(const store_audit_row *row, void *data) {
       subs_send_topic(w, t, t->n_subs, record_uri, record_json, row->seq, &change_head);
     } else {
       /* Those not alone, now; for the sessions alone, a sole one's pair or a whole frame. */
-      if (!t->all_alone)
-        subs_send_topic(w, t, t->n_subs - t->n_alone, record_uri, record_json, row->seq,
+      if (!t->all_gathered)
+        subs_send_topic(w, t, t->n_subs - t->n_gathered, record_uri, record_json, row->seq,
                         &change_head);
       frame_t *f = NULL;
       frame_ev e = {NULL, NULL}; /* listen streams alone (turn_hold) */
-      if (t->few_alone_sessions == 1)
+      if (t->few_gathered_sessions == 1)
         e = (frame_ev){change_head_of(&change_head, record_json, row->seq), t->tail};
-      else if (t->few_alone_sessions == 2)
+      else if (t->few_gathered_sessions == 2)
         e = frame_whole(f = topic_frame(t, record_json, row->seq));
       w->notifications++;
       t->notified++;
@@ -856,22 +957,55 @@ static sub_t *session_sub_find(session_t *s, const char *uri) {
 }
 
 /*
- * Counts sub as its stream's only subscription or no longer, and places it
- * in its topic's list: those alone at the back, after the others, where
- * the turn's fan-out finds them (turn_deliver_topic).
+ * Does the turn's fan-out gather o's updates: a session's with no
+ * subscription of its own debounce (whose hold queue would have to be
+ * merged with them), a listen stream's of one subscription?
  */
-static void sub_set_alone(sub_t *sub, bool alone) {
+static bool owner_gathered(const sub_owner *o) {
+  switch (o->kind) {
+  case SUB_OWNER_SESSION: return ((const session_t *)o)->n_debounced == 0;
+  case SUB_OWNER_LISTEN: return ((const listen_stream *)o)->n_subs == 1;
+  case SUB_OWNER_WAITER: break;
+  }
+  return false;
+}
+
+/*
+ * Counts sub among its topic's gathered subscribers or no longer, and
+ * places it in its topic's list: the gathered at the back, after the
+ * others, where the turn's fan-out finds them (turn_deliver_topic).
+ */
+static void sub_set_gathered(sub_t *sub, bool gathered) {
+  if (sub->gathered == gathered) return;
   sub_topic *t = sub->topic;
   bool session = sub->owner->kind == SUB_OWNER_SESSION;
-  if (alone) {
-    t->n_alone++;
-    t->n_alone_sessions += session;
+  if (gathered) {
+    t->n_gathered++;
+    t->n_gathered_sessions += session;
   } else {
-    t->n_alone--;
-    t->n_alone_sessions -= session;
+    t->n_gathered--;
+    t->n_gathered_sessions -= session;
   }
-  sub_index_move(sub, !alone);
+  sub->gathered = gathered;
+  sub_index_move(sub, !gathered);
   sub_topic_recount(t);
+}
+
+/* After o became gathered or stopped being: each of its subscriptions so. */
+static void owner_regather(sub_owner *o) {
+  bool gathered = owner_gathered(o);
+  for (sub_t *sub = owner_first(o); sub != NULL; sub = sub->owner_next)
+    sub_set_gathered(sub, gathered);
+}
+
+/* Counts a subscription of o's own debounce (owner_gathered) in or out. */
+static void owner_count_debounced(sub_owner *o, const sub_t *sub, bool in) {
+  if (o->kind != SUB_OWNER_SESSION || sub->topic->debounce.quiet_ms == 0) return;
+  session_t *s = (session_t *)o;
+  if (in)
+    s->n_debounced++;
+  else
+    s->n_debounced--;
 }
 
 /*
@@ -881,10 +1015,12 @@ static void sub_set_alone(sub_t *sub, bool alone) {
 static void owner_unsubscribe(worker_t *w, sub_t **slot, size_t *n) {
   subs_turn_settle(w); /* the turn's fan-out is for the subscribers it was held for */
   sub_t *sub = *slot;
+  bool was = owner_gathered(sub->owner);
   *slot = sub->owner_next;
   (*n)--;
-  if (*n == 0) sub_set_alone(sub, false);
-  if (*n == 1) sub_set_alone(owner_first(sub->owner), true); /* the one left */
+  owner_count_debounced(sub->owner, sub, false);
+  sub_set_gathered(sub, false);
+  if (owner_gathered(sub->owner) != was) owner_regather(sub->owner);
   hold_queue *q = owner_queue(sub->owner);
   if (q != NULL && q->head != NULL) hold_drop_sub(w, q, sub);
   sub_index_remove(&w->subs, sub);
@@ -902,11 +1038,15 @@ sub_t *subs_owner_add(worker_t *w, sub_owner *o, sub_t **head, size_t *n, const 
   sub_t *sub = sub_index_add(&w->subs, k.data, uri, u, o, since);
   buf_finish(&k);
   if (d != NULL) sub->topic->debounce = *d;
-  if (*n == 0) sub_set_alone(sub, true);
-  if (*n == 1) sub_set_alone(*head, false); /* no longer its stream's only one */
+  bool was = owner_gathered(o);
   sub->owner_next = *head;
   *head = sub;
   (*n)++;
+  owner_count_debounced(o, sub, true);
+  if (owner_gathered(o) != was)
+    owner_regather(o);
+  else
+    sub_set_gathered(sub, was);
   return sub;
 }
 

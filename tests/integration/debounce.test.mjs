@@ -111,6 +111,57 @@ test('an update of another subscription waits behind a held one: the stream stay
   }
 });
 
+test('a session that takes a debounced subscription leaves the turn\'s gathering, and rejoins it when it drops it: commit order throughout', async () => {
+  // One worker: the sessions share its topics. Four sessions hold the collection alone and are
+  // gathered; s holds it too, and for a while a debounced record as well. The second bulk write
+  // changes the rows before the record and the record in one transaction: s's updates of the
+  // rows must go before the record's, which is held, and the collection's update of the record
+  // waits behind that.
+  const server = await startServer({ args: ['--workers', '1'] });
+  try {
+    const B = server.base;
+    const coll = `${B}/Product?sku=sw=DBN-`;
+    const record = `${B}/Product/DBN-X`;
+    for (const sku of [...Array.from({ length: 20 }, (_, i) => `DBN-0${String(i).padStart(2, '0')}`), 'DBN-X'])
+      await rest(server.port, 'PUT', `/Product/${sku}`, { sku, name: 'n', price_cents: 1 });
+    const sessions = [];
+    for (let i = 0; i < 5; i++) {
+      const x = await McpSession.open(server.port);
+      await subscribe(x, coll);
+      sessions.push({ x, st: await openPrimed(server, x) });
+    }
+    const s = sessions[0];
+    const bulk = async (filter, cents) => {
+      const r = await s.x.result('tools/call', { name: 'put_records', arguments: { table: 'Product', filter, set: { price_cents: cents } } });
+      assert.ok(!r.isError, JSON.stringify(r));
+    };
+    await bulk('sku=sw=DBN-0', 2); // 20 rows
+    await subscribe(s.x, record, { quietMs: 1000, maxMs: 1000 });
+    await bulk('sku=sw=DBN-', 4); // 21 rows, the record last
+    await s.st.waitUpdates(1, record, { timeoutMs: 5000 });
+    assert.deepEqual(await s.x.result('resources/unsubscribe', { uri: record }), {});
+    await bulk('sku=sw=DBN-0', 5);
+    for (const { st } of sessions) await st.waitUpdates(61, coll, { timeoutMs: 10000 });
+    await sleep(300);
+    const seqs = (st, uri) => st.updates(uri).map((e) => idSeq(e.id));
+    const first = seqs(sessions[1].st, coll);
+    assert.equal(first.length, 61, sessions[1].st.describe());
+    assert.ok(first.every((q, i) => i === 0 || q > first[i - 1]), `not in commit order: ${first.join(',')}`);
+    for (const { st } of sessions) assert.deepEqual(seqs(st, coll), first, st.describe());
+    const recordChange = sessions[1].st.updates(coll).find((e) => e.json.params.uri === record && idSeq(e.id) > first[19]);
+    assert.deepEqual(seqs(s.st, record), [idSeq(recordChange.id)], s.st.describe());
+    const all = s.st.updates().map((e) => idSeq(e.id));
+    assert.equal(all.length, 62);
+    assert.ok(all.every((q, i) => i === 0 || q >= all[i - 1]), `s: not in commit order: ${all.join(',')}`);
+    for (const { x, st } of sessions) {
+      st.close();
+      await x.delete();
+    }
+  } finally {
+    await server.stop();
+  }
+});
+
 test('a held update is sent when the server drains (SIGTERM), before the stream ends', async () => {
   const server = await startServer();
   let stopped = false;
