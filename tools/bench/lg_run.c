@@ -326,12 +326,15 @@ static void slot_step(lg_slot *sl) {
     char filter[32] = "";
     if (sl->step == 2 && (lg->o.filtered || mixed))
       snprintf(filter, sizeof(filter), "?v=ne=y%u", s->index);
+    else if (sl->step == 3 && lg->o.both)
+      snprintf(filter, sizeof(filter), "?v=ne=y%u", s->index);
     else if (sl->step == 3 && (mixed || beside))
       snprintf(filter, sizeof(filter), "/m%u", s->index);
     snprintf(body, sizeof(body),
              "{\"jsonrpc\":\"2.0\",\"id\":%u,\"method\":\"resources/"
              "subscribe\",\"params\":{\"uri\":\"%s%s\"}}",
-             sl->step, sl->step == 2 || mixed || beside ? lg->coll_uri : lg->rec_uri, filter);
+             sl->step, sl->step == 2 || mixed || beside || lg->o.both ? lg->coll_uri : lg->rec_uri,
+             filter);
     r = lg_post(lg, sl->conn, s->id, body);
   } else if (lg->sc->streams) {
     s->stream = lg_conn_create(lg->cl, true, s->index, &lg_stream_ops, s);

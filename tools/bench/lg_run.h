@@ -45,6 +45,8 @@ typedef struct lg_opts {
   uint32_t mixed;
   /* Sessions 0..beside-1 hold the collection and <collection>/m<i> (never written). */
   uint32_t beside;
+  /* 1: every session holds the collection and <collection>?v=ne=y<i> (two updates a commit). */
+  uint32_t both;
   uint64_t held; /* subscribe: subscriptions the session holds before measuring */
   uint64_t events;
   uint64_t window;

@@ -17,7 +17,7 @@
 
 /* Before the streams open: the ceiling starts writing the moment the last one asked. */
 static void events_prepare(lg_t *lg) {
-  lg->expected = (uint64_t)lg->n_sessions * lg->o.events;
+  lg->expected = (uint64_t)lg->n_sessions * lg->o.events * (lg->o.both ? 2 : 1);
   if (lg_seen_alloc(lg, lg->o.events) != 0)
     lg_fail(lg, "sessions x events too large for the bitmap bound");
 }
@@ -39,17 +39,17 @@ static void fanout_start(lg_t *lg) {
 }
 
 static void fanout_on_update(lg_t *lg, lg_session *s, const lg_update *u) {
-  if (u->letter != 'f' || u->n >= lg->seen_events || u->sub != 0 || u->reread) {
+  if (u->letter != 'f' || u->n >= lg->seen_events || u->sub > (lg->o.both ? 1 : 0) || u->reread) {
     lg_fail(lg, "session %u: unexpected update %c%llu", s->index, u->letter,
             (unsigned long long)u->n);
     return;
   }
-  if (!lg_seen_set(lg, s, u->n, 0)) {
+  if (!lg_seen_set(lg, s, u->n, u->sub)) {
     lg_fail(lg, "session %u: duplicate update for f%llu", s->index, (unsigned long long)u->n);
     return;
   }
   lg->received++;
-  lg_writer_delivered(lg, u->n);
+  if (u->sub == 0) lg_writer_delivered(lg, u->n); /* the writers' window: once per session */
   if (lg->received == lg->expected) lg_complete(lg);
 }
 

@@ -129,6 +129,9 @@ static const lg_flag lg_flags[] = {
      "<collection>?v=ne=y<i> (matching every row) and <collection>/m<i> (never written)"},
     {"--beside", FLAG_U64, OPT(beside),
      "fanout: the first N sessions hold, beside the collection, <collection>/m<i> (never written)"},
+    {"--both", FLAG_U64, OPT(both),
+     "fanout: 1: every session holds the collection and <collection>?v=ne=y<i> (matching every\n"
+     "row): two updates a commit"},
     {"--held", FLAG_U64, OPT(held),
      "subscribe: subscriptions the session holds before the measured ones"},
     {"--events", FLAG_U64, OPT(events), "commits"},
@@ -217,9 +220,10 @@ static int lg_parse(int argc, char **argv, lg_opts *o) {
     case FLAG_U64: {
       unsigned long long x = strtoull(v, &end, 10);
       if (f->offset == OPT(sessions) || f->offset == OPT(subs) || f->offset == OPT(filtered) ||
-          f->offset == OPT(mixed) || f->offset == OPT(beside) || f->offset == OPT(writers) ||
-          f->offset == OPT(connections) || f->offset == OPT(drop_percent) ||
-          f->offset == OPT(settle_ms) || f->offset == OPT(workers))
+          f->offset == OPT(mixed) || f->offset == OPT(beside) || f->offset == OPT(both) ||
+          f->offset == OPT(writers) || f->offset == OPT(connections) ||
+          f->offset == OPT(drop_percent) || f->offset == OPT(settle_ms) ||
+          f->offset == OPT(workers))
         *(uint32_t *)p = (uint32_t)(x > UINT32_MAX ? UINT32_MAX : x);
       else
         *(uint64_t *)p = x;
@@ -262,6 +266,10 @@ static int lg_parse(int argc, char **argv, lg_opts *o) {
                              o->listen || o->ceiling))
     why = "--beside is at most --sessions, with --subs 1, neither --mixed nor --filtered, and "
           "--target server";
+  else if (o->both > 1 || (o->both && (strcmp(argv[1], "fanout") != 0 || o->subs != 1 || o->mixed ||
+                                       o->beside || o->filtered || o->listen || o->ceiling)))
+    why = "--both is 0 or 1, for fanout, with --subs 1, none of --mixed, --beside and "
+          "--filtered, and --target server";
   else if (o->events == 0 || o->events > LG_MAX_EVENTS)
     why = "--events is 1 to 2000000";
   else if (o->window == 0)
@@ -294,6 +302,7 @@ static int lg_parse(int argc, char **argv, lg_opts *o) {
     fprintf(stderr, "bench_loadgen: %s\n", why);
     return -1;
   }
+  if (o->both) o->subs = 2; /* each session's second subscription (lg_seen_set) */
   return 0;
 }
 

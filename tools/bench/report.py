@@ -189,16 +189,17 @@ def summarize(runs):
     filter_runs = [r for r in ok if r.get("scenario") == "fanout" and r.get("label", "").startswith("filters-")]
     for n in sorted({r["sessions"] for r in filter_runs}):
         kinds = {k: [r for r in filter_runs if r["sessions"] == n and r["label"] == f"filters-{k}"]
-                 for k in ("collection", "filtered", "mixed", "beside")}
+                 for k in ("collection", "filtered", "mixed", "beside", "both")}
         if not (kinds["collection"] and kinds["filtered"]):
             continue
-        col, fil, mix, bes = (median(kinds[k], "per_server_cpu_s") if kinds[k] else None
-                              for k in ("collection", "filtered", "mixed", "beside"))
+        col, fil, mix, bes, both = (median(kinds[k], "per_server_cpu_s") if kinds[k] else None
+                                    for k in ("collection", "filtered", "mixed", "beside", "both"))
         s["filters"].append({"sessions": n, "runs": len(kinds["filtered"]),
                              "collection_per_cpu_s": col, "filtered_per_cpu_s": fil,
                              "filtered_vs_collection": ratio(fil, col),
                              "mixed_per_cpu_s": mix, "mixed_vs_collection": ratio(mix, col),
-                             "beside_per_cpu_s": bes, "beside_vs_collection": ratio(bes, col)})
+                             "beside_per_cpu_s": bes, "beside_vs_collection": ratio(bes, col),
+                             "both_per_cpu_s": both, "both_vs_collection": ratio(both, col)})
     # Subscribe: the cost of one more subscription at each number held.
     # (one connection: one client's subscribes in turn; more: in flight together, group-committed)
     # Repeated runs are summarized by their medians.
@@ -521,15 +522,18 @@ def tables(s):
         out.append(f"| {a['scenario']} | {a['mode']} | {a['runs']} | {fmt(a['per_server_cpu_s'])} | {fmt(a['per_wall_s'])} | {cost} |")
     out.append("\n### Filtered subscriptions (each session a distinct filtered URI matching every row; "
                "mixed: one session of two other URIs among the collection's; beside: one session of the "
-               "collection and a record among them)\n")
+               "collection and a record among them; both: every session the collection and its own "
+               "filtered URI, two updates a commit)\n")
     out.append("| sessions | runs | collection per CPU-s | filtered per CPU-s | filtered / collection | "
-               "mixed per CPU-s | mixed / collection | beside per CPU-s | beside / collection |")
-    out.append("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+               "mixed per CPU-s | mixed / collection | beside per CPU-s | beside / collection | "
+               "both per CPU-s | both / collection |")
+    out.append("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for f in s["filters"]:
         out.append(f"| {fmt(f['sessions'])} | {f['runs']} | {fmt(f['collection_per_cpu_s'])} | "
                    f"{fmt(f['filtered_per_cpu_s'])} | {fmt(f['filtered_vs_collection'], 2)} | "
                    f"{fmt(f.get('mixed_per_cpu_s'))} | {fmt(f.get('mixed_vs_collection'), 2)} | "
-                   f"{fmt(f.get('beside_per_cpu_s'))} | {fmt(f.get('beside_vs_collection'), 2)} |")
+                   f"{fmt(f.get('beside_per_cpu_s'))} | {fmt(f.get('beside_vs_collection'), 2)} | "
+                   f"{fmt(f.get('both_per_cpu_s'))} | {fmt(f.get('both_vs_collection'), 2)} |")
     out.append("\n### Subscribe (one session, a new record URI each)\n")
     out.append("| held | connections | runs | subscribes per s | (range) | per server CPU-s | ms per subscribe |")
     out.append("|---:|---:|---:|---:|---:|---:|---:|")
