@@ -42,24 +42,41 @@ void listen_deliver(listen_stream *l, const char *head, size_t head_len) {
   l->w->sessions.frames_sent++;
 }
 
-void listen_deliver_run(listen_stream *l, buf_t *run, const char *heads, const size_t *ends,
-                        size_t from, size_t n) {
+/* Appends to run one event of the stream: head, its id, the event's end. */
+static void run_append(const listen_stream *l, buf_t *run, const char *head, size_t len) {
   static const char tail[] = "}}}\n\n";
-  buf_reset(run);
-  for (size_t i = from; i < n; i++) {
-    size_t start = i == 0 ? 0 : ends[i - 1], len = ends[i] - start;
-    buf_reserve(run, len + l->id_len + sizeof(tail) - 1);
-    char *p = run->data + run->len;
-    memcpy(p, heads + start, len);
-    memcpy(p + len, l->id_json, l->id_len);
-    memcpy(p + len + l->id_len, tail, sizeof(tail) - 1);
-    run->len += len + l->id_len + sizeof(tail) - 1;
-  }
+  buf_reserve(run, len + l->id_len + sizeof(tail) - 1);
+  char *p = run->data + run->len;
+  memcpy(p, head, len);
+  memcpy(p + len, l->id_json, l->id_len);
+  memcpy(p + len + l->id_len, tail, sizeof(tail) - 1);
+  run->len += len + l->id_len + sizeof(tail) - 1;
+}
+
+/* Hands the n events put together in run to the socket. */
+static void run_send(listen_stream *l, const buf_t *run, size_t n) {
   if (http_stream_takes(l->conn, run->len))
     http_stream_send(l->conn, run->data, run->len);
   else /* cut at its bound (or gone, or closing): as the events one by one would be */
     listen_write(l, run->data, run->len);
-  l->w->sessions.frames_sent += n - from;
+  l->w->sessions.frames_sent += n;
+}
+
+void listen_deliver_run(listen_stream *l, buf_t *run, const char *heads, const size_t *ends,
+                        size_t from, size_t n) {
+  buf_reset(run);
+  for (size_t i = from; i < n; i++) {
+    size_t start = i == 0 ? 0 : ends[i - 1];
+    run_append(l, run, heads + start, ends[i] - start);
+  }
+  run_send(l, run, n - from);
+}
+
+void listen_deliver_spans(listen_stream *l, buf_t *run, const char *heads, const listen_span *spans,
+                          const uint32_t *pos, size_t m) {
+  buf_reset(run);
+  for (size_t i = 0; i < m; i++) run_append(l, run, heads + spans[pos[i]].at, spans[pos[i]].len);
+  run_send(l, run, m);
 }
 
 /* Unsubscribes everything and unlinks the stream; its connection is closing or closed. */

@@ -22,11 +22,12 @@
  *
  * Per update, a listen stream costs three copies (the event's head, shared
  * by every listen stream of the topic and formatted once per change; its
- * own id; the tail): no allocation per subscriber. A stream whose only
- * subscription is to a topic the turn's fan-out takes (subscriptions.c)
- * gets its updates of a loop turn at once, put together in one hot buffer
- * and handed to the socket (listen_deliver_run); others, change by change,
- * into the stream's output buffer, written at the turn's end.
+ * own id; the tail): no allocation per subscriber. A stream gets its
+ * updates of a loop turn at once (the turn's fan-out, subscriptions.c),
+ * put together in one hot buffer and handed to the socket: from its
+ * topic's heads (listen_deliver_run), or, holding several URIs, from its
+ * topics' in commit order (listen_deliver_spans). A debounced stream's
+ * updates come change by change, through its hold queue.
  */
 #ifndef MCPSUB_LISTEN_H
 #define MCPSUB_LISTEN_H
@@ -63,9 +64,15 @@ typedef struct listen_stream {
   int64_t credential_expires_ms;
   sub_t *subs; /* through sub_t.owner_next */
   size_t n_subs;
-  hold_queue held;                   /* updates debounce holds back (debounce.h) */
+  hold_queue held;    /* updates debounce holds back (debounce.h) */
+  uint32_t turn_last; /* + 1: its last entry in the turn's merges (subscriptions.c), or 0 */
   struct listen_stream *prev, *next; /* the worker's list */
 } listen_stream;
+
+/* Where an event's head lies in a buffer of heads (listen_deliver_spans). */
+typedef struct listen_span {
+  uint32_t at, len;
+} listen_span;
 
 /* The subscriptions/listen handler: answers with the stream (call->pending). */
 cJSON *listen_open(mcp_call *call);
@@ -88,6 +95,9 @@ void listen_deliver(listen_stream *l, const char *head, size_t head_len);
  */
 void listen_deliver_run(listen_stream *l, buf_t *run, const char *heads, const size_t *ends,
                         size_t from, size_t n);
+/* The same with the heads in spans[pos[0]], spans[pos[1]]... (m of them) of heads. */
+void listen_deliver_spans(listen_stream *l, buf_t *run, const char *heads, const listen_span *spans,
+                          const uint32_t *pos, size_t m);
 
 /* Subscriptions of principal's listen streams on this worker (for --limit-subscriptions). */
 size_t listen_subscriptions_of(const worker_t *w, const char *principal);

@@ -64,7 +64,7 @@ typedef struct session {
   strmap *subs_by_uri; /* uri -> sub_t, once it holds many (subscriptions.c), or NULL */
   /* Of its subscriptions, those with a debounce of their own: the turn's fan-out holds none */
   size_t n_debounced;
-  uint32_t turn_last; /* + 1: its last entry in the turn's w->turn.merges, or 0 */
+  uint32_t turn_last; /* + 1: its last entry in the turn's merges (subscriptions.c), or 0 */
   frame_t **ring;     /* ring_cap slots (and as many tails after them when ring_paired):
                          grows on demand up to SESSION_RING_SIZE */
   unsigned ring_cap, ring_start, ring_count;

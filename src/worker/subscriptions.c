@@ -469,33 +469,34 @@ static void subs_send_topic(worker_t *w, sub_topic *t, size_t n, const char *rec
 
 /*
  * A gathered subscriber — a session's with no subscription of its own
- * debounce, a listen stream's of one subscription (owner_gathered) — on a
- * topic which neither debounce nor coalescing holds back, is not
- * delivered change by change: its topic's updates of the loop turn are
- * kept (w->turn), and at the turn's end, after the turn's responses, each
- * such subscriber is given all of them at once and its stream hands them
- * to the socket right away (session_deliver_now). A session of several
- * subscriptions gets the updates of all its topics merged in the order
- * they were held (turn_deliver_merged). The topic's other subscribers (a
- * listen stream of several URIs, a session with a debounced subscription,
- * a wait_and_read call), which its list keeps in front of the gathered
- * (sub_set_gathered), are served as the change comes (subs_send_topic).
- * Change by change, every subscriber's session, ring and stream were
- * fetched once per change, and every stream's buffer was filled before
- * any was written, so that the kernel's copy of the bytes found them out
- * of every cache (9% of a worker at 10,000 sessions, 1% for the kernel
- * ceiling's one hot buffer). Here each subscriber is fetched once a turn,
- * and the buffer its stream is written from is hot: for a topic of
- * several sessions, the topic's updates laid end to end once
+ * debounce, or a listen stream's (owner_gathered) — on a topic which
+ * neither debounce nor coalescing holds back, is not delivered change by
+ * change: its topic's updates of the loop turn are kept (w->turn), and at
+ * the turn's end, after the turn's responses, each such subscriber is
+ * given all of them at once and its stream hands them to the socket right
+ * away (session_deliver_now). A stream of several subscriptions gets the
+ * updates of all its topics merged in the order they were held
+ * (turn_deliver_merged). The topic's other subscribers (a session with a
+ * debounced subscription, a wait_and_read call), which its list keeps in
+ * front of the gathered (sub_set_gathered), are served as the change comes
+ * (subs_send_topic). Change by change, every subscriber's session, ring
+ * and stream were fetched once per change, and every stream's buffer was
+ * filled before any was written, so that the kernel's copy of the bytes
+ * found them out of every cache (9% of a worker at 10,000 sessions, 1% for
+ * the kernel ceiling's one hot buffer). Here each subscriber is fetched
+ * once a turn, and the buffer its stream is written from is hot: for a
+ * topic of several sessions, the topic's updates laid end to end once
  * (turn_lay_out), which a stream of one subscription with nothing queued
  * is written from without a copy of its own; for the others, the spare
  * output buffer the stream before gave back. A listen stream's events
  * differ from the topic's other listen streams' only by its id: the
  * topic's listen heads are laid end to end once (turn_lay_out_listen), and
  * each stream's events are put together from them in one hot buffer
- * (w->turn.run) and written at once (listen_deliver_run). Change by
- * change, listen streams cost 1.3 to 1.6 times the CPU of GET streams per
- * notification, and sessions of two subscriptions 1.3 times that of one
+ * (w->turn.run) and written at once (listen_deliver_run); a stream of
+ * several URIs, from the heads of its topics kept for the turn's end
+ * (turn_keep_listen_heads). Change by change, listen streams cost 1.3 to
+ * 1.6 times the CPU of GET streams per notification, and streams of two
+ * subscriptions with an update on each 1.5 times what merged ones do
  * (BENCHMARKS.md).
  *
  * Commit order holds: a gathered stream's updates are all gathered, in
@@ -528,13 +529,18 @@ typedef struct turn_update {
   uint32_t uri;   /* where the change's record URI starts in w->turn.uris */
 } turn_update;
 
-/* A range of a topic's updates for a session of several subscriptions (turn_deliver_merged). */
+/* A range of a topic's updates for a stream of several subscriptions (turn_deliver_merged). */
 typedef struct turn_merge {
-  session_t *s;
-  sub_t *sub;
+  sub_t *sub;     /* of the stream (its owner) to the topic */
   uint32_t at, n; /* in w->turn.events */
-  uint32_t prev;  /* + 1: the session's entry before, or 0 */
+  uint32_t prev;  /* + 1: the stream's entry before, or 0 */
 } turn_merge;
+
+/* Where o, a stream, keeps its last entry in w->turn.merges. */
+static uint32_t *owner_turn_last(sub_owner *o) {
+  if (o->kind == SUB_OWNER_SESSION) return &((session_t *)o)->turn_last;
+  return &((listen_stream *)o)->turn_last;
+}
 
 /* Does the turn's fan-out take t's updates (above)? */
 static bool turn_takes(const worker_t *w, const sub_topic *t) {
@@ -653,20 +659,42 @@ static void turn_lay_out_listen(worker_t *w, const sub_topic *t, const uint32_t 
   }
 }
 
-/* Notes that s gets w->turn.events[at, at + n), of sub, once its other topics' are known. */
-static void turn_merge_add(worker_t *w, session_t *s, sub_t *sub, size_t at, size_t n) {
+/* Notes that sub's stream gets w->turn.events[at, at + n) once its other topics' are known. */
+static void turn_merge_add(worker_t *w, sub_t *sub, size_t at, size_t n) {
   if (w->turn.n_merges == w->turn.merges_cap) {
     w->turn.merges_cap = w->turn.merges_cap == 0 ? 64 : w->turn.merges_cap * 2;
     w->turn.merges = mem_realloc(w->turn.merges, w->turn.merges_cap * sizeof(*w->turn.merges));
   }
-  w->turn.merges[w->turn.n_merges] = (turn_merge){s, sub, (uint32_t)at, (uint32_t)n, s->turn_last};
-  s->turn_last = (uint32_t)++w->turn.n_merges;
+  uint32_t *last = owner_turn_last(sub->owner);
+  w->turn.merges[w->turn.n_merges] = (turn_merge){sub, (uint32_t)at, (uint32_t)n, *last};
+  *last = (uint32_t)++w->turn.n_merges;
+}
+
+/*
+ * Keeps the topic's listen heads, just laid out (turn_lay_out_listen) for
+ * its n updates at w->turn.events[at], for the listen streams of several
+ * subscriptions merged at the end: in w->turn.listen_all, each one's span
+ * by its place in events.
+ */
+static void turn_keep_listen_heads(worker_t *w, size_t at, size_t n) {
+  if (w->turn.listen_spans_cap < w->turn.cap) {
+    w->turn.listen_spans_cap = w->turn.cap;
+    w->turn.listen_spans =
+        mem_realloc(w->turn.listen_spans, w->turn.cap * sizeof(*w->turn.listen_spans));
+  }
+  size_t base = w->turn.listen_all.len;
+  buf_append(&w->turn.listen_all, w->turn.listen_heads.data, w->turn.listen_heads.len);
+  for (size_t i = 0; i < n; i++) {
+    size_t start = i == 0 ? 0 : w->turn.listen_ends[i - 1];
+    w->turn.listen_spans[at + i] =
+        (listen_span){(uint32_t)(base + start), (uint32_t)(w->turn.listen_ends[i] - start)};
+  }
 }
 
 /*
  * Gives every gathered subscriber of t its n updates, w->turn.events[at]
- * on (w->turn.order: their index): a stream of one subscription now, a
- * session of several once every topic is through (turn_deliver_merged).
+ * on (w->turn.order: their index): a stream of one subscription now, one
+ * of several once every topic is through (turn_deliver_merged).
  */
 static void turn_deliver_topic(worker_t *w, sub_topic *t, size_t at, size_t n) {
   const frame_ev *events = w->turn.events + at;
@@ -682,6 +710,7 @@ static void turn_deliver_topic(worker_t *w, sub_topic *t, size_t at, size_t n) {
   /* The gathered, after the others (served as their changes came). */
   sub_t *first = t->subs;
   for (size_t k = t->n_subs - t->n_gathered; k > 0; k--) first = first->topic_next;
+  bool heads_kept = false; /* for listen streams of several (turn_keep_listen_heads) */
   subs_ahead ahead = subs_ahead_start(first); /* as in subs_send_topic */
   for (sub_t *sub = first; sub != NULL; sub = sub->topic_next) {
     subs_ahead_step(&ahead);
@@ -690,14 +719,23 @@ static void turn_deliver_topic(worker_t *w, sub_topic *t, size_t at, size_t n) {
     while (from < n && w->turn.updates[order[from]].seq <= sub->since_seq) from++;
     if (from == n) continue;
     hold_queue *q = owner_queue(sub->owner);
-    if (q->head == NULL && sub->owner->kind == SUB_OWNER_LISTEN) {
-      listen_deliver_run((listen_stream *)sub->owner, &w->turn.run, w->turn.listen_heads.data,
-                         w->turn.listen_ends, from, n);
-      continue;
+    if (sub->owner->kind == SUB_OWNER_LISTEN) {
+      listen_stream *l = (listen_stream *)sub->owner;
+      if (l->n_subs > 1) {
+        if (!heads_kept) turn_keep_listen_heads(w, at, n);
+        heads_kept = true;
+        turn_merge_add(w, sub, at + from, n - from);
+        continue;
+      }
+      if (q->head == NULL) {
+        listen_deliver_run(l, &w->turn.run, w->turn.listen_heads.data, w->turn.listen_ends, from,
+                           n);
+        continue;
+      }
     }
     session_t *s = (session_t *)sub->owner;
-    if (s->n_subs > 1) {
-      turn_merge_add(w, s, sub, at + from, n - from);
+    if (sub->owner->kind == SUB_OWNER_SESSION && s->n_subs > 1) {
+      turn_merge_add(w, sub, at + from, n - from);
       continue;
     }
     if (q->head == NULL) {
@@ -725,19 +763,19 @@ static int merge_pos_compare(const void *a, const void *b, void *data) {
   return x < y ? -1 : x > y;
 }
 
-/* Up to this many topics a session's updates are merged by looking at each one's next. */
+/* Up to this many topics a stream's updates are merged by looking at each one's next. */
 #define TURN_MERGE_SCAN 8
 
 /*
- * Gives s, a session of several subscriptions, the turn's updates of all
+ * Gives o, a stream of several subscriptions, the turn's updates of all
  * its topics at once, in the order they were held: commit order, and the
  * topics of one change in the order every worker sends them (frame.h).
  */
-static void turn_deliver_merged(worker_t *w, session_t *s) {
+static void turn_deliver_merged(worker_t *w, sub_owner *o) {
   const turn_merge *merges = w->turn.merges;
   const uint32_t *order = w->turn.order;
-  uint32_t last = s->turn_last;
-  s->turn_last = 0;
+  uint32_t last = *owner_turn_last(o);
+  *owner_turn_last(o) = 0;
   size_t k = 0, m = 0;
   for (uint32_t i = last; i != 0; i = merges[i - 1].prev) {
     k++;
@@ -769,17 +807,23 @@ static void turn_deliver_merged(worker_t *w, session_t *s) {
         pos[out++] = p;
     qsort_r(pos, m, sizeof(*pos), merge_pos_compare, (void *)order);
   }
-  if (s->held.head == NULL) {
-    for (size_t i = 0; i < m; i++) w->turn.merge_ev[i] = w->turn.events[pos[i]];
-    session_deliver_now(s, w->turn.merge_ev, m);
+  hold_queue *q = owner_queue(o);
+  if (q->head == NULL && o->kind == SUB_OWNER_LISTEN) {
+    listen_deliver_spans((listen_stream *)o, &w->turn.run, w->turn.listen_all.data,
+                         w->turn.listen_spans, pos, m);
     return;
   }
-  /* Behind updates debounce holds (a gathered session holds none): into its queue, in order. */
+  if (q->head == NULL) {
+    for (size_t i = 0; i < m; i++) w->turn.merge_ev[i] = w->turn.events[pos[i]];
+    session_deliver_now((session_t *)o, w->turn.merge_ev, m);
+    return;
+  }
+  /* Behind updates debounce holds (a gathered stream holds none): into its queue, in order. */
   for (size_t i = 0; i < m; i++) {
     const turn_merge *r = &merges[last - 1];
     while (pos[i] < r->at || pos[i] >= r->at + r->n) r = &merges[r->prev - 1];
     const turn_update *u = &w->turn.updates[order[pos[i]]];
-    hold_add(w, &s->held, r->sub, w->turn.uris.data + u->uri, u->seq);
+    hold_add(w, q, r->sub, w->turn.uris.data + u->uri, u->seq);
   }
 }
 
@@ -793,6 +837,7 @@ static void turn_arrays_free(worker_t *w) {
   free(w->turn.merges);
   free(w->turn.merge_pos);
   free(w->turn.merge_ev);
+  free(w->turn.listen_spans);
   w->turn.updates = NULL;
   w->turn.events = NULL;
   w->turn.order = NULL;
@@ -801,7 +846,9 @@ static void turn_arrays_free(worker_t *w) {
   w->turn.merges = NULL;
   w->turn.merge_pos = NULL;
   w->turn.merge_ev = NULL;
+  w->turn.listen_spans = NULL;
   w->turn.cap = w->turn.ends_cap = w->turn.merges_cap = w->turn.merge_cap = 0;
+  w->turn.listen_spans_cap = 0;
 }
 
 void subs_turn_settle(worker_t *w) {
@@ -826,9 +873,12 @@ void subs_turn_settle(worker_t *w) {
     size_t at = k == 0 ? 0 : start[k - 1];
     turn_deliver_topic(w, t, at, start[k] - at);
   }
-  for (size_t i = 0; i < w->turn.n_merges; i++) /* each session of several, at its first entry */
-    if (w->turn.merges[i].s->turn_last != 0) turn_deliver_merged(w, w->turn.merges[i].s);
+  for (size_t i = 0; i < w->turn.n_merges; i++) { /* each stream of several, at its first entry */
+    sub_owner *o = w->turn.merges[i].sub->owner;
+    if (*owner_turn_last(o) != 0) turn_deliver_merged(w, o);
+  }
   w->turn.n_merges = 0;
+  buf_reset(&w->turn.listen_all);
   for (size_t i = 0; i < n; i++)
     if (w->turn.updates[i].e.tail == NULL) frame_unref(w->turn.updates[i].e.f);
   for (size_t i = 0; i < w->turn.n_heads; i++) frame_unref(w->turn.heads[i]);
@@ -836,6 +886,7 @@ void subs_turn_settle(worker_t *w) {
   if (w->turn.bytes.cap > TURN_BYTES_KEEP) buf_finish(&w->turn.bytes);
   if (w->turn.listen_heads.cap > TURN_BYTES_KEEP) buf_finish(&w->turn.listen_heads);
   if (w->turn.run.cap > TURN_BYTES_KEEP) buf_finish(&w->turn.run);
+  if (w->turn.listen_all.cap > TURN_BYTES_KEEP) buf_finish(&w->turn.listen_all);
   if (w->turn.cap > TURN_KEEP && n < w->turn.cap / 8) turn_arrays_free(w); /* a burst's */
   w->turn.n = w->turn.n_topics = w->turn.n_heads = 0;
   w->turn.settling = false;
@@ -959,12 +1010,13 @@ static sub_t *session_sub_find(session_t *s, const char *uri) {
 /*
  * Does the turn's fan-out gather o's updates: a session's with no
  * subscription of its own debounce (whose hold queue would have to be
- * merged with them), a listen stream's of one subscription?
+ * merged with them), a listen stream's (its debounce, if any, is all its
+ * URIs': the turn takes none of their topics)?
  */
 static bool owner_gathered(const sub_owner *o) {
   switch (o->kind) {
   case SUB_OWNER_SESSION: return ((const session_t *)o)->n_debounced == 0;
-  case SUB_OWNER_LISTEN: return ((const listen_stream *)o)->n_subs == 1;
+  case SUB_OWNER_LISTEN: return true;
   case SUB_OWNER_WAITER: break;
   }
   return false;
@@ -1228,6 +1280,7 @@ void subs_init(worker_t *w) {
   buf_init(&w->turn.bytes);
   buf_init(&w->turn.listen_heads);
   buf_init(&w->turn.run);
+  buf_init(&w->turn.listen_all);
   strmap_init(&w->coalesce);
   tailer_init(&w->tailer, w->loop, w->store, &w->lane, w->cfg->db_path, &subs_tailer_ops, w);
   uv_timer_init(w->loop, &w->coalesce_timer);
@@ -1268,6 +1321,7 @@ void subs_finish(worker_t *w) {
   buf_finish(&w->turn.bytes);
   buf_finish(&w->turn.listen_heads);
   buf_finish(&w->turn.run);
+  buf_finish(&w->turn.listen_all);
   tailer_finish(&w->tailer);
   sub_index_finish(&w->subs);
 }

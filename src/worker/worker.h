@@ -91,13 +91,17 @@ typedef struct worker {
     size_t *listen_ends;
     size_t ends_cap; /* (of ends and listen_ends) */
     buf_t run;       /* one listen stream's events, put together from listen_heads */
-    /* Sessions of several subscriptions: their topics' updates, merged at the end. */
+    /* Streams of several subscriptions: their topics' updates, merged at the end. */
     struct turn_merge *merges;
     size_t n_merges, merges_cap;
     uint32_t *merge_pos; /* one session's updates merged: their places in events */
     frame_ev *merge_ev;  /* and the updates so */
     size_t merge_cap;    /* (of merge_pos and merge_ev) */
-    int64_t uri_seq;     /* the change whose URI is last in uris */
+    /* For listen streams of several: their topics' listen heads, each update's in spans. */
+    buf_t listen_all;
+    struct listen_span *listen_spans; /* by place in events (cap of them) */
+    size_t listen_spans_cap;
+    int64_t uri_seq; /* the change whose URI is last in uris */
     uint32_t uri_at;
     bool settling;
   } turn;

@@ -155,15 +155,18 @@ int lg_get_stream(lg_t *lg, lg_conn *c, const lg_session *s, const char *last_ev
                  lg->o.port);
   } else if (lg->o.listen) {
     /* 2026-07-28: the stream is the answer to subscriptions/listen; the envelope in _meta. */
-    char body[LG_REQ_MAX / 2];
+    char body[LG_REQ_MAX / 2], second[LG_REQ_MAX / 4] = "";
+    if (lg->o.both) /* --both: its own filtered URI, matching every row */
+      snprintf(second, sizeof(second), ",\"%s?v=ne=y%u\"", lg->coll_uri, s->index);
+    else if (lg->o.subs > 1)
+      snprintf(second, sizeof(second), ",\"%s\"", lg->rec_uri);
     int blen = snprintf(
         body, sizeof(body),
         "{\"jsonrpc\":\"2.0\",\"id\":%u,\"method\":\"subscriptions/listen\",\"params\":{"
         "\"_meta\":{\"io.modelcontextprotocol/protocolVersion\":\"" LG_PROTOCOL_MODERN "\","
         "\"io.modelcontextprotocol/clientCapabilities\":{}},"
-        "\"notifications\":{\"resourceSubscriptions\":[\"%s\"%s%s%s]}}}",
-        s->index, lg->coll_uri, lg->o.subs > 1 ? ",\"" : "", lg->o.subs > 1 ? lg->rec_uri : "",
-        lg->o.subs > 1 ? "\"" : "");
+        "\"notifications\":{\"resourceSubscriptions\":[\"%s\"%s]}}}",
+        s->index, lg->coll_uri, second);
     if (blen < 0 || (size_t)blen >= sizeof(body)) return -E2BIG;
     n = snprintf(req, sizeof(req),
                  "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nContent-Type: application/json\r\n"

@@ -130,8 +130,8 @@ static const lg_flag lg_flags[] = {
     {"--beside", FLAG_U64, OPT(beside),
      "fanout: the first N sessions hold, beside the collection, <collection>/m<i> (never written)"},
     {"--both", FLAG_U64, OPT(both),
-     "fanout: 1: every session holds the collection and <collection>?v=ne=y<i> (matching every\n"
-     "row): two updates a commit"},
+     "fanout: 1: every session (or listen stream) holds the collection and\n"
+     "<collection>?v=ne=y<i> (matching every row): two updates a commit"},
     {"--held", FLAG_U64, OPT(held),
      "subscribe: subscriptions the session holds before the measured ones"},
     {"--events", FLAG_U64, OPT(events), "commits"},
@@ -267,9 +267,9 @@ static int lg_parse(int argc, char **argv, lg_opts *o) {
     why = "--beside is at most --sessions, with --subs 1, neither --mixed nor --filtered, and "
           "--target server";
   else if (o->both > 1 || (o->both && (strcmp(argv[1], "fanout") != 0 || o->subs != 1 || o->mixed ||
-                                       o->beside || o->filtered || o->listen || o->ceiling)))
+                                       o->beside || o->filtered || o->ceiling)))
     why = "--both is 0 or 1, for fanout, with --subs 1, none of --mixed, --beside and "
-          "--filtered, and --target server";
+          "--filtered, and --target server or listen";
   else if (o->events == 0 || o->events > LG_MAX_EVENTS)
     why = "--events is 1 to 2000000";
   else if (o->window == 0)
