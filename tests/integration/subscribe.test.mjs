@@ -878,6 +878,7 @@ test('sessions of two subscriptions beside those of one on the same topic, one s
     await putProduct(keyOf(0), { price_cents: 3 });
     await subscribe(y, rec('Product', keyOf(1)));
     await bulk(4);
+    await y.stream.waitUpdates(1, rec('Product', keyOf(1))); // delivered before it goes
     await unsubscribe(y, rec('Product', keyOf(1)));
     await bulk(5);
     const expected = 181;
