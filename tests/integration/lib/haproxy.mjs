@@ -168,6 +168,7 @@ class HaproxyHandle {
     for (;;) {
       last = await this.serverStates().catch((err) => ({ error: String(err) }));
       if (last[name] === state) return;
+      if (this.exit) throw new Error(`haproxy exited (${JSON.stringify(this.exit)}) waiting for ${name} ${state}\n--- haproxy output ---\n${this.output.slice(-4000)}`);
       if (Date.now() >= deadline) throw new Error(`haproxy: ${name} not ${state} within ${timeoutMs} ms: ${JSON.stringify(last)}`);
       await sleep(50);
     }
@@ -235,7 +236,9 @@ export async function startHaproxy({ backends, mode = 'roundrobin', port, health
     ]).catch((err) => {
       throw new Error(`cannot run ${HAPROXY}: ${err.message} (install Debian's haproxy, or set HAPROXY)`);
     });
-    if (accepts) break;
+    // Its own admin socket answering too: the port accepting could be another process's (a port
+    // picked free and taken before HAProxy bound it makes HAProxy exit, reported above).
+    if (accepts && (await h.admin('show info').then(() => true, () => false))) break;
     if (Date.now() >= deadline) throw await fail(`not accepting within ${timeoutMs} ms`);
     await sleep(20);
   }
