@@ -526,8 +526,19 @@ typedef struct turn_update {
   frame_ev e;
   int64_t seq;
   uint32_t topic; /* index in w->turn.topics */
-  uint32_t uri;   /* where the change's record URI starts in w->turn.uris */
+  uint32_t uri;   /* where the change's record URI starts in w->turn.uris (turn_record_json) */
 } turn_update;
+
+/* The record URI of u's change as JSON, as the turn keeps it once per change. */
+static const char *turn_record_json(const worker_t *w, const turn_update *u) {
+  return w->turn.uris.data + u->uri;
+}
+
+/* ...and as text, kept after it. */
+static const char *turn_record_uri(const worker_t *w, const turn_update *u) {
+  const char *json = turn_record_json(w, u);
+  return json + strlen(json) + 1;
+}
 
 /* A range of a topic's updates for a stream of several subscriptions (turn_deliver_merged). */
 typedef struct turn_merge {
@@ -578,7 +589,8 @@ static void subs_turn_end(void *data) {
 }
 
 /* Keeps e (as turn_update says), t's update for the change seq, for the turn's end. */
-static void turn_hold(worker_t *w, sub_topic *t, frame_ev e, const char *record_uri, int64_t seq) {
+static void turn_hold(worker_t *w, sub_topic *t, frame_ev e, const char *record_uri,
+                      const buf_t *record_json, int64_t seq) {
   if (w->turn.n == TURN_MAX) subs_turn_settle(w);
   if (w->turn.n == 0) {
     w->sessions.turn_held = true;
@@ -602,13 +614,15 @@ static void turn_hold(worker_t *w, sub_topic *t, frame_ev e, const char *record_
     w->turn.topics[w->turn.n_topics] = t;
     t->turn_index = (uint32_t)++w->turn.n_topics;
   }
-  if (w->turn.uri_seq != seq) { /* each change's URI once */
+  if (w->turn.uri_seq != seq) { /* each change's URI once: as JSON, then as text */
     w->turn.uri_seq = seq;
     w->turn.uri_at = (uint32_t)w->turn.uris.len;
+    buf_append(&w->turn.uris, record_json->data, record_json->len);
+    buf_append(&w->turn.uris, "", 1);
     buf_append(&w->turn.uris, record_uri, strlen(record_uri) + 1);
   }
   if (e.f == NULL) {
-    /* listen streams alone: their heads are laid out at the turn's end */
+    /* for listen streams only: their heads are laid out at the turn's end */
   } else if (e.tail == NULL) {
     frame_ref(e.f);
   } else if (w->turn.n_heads == 0 || w->turn.heads[w->turn.n_heads - 1] != e.f) {
@@ -647,14 +661,12 @@ static void turn_lay_out(worker_t *w, const frame_ev *events, size_t n) {
  * w->turn.listen_ends: once for all of the topic's listen streams.
  */
 static void turn_lay_out_listen(worker_t *w, const sub_topic *t, const uint32_t *order, size_t n) {
-  buf_t *b = &w->turn.listen_heads, *json = &w->fmt_uri;
+  buf_t *b = &w->turn.listen_heads;
   buf_reset(b);
   for (size_t i = 0; i < n; i++) {
     const turn_update *u = &w->turn.updates[order[i]];
-    const char *record_uri = w->turn.uris.data + u->uri;
-    buf_reset(json);
-    buf_append_json_string(json, record_uri, strlen(record_uri));
-    format_listen_head(b, json->data, json->len, t, u->seq);
+    const char *json = turn_record_json(w, u);
+    format_listen_head(b, json, strlen(json), t, u->seq);
     w->turn.listen_ends[i] = b->len;
   }
 }
@@ -718,40 +730,30 @@ static void turn_deliver_topic(worker_t *w, sub_topic *t, size_t at, size_t n) {
     size_t from = 0;
     while (from < n && w->turn.updates[order[from]].seq <= sub->since_seq) from++;
     if (from == n) continue;
-    hold_queue *q = owner_queue(sub->owner);
-    if (sub->owner->kind == SUB_OWNER_LISTEN) {
-      listen_stream *l = (listen_stream *)sub->owner;
-      if (l->n_subs > 1) {
-        if (!heads_kept) turn_keep_listen_heads(w, at, n);
-        heads_kept = true;
-        turn_merge_add(w, sub, at + from, n - from);
-        continue;
-      }
-      if (q->head == NULL) {
-        listen_deliver_run(l, &w->turn.run, w->turn.listen_heads.data, w->turn.listen_ends, from,
-                           n);
-        continue;
-      }
-    }
+    bool listen = sub->owner->kind == SUB_OWNER_LISTEN;
+    listen_stream *l = (listen_stream *)sub->owner;
     session_t *s = (session_t *)sub->owner;
-    if (sub->owner->kind == SUB_OWNER_SESSION && s->n_subs > 1) {
+    if ((listen ? l->n_subs : s->n_subs) > 1) { /* merged with its other topics' at the end */
+      if (listen && !heads_kept) turn_keep_listen_heads(w, at, n);
+      heads_kept = heads_kept || listen;
       turn_merge_add(w, sub, at + from, n - from);
       continue;
     }
-    if (q->head == NULL) {
-      if (laid_out) {
-        size_t off = from == 0 ? 0 : w->turn.ends[from - 1];
-        session_deliver_bytes(s, events + from, n - from, w->turn.bytes.data + off,
-                              w->turn.ends[n - 1] - off);
-      } else {
-        session_deliver_now(s, events + from, n - from);
+    hold_queue *q = owner_queue(sub->owner);
+    if (q->head != NULL) {
+      /* Behind what a debounced subscription, since dropped, left queued: in order (debounce.h). */
+      for (size_t i = from; i < n; i++) {
+        const turn_update *u = &w->turn.updates[order[i]];
+        hold_add(w, q, sub, turn_record_uri(w, u), u->seq);
       }
-      continue;
-    }
-    /* Behind updates debounce holds: into its queue, in order (debounce.h). */
-    for (size_t i = from; i < n; i++) {
-      const turn_update *u = &w->turn.updates[order[i]];
-      hold_add(w, q, sub, w->turn.uris.data + u->uri, u->seq);
+    } else if (listen) {
+      listen_deliver_run(l, &w->turn.run, w->turn.listen_heads.data, w->turn.listen_ends, from, n);
+    } else if (laid_out) {
+      size_t off = from == 0 ? 0 : w->turn.ends[from - 1];
+      session_deliver_bytes(s, events + from, n - from, w->turn.bytes.data + off,
+                            w->turn.ends[n - 1] - off);
+    } else {
+      session_deliver_now(s, events + from, n - from);
     }
   }
 }
@@ -808,22 +810,20 @@ static void turn_deliver_merged(worker_t *w, sub_owner *o) {
     qsort_r(pos, m, sizeof(*pos), merge_pos_compare, (void *)order);
   }
   hold_queue *q = owner_queue(o);
-  if (q->head == NULL && o->kind == SUB_OWNER_LISTEN) {
+  if (q->head != NULL) {
+    /* Behind what a debounced subscription, since dropped, left queued: in order (debounce.h). */
+    for (size_t i = 0; i < m; i++) {
+      const turn_merge *r = &merges[last - 1];
+      while (pos[i] < r->at || pos[i] >= r->at + r->n) r = &merges[r->prev - 1];
+      const turn_update *u = &w->turn.updates[order[pos[i]]];
+      hold_add(w, q, r->sub, turn_record_uri(w, u), u->seq);
+    }
+  } else if (o->kind == SUB_OWNER_LISTEN) {
     listen_deliver_spans((listen_stream *)o, &w->turn.run, w->turn.listen_all.data,
                          w->turn.listen_spans, pos, m);
-    return;
-  }
-  if (q->head == NULL) {
+  } else {
     for (size_t i = 0; i < m; i++) w->turn.merge_ev[i] = w->turn.events[pos[i]];
     session_deliver_now((session_t *)o, w->turn.merge_ev, m);
-    return;
-  }
-  /* Behind updates debounce holds (a gathered stream holds none): into its queue, in order. */
-  for (size_t i = 0; i < m; i++) {
-    const turn_merge *r = &merges[last - 1];
-    while (pos[i] < r->at || pos[i] >= r->at + r->n) r = &merges[r->prev - 1];
-    const turn_update *u = &w->turn.updates[order[pos[i]]];
-    hold_add(w, q, r->sub, w->turn.uris.data + u->uri, u->seq);
   }
 }
 
@@ -948,19 +948,19 @@ static void subs_on_change(const store_audit_row *row, void *data) {
     if (!turn_takes(w, t)) {
       subs_send_topic(w, t, t->n_subs, record_uri, record_json, row->seq, &change_head);
     } else {
-      /* Those not alone, now; for the sessions alone, a sole one's pair or a whole frame. */
+      /* Those not gathered, now; for the gathered sessions, a sole one's pair or a frame. */
       if (!t->all_gathered)
         subs_send_topic(w, t, t->n_subs - t->n_gathered, record_uri, record_json, row->seq,
                         &change_head);
       frame_t *f = NULL;
-      frame_ev e = {NULL, NULL}; /* listen streams alone (turn_hold) */
+      frame_ev e = {NULL, NULL}; /* for listen streams only (turn_hold) */
       if (t->few_gathered_sessions == 1)
         e = (frame_ev){change_head_of(&change_head, record_json, row->seq), t->tail};
       else if (t->few_gathered_sessions == 2)
         e = frame_whole(f = topic_frame(t, record_json, row->seq));
       w->notifications++;
       t->notified++;
-      turn_hold(w, t, e, record_uri, row->seq);
+      turn_hold(w, t, e, record_uri, record_json, row->seq);
       frame_unref(f);
     }
   }

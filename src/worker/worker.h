@@ -83,8 +83,8 @@ typedef struct worker {
     size_t *start;               /* (per topic, where its updates end: a counting sort) */
     frame_t **heads; /* the heads their sole subscribers' pairs borrow, one reference each */
     size_t n_heads, heads_cap;
-    buf_t uris;   /* the record URIs of their changes, each once, NUL-ended */
-    buf_t bytes;  /* a topic's updates' frames end to end, sent to each of its subscribers */
+    buf_t uris;  /* the record URIs of their changes, each once: as JSON, then as text, NUL-ended */
+    buf_t bytes; /* a topic's updates' frames end to end, sent to each of its subscribers */
     size_t *ends; /* where each of those frames ends in bytes */
     /* A topic's listen heads end to end (listen_deliver_run), and where each ends. */
     buf_t listen_heads;
