@@ -63,6 +63,16 @@ async function subscribe(c, uri) {
   assert.deepEqual(await c.s.result('resources/subscribe', { uri }), {});
 }
 
+/* n more sessions with primed streams into clients (the caller closes them), each on uriOf(i) (c.uri). */
+async function subscribedClients(clients, n, uriOf) {
+  for (let i = 0; i < n; i++) {
+    const c = await client();
+    clients.push(c);
+    c.uri = uriOf(i);
+    await subscribe(c, c.uri);
+  }
+}
+
 async function unsubscribe(c, uri) {
   assert.deepEqual(await c.s.result('resources/unsubscribe', { uri }), {});
 }
@@ -352,11 +362,7 @@ test('a burst on a collection whose sessions hold only it: every change once and
   const clients = [];
   const seqs = [];
   try {
-    for (let i = 0; i < 12; i++) {
-      const c = await client();
-      await subscribe(c, uri);
-      clients.push(c);
-    }
+    await subscribedClients(clients, 12, () => uri);
     const [grows, leaves, resumes] = clients;
     const keyOf = (i) => `BURST-${String(i).padStart(3, '0')}`;
     // And one session holding two other URIs of the table from the start: its updates go
@@ -818,12 +824,7 @@ test('a turn of thousands of updates, the small turns after it, and another such
   for (let i = 0; i < 250; i++) await putProduct(keyOf(i), { price_cents: 1 });
   const clients = [];
   try {
-    for (let i = 0; i < 40; i++) {
-      const c = await client();
-      c.uri = `${B}/Product?sku=sw=TURN-&price_cents=ne=${-1 - i}`;
-      await subscribe(c, c.uri);
-      clients.push(c);
-    }
+    await subscribedClients(clients, 40, (i) => `${B}/Product?sku=sw=TURN-&price_cents=ne=${-1 - i}`);
     const bulk = async (cents) => {
       const r = await clients[0].s.result('tools/call', {
         name: 'put_records',
@@ -860,11 +861,7 @@ test('sessions of two subscriptions beside those of one on the same topic, one s
   const shared = `${B}/Product?sku=sw=MIX-`;
   const clients = [];
   try {
-    for (let i = 0; i < 12; i++) {
-      const c = await client();
-      await subscribe(c, shared);
-      clients.push(c);
-    }
+    await subscribedClients(clients, 12, () => shared);
     const [x, y] = clients; // x: the shared topic and a record throughout; y: a record for a while
     await subscribe(x, rec('Product', keyOf(0)));
     const bulk = async (cents) => {
