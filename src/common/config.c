@@ -613,7 +613,8 @@ static const config_flag config_flags[] = {
      "(resources/read, REST GET, the get_record, query_records and list_tables\n"
      "tools, completion/complete) in parallel, each on a thread, so that a slow\n"
      "read holds up no other request; 0 = those reads take turns with every\n"
-     "other request (SQLite: not used)",
+     "other request (SQLite: not used; a turn's reads share one connection of\n"
+     "their own and one read transaction)",
      config_set_db_readers},
     {"--db-no-prepare", NULL, NULL,
      "PostgreSQL: run every statement unnamed instead of preparing those a\n"

@@ -602,6 +602,10 @@ int store_batch_begin(store_t *s) {
   return s->ops->batch_begin != NULL ? s->ops->batch_begin(s) : -ENOTSUP;
 }
 
+int store_batch_begin_read(store_t *s) {
+  return s->ops->batch_begin_read != NULL ? s->ops->batch_begin_read(s) : -ENOTSUP;
+}
+
 bool store_batch_broken(store_t *s) {
   return s->ops->batch_broken(s);
 }

@@ -459,6 +459,13 @@ int store_session_foreach(store_t *s, long limit, int (*fn)(const store_session 
  */
 int store_batch_begin(store_t *s) MCPSUB_NODISCARD;
 /*
+ * Several reads in one read transaction (one snapshot, and on SQLite one
+ * WAL read lock for all of them), ended by store_batch_end: a store call
+ * that would begin a transaction of its own takes a savepoint instead.
+ * -ENOTSUP when the backend does not offer it.
+ */
+int store_batch_begin_read(store_t *s) MCPSUB_NODISCARD;
+/*
  * Did the database abandon the batch's whole transaction (an I/O error, a
  * full disk)? What the calls since store_batch_begin wrote is then gone.
  */

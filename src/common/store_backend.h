@@ -109,6 +109,7 @@ struct store_ops {
 
   /* Group commit (NULL: not offered; the caller then writes one call at a time) */
   int (*batch_begin)(store_t *s);
+  int (*batch_begin_read)(store_t *s); /* NULL: reads go one call at a time */
   bool (*batch_broken)(store_t *s);
   int (*batch_end)(store_t *s, bool commit);
   /* Exactly-once writes inside a batch (NULL: not offered) */

@@ -85,6 +85,8 @@ typedef struct sq {
   int depth;              /* savepoints open inside it */
   int wal_pages;          /* frames in the WAL after our last commit (store_defer_checkpoints) */
   uint64_t once_recorded; /* store_once_end's records, for the sweep of old ones */
+  /* The batch is a read batch (store_batch_begin_read), and has its schema been looked at? */
+  bool read_batch, schema_looked;
 } sq_t;
 
 static inline sq_t *sq(store_t *s) {
@@ -308,14 +310,25 @@ static void store_rollback(store_t *s) {
   (void)ret;
 }
 
-static int sq_batch_begin(store_t *s) {
+static int sq_batch_open(store_t *s, bool write) {
   if (sq(s)->batch) return -EALREADY;
-  int ret = store_exec(s, "BEGIN IMMEDIATE", NULL, 0);
+  int ret = store_exec(s, write ? "BEGIN IMMEDIATE" : "BEGIN", NULL, 0);
   if (ret == 0) {
     sq(s)->batch = true;
     sq(s)->depth = 0;
+    sq(s)->read_batch = !write;
+    sq(s)->schema_looked = false;
   }
   return ret;
+}
+
+static int sq_batch_begin(store_t *s) {
+  return sq_batch_open(s, true);
+}
+
+/* Deferred: the read lock is taken by the first read, and held to the end. */
+static int sq_batch_begin_read(store_t *s) {
+  return sq_batch_open(s, false);
 }
 
 static bool sq_batch_broken(store_t *s) {
@@ -326,7 +339,7 @@ static bool sq_batch_broken(store_t *s) {
 static int sq_batch_end(store_t *s, bool commit) {
   if (!sq(s)->batch) return -EINVAL;
   int ret = -EIO;
-  sq(s)->batch = false;
+  sq(s)->batch = sq(s)->read_batch = false;
   if (!sqlite3_get_autocommit(sq(s)->db)) {
     ret = commit ? store_exec(s, "COMMIT", NULL, 0) : 0;
     store_rollback(s); /* after a failed COMMIT; nothing when it succeeded */
@@ -1065,7 +1078,10 @@ static int sq_refresh_schema(store_t *s, bool *tables_changed) {
   char err[256];
 
   if (tables_changed != NULL) *tables_changed = false;
+  /* A read batch is one snapshot: its schema cannot move after the first look. */
+  if (sq(s)->read_batch && sq(s)->schema_looked) return 0;
   ret = store_schema_version(s, &version, err, sizeof(err));
+  if (ret == 0) sq(s)->schema_looked = sq(s)->read_batch;
   if (ret < 0 || version == sq(s)->schema_version) return ret;
   ret = store_begin(s, !s->readonly && !s->no_triggers, err, sizeof(err));
   if (ret < 0) return ret;
@@ -1074,6 +1090,7 @@ static int sq_refresh_schema(store_t *s, bool *tables_changed) {
   if (ret < 0) {
     log_warn("schema refresh failed", "error", err);
     store_rollback(s);
+    sq(s)->schema_looked = false; /* the next call tries again */
   }
   return ret;
 }
@@ -2518,6 +2535,7 @@ const store_ops store_sqlite_ops = {
     .principal_usage = sq_principal_usage,
     .session_foreach = sq_session_foreach,
     .batch_begin = sq_batch_begin,
+    .batch_begin_read = sq_batch_begin_read,
     .batch_broken = sq_batch_broken,
     .batch_end = sq_batch_end,
     .once_begin = sq_once_begin,

@@ -2,6 +2,8 @@
  * The worker's readers (see reader.h): n threads, each with its own
  * connection, taking jobs from one queue; their completions come back to
  * the loop through a uv_async, and run there in the order they finished.
+ * Or (SQLite) the loop's reader: one connection, whose jobs run on the
+ * loop at the end of the turn's I/O, all in one read transaction.
  */
 #include "worker/reader.h"
 
@@ -31,6 +33,10 @@ struct reader {
   uint64_t ok_ms;                      /* when a job last got through (mutex; 0: never) */
   uint64_t pending;                    /* loop only: submitted, done not yet run */
   uint64_t done;                       /* loop only: done run */
+  /* The loop's reader (reader_start_loop): its connection, and what runs its turn's jobs. */
+  store_t *store;
+  uv_check_t check;
+  uv_idle_t idle;
   int n;
   reader_thread threads[];
 };
@@ -158,9 +164,77 @@ int reader_start(worker_t *w, int n, reader_t **out, char *err, size_t errlen) {
   return 0;
 }
 
+/*
+ * The loop's reader: the jobs submitted until now, in one read transaction
+ * (store_batch_begin_read), then their completions. Each was submitted
+ * after its request had arrived, and the snapshot begins after all of them
+ * were: a read sees every commit acknowledged before its request came
+ * (what a read on its own sees), and the read lock is taken once a turn
+ * instead of once a statement (BENCHMARKS.md). Jobs submitted from here
+ * (a completion's next request) wait for the next turn's snapshot.
+ */
+static void reader_run_turn(reader_t *rd) {
+  (void)uv_check_stop(&rd->check);
+  (void)uv_idle_stop(&rd->idle);
+  reader_job *list = rd->queue_head;
+  rd->queue_head = rd->queue_tail = NULL;
+  if (list == NULL) return;
+  bool batch = store_batch_begin_read(rd->store) == 0; /* else each read on its own */
+  for (reader_job *j = list; j != NULL; j = j->next) {
+    j->rc = j->run(j, rd->store);
+    if (batch && store_batch_broken(rd->store)) { /* an I/O error: the rest in a new one */
+      (void)store_batch_end(rd->store, false);
+      batch = store_batch_begin_read(rd->store) == 0;
+    }
+  }
+  if (batch) (void)store_batch_end(rd->store, true); /* nothing to commit: the lock's release */
+  while (list != NULL) {
+    reader_job *j = list;
+    list = j->next;
+    rd->pending--;
+    rd->done++;
+    j->done(j);
+  }
+}
+
+static void reader_on_check(uv_check_t *h) {
+  reader_run_turn(h->data);
+}
+
+/* One submitted after the turn's I/O (a deferred parse): the loop must not wait in poll. */
+static void reader_on_idle(uv_idle_t *h) {
+  reader_run_turn(h->data);
+}
+
+int reader_start_loop(worker_t *w, reader_t **out, char *err, size_t errlen) {
+  reader_t *rd = mem_calloc(1, sizeof(*rd));
+  rd->lost = -1;
+  *out = NULL;
+  int rc = store_open_readonly(w->cfg->db_path, &rd->store, err, errlen);
+  if (rc != 0) {
+    free(rd);
+    return rc;
+  }
+  uv_check_init(w->loop, &rd->check); /* cannot fail */
+  uv_idle_init(w->loop, &rd->idle);
+  rd->check.data = rd->idle.data = rd;
+  *out = rd;
+  return 0;
+}
+
 void reader_submit(reader_t *rd, reader_job *j) {
   rd->pending++;
   j->avoid = -1;
+  if (rd->store != NULL) { /* the loop's: at the end of the turn's I/O */
+    reader_push(&rd->queue_head, &rd->queue_tail, j);
+    if (rd->stopping) {
+      reader_run_turn(rd); /* its handles are closing */
+    } else if (!uv_is_active((uv_handle_t *)&rd->check)) {
+      (void)uv_check_start(&rd->check, reader_on_check); /* fails only on a closing handle */
+      (void)uv_idle_start(&rd->idle, reader_on_idle);
+    }
+    return;
+  }
   uv_mutex_lock(&rd->lock);
   reader_push(&rd->queue_head, &rd->queue_tail, j);
   /* All: a signal could wake a reader that may not take it (reader_may_take). */
@@ -178,6 +252,13 @@ void reader_counts(const reader_t *rd, uint64_t *done, uint64_t *pending) {
 
 void reader_stop(reader_t *rd) {
   if (rd == NULL || rd->stopping) return;
+  if (rd->store != NULL) {
+    rd->stopping = true;
+    reader_run_turn(rd); /* what is queued */
+    uv_close((uv_handle_t *)&rd->check, NULL);
+    uv_close((uv_handle_t *)&rd->idle, NULL);
+    return;
+  }
   uv_mutex_lock(&rd->lock);
   rd->stopping = true;
   uv_cond_broadcast(&rd->wake);
@@ -192,6 +273,11 @@ void reader_stop(reader_t *rd) {
 
 void reader_destroy(reader_t *rd) {
   if (rd == NULL) return;
+  if (rd->store != NULL) {
+    store_close(rd->store);
+    free(rd);
+    return;
+  }
   for (int i = 0; i < rd->n; i++) store_close(rd->threads[i].store);
   uv_cond_destroy(&rd->wake);
   uv_mutex_destroy(&rd->lock);

@@ -14,8 +14,11 @@
  * (so it must not use the store), where it answers and frees the job.
  * Jobs run in the order they were queued, as readers become free.
  *
- * SQLite reads a local file and never waits on the network: it has no
- * readers (worker's reader is NULL) and reads on the loop as before.
+ * SQLite reads a local file and never waits on the network: its reader
+ * is the loop's (reader_start_loop), a connection of its own whose jobs
+ * run on the loop at the end of the turn's I/O, together in one read
+ * transaction: one snapshot and one WAL read lock for the turn's reads
+ * (each taken after all of their requests arrived), not one a statement.
  */
 #ifndef MCPSUB_READER_H
 #define MCPSUB_READER_H
@@ -48,6 +51,11 @@ struct reader_job {
  * opened here. 0, or -errno with a message in err.
  */
 int reader_start(worker_t *w, int n, reader_t **out, char *err, size_t errlen) MCPSUB_NODISCARD;
+/*
+ * The loop's reader (SQLite): its own read-only connection, no thread.
+ * 0, or -errno with a message in err.
+ */
+int reader_start_loop(worker_t *w, reader_t **out, char *err, size_t errlen) MCPSUB_NODISCARD;
 /* Queues j; takes ownership of it: done runs exactly once. Loop thread only. */
 void reader_submit(reader_t *rd, reader_job *j);
 /* Jobs done, and jobs queued and not done yet (for /metrics); 0 and 0 for NULL. */

@@ -543,6 +543,8 @@ int worker_init(worker_t *w, uv_loop_t *loop, const config_t *cfg, unsigned slot
   if (rc == 0) rc = writer_start(w, &w->writer, err, errlen);
   if (rc == 0 && w->lane.enabled && cfg->db_readers > 0)
     rc = reader_start(w, cfg->db_readers, &w->reader, err, errlen);
+  else if (rc == 0 && !w->lane.enabled)
+    rc = reader_start_loop(w, &w->reader, err, errlen);
   if (rc != 0) {
     auth_finish(&w->auth); /* (a writer started stays: the process ends) */
     store_close(w->store);

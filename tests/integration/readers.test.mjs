@@ -7,7 +7,8 @@
 // queue behind them while the rest of the worker goes on. With
 // --db-readers 0 reads take turns on the lane, whose connection does not
 // wait for a lock: the same read is refused at once (503). PostgreSQL only
-// (the integration-pg suite runs it); SQLite reads a local file on the loop.
+// (the integration-pg suite runs it); SQLite reads a local file on the loop
+// (the loop's reader, reader.h: resources.test.mjs checks what its reads see).
 
 import test, { after } from 'node:test';
 import assert from 'node:assert/strict';

@@ -7,6 +7,7 @@ import assert from 'node:assert/strict';
 
 import { startServer } from './lib/server.mjs';
 import { McpSession, containsValue, findKey } from './lib/mcp.mjs';
+import { request } from './lib/raw.mjs';
 import { sqlite, sqliteRows } from './lib/sqlite.mjs';
 
 const ANVIL = { sku: 'A-100', name: 'Anvil', price_cents: 4999, category: 'tools', in_stock: 1 };
@@ -234,6 +235,52 @@ test('a large collection pages by --page-size and cursors survive awkward keys',
   }
   assert.equal(new Set(seen).size, seen.length, 'a row was returned twice');
   assert.deepEqual([...seen].sort(), [...expected].sort());
+});
+
+/*
+ * A worker's reads of one loop turn share one snapshot (reader.h), taken
+ * after their requests all came: a read must still see every write that
+ * was acknowledged before it was sent, whichever worker or process made it.
+ */
+test('a read sees every write acknowledged before it was sent, by either worker or another process', async () => {
+  const fresh = await startServer();
+  try {
+    const session = await McpSession.open(fresh.port);
+    const json = { 'Content-Type': 'application/json', Accept: 'application/json' };
+    const reads = async (key, price, what) => {
+      // resources/read (on the session's worker) and REST GETs on new connections (either worker).
+      const [{ value }, ...gets] = await Promise.all([
+        session.readJson(`${fresh.base}/Product/${key}`),
+        request(fresh.port, { path: `/Product/${key}`, headers: { Accept: 'application/json' } }),
+        request(fresh.port, { path: `/Product/${key}`, headers: { Accept: 'application/json' } }),
+      ]);
+      assert.equal(value.price_cents, price, `${what}: resources/read of ${key} after its write`);
+      for (const got of gets) {
+        assert.equal(got.status, 200, got.text);
+        assert.equal(got.json().price_cents, price, `${what}: GET of ${key} after its write`);
+      }
+    };
+    // Eight clients at once, each writing its record on a new connection and reading it back.
+    const client = async (c) => {
+      for (let i = 1; i <= 25; i++) {
+        const put = await request(fresh.port, {
+          method: 'PUT', path: `/Product/R-${c}`, headers: json, body: JSON.stringify({ name: 'r', price_cents: i }),
+        });
+        assert.ok(put.status === 200 || put.status === 201, put.text);
+        await reads(`R-${c}`, i, `client ${c}`);
+      }
+    };
+    // And another process's commits, beside them.
+    const external = async () => {
+      for (let i = 1; i <= 25; i++) {
+        sqlite(fresh.dbPath, `UPDATE Product SET price_cents = ${1000 + i} WHERE sku = 'B-200'`);
+        await reads('B-200', 1000 + i, 'sqlite3');
+      }
+    };
+    await Promise.all([...[...Array(8).keys()].map(client), external()]);
+  } finally {
+    await fresh.kill();
+  }
 });
 
 test('shutdown: SIGTERM -> exit code 0', async () => {
