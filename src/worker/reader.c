@@ -118,13 +118,8 @@ static void reader_thread_main(void *arg) {
   uv_mutex_unlock(&rd->lock);
 }
 
-/* The loop's side: completions, directly (they answer without the store). */
-static void reader_on_async(uv_async_t *h) {
-  reader_t *rd = h->data;
-  uv_mutex_lock(&rd->lock);
-  reader_job *list = rd->done_head;
-  rd->done_head = rd->done_tail = NULL;
-  uv_mutex_unlock(&rd->lock);
+/* The loop's side: completions of the jobs of list, directly (they answer without the store). */
+static void reader_complete(reader_t *rd, reader_job *list) {
   while (list != NULL) {
     reader_job *j = list;
     list = j->next;
@@ -132,6 +127,15 @@ static void reader_on_async(uv_async_t *h) {
     rd->done++;
     j->done(j);
   }
+}
+
+static void reader_on_async(uv_async_t *h) {
+  reader_t *rd = h->data;
+  uv_mutex_lock(&rd->lock);
+  reader_job *list = rd->done_head;
+  rd->done_head = rd->done_tail = NULL;
+  uv_mutex_unlock(&rd->lock);
+  reader_complete(rd, list);
 }
 
 int reader_start(worker_t *w, int n, reader_t **out, char *err, size_t errlen) {
@@ -188,13 +192,7 @@ static void reader_run_turn(reader_t *rd) {
     }
   }
   if (batch) (void)store_batch_end(rd->store, true); /* nothing to commit: the lock's release */
-  while (list != NULL) {
-    reader_job *j = list;
-    list = j->next;
-    rd->pending--;
-    rd->done++;
-    j->done(j);
-  }
+  reader_complete(rd, list);
 }
 
 static void reader_on_check(uv_check_t *h) {
@@ -215,7 +213,8 @@ int reader_start_loop(worker_t *w, reader_t **out, char *err, size_t errlen) {
     free(rd);
     return rc;
   }
-  uv_check_init(w->loop, &rd->check); /* cannot fail */
+  store_set_busy_timeout(rd->store, 0); /* on the loop: never waits, as the loop's own connection */
+  uv_check_init(w->loop, &rd->check);   /* cannot fail */
   uv_idle_init(w->loop, &rd->idle);
   rd->check.data = rd->idle.data = rd;
   *out = rd;
