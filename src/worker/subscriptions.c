@@ -55,8 +55,10 @@ struct coalesce_entry {
   int64_t window_end; /* open: loop ms when its window closes */
 };
 
-static void subs_send_topic(worker_t *w, sub_topic *t, size_t n, const char *record_uri,
-                            const buf_t *record_json, int64_t seq, frame_t **change_head);
+static bool subs_send_topic(worker_t *w, sub_topic *t, size_t n, const char *record_uri,
+                            const buf_t *record_json, int64_t seq, frame_t **change_head,
+                            frame_t **frame);
+static void topic_count(worker_t *w, sub_topic *t);
 static void coalesce_on_timer(uv_timer_t *h);
 /* What a topic's key adds for its subscribers' own debounce (subs_owner_add). */
 #define SUBS_DEBOUNCE_KEY "\n~debounce "
@@ -143,8 +145,10 @@ static void coalesce_release_head(worker_t *w, int64_t now) {
   buf_t json;
   buf_init(&json);
   buf_append_json_string(&json, e->record_uri, strlen(e->record_uri));
-  frame_t *change_head = NULL;
-  subs_send_topic(w, t, t->n_subs, e->record_uri, &json, e->seq, &change_head);
+  frame_t *change_head = NULL, *f = NULL;
+  if (subs_send_topic(w, t, t->n_subs, e->record_uri, &json, e->seq, &change_head, &f))
+    topic_count(w, t);
+  frame_unref(f);
   frame_unref(change_head);
   buf_finish(&json);
   coalesce_open_window(w, e, now);
@@ -333,8 +337,7 @@ void subs_deliver_held(worker_t *w, sub_t *sub, const char *record_uri, int64_t 
     listen_deliver((listen_stream *)sub->owner, b.data, b.len);
   }
   buf_finish(&b);
-  w->notifications++;
-  sub->topic->notified++;
+  topic_count(w, sub->topic);
 }
 
 /* The change's head (frame_create_head), shared by its sole subscribers' pairs: made at the first.
@@ -396,10 +399,17 @@ static void subs_ahead_step(subs_ahead *a) {
   }
 }
 
+/* One update formatted for t, whatever reached its subscribers: once per topic and change. */
+static void topic_count(worker_t *w, sub_topic *t) {
+  w->notifications++;
+  t->notified++;
+}
+
 /*
  * Formats the topic's update for this change once per kind of owner — a
- * frame for sessions, an event head for listen streams — and hands it to
- * the first n of its subscribers (all, or those the turn's fan-out does not
+ * frame for sessions (*frame: made at the first that needs it, or the
+ * caller's), an event head for listen streams — and hands it to the first
+ * n of its subscribers (all, or those the turn's fan-out does not
  * hold for); to a subscriber's owner's hold queue instead when the topic
  * is debounced or the queue already holds something (commit order). A
  * stream reached here has none of the turn's updates held (the turn's
@@ -407,9 +417,10 @@ static void subs_ahead_step(subs_ahead *a) {
  * others'), so the turn is not settled first: a change for a stream that
  * is not gathered leaves the others' updates gathering.
  */
-static void subs_send_topic(worker_t *w, sub_topic *t, size_t n, const char *record_uri,
-                            const buf_t *record_json, int64_t seq, frame_t **change_head) {
-  frame_t *f = NULL;
+static bool subs_send_topic(worker_t *w, sub_topic *t, size_t n, const char *record_uri,
+                            const buf_t *record_json, int64_t seq, frame_t **change_head,
+                            frame_t **frame) {
+  bool sent = false;  /* to a session or a listen stream (topic_count) */
   buf_t *head = NULL; /* a listen stream's head, formatted at the first one */
   bool debounced = t->debounce.quiet_ms > 0;
   /*
@@ -430,39 +441,33 @@ static void subs_send_topic(worker_t *w, sub_topic *t, size_t n, const char *rec
     }
     switch (sub->owner->kind) {
     case SUB_OWNER_SESSION:
-      if (f == NULL && sub == t->subs && (next == NULL || n == 1)) {
+      sent = true;
+      if (*frame == NULL && sub == t->subs && (next == NULL || n == 1)) {
         /*
          * The only subscriber served: the change's head and the topic's
          * tail. A distinct topic per subscriber costs no copy of its update
          * and no allocation: its replay ring holds the pair.
          */
-        w->notifications++;
-        t->notified++;
         session_deliver_unheld((session_t *)sub->owner,
                                (frame_ev){change_head_of(change_head, record_json, seq), t->tail});
         break;
       }
-      if (f == NULL) {
-        f = topic_frame(t, record_json, seq);
-        w->notifications++;
-        t->notified++;
-      }
-      session_deliver_unheld((session_t *)sub->owner, frame_whole(f));
+      if (*frame == NULL) *frame = topic_frame(t, record_json, seq);
+      session_deliver_unheld((session_t *)sub->owner, frame_whole(*frame));
       break;
     case SUB_OWNER_LISTEN:
       if (head == NULL) {
         head = &w->fmt_head;
         buf_reset(head);
         format_listen_head(head, record_json->data, record_json->len, t, seq);
-        w->notifications++;
-        t->notified++;
       }
+      sent = true;
       listen_deliver((listen_stream *)sub->owner, head->data, head->len);
       break;
     case SUB_OWNER_WAITER: wait_on_match(w, sub); break;
     }
   }
-  frame_unref(f);
+  return sent;
 }
 
 /* The turn's fan-out ------------------------------------------------------------ */
@@ -945,24 +950,26 @@ static void subs_on_change(const store_audit_row *row, void *data) {
     if (w->cfg->coalesce_ms > 0 && t->debounce.quiet_ms == 0 &&
         coalesce_hold(w, t, record_uri, row->seq))
       continue;
+    frame_t *f = NULL; /* the topic's frame for this change, once for all its sessions */
     if (!turn_takes(w, t)) {
-      subs_send_topic(w, t, t->n_subs, record_uri, record_json, row->seq, &change_head);
+      if (subs_send_topic(w, t, t->n_subs, record_uri, record_json, row->seq, &change_head, &f))
+        topic_count(w, t);
     } else {
       /* Those not gathered, now; for the gathered sessions, a sole one's pair or a frame. */
       if (!t->all_gathered)
-        subs_send_topic(w, t, t->n_subs - t->n_gathered, record_uri, record_json, row->seq,
-                        &change_head);
-      frame_t *f = NULL;
+        (void)subs_send_topic(w, t, t->n_subs - t->n_gathered, record_uri, record_json, row->seq,
+                              &change_head, &f);
       frame_ev e = {NULL, NULL}; /* for listen streams only (turn_hold) */
-      if (t->few_gathered_sessions == 1)
+      if (t->few_gathered_sessions == 1) {
         e = (frame_ev){change_head_of(&change_head, record_json, row->seq), t->tail};
-      else if (t->few_gathered_sessions == 2)
-        e = frame_whole(f = topic_frame(t, record_json, row->seq));
-      w->notifications++;
-      t->notified++;
+      } else if (t->few_gathered_sessions == 2) {
+        if (f == NULL) f = topic_frame(t, record_json, row->seq);
+        e = frame_whole(f);
+      }
+      topic_count(w, t);
       turn_hold(w, t, e, record_uri, record_json, row->seq);
-      frame_unref(f);
     }
+    frame_unref(f);
   }
   frame_unref(change_head);
   free(record_uri);

@@ -11,7 +11,7 @@ import test from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 
-import { startServer } from './lib/server.mjs';
+import { controlCall, startServer } from './lib/server.mjs';
 import { McpSession } from './lib/mcp.mjs';
 import { sessionRow } from './lib/sqlite.mjs';
 import { EventStream, idSeq } from './lib/sse.mjs';
@@ -153,6 +153,10 @@ test('a session that takes a debounced subscription leaves the turn\'s gathering
     const all = s.st.updates().map((e) => idSeq(e.id));
     assert.equal(all.length, 62);
     assert.ok(all.every((q, i) => i === 0 || q >= all[i - 1]), `s: not in commit order: ${all.join(',')}`);
+    // One update formatted per change of the collection, though s was served apart from the others.
+    const { subscriptions } = await controlCall(server, { cmd: 'subs' });
+    const notified = Object.fromEntries(subscriptions.map((x) => [x.uri, x.notified]));
+    assert.equal(notified[coll], 61, JSON.stringify(subscriptions));
     for (const { x, st } of sessions) {
       st.close();
       await x.delete();
