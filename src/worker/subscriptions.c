@@ -337,7 +337,8 @@ void subs_deliver_held(worker_t *w, sub_t *sub, const char *record_uri, int64_t 
     listen_deliver((listen_stream *)sub->owner, b.data, b.len);
   }
   buf_finish(&b);
-  topic_count(w, sub->topic);
+  /* An update a debounce held is counted as it goes; one queued behind it was, as it came. */
+  if (sub->topic->debounce.quiet_ms > 0) topic_count(w, sub->topic);
 }
 
 /* The change's head (frame_create_head), shared by its sole subscribers' pairs: made at the first.
@@ -437,6 +438,7 @@ static bool subs_send_topic(worker_t *w, sub_topic *t, size_t n, const char *rec
     hold_queue *q = owner_queue(sub->owner);
     if (q != NULL && (debounced || q->head != NULL)) {
       hold_add(w, q, sub, record_uri, seq);
+      sent = sent || !debounced; /* behind a held update: counted now, as the others' */
       continue;
     }
     switch (sub->owner->kind) {
