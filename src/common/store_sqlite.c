@@ -151,17 +151,30 @@ static void store_sql_key(sqlite3_str *q, const store_table *t) {
 /* Statement cache ------------------------------------------------------------ */
 
 /*
+ * A statement's text hashed eight bytes at a step (a read's statement is
+ * 170 bytes and more, hashed on every use: byte by byte it was 2% of a
+ * read's CPU). Only a filter for the cache: equal hashes still compare
+ * the texts.
+ */
+static uint64_t store_sql_hash(const char *sql) {
+  size_t len = strlen(sql), i = 0;
+  uint64_t h = 0x9e3779b97f4a7c15u ^ len, w;
+  for (; i + 8 <= len; i += 8) {
+    memcpy(&w, sql + i, 8);
+    h = (h ^ w) * 0xff51afd7ed558ccdu;
+    h ^= h >> 32;
+  }
+  w = 0;
+  memcpy(&w, sql + i, len - i);
+  h = (h ^ w) * 0xff51afd7ed558ccdu;
+  return h ^ (h >> 32);
+}
+
+/*
  * Hands out a prepared statement for sql in *out (put it back with
  * store_stmt_put). When the cached statement for sql is already in use up
  * the stack, a private one is prepared and finalized on put.
  */
-/* FNV-1a of a statement's text. */
-static uint64_t store_sql_hash(const char *sql) {
-  uint64_t h = 0xcbf29ce484222325u;
-  for (const unsigned char *p = (const unsigned char *)sql; *p; p++) h = (h ^ *p) * 0x100000001b3u;
-  return h;
-}
-
 static int store_stmt_get(store_t *s, const char *sql, sqlite3_stmt **out, char *err,
                           size_t errlen) {
   bool cacheable = true;
