@@ -61,6 +61,13 @@ jsonrpc_kind jsonrpc_classify(const cJSON *msg, const char **why);
  */
 int jsonrpc_print(buf_t *out, const cJSON *item) __attribute__((warn_unused_result));
 
+/*
+ * A raw item (printed as it is) holding text, which it now owns: text must
+ * be one valid JSON value from malloc (buf_steal). For what a hot path
+ * prints itself instead of building a tree of items only to print it.
+ */
+cJSON *jsonrpc_raw(char *text);
+
 /* Builds {"jsonrpc":"2.0","id":id,"result":result}; takes ownership of result. id may be NULL (->
  * null). */
 cJSON *jsonrpc_result(const cJSON *id, cJSON *result);

@@ -162,15 +162,28 @@ cJSON *resources_templates_list(mcp_call *call) {
 
 /* resources/read -------------------------------------------------------------- */
 
+/*
+ * {"contents":[{uri, mimeType, text, _meta}],"_meta":{"version"}}. The
+ * one content item is printed here, a raw item: as a tree it was fifteen
+ * allocations a read, each freed once printed. The result's _meta stays
+ * an object (a page adds its cursors to it).
+ */
 static cJSON *read_result(const char *uri, const char *text, int64_t version) {
+  char vtext[BUF_INT_TEXT];
+  const char *v = buf_int_text(vtext, (long long)version);
+  size_t ulen = strlen(uri), tlen = strlen(text);
+  buf_t item;
+  buf_init(&item);
+  buf_reserve(&item, 96 + ulen + tlen + tlen / 8); /* one allocation for most (quotes escaped) */
+  buf_append_str(&item, "[{\"uri\":");
+  buf_append_json_string(&item, uri, ulen);
+  buf_append_str(&item, ",\"mimeType\":\"application/json\",\"text\":");
+  buf_append_json_string(&item, text, tlen);
+  buf_append_str(&item, ",\"_meta\":{\"version\":\"");
+  buf_append_str(&item, v);
+  buf_append_str(&item, "\"}}]");
   cJSON *result = cJSON_CreateObject();
-  cJSON *contents = cJSON_AddArrayToObject(result, "contents");
-  cJSON *item = cJSON_CreateObject();
-  cJSON_AddStringToObject(item, "uri", uri);
-  cJSON_AddStringToObject(item, "mimeType", "application/json");
-  cJSON_AddStringToObject(item, "text", text);
-  add_version(item, version);
-  cJSON_AddItemToArray(contents, item);
+  cJSON_AddItemToObject(result, "contents", jsonrpc_raw(buf_steal(&item)));
   add_version(result, version);
   return result;
 }
