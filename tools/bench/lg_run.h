@@ -39,8 +39,9 @@ typedef struct lg_opts {
   const char *read_uri; /* read: what follows the collection URI in each read (default "/r0") */
   const char *bearer;   /* --bearer TOKEN: sent as Authorization on every request */
   uint32_t sessions;
-  uint32_t subs;     /* 1: the collection; 2: and the record <letter>0 */
-  uint32_t filtered; /* 1: session i subscribes to <collection>?v=ne=y<i> (matching every row) */
+  uint32_t subs;      /* 1: the collection; 2: and the record <letter>0 */
+  uint32_t filtered;  /* 1: session i subscribes to <collection>?v=ne=y<i> (matching every row) */
+  uint32_t busy_poll; /* 1: poll without sleeping (read, write: no wakeup charged to the server) */
   /* Sessions 0..mixed-1 hold <collection>?v=ne=y<i> and <collection>/m<i> (never written). */
   uint32_t mixed;
   /* Sessions 0..beside-1 hold the collection and <collection>/m<i> (never written). */

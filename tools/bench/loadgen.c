@@ -156,6 +156,9 @@ static const lg_flag lg_flags[] = {
     {"--time-limit", FLAG_DOUBLE, OPT(time_limit_s), "hard bound on the whole run, seconds"},
     {"--settle-ms", FLAG_U64, OPT(settle_ms), "idle: wait before measuring memory"},
     {"--workers", FLAG_U64, OPT(workers), "server workers (for per-worker figures)"},
+    {"--busy-poll", FLAG_U64, OPT(busy_poll),
+     "1: poll the sockets without sleeping, so that the server never pays for waking\n"
+     "this process (a server limited by its CPU leaves it idle: see docs/BENCHMARKS.md)"},
     {"--commit-times", FLAG_STR, OPT(commit_times),
      "latency --target ceiling: the ceiling's --times file"},
 };
@@ -223,7 +226,7 @@ static int lg_parse(int argc, char **argv, lg_opts *o) {
           f->offset == OPT(mixed) || f->offset == OPT(beside) || f->offset == OPT(both) ||
           f->offset == OPT(writers) || f->offset == OPT(connections) ||
           f->offset == OPT(drop_percent) || f->offset == OPT(settle_ms) ||
-          f->offset == OPT(workers))
+          f->offset == OPT(workers) || f->offset == OPT(busy_poll))
         *(uint32_t *)p = (uint32_t)(x > UINT32_MAX ? UINT32_MAX : x);
       else
         *(uint64_t *)p = x;
@@ -531,7 +534,12 @@ int main(int argc, char **argv) {
   lg->t_setup_begin_ns = lg_now_ns();
   lg_setup_begin(lg);
 
-  uv_run(&loop, UV_RUN_DEFAULT);
+  if (o.busy_poll) {
+    while (uv_run(&loop, UV_RUN_NOWAIT) != 0) {
+    }
+  } else {
+    uv_run(&loop, UV_RUN_DEFAULT);
+  }
 
   if (lg->child > 0) {
     /* After a success it has written everything and is closing; after a failure, stop it. */
