@@ -76,8 +76,11 @@ enum conn_wait {
  * the socket took them all; spares no turn needed for HTTP_SPARE_MS are
  * freed (server_spares_trim).
  */
-#define HTTP_OUT_BUF  ((size_t)8192)
-#define HTTP_SPARE_MS 1000
+#define HTTP_OUT_BUF ((size_t)8192)
+/* A request's first room for its target and header fields (a client's MCP POST takes ~300 bytes).
+ */
+#define HTTP_TEXT_FIRST ((size_t)512)
+#define HTTP_SPARE_MS   1000
 
 enum conn_phase {
   PHASE_IDLE,       /* kept alive between requests; no byte of the next one parsed */
@@ -1096,6 +1099,8 @@ static int on_message_complete(llhttp_t *p) {
 
 /* Starts the clock for the next request's header block. */
 static void conn_begin_request(http_conn_t *c) {
+  /* The target and headers of most requests in one allocation, not 64, 128, ... */
+  buf_reserve(&c->text, HTTP_TEXT_FIRST - 1);
   c->phase = PHASE_HEADERS;
   c->hdr_raw = 0;
   c->hdr_copied = 0;
@@ -1164,23 +1169,33 @@ static void conn_dispatch(http_conn_t *c) {
 }
 
 /*
- * Runs llhttp over the buffered input until a request is dispatched, the
- * input runs out, or the connection fails. Parsed bytes leave c->in. The
- * parser pauses after each header block (to check it before any body is
- * read) and after each message (one request at a time).
+ * Runs llhttp over the input until a request is dispatched, the input runs
+ * out, or the connection fails: over src when it is not NULL (a read into
+ * the server's shared buffer, parsed where it landed), else over c->in.
+ * Parsed bytes leave the input; what a dispatched request leaves of src
+ * (pipelined bytes) is kept in c->in before it is dispatched. The parser
+ * pauses after each header block (to check it before any body is read) and
+ * after each message (one request at a time). No callback keeps a pointer
+ * into the input: the target, headers and body are copied as they come.
  */
-static void conn_parse(http_conn_t *c) {
+static void conn_parse_input(http_conn_t *c, const char *src, size_t src_len) {
   const http_server_options *o = &c->srv->opts;
   bool resumed = false; /* llhttp must run again, even on no bytes, after a pause */
-  while (!c->closing && (c->in.len > 0 || resumed) &&
+  while (!c->closing && ((src != NULL ? src_len : c->in.len) > 0 || resumed) &&
          (c->phase == PHASE_IDLE || c->phase == PHASE_HEADERS || c->phase == PHASE_BODY)) {
     resumed = false;
     if (c->phase == PHASE_IDLE) conn_begin_request(c);
     bool in_head = c->phase == PHASE_HEADERS;
-    const char *start = c->in.data ? c->in.data : "";
-    llhttp_errno_t err = llhttp_execute(&c->parser, start, c->in.len);
-    size_t used = err == HPE_OK ? c->in.len : (size_t)(llhttp_get_error_pos(&c->parser) - start);
-    buf_consume(&c->in, used);
+    const char *start = src != NULL ? src : c->in.data ? c->in.data : "";
+    size_t len = src != NULL ? src_len : c->in.len;
+    llhttp_errno_t err = llhttp_execute(&c->parser, start, len);
+    size_t used = err == HPE_OK ? len : (size_t)(llhttp_get_error_pos(&c->parser) - start);
+    if (src != NULL) {
+      src += used;
+      src_len -= used;
+    } else {
+      buf_consume(&c->in, used);
+    }
     if (in_head) c->hdr_raw += used;
     if (err == HPE_OK) {
       if (in_head && c->hdr_raw > o->max_header) conn_fail(c, 431);
@@ -1193,6 +1208,7 @@ static void conn_parse(http_conn_t *c) {
     enum conn_pause why = c->pause;
     c->pause = PAUSE_NONE;
     if (why == PAUSE_MESSAGE) {
+      if (src != NULL && src_len > 0) buf_append(&c->in, src, src_len);
       conn_dispatch(c); /* resumed by http_respond */
       return;
     }
@@ -1204,9 +1220,15 @@ static void conn_parse(http_conn_t *c) {
     }
     resumed = true;
   }
+  if (src != NULL && src_len > 0 && !c->closing) buf_append(&c->in, src, src_len);
   /* The peer is gone and what it left is not a complete request. */
   if (c->peer_eof && !c->closing && c->phase != PHASE_DISPATCHED && c->phase != PHASE_STREAM)
     conn_finish(c, true);
+}
+
+/* Runs llhttp over the buffered input (conn_parse_input). */
+static void conn_parse(http_conn_t *c) {
+  conn_parse_input(c, NULL, 0);
 }
 
 /*
@@ -1328,6 +1350,14 @@ static void conn_on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *b) {
     return;
   }
   if (c->closing || c->phase == PHASE_STREAM) return; /* discarded */
+  if (b->base == c->srv->read_buf && c->phase != PHASE_DISPATCHED) {
+    /* Parsed where it landed: only what is left is copied (the shared buffer is the next read's).
+     */
+    if (c->phase == PHASE_BODY) conn_wait(c, WAIT_HEADER);
+    conn_parse_input(c, b->base, (size_t)nread);
+    conn_settle(c);
+    return;
+  }
   if (b->base == c->srv->read_buf) {
     buf_append(&c->in, b->base, (size_t)nread); /* the shared buffer is the next read's */
   } else {
