@@ -459,11 +459,14 @@ static cJSON *store_value_json(sqlite3_stmt *st, int idx) {
   }
 }
 
-/* Binds key as t compares it; key must satisfy store_key_valid. */
+/*
+ * Binds key as t compares it; key must satisfy store_key_valid, and stay
+ * until the statement is put back (bound without a copy).
+ */
 static int store_bind_key(sqlite3_stmt *st, int idx, const store_table *t, const char *key) {
   int64_t v = 0;
   if (t->key_integer && store_parse_int_key(key, &v)) return sqlite3_bind_int64(st, idx, v);
-  return sqlite3_bind_text(st, idx, key, -1, SQLITE_TRANSIENT);
+  return sqlite3_bind_text(st, idx, key, -1, SQLITE_STATIC);
 }
 
 /* Schema: exported tables ------------------------------------------------------ */
@@ -1159,11 +1162,14 @@ static const char *store_get_sql(store_t *s, const store_table *t) {
   if (sq(s)->get_sql[i] != NULL) return sq(s)->get_sql[i];
   sqlite3_str *q = store_sql_new(s);
   store_sql_select_columns(q, t);
-  /* Exported tables never start with mcpsub_: the alias cannot be one of them. */
-  sqlite3_str_appendall(
-      q, ", (SELECT max(seq) FROM audit_log WHERE tbl = ?2 AND key = CAST(mcpsub_t.");
+  /*
+   * Exported tables never start with mcpsub_: the alias cannot be one of
+   * them. The record's last change by a seek down audit_log_by_key, not
+   * max(seq): an aggregate allocates its context on every read.
+   */
+  sqlite3_str_appendall(q, ", (SELECT seq FROM audit_log WHERE tbl = ?2 AND key = CAST(mcpsub_t.");
   store_sql_key(q, t);
-  sqlite3_str_appendall(q, " AS TEXT)) FROM ");
+  sqlite3_str_appendall(q, " AS TEXT) ORDER BY seq DESC LIMIT 1) FROM ");
   store_sql_ident(q, t->name);
   sqlite3_str_appendall(q, " AS mcpsub_t WHERE ");
   store_sql_key(q, t);
