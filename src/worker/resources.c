@@ -29,13 +29,6 @@ static const char *base_url(const mcp_call *call) {
   return call->w->cfg->public_url;
 }
 
-static void add_version(cJSON *obj, int64_t version) {
-  char text[BUF_INT_TEXT];
-  cJSON *meta = cJSON_GetObjectItemCaseSensitive(obj, "_meta");
-  if (meta == NULL) meta = cJSON_AddObjectToObject(obj, "_meta");
-  cJSON_AddStringToObject(meta, "version", buf_int_text(text, (long long)version));
-}
-
 /* A metadata document's version: a hash of its text, so it moves exactly when the text does. */
 static int64_t text_version(const char *text) {
   return (int64_t)(strmap_hash_stable(text, strlen(text)) >> 12); /* the same on every worker */
@@ -174,7 +167,7 @@ static cJSON *read_result(const char *uri, const char *text, int64_t version) {
   size_t ulen = strlen(uri), tlen = strlen(text);
   buf_t item;
   buf_init(&item);
-  buf_reserve(&item, 96 + ulen + tlen + tlen / 8); /* one allocation for most (quotes escaped) */
+  buf_reserve(&item, 96 + ulen + tlen + tlen / 4); /* one allocation for most (quotes escaped) */
   buf_append_str(&item, "[{\"uri\":");
   buf_append_json_string(&item, uri, ulen);
   buf_append_str(&item, ",\"mimeType\":\"application/json\",\"text\":");
@@ -183,8 +176,10 @@ static cJSON *read_result(const char *uri, const char *text, int64_t version) {
   buf_append_str(&item, v);
   buf_append_str(&item, "\"}}]");
   cJSON *result = cJSON_CreateObject();
-  cJSON_AddItemToObject(result, "contents", jsonrpc_raw(buf_steal(&item)));
-  add_version(result, version);
+  cJSON_AddItemToObjectCS(result, "contents", jsonrpc_raw(buf_steal(&item)));
+  cJSON *meta = cJSON_CreateObject();
+  cJSON_AddItemToObjectCS(result, "_meta", meta);
+  cJSON_AddItemToObjectCS(meta, "version", cJSON_CreateString(v));
   return result;
 }
 
