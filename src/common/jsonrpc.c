@@ -32,6 +32,10 @@ static void *jsonrpc_must(void *p) {
  * rejected here: cJSON does that once the depth is known to be safe.
  */
 bool jsonrpc_depth_ok(const char *text, size_t len, int max_depth) {
+  /* No more openers than the bound, strings or not: no nesting can pass it (most bodies). */
+  size_t openers = 0;
+  for (size_t i = 0; i < len; i++) openers += text[i] == '{' || text[i] == '[';
+  if (openers <= (size_t)max_depth) return true;
   int depth = 0;
   bool in_string = false;
   for (size_t i = 0; i < len; i++) {
@@ -60,6 +64,8 @@ bool jsonrpc_depth_ok(const char *text, size_t len, int max_depth) {
 }
 
 bool jsonrpc_strings_ok(const char *text, size_t len) {
+  /* Without a NUL or a backslash (most bodies) there is nothing to find: two vector scans. */
+  if (memchr(text, '\0', len) == NULL && memchr(text, '\\', len) == NULL) return true;
   bool in_string = false;
   for (size_t i = 0; i < len; i++) {
     char c = text[i];

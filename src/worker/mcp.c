@@ -668,7 +668,8 @@ void mcp_reply_init(mcp_reply *r, const mcp_call *call) {
   r->conn = call->conn;
   r->id = cJSON_Duplicate(call->id, true);
   r->modern = call->modern;
-  snprintf(r->principal, sizeof(r->principal), "%s", call->principal->id);
+  size_t len = strnlen(call->principal->id, sizeof(r->principal) - 1);
+  memcpy(r->principal, call->principal->id, len); /* r is zeroed: the NUL is there */
   const cJSON *meta = cJSON_GetObjectItemCaseSensitive(call->params, "_meta");
   const cJSON *token = cJSON_GetObjectItemCaseSensitive(meta, "progressToken");
   if (cJSON_IsString(token) || cJSON_IsNumber(token))
@@ -679,7 +680,7 @@ void mcp_reply_init(mcp_reply *r, const mcp_call *call) {
   const cJSON *wanted = cJSON_GetObjectItemCaseSensitive(meta, META_LOG_LEVEL);
   if (call->session != NULL) {
     r->log_level = (int)call->session->log_level;
-    snprintf(r->session, sizeof(r->session), "%s", call->session->id);
+    memcpy(r->session, call->session->id, strnlen(call->session->id, sizeof(r->session) - 1));
   } else if (cJSON_IsString(wanted) && session_log_level_parse(wanted->valuestring, &level) == 0) {
     r->log_level = (int)level;
   }
