@@ -1034,7 +1034,9 @@ static int on_header_value_complete(llhttp_t *p) {
   memmove(v, v + start, end - start);
   c->text.len = c->value_at + (end - start);
   conn_text_next(c, TEXT_BETWEEN);
-  r->n_headers++;
+  /* Offsets while the text may still move: conn_text_complete makes them pointers. */
+  r->headers[r->n_headers++] =
+      (http_header){(const char *)(uintptr_t)c->name_at, (const char *)(uintptr_t)c->value_at};
   return 0;
 }
 
@@ -1048,14 +1050,11 @@ static void conn_text_complete(http_conn_t *c) {
   if (c->text_state == TEXT_TARGET) conn_text_next(c, TEXT_BETWEEN);
   size_t target_len = strlen(c->text.data);
   buf_reserve(&c->text, target_len + 2);
-  char *s = c->text.data;
-  r->target = s;
-  s += target_len + 1;
+  char *base = c->text.data;
+  r->target = base;
   for (size_t i = 0; i < r->n_headers; i++) {
-    r->headers[i].name = s;
-    s += strlen(s) + 1;
-    r->headers[i].value = s;
-    s += strlen(s) + 1;
+    r->headers[i].name = base + (uintptr_t)r->headers[i].name;
+    r->headers[i].value = base + (uintptr_t)r->headers[i].value;
   }
 }
 
@@ -1115,8 +1114,8 @@ static int conn_headers_done(http_conn_t *c) {
   if (c->hdr_raw > o->max_header) return 431;
   unsigned seen = 0; /* the same rule as the master's peek: one copy of each of these */
   for (size_t i = 0; i < c->req.n_headers; i++) {
-    const char *name = c->req.headers[i].name;
-    int single = http_field_single_index(name, strlen(name));
+    const char *name = c->req.headers[i].name; /* its value follows it and its NUL */
+    int single = http_field_single_index(name, (size_t)(c->req.headers[i].value - name) - 1);
     if (single < 0) continue;
     if (seen & (1u << single)) return 400;
     seen |= 1u << single;
