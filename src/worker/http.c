@@ -77,8 +77,7 @@ enum conn_wait {
  * freed (server_spares_trim).
  */
 #define HTTP_OUT_BUF ((size_t)8192)
-/* A request's first room for its target and header fields (a client's MCP POST takes ~300 bytes).
- */
+/* A request's first room for its target and headers (an MCP POST's are about 300 bytes). */
 #define HTTP_TEXT_FIRST ((size_t)512)
 #define HTTP_SPARE_MS   1000
 
@@ -1349,22 +1348,17 @@ static void conn_on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *b) {
     return;
   }
   if (c->closing || c->phase == PHASE_STREAM) return; /* discarded */
-  if (b->base == c->srv->read_buf && c->phase != PHASE_DISPATCHED) {
-    /* Parsed where it landed: only what is left is copied (the shared buffer is the next read's).
-     */
-    if (c->phase == PHASE_BODY) conn_wait(c, WAIT_HEADER);
-    conn_parse_input(c, b->base, (size_t)nread);
-    conn_settle(c);
-    return;
-  }
-  if (b->base == c->srv->read_buf) {
-    buf_append(&c->in, b->base, (size_t)nread); /* the shared buffer is the next read's */
-  } else {
+  /* A read into the shared buffer is parsed where it landed (conn_parse_input keeps the rest). */
+  bool shared = b->base == c->srv->read_buf;
+  if (!shared) {
     c->in.len += (size_t)nread;
     c->in.data[c->in.len] = '\0';
+  } else if (c->phase == PHASE_DISPATCHED) {
+    buf_append(&c->in, b->base, (size_t)nread); /* the shared buffer is the next read's */
   }
   if (c->phase == PHASE_BODY) conn_wait(c, WAIT_HEADER);
-  if (c->phase != PHASE_DISPATCHED) conn_parse(c);
+  if (c->phase != PHASE_DISPATCHED)
+    conn_parse_input(c, shared ? b->base : NULL, shared ? (size_t)nread : 0);
   conn_settle(c);
 }
 

@@ -41,7 +41,7 @@ typedef struct lg_opts {
   uint32_t sessions;
   uint32_t subs;      /* 1: the collection; 2: and the record <letter>0 */
   uint32_t filtered;  /* 1: session i subscribes to <collection>?v=ne=y<i> (matching every row) */
-  uint32_t busy_poll; /* 1: poll without sleeping (read, write: no wakeup charged to the server) */
+  uint32_t busy_poll; /* 1: poll without sleeping (the read runs: the server never wakes it) */
   /* Sessions 0..mixed-1 hold <collection>?v=ne=y<i> and <collection>/m<i> (never written). */
   uint32_t mixed;
   /* Sessions 0..beside-1 hold the collection and <collection>/m<i> (never written). */
