@@ -43,8 +43,9 @@ const char *const stats_method_names[STATS_METHODS] = {
 };
 
 stats_method stats_method_of(const char *name) {
-  for (int i = 0; i <= STATS_M_LISTEN; i++)
-    if (strcmp(stats_method_names[i], name) == 0) return (stats_method)i;
+  for (int i = 0; i <= STATS_M_LISTEN; i++) /* the first byte rules out most without a call */
+    if (stats_method_names[i][0] == name[0] && strcmp(stats_method_names[i], name) == 0)
+      return (stats_method)i;
   return STATS_M_OTHER;
 }
 

@@ -303,27 +303,30 @@ static cJSON *mcp_discover(mcp_call *call) {
 /* Which protocol generations a method belongs to. */
 enum { GEN_2025 = 1u << 0, GEN_2026 = 1u << 1, GEN_BOTH = GEN_2025 | GEN_2026 };
 
+/*
+ * The handlers, by the method's label (stats.h names every MCP method
+ * once): a request's method is looked up once, by stats_method_of.
+ */
 static const struct mcp_method {
-  const char *name;
   mcp_handler handler;
   unsigned gens;
   bool cacheable; /* 2026-07-28 results carry ttlMs and cacheScope */
-} mcp_methods[] = {
-    {"initialize", mcp_initialize, GEN_2025, false},
-    {"ping", mcp_ping, GEN_BOTH, false},
-    {"logging/setLevel", mcp_set_level, GEN_2025, false},
-    {"resources/list", resources_list, GEN_BOTH, true},
-    {"resources/templates/list", resources_templates_list, GEN_BOTH, true},
-    {"resources/read", resources_read, GEN_BOTH, true},
-    {"resources/subscribe", mcp_subscribe, GEN_2025, false},
-    {"resources/unsubscribe", mcp_unsubscribe, GEN_2025, false},
-    {"tools/list", tools_list, GEN_BOTH, true},
-    {"tools/call", tools_call, GEN_BOTH, false},
-    {"completion/complete", completion_complete, GEN_BOTH, false},
-    {"prompts/list", mcp_prompts_list, GEN_BOTH, true},
-    {"prompts/get", mcp_prompts_get, GEN_BOTH, false},
-    {"server/discover", mcp_discover, GEN_2026, true},
-    {"subscriptions/listen", listen_open, GEN_2026, false},
+} mcp_methods[STATS_M_LISTEN + 1] = {
+    [STATS_M_INITIALIZE] = {mcp_initialize, GEN_2025, false},
+    [STATS_M_PING] = {mcp_ping, GEN_BOTH, false},
+    [STATS_M_SET_LEVEL] = {mcp_set_level, GEN_2025, false},
+    [STATS_M_RESOURCES_LIST] = {resources_list, GEN_BOTH, true},
+    [STATS_M_TEMPLATES_LIST] = {resources_templates_list, GEN_BOTH, true},
+    [STATS_M_RESOURCES_READ] = {resources_read, GEN_BOTH, true},
+    [STATS_M_SUBSCRIBE] = {mcp_subscribe, GEN_2025, false},
+    [STATS_M_UNSUBSCRIBE] = {mcp_unsubscribe, GEN_2025, false},
+    [STATS_M_TOOLS_LIST] = {tools_list, GEN_BOTH, true},
+    [STATS_M_TOOLS_CALL] = {tools_call, GEN_BOTH, false},
+    [STATS_M_COMPLETE] = {completion_complete, GEN_BOTH, false},
+    [STATS_M_PROMPTS_LIST] = {mcp_prompts_list, GEN_BOTH, true},
+    [STATS_M_PROMPTS_GET] = {mcp_prompts_get, GEN_BOTH, false},
+    [STATS_M_DISCOVER] = {mcp_discover, GEN_2026, true},
+    [STATS_M_LISTEN] = {listen_open, GEN_2026, false},
 };
 
 /* HTTP envelope --------------------------------------------------------------- */
@@ -496,28 +499,29 @@ static unsigned mcp_required_right(const cJSON *msg) {
   const cJSON *m = cJSON_GetObjectItemCaseSensitive(msg, "method");
   const cJSON *params = cJSON_GetObjectItemCaseSensitive(msg, "params");
   if (!cJSON_IsString(m)) return 0;
-  const char *method = m->valuestring;
-  if (strcmp(method, "resources/subscribe") == 0) return AUTH_SUBSCRIBE;
-  if (strcmp(method, "resources/read") == 0) {
+  switch (stats_method_of(m->valuestring)) {
+  case STATS_M_SUBSCRIBE: return AUTH_SUBSCRIBE;
+  case STATS_M_RESOURCES_READ: {
     const cJSON *uri = cJSON_GetObjectItemCaseSensitive(params, "uri");
     bool meta = cJSON_IsString(uri) && strncmp(uri->valuestring, "mcpsub://", 9) == 0;
     return meta ? AUTH_ADMIN : AUTH_READ;
   }
-  if (strcmp(method, "tools/call") == 0) {
+  case STATS_M_TOOLS_CALL: {
     const cJSON *name = cJSON_GetObjectItemCaseSensitive(params, "name");
     bool write = cJSON_IsString(name) && (strcmp(name->valuestring, "put_record") == 0 ||
                                           strcmp(name->valuestring, "delete_record") == 0);
     return write ? AUTH_WRITE : AUTH_READ;
   }
-  if (strcmp(method, "resources/list") == 0 || strcmp(method, "resources/templates/list") == 0 ||
-      strcmp(method, "completion/complete") == 0)
-    return AUTH_READ;
-  if (strcmp(method, "subscriptions/listen") == 0) {
+  case STATS_M_RESOURCES_LIST:
+  case STATS_M_TEMPLATES_LIST:
+  case STATS_M_COMPLETE: return AUTH_READ;
+  case STATS_M_LISTEN: {
     const cJSON *uris = cJSON_GetObjectItemCaseSensitive(
         cJSON_GetObjectItemCaseSensitive(params, "notifications"), "resourceSubscriptions");
     return cJSON_GetArraySize(uris) > 0 ? AUTH_SUBSCRIBE : AUTH_READ;
   }
-  return 0;
+  default: return 0;
+  }
 }
 
 /* Dispatch ---------------------------------------------------------------------- */
@@ -776,30 +780,29 @@ static cJSON *mcp_request(worker_t *w, const auth_principal *p, session_t *s, co
                    .id = id,
                    .modern = modern};
   if (s != NULL) session_log(s, SESSION_LOG_DEBUG, "mcpsub", method);
-  for (size_t i = 0; i < ARRAY_LEN(mcp_methods); i++) {
-    if (strcmp(method, mcp_methods[i].name) != 0) continue;
-    if (!(mcp_methods[i].gens & (modern ? GEN_2026 : GEN_2025))) {
+  stats_method m = stats_method_of(method);
+  const struct mcp_method *e = m <= STATS_M_LISTEN ? &mcp_methods[m] : NULL;
+  if (e != NULL && e->handler != NULL) {
+    if (!(e->gens & (modern ? GEN_2026 : GEN_2025))) {
       char text[300];
       snprintf(text, sizeof(text), "Method not found: %.200s is not part of protocol %s", method,
                modern ? MCP_MODERN_VERSION : "2025-11-25 and earlier (use 2026-07-28)");
       return jsonrpc_error(id, JSONRPC_METHOD_NOT_FOUND, text);
     }
-    bool is_init = mcp_methods[i].handler == mcp_initialize;
+    bool is_init = e->handler == mcp_initialize;
     if (!modern && is_init != (s == NULL)) {
       return jsonrpc_error(id, JSONRPC_INVALID_REQUEST,
                            is_init ? "initialize must not carry an Mcp-Session-Id"
                                    : "Bad Request: Mcp-Session-Id header is required");
     }
-    cJSON *result = mcp_methods[i].handler(&call);
+    cJSON *result = e->handler(&call);
     if (call.created != NULL) *created = call.created;
     if (result == NULL && call.pending) {
       *pending = true;
       return NULL;
     }
     if (result == NULL) return jsonrpc_error(id, call.err_code, call.err_msg);
-    if (modern)
-      mcp_modern_result(w, result, mcp_methods[i].cacheable,
-                        mcp_methods[i].handler == mcp_discover);
+    if (modern) mcp_modern_result(w, result, e->cacheable, e->handler == mcp_discover);
     return jsonrpc_result(id, result);
   }
   char text[300];
