@@ -391,6 +391,33 @@ static void test_pipelined(void) {
   client_close(cl);
 }
 
+/*
+ * A request in pieces, each its own read: cut inside the request line, a
+ * header's name and value, and the body; then a read holding a whole
+ * request and the start of the next, whose rest comes later. A read is
+ * parsed where it landed and only what is left of it is kept: nothing of
+ * either may be lost or read twice.
+ */
+static void test_split_reads(void) {
+  client_t *cl = client_open();
+  static const char *const parts[] = {"PO",
+                                      "ST /two HTTP/1.1\r\nHo",
+                                      "st: x\r\nX-TE",
+                                      "ST:  split \r\nContent-Le",
+                                      "ngth: 11\r\n\r\nhello",
+                                      " world",
+                                      "GET /b HTTP/1.1\r\nHost: x\r\n\r\nGET /c",
+                                      "?q HTTP/1.1\r\nHost: x\r\n\r\n"};
+  for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
+    client_sends(cl, parts[i]);
+    usleep(20000); /* each its own read */
+  }
+  CHECK_STR_EQ(client_expect(cl, 200)->body, "POST /two q=- h=split dups=0 len=11");
+  CHECK_STR_EQ(client_expect(cl, 200)->body, "GET /b q=- h=- dups=0 len=0");
+  CHECK_STR_EQ(client_expect(cl, 200)->body, "GET /c q=q h=- dups=0 len=0");
+  client_close(cl);
+}
+
 /* More pipelined bytes than max_header + max_body while one request is
  * held: reading pauses, resumes, and every request is answered in order. */
 static void test_pipeline_backpressure(void) {
@@ -647,6 +674,7 @@ static void *client_main(void *arg) {
   RUN(test_simple_get);
   RUN(test_keep_alive);
   RUN(test_pipelined);
+  RUN(test_split_reads);
   RUN(test_pipeline_backpressure);
   RUN(test_chunked_body);
   RUN(test_expect_continue);
