@@ -305,7 +305,8 @@ enum { GEN_2025 = 1u << 0, GEN_2026 = 1u << 1, GEN_BOTH = GEN_2025 | GEN_2026 };
 
 /*
  * The handlers, by the method's label (stats.h names every MCP method
- * once): a request's method is looked up once, by stats_method_of.
+ * once): the dispatch finds a method by stats_method_of, as the metrics
+ * label and mcp_required_right do.
  */
 static const struct mcp_method {
   mcp_handler handler;
