@@ -191,6 +191,16 @@ cJSON *jsonrpc_result(const cJSON *id, cJSON *result) {
   return msg;
 }
 
+int jsonrpc_print_result(buf_t *out, const cJSON *id, const char *result, size_t len) {
+  buf_append_str(out, "{\"jsonrpc\":\"2.0\",\"id\":");
+  int rc = id != NULL ? jsonrpc_print(out, id) : (buf_append(out, "null", 4), 0);
+  if (rc < 0) return rc;
+  buf_append_str(out, ",\"result\":");
+  buf_append(out, result, len);
+  buf_append_byte(out, '}');
+  return 0;
+}
+
 /* message NULL becomes "". Never returns NULL. */
 cJSON *jsonrpc_error(const cJSON *id, int code, const char *message) {
   cJSON *msg = jsonrpc_start(id);

@@ -71,6 +71,13 @@ cJSON *jsonrpc_raw(char *text);
 /* Builds {"jsonrpc":"2.0","id":id,"result":result}; takes ownership of result. id may be NULL (->
  * null). */
 cJSON *jsonrpc_result(const cJSON *id, cJSON *result);
+/*
+ * Appends {"jsonrpc":"2.0","id":id,"result":result} to out, result being
+ * the text of one JSON value printed already: jsonrpc_result without a
+ * tree (id NULL -> null). 0, or jsonrpc_print's -EINVAL for the id.
+ */
+int jsonrpc_print_result(buf_t *out, const cJSON *id, const char *result, size_t len)
+    __attribute__((warn_unused_result));
 /* Builds {"jsonrpc":"2.0","id":id,"error":{"code":..,"message":..}}; id may be NULL (-> null). */
 cJSON *jsonrpc_error(const cJSON *id, int code, const char *message);
 /* Builds a notification {"jsonrpc":"2.0","method":m,"params":p}; takes ownership of params (may be

@@ -616,6 +616,7 @@ static void mcp_notification(worker_t *w, const auth_principal *p, session_t *s,
 
 /* Adds what a 2026-07-28 result carries besides the 2025 one. */
 static void mcp_modern_result(worker_t *w, cJSON *result, bool cacheable, bool discover) {
+  if (cJSON_IsRaw(result)) return; /* printed with them (mcp_result_cacheable) */
   if (cJSON_HasObjectItem(result, "resultType")) return; /* input_required (confirm.h) */
   cJSON_AddStringToObject(result, "resultType", "complete");
   if (cacheable) {
@@ -631,8 +632,10 @@ static void mcp_modern_result(worker_t *w, cJSON *result, bool cacheable, bool d
   }
 }
 
-void mcp_result_cacheable(worker_t *w, cJSON *result) {
-  mcp_modern_result(w, result, true, false);
+void mcp_result_cacheable(worker_t *w, buf_t *out) {
+  buf_append_str(out, w->auth.enabled
+                          ? ",\"resultType\":\"complete\",\"ttlMs\":0,\"cacheScope\":\"private\""
+                          : ",\"resultType\":\"complete\",\"ttlMs\":0,\"cacheScope\":\"public\"");
 }
 
 /*
@@ -649,10 +652,22 @@ static void mcp_respond_message(http_conn_t *c, int status, const cJSON *msg) {
   }
 }
 
+/* mcp_respond_message for a message printed already (len bytes of text). */
+static void mcp_respond_text(http_conn_t *c, int status, const char *text, size_t len) {
+  if (http_conn_streaming(c)) {
+    worker_sse_send_text(c, text, len);
+    http_stream_end(c);
+  } else {
+    http_header type = {"Content-Type", "application/json"};
+    http_respond(c, status, &type, 1, text, len);
+  }
+}
+
 /* The answer of a call: result (consumed), or the error when NULL. */
 static cJSON *mcp_answer_message(const cJSON *id, cJSON *result, int code, const char *message,
                                  bool modern) {
-  if (result != NULL && modern && !cJSON_HasObjectItem(result, "resultType"))
+  if (result != NULL && modern && !cJSON_IsRaw(result) &&
+      !cJSON_HasObjectItem(result, "resultType"))
     cJSON_AddStringToObject(result, "resultType", "complete");
   return result != NULL ? jsonrpc_result(id, result) : jsonrpc_error(id, code, message);
 }
@@ -751,6 +766,21 @@ void mcp_end_unanswered(http_conn_t *c) {
     http_stream_end(c);
   else
     http_respond(c, 204, NULL, 0, NULL, 0);
+}
+
+void mcp_reply_send_text(mcp_reply *r, const char *result, size_t len) {
+  if (r->conn != NULL) {
+    buf_t msg;
+    buf_init(&msg);
+    buf_reserve(&msg, len + 64); /* the envelope around it: one allocation */
+    if (jsonrpc_print_result(&msg, r->id, result, len) == 0)
+      mcp_respond_text(r->conn, 200, msg.data, msg.len);
+    else
+      mcp_answer(r->conn, r->id, NULL, JSONRPC_INTERNAL_ERROR, "cannot print the answer",
+                 r->modern);
+    buf_finish(&msg);
+  }
+  mcp_reply_finish(r);
 }
 
 void mcp_reply_send(mcp_reply *r, cJSON *result, int code, const char *message) {

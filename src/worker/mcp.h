@@ -11,6 +11,7 @@
 #include <cjson/cJSON.h>
 #include <stdarg.h>
 
+#include "common/buf.h"
 #include "common/uri.h"
 #include "worker/auth.h"
 #include "worker/session.h"
@@ -96,6 +97,8 @@ void mcp_reply_log(worker_t *w, mcp_reply *r, int level, const char *logger, con
 void mcp_end_unanswered(http_conn_t *c);
 /* mcp_answer on the reply's connection (if it is still there), then mcp_reply_finish. */
 void mcp_reply_send(mcp_reply *r, cJSON *result, int code, const char *message);
+/* mcp_reply_send of a result printed already: len bytes of one JSON object (text). */
+void mcp_reply_send_text(mcp_reply *r, const char *result, size_t len);
 
 /*
  * notifications/cancelled by principal for the call with id_json (JSON
@@ -112,9 +115,10 @@ void mcp_on_signal(worker_t *w, const store_audit_row *row);
 
 /*
  * What a 2026-07-28 result of a cacheable method (a list, a read) carries
- * besides resultType: for a call answered later (mcp_reply_send).
+ * besides the 2025 one, for a result printed rather than built: appends
+ * its members, each after a comma, before the result's closing brace.
  */
-void mcp_result_cacheable(worker_t *w, cJSON *result);
+void mcp_result_cacheable(worker_t *w, buf_t *out);
 
 /* Serves a request for /mcp made by principal p. */
 void mcp_handle_http(worker_t *w, http_conn_t *c, http_request_t *req, const auth_principal *p);

@@ -156,31 +156,37 @@ cJSON *resources_templates_list(mcp_call *call) {
 /* resources/read -------------------------------------------------------------- */
 
 /*
- * {"contents":[{uri, mimeType, text, _meta}],"_meta":{"version"}}. The
- * one content item is printed here, a raw item: as a tree it was fifteen
- * allocations a read, each freed once printed. The result's _meta stays
- * an object (a page adds its cursors to it).
+ * Appends a read's result to out: {"contents":[{uri, mimeType, text,
+ * _meta:{version}}],"_meta":{version[, nextCursor, nextUri]}}, and in
+ * 2026-07-28 what a cacheable result carries (mcp_result_cacheable); data
+ * is the resource's JSON text (len bytes). Printed, not built: as trees of
+ * items the result and its answer were about twenty allocations a read,
+ * each freed once printed.
  */
-static cJSON *read_result(const char *uri, const char *text, int64_t version) {
+static void read_result(worker_t *w, buf_t *out, const char *uri, const char *data, size_t len,
+                        int64_t version, const char *next, const char *next_uri, bool modern) {
   char vtext[BUF_INT_TEXT];
   const char *v = buf_int_text(vtext, (long long)version);
-  size_t ulen = strlen(uri), tlen = strlen(text);
-  buf_t item;
-  buf_init(&item);
-  buf_reserve(&item, 96 + ulen + tlen + tlen / 4); /* one allocation for most (quotes escaped) */
-  buf_append_str(&item, "[{\"uri\":");
-  buf_append_json_string(&item, uri, ulen);
-  buf_append_str(&item, ",\"mimeType\":\"application/json\",\"text\":");
-  buf_append_json_string(&item, text, tlen);
-  buf_append_str(&item, ",\"_meta\":{\"version\":\"");
-  buf_append_str(&item, v);
-  buf_append_str(&item, "\"}}]");
-  cJSON *result = cJSON_CreateObject();
-  cJSON_AddItemToObjectCS(result, "contents", jsonrpc_raw(buf_steal(&item)));
-  cJSON *meta = cJSON_CreateObject();
-  cJSON_AddItemToObjectCS(result, "_meta", meta);
-  cJSON_AddItemToObjectCS(meta, "version", cJSON_CreateString(v));
-  return result;
+  size_t ulen = strlen(uri);
+  buf_reserve(out, 192 + ulen + len + len / 4); /* one allocation for most (quotes escaped) */
+  buf_append_str(out, "{\"contents\":[{\"uri\":");
+  buf_append_json_string(out, uri, ulen);
+  buf_append_str(out, ",\"mimeType\":\"application/json\",\"text\":");
+  buf_append_json_string(out, data, len);
+  buf_append_str(out, ",\"_meta\":{\"version\":\"");
+  buf_append_str(out, v);
+  buf_append_str(out, "\"}}],\"_meta\":{\"version\":\"");
+  buf_append_str(out, v);
+  buf_append_byte(out, '"');
+  if (next != NULL) {
+    buf_append_str(out, ",\"nextCursor\":");
+    buf_append_json_string(out, next, strlen(next));
+    buf_append_str(out, ",\"nextUri\":");
+    buf_append_json_string(out, next_uri, strlen(next_uri));
+  }
+  buf_append_byte(out, '}');
+  if (modern) mcp_result_cacheable(w, out);
+  buf_append_byte(out, '}');
 }
 
 static cJSON *table_schema_json(const store_table *t) {
@@ -226,12 +232,15 @@ static cJSON *about_json(const mcp_call *call) {
 }
 
 /* Reads a metadata document; takes ownership of doc. */
-static cJSON *read_document(const char *uri, cJSON *doc) {
+static cJSON *read_document(const mcp_call *call, const char *uri, cJSON *doc) {
   char *text = cJSON_PrintUnformatted(doc);
   cJSON_Delete(doc);
-  cJSON *result = read_result(uri, text, text_version(text));
+  buf_t result;
+  buf_init(&result);
+  read_result(call->w, &result, uri, text, strlen(text), text_version(text), NULL, NULL,
+              call->modern);
   cJSON_free(text);
-  return result;
+  return jsonrpc_raw(buf_steal(&result));
 }
 
 long resources_page_limit(const worker_t *w, const uri_t *u) {
@@ -370,51 +379,51 @@ void read_job_free(read_job *rj) {
 }
 
 /*
- * A read's answer: the result, or NULL with the error in *code and msg. u
- * is the URI as the client wrote it (text), for the next page's URI.
+ * A read's answer: 0 with its result appended to out (read_result), or -1
+ * with the error in *code and msg. u is the URI as the client wrote it
+ * (text), for the next page's URI.
  */
-static cJSON *read_answer(worker_t *w, const char *text, const uri_t *u, read_fetch *f, int rc,
-                          int *code, char *msg, size_t msglen) {
+static int read_answer(worker_t *w, const char *text, const uri_t *u, read_fetch *f, int rc,
+                       bool modern, buf_t *out, int *code, char *msg, size_t msglen) {
   *code = JSONRPC_INTERNAL_ERROR;
   if (rc == -ENOENT && f->bad_column != NULL) {
     *code = JSONRPC_INVALID_PARAMS;
     snprintf(msg, msglen, "unknown column %s in table %s", f->bad_column, u->table);
-    return NULL;
+    return -1;
   }
   if (rc == -ENOENT) {
     *code = MCP_RESOURCE_NOT_FOUND;
     snprintf(msg, msglen, "Resource not found: %s", text);
-    return NULL;
+    return -1;
   }
   if (rc == -EINVAL && u->kind != URI_RECORD) {
     *code = JSONRPC_INVALID_PARAMS;
     snprintf(msg, msglen, "invalid cursor");
-    return NULL;
+    return -1;
   }
   if (rc != 0) {
     snprintf(msg, msglen, "%s reading %s",
              rc == -ENOTCONN ? "database unavailable (retry)" : "database error", text);
-    return NULL;
+    return -1;
   }
   buf_t json;
   buf_init(&json);
-  cJSON *result = NULL;
-  if (jsonrpc_print(&json, f->data) < 0)
+  if (jsonrpc_print(&json, f->data) < 0) {
     snprintf(msg, msglen, "cannot print what %s holds", text);
-  else
-    result = read_result(text, json.data, f->version);
-  buf_finish(&json);
-  if (result != NULL && f->next != NULL) {
-    cJSON *meta = cJSON_GetObjectItemCaseSensitive(result, "_meta");
-    cJSON_AddStringToObject(meta, "nextCursor", f->next);
+    buf_finish(&json);
+    return -1;
+  }
+  char *next_uri = NULL;
+  if (f->next != NULL) {
     uri_t page = *u;
     page.cursor = f->next;
     page.limit = f->limit;
-    char *next_uri = uri_format(w->cfg->public_url, &page);
-    cJSON_AddStringToObject(meta, "nextUri", next_uri);
-    free(next_uri);
+    next_uri = uri_format(w->cfg->public_url, &page);
   }
-  return result;
+  read_result(w, out, text, json.data, json.len, f->version, f->next, next_uri, modern);
+  free(next_uri);
+  buf_finish(&json);
+  return 0;
 }
 
 /* resources/read on a reader: answered from its completion. */
@@ -430,9 +439,14 @@ static void resources_read_answer(read_job *rj) {
   resources_read_job *r = (resources_read_job *)rj;
   int code;
   char msg[600];
-  cJSON *result = read_answer(r->w, r->text, &r->u, &rj->f, rj->job.rc, &code, msg, sizeof(msg));
-  if (result != NULL && r->reply.modern) mcp_result_cacheable(r->w, result);
-  mcp_reply_send(&r->reply, result, code, msg);
+  buf_t result;
+  buf_init(&result);
+  if (read_answer(r->w, r->text, &r->u, &rj->f, rj->job.rc, r->reply.modern, &result, &code, msg,
+                  sizeof(msg)) == 0)
+    mcp_reply_send_text(&r->reply, result.data, result.len);
+  else
+    mcp_reply_send(&r->reply, NULL, code, msg);
+  buf_finish(&result);
   uri_finish(&r->u);
   free(r->text);
   read_job_free(rj);
@@ -464,11 +478,11 @@ cJSON *resources_read(mcp_call *call) {
       .scoped = &scoped, .limit = resources_page_limit(call->w, &u), .cursor = u.cursor};
   if (t != NULL && auth_scope_apply(&scope, &scoped) != 0) t = NULL;
   if (u.kind == URI_ABOUT) {
-    result = read_document(text, about_json(call));
+    result = read_document(call, text, about_json(call));
   } else if (t == NULL) {
     mcp_call_fail(call, MCP_RESOURCE_NOT_FOUND, "Resource not found: %s", text);
   } else if (u.kind == URI_SCHEMA) {
-    result = read_document(text, table_schema_json(t));
+    result = read_document(call, text, table_schema_json(t));
   } else if (call->w->reader != NULL && call->conn != NULL) {
     /* On a reader, off the lane (reader.h); inside a batch nothing can wait: on the lane. */
     resources_read_job *r =
@@ -483,9 +497,14 @@ cJSON *resources_read(mcp_call *call) {
   } else {
     int code;
     char msg[600];
-    result = read_answer(call->w, text, &u, &f, read_fetch_run(call->w->store, t, &f), &code, msg,
-                         sizeof(msg));
-    if (result == NULL) mcp_call_fail(call, code, "%s", msg);
+    buf_t printed;
+    buf_init(&printed);
+    if (read_answer(call->w, text, &u, &f, read_fetch_run(call->w->store, t, &f), call->modern,
+                    &printed, &code, msg, sizeof(msg)) == 0)
+      result = jsonrpc_raw(buf_steal(&printed));
+    else
+      mcp_call_fail(call, code, "%s", msg);
+    buf_finish(&printed);
     read_fetch_finish(&f);
   }
   uri_finish(&scoped);

@@ -55,13 +55,17 @@ void worker_respond_error_with(http_conn_t *c, int status, const char *message,
 void worker_sse_send(http_conn_t *c, const cJSON *json) {
   buf_t b;
   buf_init(&b);
-  buf_append_str(&b, "data: ");
   if (jsonrpc_print(&b, json) < 0) abort(); /* only an invalid item: a bug here */
-  buf_append_str(&b, "\n\n");
-  if (http_stream_write(c, b.data, b.len) != 0) {
+  worker_sse_send_text(c, b.data, b.len);
+  buf_finish(&b);
+}
+
+void worker_sse_send_text(http_conn_t *c, const char *json, size_t len) {
+  uv_buf_t parts[3] = {uv_buf_init("data: ", 6),
+                       uv_buf_init((char *)(uintptr_t)json, (unsigned)len), uv_buf_init("\n\n", 2)};
+  if (http_stream_writev(c, parts, 3, len + 8) != 0) {
     /* cut or closing: its close callback runs */
   }
-  buf_finish(&b);
 }
 
 void worker_respond_error(http_conn_t *c, int status, const char *message) {

@@ -211,6 +211,8 @@ void worker_respond_json(http_conn_t *c, int status, const cJSON *json, const ht
 void worker_respond_error(http_conn_t *c, int status, const char *message);
 /* Writes one SSE event "data: <json>\n\n" on a stream begun with http_stream_begin_sse. */
 void worker_sse_send(http_conn_t *c, const cJSON *json);
+/* The same for json printed already (len bytes). */
+void worker_sse_send_text(http_conn_t *c, const char *json, size_t len);
 /* The same with extra headers (Retry-After, WWW-Authenticate, Allow). */
 void worker_respond_error_with(http_conn_t *c, int status, const char *message,
                                const http_header *extra, size_t n_extra);

@@ -70,6 +70,11 @@ test('auto mode negotiates 2026-07-28; discover names every revision; lists and 
   assert.ok(r.capabilities.resources.subscribe);
   const rd = (await post(srv.port, modern('resources/read', { uri: `${srv.base}/Product/A-100` }), { 'Mcp-Name': `${srv.base}/Product/A-100` })).json().result;
   assert.deepEqual([rd.resultType, rd.ttlMs, rd.cacheScope], ['complete', 0, 'public']);
+  assert.equal(rd._meta.version, rd.contents[0]._meta.version);
+  for (const uri of ['mcpsub://about', `${srv.base}/Product?_limit=1`]) {
+    const doc = (await post(srv.port, modern('resources/read', { uri }), { 'Mcp-Name': uri })).json().result;
+    assert.deepEqual([doc.resultType, doc.ttlMs, doc.cacheScope, doc.contents[0].uri], ['complete', 0, 'public', uri], JSON.stringify(doc));
+  }
   const ping = (await post(srv.port, modern('ping'))).json().result;
   assert.deepEqual(ping, { resultType: 'complete' });
 });

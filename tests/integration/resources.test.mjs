@@ -125,8 +125,11 @@ test('resources/read with _limit pages with _cursor', async () => {
   assert.equal(first.value.length, 2, first.content.text);
   const cursor = first.result._meta?.nextCursor ?? first.content._meta?.nextCursor;
   assert.equal(typeof cursor, 'string', `no _meta.nextCursor: ${JSON.stringify(first.result)}`);
-  const second = await s.readJson(`${srv.base}/Product?_limit=2&_cursor=${encodeURIComponent(cursor)}`);
+  const next = first.result._meta?.nextUri;
+  assert.equal(typeof next, 'string', `no _meta.nextUri: ${JSON.stringify(first.result)}`);
+  const second = await s.readJson(next);
   assert.equal(second.value.length, 2, second.content.text);
+  assert.equal(second.content.uri, next);
   assert.deepEqual([...skus(first.value), ...skus(second.value)].sort(), ALL_SKUS);
   assert.equal(second.result._meta?.nextCursor ?? second.content._meta?.nextCursor, undefined, 'a cursor after the last page');
 });

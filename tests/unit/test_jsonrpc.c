@@ -253,11 +253,31 @@ static void test_print_matches_cjson(void) {
   }
 }
 
+/* jsonrpc_print_result writes what jsonrpc_result's tree prints, for every kind of id. */
+static void test_print_result(void) {
+  const char *result = "{\"contents\":[{\"uri\":\"u\",\"text\":\"{\\\"a\\\":1}\"}]}";
+  cJSON *ids[] = {cJSON_CreateNumber(7), cJSON_CreateString("x\"y\\z"), cJSON_CreateNumber(-1.5),
+                  NULL};
+  for (size_t i = 0; i < sizeof(ids) / sizeof(ids[0]); i++) {
+    cJSON *msg = jsonrpc_result(ids[i], cJSON_Parse(result));
+    char *want = cJSON_PrintUnformatted(msg);
+    buf_t got;
+    buf_init(&got);
+    CHECK(jsonrpc_print_result(&got, ids[i], result, strlen(result)) == 0);
+    CHECK(want != NULL && got.len == strlen(want) && memcmp(got.data, want, got.len) == 0);
+    buf_finish(&got);
+    cJSON_free(want);
+    cJSON_Delete(msg);
+    cJSON_Delete(ids[i]);
+  }
+}
+
 int main(void) {
   RUN(test_valid_kinds);
   RUN(test_invalid_shapes);
   RUN(test_depth);
   RUN(test_builders);
   RUN(test_print_matches_cjson);
+  RUN(test_print_result);
   return 0;
 }
