@@ -118,6 +118,12 @@ static bool jsonrpc_error_object_ok(const cJSON *error) {
  * NULL) is set only for JSONRPC_INVALID, to a static string.
  */
 jsonrpc_kind jsonrpc_classify(const cJSON *msg, const char **why) {
+  jsonrpc_members unused;
+  return jsonrpc_classify_members(msg, why, &unused);
+}
+
+jsonrpc_kind jsonrpc_classify_members(const cJSON *msg, const char **why, jsonrpc_members *out) {
+  *out = (jsonrpc_members){0};
   if (!cJSON_IsObject(msg)) return jsonrpc_invalid(why, "a JSON-RPC message must be a JSON object");
   /*
    * The six members in one walk, each the first of its name (as
@@ -140,6 +146,7 @@ jsonrpc_kind jsonrpc_classify(const cJSON *msg, const char **why) {
     }
     if (slot != NULL && *slot == NULL) *slot = e;
   }
+  *out = (jsonrpc_members){.id = id, .method = method, .params = params};
   if (!cJSON_IsString(version) || strcmp(version->valuestring, "2.0") != 0)
     return jsonrpc_invalid(why, "jsonrpc must be \"2.0\"");
   if (id && !jsonrpc_id_ok(id)) return jsonrpc_invalid(why, "id must be a string or an integer");

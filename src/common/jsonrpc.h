@@ -52,6 +52,14 @@ bool jsonrpc_strings_ok(const char *text, size_t len);
  */
 jsonrpc_kind jsonrpc_classify(const cJSON *msg, const char **why);
 
+/* A message's members (each the first of its name), NULL where absent. */
+typedef struct jsonrpc_members {
+  const cJSON *id, *method, *params;
+} jsonrpc_members;
+
+/* jsonrpc_classify that also says where the members are (found in the same walk). */
+jsonrpc_kind jsonrpc_classify_members(const cJSON *msg, const char **why, jsonrpc_members *out);
+
 /*
  * Appends item (and what it holds, not its siblings) to out as
  * cJSON_PrintUnformatted would print it, byte for byte, without its

@@ -305,8 +305,8 @@ enum { GEN_2025 = 1u << 0, GEN_2026 = 1u << 1, GEN_BOTH = GEN_2025 | GEN_2026 };
 
 /*
  * The handlers, by the method's label (stats.h names every MCP method
- * once): the dispatch finds a method by stats_method_of, as the metrics
- * label and mcp_required_right do.
+ * once): a message's method is resolved once (mcp_msg_of), and the
+ * metrics label, mcp_required_right and the dispatch all use the label.
  */
 static const struct mcp_method {
   mcp_handler handler;
@@ -446,20 +446,44 @@ static session_t *mcp_require_session(worker_t *w, http_conn_t *c, const http_re
 }
 
 /*
- * The subscriptions msg would add: 1 for a resources/subscribe of a URI the
+ * One message of a POST with its members found once (jsonrpc_classify's
+ * walk) and its method resolved once: what the checks, the metrics label
+ * and the dispatch read. For a batch (an array), json is the array and
+ * kind JSONRPC_INVALID; each item gets its own.
+ */
+typedef struct mcp_msg {
+  const cJSON *json;
+  jsonrpc_kind kind;
+  const char *why; /* JSONRPC_INVALID: what is wrong */
+  const cJSON *id, *params;
+  const char *method; /* when a string (whatever the kind), else NULL */
+  stats_method m;     /* method's label: STATS_M_OTHER when none of MCP's */
+} mcp_msg;
+
+static mcp_msg mcp_msg_of(const cJSON *json) {
+  jsonrpc_members members;
+  mcp_msg v = {.json = json, .m = STATS_M_OTHER};
+  v.kind = jsonrpc_classify_members(json, &v.why, &members);
+  v.id = members.id;
+  v.params = members.params;
+  if (cJSON_IsString(members.method)) {
+    v.method = members.method->valuestring;
+    v.m = stats_method_of(v.method);
+  }
+  return v;
+}
+
+/*
+ * The subscriptions v would add: 1 for a resources/subscribe of a URI the
  * session does not hold yet, the URIs of a subscriptions/listen, else 0.
  */
-static int64_t mcp_adds_subscription(const session_t *s, const cJSON *msg) {
-  const cJSON *m = cJSON_GetObjectItemCaseSensitive(msg, "method");
-  if (cJSON_IsString(m) && strcmp(m->valuestring, "subscriptions/listen") == 0)
+static int64_t mcp_adds_subscription(const session_t *s, const mcp_msg *v) {
+  if (v->m == STATS_M_LISTEN)
     return cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(
-        cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(msg, "params"),
-                                         "notifications"),
-        "resourceSubscriptions"));
-  if (!cJSON_IsString(m) || strcmp(m->valuestring, "resources/subscribe") != 0) return false;
-  const cJSON *uri =
-      cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(msg, "params"), "uri");
-  if (!cJSON_IsString(uri) || s == NULL) return true;
+        cJSON_GetObjectItemCaseSensitive(v->params, "notifications"), "resourceSubscriptions"));
+  if (v->m != STATS_M_SUBSCRIBE) return 0;
+  const cJSON *uri = cJSON_GetObjectItemCaseSensitive(v->params, "uri");
+  if (!cJSON_IsString(uri) || s == NULL) return 1;
   return !subs_session_has((session_t *)s, uri->valuestring);
 }
 
@@ -468,14 +492,17 @@ static int64_t mcp_adds_subscription(const session_t *s, const cJSON *msg) {
  * mcp_session over every worker. NULL when within them, else what is over.
  */
 static const char *mcp_over_limits(worker_t *w, const auth_principal *p, const session_t *s,
-                                   const cJSON *root, bool has_init) {
+                                   const mcp_msg *v, bool has_init) {
   const config_t *cfg = w->cfg;
   int64_t adds = 0;
-  if (cJSON_IsArray(root)) {
+  if (cJSON_IsArray(v->json)) {
     const cJSON *item;
-    cJSON_ArrayForEach(item, root) adds += mcp_adds_subscription(s, item);
+    cJSON_ArrayForEach(item, v->json) {
+      mcp_msg iv = mcp_msg_of(item);
+      adds += mcp_adds_subscription(s, &iv);
+    }
   } else {
-    adds = mcp_adds_subscription(s, root);
+    adds = mcp_adds_subscription(s, v);
   }
   bool check_sessions = has_init && cfg->limit_sessions > 0;
   bool check_subs = adds > 0 && cfg->limit_subscriptions > 0;
@@ -496,11 +523,9 @@ static const char *mcp_over_limits(worker_t *w, const auth_principal *p, const s
  * metadata resources AUTH_ADMIN), subscribing AUTH_SUBSCRIBE, the write
  * tools AUTH_WRITE; the session's own housekeeping needs none.
  */
-static unsigned mcp_required_right(const cJSON *msg) {
-  const cJSON *m = cJSON_GetObjectItemCaseSensitive(msg, "method");
-  const cJSON *params = cJSON_GetObjectItemCaseSensitive(msg, "params");
-  if (!cJSON_IsString(m)) return 0;
-  switch (stats_method_of(m->valuestring)) {
+static unsigned mcp_required_right(const mcp_msg *v) {
+  const cJSON *params = v->params;
+  switch (v->m) {
   case STATS_M_SUBSCRIBE: return AUTH_SUBSCRIBE;
   case STATS_M_RESOURCES_READ: {
     const cJSON *uri = cJSON_GetObjectItemCaseSensitive(params, "uri");
@@ -795,11 +820,11 @@ void mcp_reply_send(mcp_reply *r, cJSON *result, int code, const char *message) 
  * Runs one request; returns its response message, or NULL when the
  * handler will answer later on conn (*pending). conn is NULL in a batch.
  */
-static cJSON *mcp_request(worker_t *w, const auth_principal *p, session_t *s, const cJSON *msg,
+static cJSON *mcp_request(worker_t *w, const auth_principal *p, session_t *s, const mcp_msg *v,
                           session_t **created, http_conn_t *conn, bool *pending, bool modern) {
-  const cJSON *id = cJSON_GetObjectItemCaseSensitive(msg, "id");
-  const char *method = cJSON_GetObjectItemCaseSensitive(msg, "method")->valuestring;
-  const cJSON *params = cJSON_GetObjectItemCaseSensitive(msg, "params");
+  const cJSON *id = v->id;
+  const char *method = v->method;
+  const cJSON *params = v->params;
   if (params != NULL && !cJSON_IsObject(params))
     return jsonrpc_error(id, JSONRPC_INVALID_PARAMS, "params must be an object");
   mcp_call call = {.w = w,
@@ -811,7 +836,7 @@ static cJSON *mcp_request(worker_t *w, const auth_principal *p, session_t *s, co
                    .id = id,
                    .modern = modern};
   if (s != NULL) session_log(s, SESSION_LOG_DEBUG, "mcpsub", method);
-  stats_method m = stats_method_of(method);
+  stats_method m = v->m;
   const struct mcp_method *e = m <= STATS_M_LISTEN ? &mcp_methods[m] : NULL;
   if (e != NULL && e->handler != NULL) {
     if (!(e->gens & (modern ? GEN_2026 : GEN_2025))) {
@@ -846,12 +871,13 @@ static cJSON *mcp_request(worker_t *w, const auth_principal *p, session_t *s, co
  * invalid messages) or NULL (notifications, responses). *invalid is set when
  * the message was not valid JSON-RPC.
  */
-static cJSON *mcp_message(worker_t *w, const auth_principal *p, session_t *s, const cJSON *msg,
+static cJSON *mcp_message(worker_t *w, const auth_principal *p, session_t *s, const mcp_msg *v,
                           session_t **created, bool *invalid, http_conn_t *conn, bool *pending,
                           bool modern) {
-  const char *why = NULL;
-  switch (jsonrpc_classify(msg, &why)) {
-  case JSONRPC_REQUEST: return mcp_request(w, p, s, msg, created, conn, pending, modern);
+  const cJSON *msg = v->json;
+  const char *why = v->why;
+  switch (v->kind) {
+  case JSONRPC_REQUEST: return mcp_request(w, p, s, v, created, conn, pending, modern);
   case JSONRPC_NOTIFICATION: mcp_notification(w, p, s, msg); return NULL;
   case JSONRPC_RESPONSE:
     /* An answer to an elicitation: the call waiting for it may be on another worker or host. */
@@ -864,7 +890,7 @@ static cJSON *mcp_message(worker_t *w, const auth_principal *p, session_t *s, co
   case JSONRPC_INVALID:
   default: {
     *invalid = true;
-    const cJSON *id = cJSON_GetObjectItemCaseSensitive(msg, "id");
+    const cJSON *id = v->id;
     bool usable = cJSON_IsString(id) || cJSON_IsNumber(id);
     char text[200];
     snprintf(text, sizeof(text), "Invalid Request: %s", why != NULL ? why : "not JSON-RPC 2.0");
@@ -874,11 +900,10 @@ static cJSON *mcp_message(worker_t *w, const auth_principal *p, session_t *s, co
 }
 
 /* The protocol version a 2026-07-28 request names in params._meta, or NULL (a 2025 message). */
-static const char *mcp_envelope_version(const cJSON *msg) {
-  const cJSON *v = cJSON_GetObjectItemCaseSensitive(
-      cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(msg, "params"), "_meta"),
-      META_PROTOCOL_VERSION);
-  return cJSON_IsString(v) ? v->valuestring : NULL;
+static const char *mcp_envelope_version(const mcp_msg *v) {
+  const cJSON *version = cJSON_GetObjectItemCaseSensitive(
+      cJSON_GetObjectItemCaseSensitive(v->params, "_meta"), META_PROTOCOL_VERSION);
+  return cJSON_IsString(version) ? version->valuestring : NULL;
 }
 
 /* 400 with -32020: a standard header is missing or disagrees with the body. */
@@ -909,10 +934,13 @@ static bool mcp_name_matches(const char *header, const char *want) {
 }
 
 /* Which body field each method's Mcp-Name header mirrors. */
-static const char *mcp_name_field(const char *method) {
-  if (strcmp(method, "tools/call") == 0 || strcmp(method, "prompts/get") == 0) return "name";
-  if (strcmp(method, "resources/read") == 0) return "uri";
-  return NULL;
+static const char *mcp_name_field(stats_method m) {
+  switch (m) {
+  case STATS_M_TOOLS_CALL:
+  case STATS_M_PROMPTS_GET: return "name";
+  case STATS_M_RESOURCES_READ: return "uri";
+  default: return NULL;
+  }
 }
 
 /*
@@ -921,28 +949,26 @@ static const char *mcp_name_field(const char *method) {
  * methods, Mcp-Name) headers that mirror it; notifications need neither.
  */
 static void mcp_post_modern(worker_t *w, http_conn_t *c, http_request_t *req,
-                            const auth_principal *p, const cJSON *root, const char *envelope) {
+                            const auth_principal *p, const mcp_msg *v, const char *envelope) {
+  const cJSON *root = v->json;
   if (cJSON_IsArray(root)) {
     mcp_respond_error(c, 400, NULL, JSONRPC_INVALID_REQUEST,
                       "Invalid Request: protocol " MCP_MODERN_VERSION " has no batches");
     return;
   }
-  jsonrpc_kind kind = jsonrpc_classify(root, NULL);
+  jsonrpc_kind kind = v->kind;
   if (kind == JSONRPC_NOTIFICATION || kind == JSONRPC_RESPONSE) {
     if (kind == JSONRPC_NOTIFICATION) mcp_notification(w, p, NULL, root);
     http_respond(c, 202, NULL, 0, NULL, 0);
     return;
   }
-  const cJSON *id = cJSON_GetObjectItemCaseSensitive(root, "id");
+  const cJSON *id = v->id;
   if (kind == JSONRPC_REQUEST) {
     const char *version = http_request_header(req, "mcp-protocol-version");
-    const char *method = cJSON_GetObjectItemCaseSensitive(root, "method")->valuestring;
+    const char *method = v->method;
     const char *header = http_request_header(req, "mcp-method");
-    const char *field = mcp_name_field(method);
-    const cJSON *named = field != NULL
-                             ? cJSON_GetObjectItemCaseSensitive(
-                                   cJSON_GetObjectItemCaseSensitive(root, "params"), field)
-                             : NULL;
+    const char *field = mcp_name_field(v->m);
+    const cJSON *named = field != NULL ? cJSON_GetObjectItemCaseSensitive(v->params, field) : NULL;
     const char *name = http_request_header(req, "mcp-name");
     if (envelope == NULL) {
       mcp_respond_mismatch(c, id,
@@ -973,12 +999,12 @@ static void mcp_post_modern(worker_t *w, http_conn_t *c, http_request_t *req,
                                         : "Mcp-Name disagrees with the request");
       return;
     }
-    unsigned need = mcp_required_right(root);
+    unsigned need = mcp_required_right(v);
     if ((p->rights & need) != need) {
       auth_respond_forbidden(w, c, need & ~p->rights);
       return;
     }
-    const char *over = mcp_over_limits(w, p, NULL, root, false);
+    const char *over = mcp_over_limits(w, p, NULL, v, false);
     if (over != NULL) {
       limits_respond(w, c, over, 60);
       return;
@@ -986,19 +1012,14 @@ static void mcp_post_modern(worker_t *w, http_conn_t *c, http_request_t *req,
   }
   bool invalid = false, pending = false;
   session_t *unused = NULL;
-  cJSON *reply = mcp_message(w, p, NULL, root, &unused, &invalid, c, &pending, true);
+  cJSON *reply = mcp_message(w, p, NULL, v, &unused, &invalid, c, &pending, true);
   if (!pending) mcp_respond_message(c, invalid ? 400 : 200, reply);
   cJSON_Delete(reply);
 }
 
-static bool message_is_initialize(const cJSON *msg) {
-  const cJSON *m = cJSON_GetObjectItemCaseSensitive(msg, "method");
-  return cJSON_IsString(m) && strcmp(m->valuestring, "initialize") == 0;
-}
-
 static void mcp_post(worker_t *w, http_conn_t *c, http_request_t *req, const auth_principal *p) {
-  if (!accept_allows(http_request_header(req, "accept"), "application/json") ||
-      !accept_allows(http_request_header(req, "accept"), "text/event-stream")) {
+  const char *accept = http_request_header(req, "accept");
+  if (!accept_allows(accept, "application/json") || !accept_allows(accept, "text/event-stream")) {
     mcp_respond_error(c, 406, NULL, -32000,
                       "Not Acceptable: Accept must allow application/json and text/event-stream");
     return;
@@ -1031,33 +1052,32 @@ static void mcp_post(worker_t *w, http_conn_t *c, http_request_t *req, const aut
   }
 
   /* The request's duration is counted under its method (or its kind). */
-  const cJSON *label = cJSON_GetObjectItemCaseSensitive(root, "method");
-  http_conn_set_label(c, cJSON_IsArray(root)               ? STATS_M_BATCH
-                         : !cJSON_IsString(label)          ? STATS_M_NOTIFICATION
-                         : cJSON_HasObjectItem(root, "id") ? stats_method_of(label->valuestring)
-                                                           : STATS_M_NOTIFICATION);
+  mcp_msg v = mcp_msg_of(root);
+  bool batch = cJSON_IsArray(root);
+  http_conn_set_label(c, batch                              ? STATS_M_BATCH
+                         : v.method != NULL && v.id != NULL ? v.m
+                                                            : STATS_M_NOTIFICATION);
 
   /* 2026-07-28: the body's envelope says so (or the header, for a notification). */
-  const char *envelope = cJSON_IsObject(root) ? mcp_envelope_version(root) : NULL;
+  const char *envelope = mcp_envelope_version(&v);
   if (envelope != NULL || modern_header) {
-    mcp_post_modern(w, c, req, p, root, envelope);
+    mcp_post_modern(w, c, req, p, &v, envelope);
     goto done;
   }
 
-  bool batch = cJSON_IsArray(root);
   bool has_init = false;
   const cJSON *item;
   if (batch) {
-    cJSON_ArrayForEach(item, root) has_init |= message_is_initialize(item);
+    cJSON_ArrayForEach(item, root) has_init |= mcp_msg_of(item).m == STATS_M_INITIALIZE;
   } else {
-    has_init = message_is_initialize(root);
+    has_init = v.m == STATS_M_INITIALIZE;
   }
 
-  if (!batch && jsonrpc_classify(root, NULL) == JSONRPC_INVALID) {
+  if (!batch && v.kind == JSONRPC_INVALID) {
     bool unused_invalid = false, unused_pending = false;
     session_t *unused = NULL;
     cJSON *reply =
-        mcp_message(w, p, NULL, root, &unused, &unused_invalid, NULL, &unused_pending, false);
+        mcp_message(w, p, NULL, &v, &unused, &unused_invalid, NULL, &unused_pending, false);
     worker_respond_json(c, 400, reply, NULL, 0);
     cJSON_Delete(reply);
     goto done;
@@ -1066,9 +1086,12 @@ static void mcp_post(worker_t *w, http_conn_t *c, http_request_t *req, const aut
   /* Rights first: a request the principal may not make is refused whole, before any effect. */
   unsigned need = 0;
   if (batch) {
-    cJSON_ArrayForEach(item, root) need |= mcp_required_right(item);
+    cJSON_ArrayForEach(item, root) {
+      mcp_msg iv = mcp_msg_of(item);
+      need |= mcp_required_right(&iv);
+    }
   } else {
-    need = mcp_required_right(root);
+    need = mcp_required_right(&v);
   }
   if ((p->rights & need) != need) {
     auth_respond_forbidden(w, c, need & ~p->rights);
@@ -1080,7 +1103,7 @@ static void mcp_post(worker_t *w, http_conn_t *c, http_request_t *req, const aut
     s = mcp_require_session(w, c, req, p);
     if (s == NULL) goto done;
   }
-  const char *over = mcp_over_limits(w, p, s, root, has_init && !batch);
+  const char *over = mcp_over_limits(w, p, s, &v, has_init && !batch);
   if (over != NULL) {
     limits_respond(w, c, over, 60);
     goto done;
@@ -1088,14 +1111,14 @@ static void mcp_post(worker_t *w, http_conn_t *c, http_request_t *req, const aut
   if (s != NULL) {
     worker_session_touch(w, s);
   } else if (http_request_header(req, "mcp-session-id") != NULL) {
-    mcp_respond_error(c, 400, cJSON_GetObjectItemCaseSensitive(root, "id"), JSONRPC_INVALID_REQUEST,
+    mcp_respond_error(c, 400, v.id, JSONRPC_INVALID_REQUEST,
                       "Invalid Request: initialize must not carry an Mcp-Session-Id");
     goto done;
   }
 
   if (batch) {
-    const char *v = version != NULL ? version : s->protocol_version;
-    if (strcmp(v, "2025-03-26") != 0 || cJSON_GetArraySize(root) == 0 || has_init) {
+    const char *batch_version = version != NULL ? version : s->protocol_version;
+    if (strcmp(batch_version, "2025-03-26") != 0 || cJSON_GetArraySize(root) == 0 || has_init) {
       mcp_respond_error(c, 400, NULL, JSONRPC_INVALID_REQUEST,
                         has_init ? "Invalid Request: initialize cannot be batched"
                                  : "Invalid Request: JSON-RPC batches need protocol 2025-03-26 "
@@ -1106,7 +1129,8 @@ static void mcp_post(worker_t *w, http_conn_t *c, http_request_t *req, const aut
     cJSON_ArrayForEach(item, root) {
       bool invalid = false, pending = false;
       session_t *unused = NULL;
-      cJSON *reply = mcp_message(w, p, s, item, &unused, &invalid, NULL, &pending, false);
+      mcp_msg iv = mcp_msg_of(item);
+      cJSON *reply = mcp_message(w, p, s, &iv, &unused, &invalid, NULL, &pending, false);
       if (reply != NULL) cJSON_AddItemToArray(replies, reply);
     }
     if (cJSON_GetArraySize(replies) == 0)
@@ -1119,7 +1143,7 @@ static void mcp_post(worker_t *w, http_conn_t *c, http_request_t *req, const aut
 
   bool invalid = false, pending = false;
   session_t *created = NULL;
-  cJSON *reply = mcp_message(w, p, s, root, &created, &invalid, c, &pending, false);
+  cJSON *reply = mcp_message(w, p, s, &v, &created, &invalid, c, &pending, false);
   if (pending) {
     /* The handler holds the request and answers it later. */
   } else if (reply == NULL) {
