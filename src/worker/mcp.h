@@ -154,7 +154,7 @@ int resources_query(store_t *s, const store_table *t, const uri_t *u, long limit
  */
 typedef struct read_fetch {
   /* in */
-  const uri_t *scoped; /* the URI narrowed to the caller's row scope: what is read */
+  uri_t *scoped;       /* the URI narrowed to the caller's row scope: what is read */
   long limit;          /* a collection's page size */
   const char *cursor;  /* a collection's cursor, or NULL */
   const cJSON *where;  /* a collection's equality filters, column: value (query_records), or NULL */
@@ -190,8 +190,10 @@ typedef struct read_job {
 } read_job;
 
 /*
- * A read job of size bytes (zeroed) for table that fetches what f asks
- * (its inputs are copied), answered by answer. Give it to reader_submit.
+ * A read job of size bytes (zeroed) for table that fetches what f asks,
+ * answered by answer. Give it to reader_submit. The job takes *f->scoped
+ * over (the caller's is left empty: uri_finish on it does nothing) and
+ * copies the other inputs.
  */
 read_job *read_job_create(size_t size, const char *table, const read_fetch *f,
                           void (*answer)(read_job *rj));

@@ -358,7 +358,8 @@ read_job *read_job_create(size_t size, const char *table, const read_fetch *f,
   rj->job.done = read_job_done;
   rj->answer = answer;
   rj->table = mem_strdup(table);
-  rj->scoped = uri_copy(f->scoped);
+  rj->scoped = *f->scoped;
+  memset(f->scoped, 0, sizeof(*f->scoped));
   rj->cursor = f->cursor != NULL ? mem_strdup(f->cursor) : NULL;
   rj->where = f->where != NULL ? cJSON_Duplicate(f->where, true) : NULL;
   rj->f = (read_fetch){.scoped = &rj->scoped,
