@@ -19,6 +19,7 @@
 #include <time.h>
 
 #include "common/buf.h"
+#include "common/jsonrpc.h"
 
 /* Backend-independent helpers ------------------------------------------------------ */
 
@@ -435,6 +436,20 @@ bool store_schema_stale(store_t *s) {
 int store_get_record(store_t *s, const store_table *t, const char *key, cJSON **row,
                      int64_t *version) {
   return s->ops->get_record(s, t, key, row, version);
+}
+
+int store_get_record_text(store_t *s, const store_table *t, const char *key, buf_t *out,
+                          int64_t *version) {
+  if (s->ops->get_record_text != NULL) return s->ops->get_record_text(s, t, key, out, version);
+  cJSON *row;
+  int rc = s->ops->get_record(s, t, key, &row, version);
+  size_t before = out->len;
+  if (rc == 0 && jsonrpc_print(out, row) < 0) {
+    out->len = before;
+    rc = -EINVAL;
+  }
+  cJSON_Delete(row);
+  return rc;
 }
 
 int store_query(store_t *s, const store_table *t, const store_filter *filters, size_t n_filters,

@@ -28,6 +28,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/buf.h"
 #include "common/mem.h"
 #include "common/session_id.h"
 
@@ -176,6 +177,14 @@ bool store_column_numeric(const store_table *t, int col);
  */
 int store_get_record(store_t *s, const store_table *t, const char *key, cJSON **row,
                      int64_t *version) MCPSUB_NODISCARD;
+/*
+ * store_get_record with the row appended to out as JSON text, byte for
+ * byte what printing store_get_record's row writes (jsonrpc_print), for a
+ * reader that only prints it: SQLite prints the columns as it reads them,
+ * without the tree. Nothing is appended on failure.
+ */
+int store_get_record_text(store_t *s, const store_table *t, const char *key, buf_t *out,
+                          int64_t *version) MCPSUB_NODISCARD;
 
 /*
  * Rows matching every filter (equality), in key order, after after_key

@@ -56,6 +56,9 @@ struct store_ops {
   /* Reads */
   int (*get_record)(store_t *s, const store_table *t, const char *key, cJSON **row,
                     int64_t *version);
+  /* NULL: store_get_record_text prints get_record's row */
+  int (*get_record_text)(store_t *s, const store_table *t, const char *key, buf_t *out,
+                         int64_t *version);
   int (*query)(store_t *s, const store_table *t, const store_filter *filters, size_t n_filters,
                int limit, const char *after_key, cJSON **rows, char **next_key);
   int (*count_where)(store_t *s, const store_table *t, const store_filter *filters, size_t n,

@@ -41,6 +41,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "common/jsonrpc.h"
 #include "common/log.h"
 
 /* system.sql's text, generated at build time by tools/dev/embed.py. */
@@ -457,6 +458,45 @@ static cJSON *store_value_json(sqlite3_stmt *st, int idx) {
   }
   default: return store_json_checked(cJSON_CreateNull());
   }
+}
+
+/* Column idx of the current row printed as store_value_json's item prints (jsonrpc_print). */
+static void store_value_print(buf_t *out, sqlite3_stmt *st, int idx) {
+  cJSON number = {.type = cJSON_Number};
+  switch (sqlite3_column_type(st, idx)) {
+  case SQLITE_INTEGER: {
+    int64_t n = sqlite3_column_int64(st, idx);
+    if (n >= -(INT64_C(1) << 53) && n <= (INT64_C(1) << 53)) {
+      number.valuedouble = (double)n;
+      break;
+    }
+    char text[24];
+    snprintf(text, sizeof(text), "%" PRId64, n);
+    buf_append_json_string(out, text, strlen(text));
+    return;
+  }
+  case SQLITE_FLOAT: number.valuedouble = sqlite3_column_double(st, idx); break;
+  case SQLITE_TEXT: {
+    const char *text = (const char *)sqlite3_column_text(st, idx);
+    buf_append_json_string(out, text, strlen(text)); /* to the first NUL, as cJSON copies it */
+    return;
+  }
+  case SQLITE_BLOB: {
+    static const char hex[] = "0123456789ABCDEF";
+    const unsigned char *data = sqlite3_column_blob(st, idx);
+    size_t len = (size_t)sqlite3_column_bytes(st, idx);
+    buf_reserve(out, 2 * len + 2);
+    buf_append_byte(out, '"');
+    for (size_t i = 0; i < len; i++) {
+      buf_append_byte(out, hex[data[i] >> 4]);
+      buf_append_byte(out, hex[data[i] & 15]);
+    }
+    buf_append_byte(out, '"');
+    return;
+  }
+  default: buf_append(out, "null", 4); return;
+  }
+  if (jsonrpc_print(out, &number) < 0) abort(); /* a number always prints */
 }
 
 /*
@@ -1178,24 +1218,59 @@ static const char *store_get_sql(store_t *s, const store_table *t) {
   return sq(s)->get_sql[i];
 }
 
+/*
+ * Steps store_get_record's statement for key: 0 with *st on the record's
+ * row, or -ENOENT or the store's error; *st (when not NULL) goes back with
+ * store_stmt_put. The record's version is its last column.
+ */
+static int sq_record_row(store_t *s, const store_table *t, const char *key, sqlite3_stmt **st) {
+  *st = NULL;
+  if (!store_key_valid(t, key)) return -ENOENT;
+  int ret = store_stmt_get(s, store_get_sql(s, t), st, NULL, 0);
+  if (ret < 0) return ret;
+  store_bind_key(*st, 1, t, key);
+  sqlite3_bind_text(*st, 2, t->name, -1, SQLITE_STATIC);
+  int rc = sqlite3_step(*st);
+  return rc == SQLITE_ROW ? 0 : rc == SQLITE_DONE ? -ENOENT : store_error(s, rc, NULL, 0);
+}
+
 static int sq_get_record(store_t *s, const store_table *t, const char *key, cJSON **row,
                          int64_t *version) {
-  sqlite3_stmt *st = NULL;
+  sqlite3_stmt *st;
   *row = NULL;
   *version = 0;
-  if (!store_key_valid(t, key)) return -ENOENT;
-  int ret = store_stmt_get(s, store_get_sql(s, t), &st, NULL, 0);
-  if (ret < 0) return ret;
-  store_bind_key(st, 1, t, key);
-  sqlite3_bind_text(st, 2, t->name, -1, SQLITE_STATIC);
-  int rc = sqlite3_step(st);
-  if (rc == SQLITE_ROW) {
+  int ret = sq_record_row(s, t, key, &st);
+  if (ret == 0) {
     *row = store_row_json(t, st);
     *version = sqlite3_column_int64(st, 1 + (t->key_col < 0) + t->n_cols); /* NULL: 0 */
-  } else {
-    ret = rc == SQLITE_DONE ? -ENOENT : store_error(s, rc, NULL, 0);
   }
-  store_stmt_put(s, st);
+  if (st != NULL) store_stmt_put(s, st);
+  return ret;
+}
+
+/* sq_get_record with the row printed as it is read (store_get_record_text). */
+static int sq_get_record_text(store_t *s, const store_table *t, const char *key, buf_t *out,
+                              int64_t *version) {
+  sqlite3_stmt *st;
+  *version = 0;
+  int ret = sq_record_row(s, t, key, &st);
+  if (ret == 0) {
+    int idx = 1; /* as store_row_json reads the row */
+    buf_append_byte(out, '{');
+    if (t->key_col < 0) {
+      buf_append_str(out, "\"rowid\":");
+      store_value_print(out, st, idx++);
+    }
+    for (int c = 0; c < t->n_cols; c++) {
+      if (idx > 1) buf_append_byte(out, ',');
+      buf_append_json_string(out, t->cols[c].name, strlen(t->cols[c].name));
+      buf_append_byte(out, ':');
+      store_value_print(out, st, idx++);
+    }
+    buf_append_byte(out, '}');
+    *version = sqlite3_column_int64(st, idx); /* NULL: 0 */
+  }
+  if (st != NULL) store_stmt_put(s, st);
   return ret;
 }
 
@@ -2524,6 +2599,7 @@ const store_ops store_sqlite_ops = {
     .set_busy_handler = sq_set_busy_handler,
     .refresh_schema = sq_refresh_schema,
     .get_record = sq_get_record,
+    .get_record_text = sq_get_record_text,
     .query = sq_query,
     .count_where = sq_count_where,
     .table_version = sq_table_version,

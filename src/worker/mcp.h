@@ -154,13 +154,15 @@ int resources_query(store_t *s, const store_table *t, const uri_t *u, long limit
  */
 typedef struct read_fetch {
   /* in */
-  uri_t *scoped;       /* the URI narrowed to the caller's row scope: what is read */
-  long limit;          /* a collection's page size */
-  const char *cursor;  /* a collection's cursor, or NULL */
-  const cJSON *where;  /* a collection's equality filters, column: value (query_records), or NULL */
-  bool want_total;     /* a collection's: count the matching rows too */
+  uri_t *scoped;      /* the URI narrowed to the caller's row scope: what is read */
+  long limit;         /* a collection's page size */
+  const char *cursor; /* a collection's cursor, or NULL */
+  const cJSON *where; /* a collection's equality filters, column: value (query_records), or NULL */
+  bool want_total;    /* a collection's: count the matching rows too */
+  bool want_text;     /* a record's row as text (below) when no row scope filters it */
   /* out (read_fetch_finish frees them) */
-  cJSON *data; /* the row (a record), or the rows */
+  cJSON *data; /* the row (a record), or the rows; NULL when the row is in text */
+  buf_t text;  /* with want_text, the record's row printed (store_get_record_text) */
   char *next;  /* a collection's next cursor when more rows follow, else NULL */
   int64_t version;
   int64_t total;          /* with want_total: the rows that match, or -1 (the count failed) */

@@ -319,6 +319,8 @@ int resources_query(store_t *s, const store_table *t, const uri_t *u, long limit
 
 int read_fetch_run(store_t *s, const store_table *t, read_fetch *f) {
   if (f->scoped->kind == URI_RECORD) {
+    if (f->want_text && f->scoped->n_filters == 0) /* nothing to match the row against */
+      return store_get_record_text(s, t, f->scoped->key, &f->text, &f->version);
     int rc = store_get_record(s, t, f->scoped->key, &f->data, &f->version);
     /* Outside the caller's row scope is not there. */
     return rc == 0 && !sub_filters_match(f->scoped, f->data) ? -ENOENT : rc;
@@ -332,6 +334,7 @@ int read_fetch_run(store_t *s, const store_table *t, read_fetch *f) {
 void read_fetch_finish(read_fetch *f) {
   cJSON_Delete(f->data);
   f->data = NULL;
+  buf_finish(&f->text);
   free(f->next);
   f->next = NULL;
 }
@@ -366,7 +369,8 @@ read_job *read_job_create(size_t size, const char *table, const read_fetch *f,
                        .limit = f->limit,
                        .cursor = rj->cursor,
                        .where = rj->where,
-                       .want_total = f->want_total};
+                       .want_total = f->want_total,
+                       .want_text = f->want_text};
   return rj;
 }
 
@@ -409,7 +413,10 @@ static int read_answer(worker_t *w, const char *text, const uri_t *u, read_fetch
   }
   buf_t json;
   buf_init(&json);
-  if (jsonrpc_print(&json, f->data) < 0) {
+  if (f->data == NULL) { /* printed as read (want_text) */
+    json = f->text;
+    buf_init(&f->text);
+  } else if (jsonrpc_print(&json, f->data) < 0) {
     snprintf(msg, msglen, "cannot print what %s holds", text);
     buf_finish(&json);
     return -1;
@@ -475,8 +482,10 @@ cJSON *resources_read(mcp_call *call) {
     t = NULL;
   uri_t scoped = uri_copy(&u);
   /* What a read of a record or a collection fetches. */
-  read_fetch f = {
-      .scoped = &scoped, .limit = resources_page_limit(call->w, &u), .cursor = u.cursor};
+  read_fetch f = {.scoped = &scoped,
+                  .limit = resources_page_limit(call->w, &u),
+                  .cursor = u.cursor,
+                  .want_text = true};
   if (t != NULL && auth_scope_apply(&scope, &scoped) != 0) t = NULL;
   if (u.kind == URI_ABOUT) {
     result = read_document(call, text, about_json(call));

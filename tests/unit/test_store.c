@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "common/jsonrpc.h"
 #include "common/store.h"
 
 static char tmp_dir[] = "/tmp/test_store.XXXXXX";
@@ -1478,6 +1479,45 @@ static void test_written_row(void) {
   store_close(s);
 }
 
+/* store_get_record_text prints what printing store_get_record's row prints, every type of value. */
+static void test_record_text(void) {
+  store_t *s = open_store(db_path);
+  sqlite3 *raw = raw_open(db_path);
+  raw_exec(raw, "INSERT INTO Product (sku, name, price_cents, category, in_stock, data) VALUES "
+                "('TX-1', 'quo\"te \\ caf' || char(233) || char(1), 9007199254740993, NULL, -3, "
+                "X'00FF10');"
+                "INSERT INTO Event (id, note, qty, big) VALUES (77, 'n', 1.5, -12);"
+                "INSERT INTO Note (rowid, body) VALUES (41, 'b');"
+                "INSERT INTO \"it's\" (k, v) VALUES ('x', 0.1);");
+  sqlite3_close(raw);
+  const char *reads[][2] = {{"Product", "TX-1"}, {"Event", "77"}, {"Note", "41"}, {"it's", "x"}};
+  for (size_t i = 0; i < sizeof(reads) / sizeof(reads[0]); i++) {
+    int64_t v1 = -1, v2 = -1;
+    cJSON *row = NULL;
+    CHECK_INT_EQ(store_get_record(s, table(s, reads[i][0]), reads[i][1], &row, &v1), 0);
+    buf_t want, got;
+    buf_init(&want);
+    buf_init(&got);
+    CHECK(jsonrpc_print(&want, row) == 0);
+    CHECK_INT_EQ(store_get_record_text(s, table(s, reads[i][0]), reads[i][1], &got, &v2), 0);
+    CHECK(got.len == want.len && memcmp(got.data, want.data, got.len) == 0);
+    if (got.len != want.len || memcmp(got.data, want.data, got.len) != 0)
+      fprintf(stderr, "want %.*s\n got %.*s\n", (int)want.len, want.data, (int)got.len, got.data);
+    CHECK(v1 == v2);
+    buf_finish(&want);
+    buf_finish(&got);
+    cJSON_Delete(row);
+  }
+  buf_t none;
+  buf_init(&none);
+  int64_t v = -1;
+  CHECK_INT_EQ(store_get_record_text(s, table(s, "Product"), "no-such", &none, &v), -ENOENT);
+  CHECK(none.len == 0);
+  CHECK_INT_EQ(store_get_record_text(s, table(s, "Event"), "07", &none, &v), -ENOENT);
+  CHECK(none.len == 0);
+  store_close(s);
+}
+
 /* Exactly-once writes: a second run of the same once id finds the first and writes nothing. */
 static void test_once(void) {
   store_t *s = open_store(db_path);
@@ -1639,6 +1679,7 @@ int main(void) {
   RUN(test_subscription_count);
   RUN(test_batch);
   RUN(test_written_row);
+  RUN(test_record_text);
   RUN(test_once);
   RUN(test_deferred_checkpoints);
   RUN(test_readonly);
