@@ -631,7 +631,8 @@ static void reader_send(lg_t *lg, lg_rslot *rs) {
              "\"uri\":\"%s%s\"}}",
              lg->coll_uri, lg->o.read_uri);
   rs->busy = true;
-  int r = lg_post(lg, rs->conn, lg->sessions[0].id, body);
+  /* Connection i reads in session i mod n: the read scenario has one session per worker. */
+  int r = lg_post(lg, rs->conn, lg->sessions[(size_t)(rs - lg->rslots) % lg->n_sessions].id, body);
   if (r != 0) lg_fail(lg, "reader: cannot send: %s", strerror(-r));
 }
 

@@ -132,6 +132,12 @@ typedef struct lg_writer {
 } lg_writer;
 
 typedef struct lg_scenario lg_scenario;
+/*
+ * lg_scenario.sessions for one session per server worker (--workers; one
+ * against a ceiling): each lands on its own worker, as an initialize goes
+ * to the least loaded, so that reads keep every worker busy.
+ */
+#define LG_PER_WORKER UINT32_MAX
 
 /* Where a --writer tool connection's session is (WS_READY for a REST writer from the start). */
 enum wslot_state { WS_INITIALIZE, WS_INITIALIZED, WS_READY };
@@ -222,7 +228,7 @@ struct lg {
 
 struct lg_scenario {
   const char *name;
-  uint32_t sessions;         /* 0: none, 1: exactly one, else --sessions */
+  uint32_t sessions; /* 0: none, 1: exactly one, LG_PER_WORKER: one per --workers, else --sessions */
   bool streams;              /* each session opens a GET stream */
   void (*prepare)(lg_t *lg); /* before any session exists */
   void (*start)(lg_t *lg);   /* once every session is ready */

@@ -216,6 +216,15 @@ static void read_report(lg_t *lg, FILE *j) {
   /* read_uri holds no quote, backslash or control character (loadgen.c). */
   fprintf(j, ",\"connections\":%u,\"workers\":%u,\"read_uri\":\"%s\"", lg->n_rconn, lg->o.workers,
           lg->o.read_uri);
+  /* The workers the reads' sessions are on: a session id starts with its worker's slot. */
+  uint32_t slots = 0;
+  for (uint32_t i = 0; i < lg->n_sessions && !lg->o.ceiling; i++) {
+    bool seen = false;
+    for (uint32_t k = 0; k < i && !seen; k++)
+      seen = strncmp(lg->sessions[k].id, lg->sessions[i].id, 2) == 0;
+    slots += !seen;
+  }
+  fprintf(j, ",\"read_sessions\":%u,\"read_slots\":%u", lg->o.ceiling ? 0 : lg->n_sessions, slots);
   lg_report_rates(lg, j, lg->requests, "requests");
   double wall = lg_secs(lg->t_end_ns - lg->t_start_ns);
   if (wall > 0)
@@ -532,7 +541,7 @@ static const lg_scenario lg_scenarios[] = {
     {"latency", 2, true, events_prepare, latency_start, latency_on_update, NULL, NULL,
      latency_report},
     {"idle", 2, true, idle_prepare, idle_start, idle_on_update, NULL, idle_on_tick, idle_report},
-    {"read", 1, false, NULL, read_start, no_update, NULL, read_on_tick, read_report},
+    {"read", LG_PER_WORKER, false, NULL, read_start, no_update, NULL, read_on_tick, read_report},
     {"write", 0, false, NULL, write_start, no_update, NULL, write_on_tick, write_report},
     {"subscribe", 1, false, NULL, subscribe_start, no_update, NULL, subscribe_on_tick,
      subscribe_report},

@@ -511,7 +511,10 @@ int main(int argc, char **argv) {
   snprintf(lg->base, sizeof(lg->base), "http://127.0.0.1:%d", o.port);
   snprintf(lg->coll_uri, sizeof(lg->coll_uri), "%s/%s", lg->base, o.table);
   snprintf(lg->rec_uri, sizeof(lg->rec_uri), "%s/f0", lg->coll_uri);
-  lg->n_sessions = sc->sessions > 1 ? o.sessions : sc->sessions;
+  if (sc->sessions == LG_PER_WORKER)
+    lg->n_sessions = o.ceiling || o.workers < 1 ? 1 : o.workers;
+  else
+    lg->n_sessions = sc->sessions > 1 ? o.sessions : sc->sessions;
   lg->sessions = lg_calloc(lg->n_sessions ? lg->n_sessions : 1, sizeof(lg_session));
   for (uint32_t i = 0; i < lg->n_sessions; i++) {
     lg->sessions[i].lg = lg;

@@ -19,11 +19,17 @@
  *       notifications/initialized, then resources/read of <T>/r0 sent as
  *       the load generator sends it; the whole answer goes to FILE.
  *   bench_read_ceiling serve --port P --response FILE [--time-limit S]
+ *                            [--processes N --connections C]
  *       answers every request with FILE's bytes (one complete HTTP
  *       response); port 0 takes a free one, printed as "port N" on
  *       stdout. Exits 0 once every connection is gone after at least one
  *       answer (the load generator is done) or on SIGTERM, 1 at the time
- *       limit.
+ *       limit. With N processes (as mcpsubd has N workers) they share the
+ *       listening socket and each accepts its share of the C connections
+ *       the load generator opens (C / N, rounded up) and then stops
+ *       listening: every process serves as many connections as an mcpsubd
+ *       worker does when the reads' sessions are spread over the workers.
+ *       The first process waits for the others and forwards SIGTERM.
  *
  * Bounded: input is parsed in place from one shared buffer and never
  * kept; connections by RCEIL_MAX_CONNS, the answer by RCEIL_MAX_RESPONSE,
@@ -41,16 +47,18 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <uv.h>
 
-#define RCEIL_HOST         "127.0.0.1"
-#define RCEIL_PROTOCOL     "2025-06-18" /* the load generator's (LG_PROTOCOL) */
-#define RCEIL_MAX_RESPONSE ((size_t)64 * 1024)
-#define RCEIL_MAX_CONNS    1024u
-#define RCEIL_READ_BUF     ((size_t)64 * 1024)
-#define RCEIL_MAX_BATCH    64u /* answers per vectored write, when requests are pipelined */
-#define RCEIL_NODISCARD    __attribute__((warn_unused_result))
+#define RCEIL_HOST          "127.0.0.1"
+#define RCEIL_PROTOCOL      "2025-06-18" /* the load generator's (LG_PROTOCOL) */
+#define RCEIL_MAX_RESPONSE  ((size_t)64 * 1024)
+#define RCEIL_MAX_CONNS     1024u
+#define RCEIL_READ_BUF      ((size_t)64 * 1024)
+#define RCEIL_MAX_BATCH     64u /* answers per vectored write, when requests are pipelined */
+#define RCEIL_MAX_PROCESSES 16u
+#define RCEIL_NODISCARD     __attribute__((warn_unused_result))
 
 /* Small internal allocations only; nothing here is sized by a peer. */
 static void *rceil_alloc(size_t n) {
@@ -238,6 +246,7 @@ struct rceil_server {
   size_t response_len;
   char *in; /* one read buffer for all: a read is parsed completely in its callback */
   uint32_t n_conns;
+  uint32_t quota, accepted; /* connections this process takes (0: any), taken so far */
   uint64_t answered, queued;
   bool stopping;
   int rc;
@@ -348,6 +357,8 @@ static void rceil_on_connection(uv_stream_t *listener, int status) {
     rceil_conn_close(c);
     return;
   }
+  if (srv->quota > 0 && ++srv->accepted == srv->quota) /* the rest are another process's */
+    uv_close((uv_handle_t *)&srv->listener, NULL);
   (void)uv_tcp_nodelay(&c->tcp, 1); /* as mcpsubd's workers do */
   if (uv_read_start((uv_stream_t *)&c->tcp, rceil_on_alloc, rceil_on_read) != 0)
     rceil_conn_close(c);
@@ -370,7 +381,11 @@ static void rceil_stop(rceil_server *srv, int rc) {
   uv_walk(&srv->loop, rceil_close_any, srv);
 }
 
+static pid_t rceil_children[RCEIL_MAX_PROCESSES];
+static unsigned rceil_n_children;
+
 static void rceil_on_sigterm(uv_signal_t *h, int signum) {
+  for (unsigned i = 0; i < rceil_n_children; i++) kill(rceil_children[i], SIGTERM);
   rceil_stop(h->data, 0);
 }
 
@@ -397,9 +412,35 @@ static int rceil_load_response(rceil_server *srv, const char *path) {
   return err;
 }
 
-static int rceil_serve(int port, const char *response_path, double time_limit_s) {
+/*
+ * The listening socket on 127.0.0.1:port (0: a free one, *bound says
+ * which), made before any process's loop exists so that the processes
+ * forked after it share it. -errno on failure.
+ */
+static int rceil_listen(int port, int *bound) RCEIL_NODISCARD;
+static int rceil_listen(int port, int *bound) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -errno;
+  int one = 1;
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+  socklen_t alen = sizeof(a);
+  if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0 ||
+      uv_inet_pton(AF_INET, RCEIL_HOST, &a.sin_addr) != 0 ||
+      bind(fd, (struct sockaddr *)&a, sizeof(a)) != 0 || listen(fd, 511) != 0 ||
+      getsockname(fd, (struct sockaddr *)&a, &alen) != 0) {
+    int err = -errno;
+    close(fd);
+    return err;
+  }
+  *bound = ntohs(a.sin_port);
+  return fd;
+}
+
+/* One process's server on the listening socket fd, taking quota connections (0: any). */
+static int rceil_serve_one(int fd, const char *response_path, double time_limit_s, uint32_t quota) {
   rceil_server *srv = rceil_alloc(sizeof(*srv));
   int rc = 1, r;
+  srv->quota = quota;
   if ((r = rceil_load_response(srv, response_path)) != 0) {
     fprintf(stderr, "bench_read_ceiling: %s: not one HTTP response (%s)\n", response_path,
             strerror(-r));
@@ -409,15 +450,11 @@ static int rceil_serve(int port, const char *response_path, double time_limit_s)
   llhttp_settings_init(&srv->settings);
   srv->settings.on_message_complete = rceil_on_message_complete;
   if (uv_loop_init(&srv->loop) != 0) goto out_srv;
-  struct sockaddr_in a;
-  int alen = sizeof(a);
   srv->listener.data = srv;
   if ((r = uv_tcp_init(&srv->loop, &srv->listener)) != 0 ||
-      (r = uv_ip4_addr(RCEIL_HOST, port, &a)) != 0 ||
-      (r = uv_tcp_bind(&srv->listener, (struct sockaddr *)&a, 0)) != 0 ||
-      (r = uv_listen((uv_stream_t *)&srv->listener, 511, rceil_on_connection)) != 0 ||
-      (r = uv_tcp_getsockname(&srv->listener, (struct sockaddr *)&a, &alen)) != 0) {
-    fprintf(stderr, "bench_read_ceiling: cannot listen on port %d: %s\n", port, uv_strerror(r));
+      (r = uv_tcp_open(&srv->listener, fd)) != 0 ||
+      (r = uv_listen((uv_stream_t *)&srv->listener, 511, rceil_on_connection)) != 0) {
+    fprintf(stderr, "bench_read_ceiling: cannot listen: %s\n", uv_strerror(r));
     rceil_stop(srv, 1);
     goto out_loop;
   }
@@ -427,8 +464,6 @@ static int rceil_serve(int port, const char *response_path, double time_limit_s)
   uv_timer_init(&srv->loop, &srv->limit);
   srv->limit.data = srv;
   uv_timer_start(&srv->limit, rceil_on_limit, (uint64_t)(time_limit_s * 1000), 0);
-  printf("port %d\n", ntohs(a.sin_port));
-  fflush(stdout);
   srv->rc = 0;
   uv_run(&srv->loop, UV_RUN_DEFAULT);
   fprintf(stderr,
@@ -450,15 +485,55 @@ out_srv:
   return rc;
 }
 
+/* Waits for the forked processes: 0 when each exited 0. */
+static int rceil_wait_children(void) {
+  int rc = 0;
+  for (unsigned i = 0; i < rceil_n_children; i++) {
+    int st = 0;
+    if (waitpid(rceil_children[i], &st, 0) < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) rc = 1;
+  }
+  return rc;
+}
+
+static int rceil_serve(int port, const char *response_path, double time_limit_s, unsigned processes,
+                       unsigned connections) {
+  int bound = 0;
+  int fd = rceil_listen(port, &bound);
+  if (fd < 0) {
+    fprintf(stderr, "bench_read_ceiling: cannot listen on port %d: %s\n", port, strerror(-fd));
+    return 1;
+  }
+  printf("port %d\n", bound);
+  fflush(stdout);
+  uint32_t quota = processes > 1 ? (connections + processes - 1) / processes : 0;
+  for (unsigned i = 1; i < processes; i++) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      rceil_n_children = 0; /* a child forwards nothing */
+      _exit(rceil_serve_one(fd, response_path, time_limit_s, quota));
+    }
+    if (pid < 0) {
+      fprintf(stderr, "bench_read_ceiling: fork: %s\n", strerror(errno));
+      for (unsigned k = 0; k < rceil_n_children; k++) kill(rceil_children[k], SIGTERM);
+      rceil_wait_children();
+      return 1;
+    }
+    rceil_children[rceil_n_children++] = pid;
+  }
+  int rc = rceil_serve_one(fd, response_path, time_limit_s, quota);
+  return rceil_wait_children() != 0 ? 1 : rc;
+}
+
 /* ---- main --------------------------------------------------------------------------------- */
 
 static int rceil_usage(void) {
   fprintf(stderr,
           "Usage: bench_read_ceiling capture --port P [--table T] --out FILE\n"
           "       bench_read_ceiling serve --port P --response FILE [--time-limit SECONDS]\n"
+          "                                [--processes N --connections C]\n"
           "capture: one resources/read answer of mcpsubd on 127.0.0.1:P (record <T>/r0) to FILE.\n"
           "serve: answers every request on 127.0.0.1:P with FILE (0: any free port, printed\n"
-          "as \"port N\" on stdout).\n");
+          "as \"port N\" on stdout); N processes each take C / N of the C connections.\n");
   return 2;
 }
 
@@ -469,6 +544,7 @@ int main(int argc, char **argv) {
   int port = -1;
   const char *table = "Bench", *path = NULL;
   double time_limit_s = 120;
+  long processes = 1, connections = 0;
   for (int i = 2; i < argc; i += 2) { /* flag, value */
     const char *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (v == NULL) return rceil_usage();
@@ -480,14 +556,21 @@ int main(int argc, char **argv) {
       path = v;
     else if (strcmp(argv[i], "--time-limit") == 0 && !capture)
       time_limit_s = strtod(v, NULL);
+    else if (strcmp(argv[i], "--processes") == 0 && !capture)
+      processes = strtol(v, NULL, 10);
+    else if (strcmp(argv[i], "--connections") == 0 && !capture)
+      connections = strtol(v, NULL, 10);
     else
       return rceil_usage();
   }
   if (port < (capture ? 1 : 0) || port > 65535 || path == NULL || !(time_limit_s > 0) ||
-      time_limit_s > 3600 ||
+      time_limit_s > 3600 || processes < 1 || processes > (long)RCEIL_MAX_PROCESSES ||
+      (processes > 1 && (connections < processes || connections > (long)RCEIL_MAX_CONNS)) ||
       strspn(table, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_0"
                     "123456789") != strlen(table))
     return rceil_usage();
   signal(SIGPIPE, SIG_IGN);
-  return capture ? rceil_capture(port, table, path) : rceil_serve(port, path, time_limit_s);
+  return capture
+             ? rceil_capture(port, table, path)
+             : rceil_serve(port, path, time_limit_s, (unsigned)processes, (unsigned)connections);
 }

@@ -135,16 +135,19 @@ def summarize(runs):
         s["idle"].append({k: r.get(k) for k in (
             "sessions", "subscriptions_per_session", "server_rss_per_session", "kernel_tcp_mem_per_session",
             "kernel_socket_slab_per_session", "sockets_used_delta", "server_rss_before", "server_rss_after")})
-    # Reads: each repetition runs the read ceiling once (bench_read_ceiling, by the same load
-    # generator); its medians go beside every system's, and mcpsub's i-th run of each worker
-    # count pairs with the ceiling's i-th for the spread of the ratio.
+    # Reads: each repetition runs the read ceiling (bench_read_ceiling, by the same load
+    # generator) in as many processes as each worker count mcpsubd ran with; its medians go
+    # beside every system's of that count (one process beside the peer), and mcpsub's i-th run
+    # of each count pairs with the ceiling's i-th for the spread of the ratio. Results from
+    # before the ceiling had processes have one ceiling, for every count.
     reads = {}
-    ceil_reads = [r for r in by(ok, scenario="read") if r["label"] == "ceiling"]
+    all_ceil = [r for r in by(ok, scenario="read") if r["label"] == "ceiling"]
     for r in by(ok, scenario="read"):
         if not r["label"].startswith("auth-") and r["label"] != "ceiling":
             reads.setdefault((r["label"], r["workers"]), []).append(r)
-    c_cpu, c_wall = median(ceil_reads, "per_server_cpu_s"), median(ceil_reads, "per_wall_s")
     for (system, workers), rs in reads.items():
+        ceil_reads = [c for c in all_ceil if c.get("workers") == workers] or all_ceil
+        c_cpu, c_wall = median(ceil_reads, "per_server_cpu_s"), median(ceil_reads, "per_wall_s")
         cpu, wall = median(rs, "per_server_cpu_s"), median(rs, "per_wall_s")
         pair_ratios = [ratio(m.get("per_server_cpu_s"), c.get("per_server_cpu_s"))
                        for m, c in zip(rs, ceil_reads)] if system == "mcpsub" else []
@@ -153,6 +156,7 @@ def summarize(runs):
                           "per_wall_s": wall, "per_worker_wall_s": median(rs, "per_worker_wall_s"),
                           "per_server_cpu_s": cpu,
                           "server_cpu_s": median(rs, "server_cpu_s"),
+                          "worker_slots": min((r.get("read_slots") or 0 for r in rs), default=0),
                           "ceiling_runs": len(ceil_reads),
                           "ceiling_per_server_cpu_s": c_cpu, "ceiling_per_wall_s": c_wall,
                           "ceiling_response_bytes": ceil_reads[0].get("response_bytes") if ceil_reads else None,
@@ -485,7 +489,7 @@ def tables(s):
                    f"| {fmt(i['kernel_socket_slab_per_session'])} |")
     out.append("\n### Reads (resources/read of one record, keep-alive)\n")
     out.append("| system | connections | workers | runs | reads/s | per worker | per server CPU-s "
-               "| read ceiling per CPU-s | system / ceiling (CPU) |")
+               "| read ceiling per CPU-s (as many processes) | system / ceiling (CPU) |")
     out.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in s["read"]:
         rng = r["vs_ceiling_cpu_range"]
