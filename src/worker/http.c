@@ -320,6 +320,33 @@ static void conn_request_clear(http_conn_t *c) {
   buf_finish(&c->body);
 }
 
+/*
+ * conn_request_clear before the next request of a kept-alive connection:
+ * the text's and the header slots' storage stays for it (up to what most
+ * requests need), two allocations a request fewer. A stream's request, or
+ * a closing connection's, keeps nothing (conn_request_clear).
+ */
+static void conn_request_recycle(http_conn_t *c) {
+  http_header *headers = c->req.headers;
+  uint32_t cap = c->headers_cap;
+  buf_t text = c->text;
+  c->req.headers = NULL;
+  buf_init(&c->text);
+  conn_request_clear(c);
+  if (cap <= 16) {
+    c->req.headers = headers;
+    c->headers_cap = cap;
+  } else {
+    free(headers);
+  }
+  if (text.cap <= 4 * HTTP_TEXT_FIRST) {
+    text.len = 0;
+    c->text = text;
+  } else {
+    buf_finish(&text);
+  }
+}
+
 /* ---- server-level bookkeeping ------------------------------------------ */
 
 /* Runs the server's done callback once the listener, the idle handle and
@@ -795,7 +822,10 @@ void http_respond(http_conn_t *c, int status, const http_header *headers, size_t
   buf_append(b, "\r\n", 2);
   if (!no_body && body_len > 0) buf_append(b, body, body_len);
   c->queued += b->len - before;
-  conn_request_clear(c);
+  if (want_close)
+    conn_request_clear(c);
+  else
+    conn_request_recycle(c);
   c->phase = PHASE_IDLE;
   if (want_close) {
     conn_finish(c, true);
