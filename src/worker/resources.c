@@ -356,11 +356,12 @@ static void read_job_done(reader_job *j) {
 
 read_job *read_job_create(size_t size, const char *table, const read_fetch *f,
                           void (*answer)(read_job *rj)) {
-  read_job *rj = mem_calloc(1, size);
+  size_t tlen = strlen(table);
+  read_job *rj = mem_calloc(1, size + tlen + 1); /* the table's name after the caller's struct */
   rj->job.run = read_job_run;
   rj->job.done = read_job_done;
   rj->answer = answer;
-  rj->table = mem_strdup(table);
+  rj->table = memcpy((char *)rj + size, table, tlen + 1);
   rj->scoped = *f->scoped;
   memset(f->scoped, 0, sizeof(*f->scoped));
   rj->cursor = f->cursor != NULL ? mem_strdup(f->cursor) : NULL;
@@ -379,7 +380,6 @@ void read_job_free(read_job *rj) {
   uri_finish(&rj->scoped);
   cJSON_Delete(rj->where);
   free(rj->cursor);
-  free(rj->table);
   free(rj);
 }
 
@@ -439,8 +439,8 @@ typedef struct resources_read_job {
   read_job rj;
   worker_t *w;
   mcp_reply reply;
-  char *text; /* the URI as the client wrote it */
-  uri_t u;    /* parsed from it */
+  const char *text; /* the URI as the client wrote it (after the struct) */
+  uri_t u;          /* parsed from it; empty when no row scope narrowed it (rj.scoped is it) */
 } resources_read_job;
 
 static void resources_read_answer(read_job *rj) {
@@ -449,14 +449,14 @@ static void resources_read_answer(read_job *rj) {
   char msg[600];
   buf_t result;
   buf_init(&result);
-  if (read_answer(r->w, r->text, &r->u, &rj->f, rj->job.rc, r->reply.modern, &result, &code, msg,
+  const uri_t *u = r->u.table != NULL ? &r->u : &rj->scoped;
+  if (read_answer(r->w, r->text, u, &rj->f, rj->job.rc, r->reply.modern, &result, &code, msg,
                   sizeof(msg)) == 0)
     mcp_reply_send_text(&r->reply, result.data, result.len);
   else
     mcp_reply_send(&r->reply, NULL, code, msg);
   buf_finish(&result);
   uri_finish(&r->u);
-  free(r->text);
   read_job_free(rj);
 }
 
@@ -480,9 +480,13 @@ cJSON *resources_read(mcp_call *call) {
   if (t != NULL && u.kind != URI_SCHEMA &&
       auth_table_access(call->principal, t->name, AUTH_READ, &scope) != 0)
     t = NULL;
-  uri_t scoped = uri_copy(&u);
-  /* What a read of a record or a collection fetches. */
-  read_fetch f = {.scoped = &scoped,
+  /*
+   * What a read of a record or a collection fetches: the URI narrowed to
+   * the caller's row scope (a copy), or without a scope the URI itself.
+   */
+  uri_t scoped = {0};
+  if (scope.scoped) scoped = uri_copy(&u);
+  read_fetch f = {.scoped = scope.scoped ? &scoped : &u,
                   .limit = resources_page_limit(call->w, &u),
                   .cursor = u.cursor,
                   .want_text = true};
@@ -495,12 +499,13 @@ cJSON *resources_read(mcp_call *call) {
     result = read_document(call, text, table_schema_json(t));
   } else if (call->w->reader != NULL && call->conn != NULL) {
     /* On a reader, off the lane (reader.h); inside a batch nothing can wait: on the lane. */
-    resources_read_job *r =
-        (resources_read_job *)read_job_create(sizeof(*r), t->name, &f, resources_read_answer);
+    size_t len = strlen(text);
+    resources_read_job *r = (resources_read_job *)read_job_create(sizeof(*r) + len + 1, t->name, &f,
+                                                                  resources_read_answer);
     r->w = call->w;
     mcp_reply_init(&r->reply, call);
-    r->text = mem_strdup(text);
-    r->u = u;
+    r->text = memcpy(r + 1, text, len + 1);
+    r->u = u;                 /* empty when the job took it over as f.scoped */
     memset(&u, 0, sizeof(u)); /* r owns it now */
     reader_submit(call->w->reader, &r->rj.job);
     call->pending = true;
