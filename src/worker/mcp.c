@@ -1018,8 +1018,11 @@ static void mcp_post_modern(worker_t *w, http_conn_t *c, http_request_t *req,
 }
 
 static void mcp_post(worker_t *w, http_conn_t *c, http_request_t *req, const auth_principal *p) {
+  /* What the MCP SDKs send allows both at once; any other value is parsed. */
   const char *accept = http_request_header(req, "accept");
-  if (!accept_allows(accept, "application/json") || !accept_allows(accept, "text/event-stream")) {
+  bool sdk_accept = accept != NULL && strcmp(accept, "application/json, text/event-stream") == 0;
+  if (!sdk_accept &&
+      (!accept_allows(accept, "application/json") || !accept_allows(accept, "text/event-stream"))) {
     mcp_respond_error(c, 406, NULL, -32000,
                       "Not Acceptable: Accept must allow application/json and text/event-stream");
     return;
