@@ -263,8 +263,9 @@ static void worker_route(worker_t *w, http_conn_t *c, http_request_t *req,
     limits_respond(w, c, "request rate", retry_after);
     return;
   }
-  if (strcmp(p, "/healthz") != 0) subs_refresh_schema(w); /* liveness never asks the database */
-  if (strcmp(p, "/mcp") == 0) {
+  bool mcp = strcmp(p, "/mcp") == 0;
+  if (mcp || strcmp(p, "/healthz") != 0) subs_refresh_schema(w); /* liveness never asks the db */
+  if (mcp) {
     if (w->draining && req->method == HTTP_GET) {
       /* A stream opened now would be cut at once: come back to the next process. */
       http_header h[] = {{"Retry-After", "1"}, {"Connection", "close"}};
@@ -299,10 +300,13 @@ static void worker_serve(http_conn_t *c, http_request_t *req, void *data) {
     return;
   }
   const char *p = req->path;
-  if (auth_serve_metadata(w, c, req)) return;
+  /* Most requests are MCP's: its path is none of the others below. */
+  bool mcp = strcmp(p, "/mcp") == 0;
+  if (!mcp && auth_serve_metadata(w, c, req)) return;
   /* /status and /metrics are operational counters, like the health checks (see docs/security.md).
    */
-  bool public = auth_path_is_public(p) || strcmp(p, "/status") == 0 || strcmp(p, "/metrics") == 0;
+  bool public =
+      !mcp && (auth_path_is_public(p) || strcmp(p, "/status") == 0 || strcmp(p, "/metrics") == 0);
   auth_principal principal;
   memset(&principal, 0, sizeof(principal));
   if (!public && auth_request(w, c, req, &principal) != AUTH_PASSED) return;
