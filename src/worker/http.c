@@ -310,8 +310,7 @@ const char *http_request_header(const http_request_t *req, const char *lname) {
 /* Frees everything the current request holds and empties its builders. */
 static void conn_request_clear(http_conn_t *c) {
   http_request_t *r = &c->req;
-  free(r->body);
-  free(r->headers);
+  free(r->headers); /* r->body is c->body's */
   memset(r, 0, sizeof *r);
   c->req_flags = 0;
   c->headers_cap = 0;
@@ -320,19 +319,29 @@ static void conn_request_clear(http_conn_t *c) {
   buf_finish(&c->body);
 }
 
+/* What a kept-alive connection keeps of a request's body for the next one. */
+#define HTTP_KEEP_BODY ((size_t)4096)
+
 /*
  * conn_request_clear before the next request of a kept-alive connection:
- * the text's and the header slots' storage stays for it (up to what most
- * requests need), two allocations a request fewer. A stream's request, or
+ * the storage of the text, the header slots and the body stays for it (up
+ * to what most requests need), three allocations a request fewer. A stream's request, or
  * a closing connection's, keeps nothing (conn_request_clear).
  */
 static void conn_request_recycle(http_conn_t *c) {
   http_header *headers = c->req.headers;
   uint32_t cap = c->headers_cap;
-  buf_t text = c->text;
+  buf_t text = c->text, body = c->body;
   c->req.headers = NULL;
   buf_init(&c->text);
+  buf_init(&c->body);
   conn_request_clear(c);
+  if (body.cap <= HTTP_KEEP_BODY) {
+    body.len = 0;
+    c->body = body;
+  } else {
+    buf_finish(&body);
+  }
   if (cap <= 16) {
     c->req.headers = headers;
     c->headers_cap = cap;
@@ -1183,8 +1192,10 @@ static void conn_dispatch(http_conn_t *c) {
     buf_append_str(&c->text, q + 1);
     conn_text_next(c, TEXT_BETWEEN);
   }
+  static char no_body[1]; /* "" for a request without one */
   r->body_len = c->body.len;
-  r->body = buf_steal(&c->body);
+  if (c->body.data != NULL) c->body.data[c->body.len] = '\0'; /* a kept buffer holds old bytes */
+  r->body = c->body.data != NULL ? c->body.data : no_body; /* c->body's, until the answer */
   r->keep_alive = c->msg_keep_alive;
   c->phase = PHASE_DISPATCHED;
   c->owner_holds = true;

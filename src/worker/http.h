@@ -44,7 +44,7 @@ typedef struct http_request {
   char *query;             /* after '?', not decoded, or NULL */
   http_header *headers;
   size_t n_headers;
-  char *body; /* NUL-terminated; "" when none */
+  char *body; /* NUL-terminated; "" when none; the connection's until the answer */
   size_t body_len;
   bool keep_alive; /* false when the client asked to close or spoke HTTP/1.0 without keep-alive */
 } http_request_t;
