@@ -71,8 +71,20 @@ typedef struct store_stmt_slot {
   uint64_t hash; /* of sql: most lookups compare this, not the text */
   sqlite3_stmt *stmt;
   uint64_t last_used;
-  bool busy; /* handed out and not yet put back */
+  uint64_t gen; /* which filling of the slot: a store_stmt_hint names one */
+  bool busy;    /* handed out and not yet put back */
 } store_stmt_slot;
+
+/*
+ * Where a statement was last found in the cache, for a caller that asks
+ * for the same text again and again (a record read's): its slot is
+ * checked first, and only if it holds another filling now is the text
+ * hashed and looked up.
+ */
+typedef struct store_stmt_hint {
+  int slot;
+  uint64_t gen; /* 0: none */
+} store_stmt_hint;
 
 typedef struct sq {
   struct store base; /* first: a store_t * is an sq_t * */
@@ -81,11 +93,13 @@ typedef struct sq {
   store_stmt_slot cache[STORE_STMT_CACHE_SIZE];
   int n_cache;
   uint64_t clock;
-  char **get_sql;         /* per exported table (by index), its store_get_record statement's text */
-  bool batch;             /* a group commit's transaction is open (store_batch_begin) */
-  int depth;              /* savepoints open inside it */
-  int wal_pages;          /* frames in the WAL after our last commit (store_defer_checkpoints) */
-  uint64_t once_recorded; /* store_once_end's records, for the sweep of old ones */
+  char **get_sql; /* per exported table (by index), its store_get_record statement's text */
+  store_stmt_hint *get_hint; /* per exported table, where that statement was last found */
+  uint64_t stmt_gens;        /* fillings of cache slots so far */
+  bool batch;                /* a group commit's transaction is open (store_batch_begin) */
+  int depth;                 /* savepoints open inside it */
+  int wal_pages;             /* frames in the WAL after our last commit (store_defer_checkpoints) */
+  uint64_t once_recorded;    /* store_once_end's records, for the sweep of old ones */
   /* The batch is a read batch (store_batch_begin_read), and has its schema been looked at? */
   bool read_batch, schema_looked;
 } sq_t;
@@ -176,17 +190,27 @@ static uint64_t store_sql_hash(const char *sql) {
  * store_stmt_put). When the cached statement for sql is already in use up
  * the stack, a private one is prepared and finalized on put.
  */
-static int store_stmt_get(store_t *s, const char *sql, sqlite3_stmt **out, char *err,
-                          size_t errlen) {
+static int store_stmt_get_hinted(store_t *s, const char *sql, store_stmt_hint *hint,
+                                 sqlite3_stmt **out, char *err, size_t errlen) {
   bool cacheable = true;
-  uint64_t hash = store_sql_hash(sql);
   *out = NULL;
+  if (hint != NULL && hint->gen != 0 && hint->slot < sq(s)->n_cache) {
+    store_stmt_slot *slot = &sq(s)->cache[hint->slot];
+    if (slot->gen == hint->gen && !slot->busy) {
+      slot->busy = true;
+      slot->last_used = ++sq(s)->clock;
+      *out = slot->stmt;
+      return 0;
+    }
+  }
+  uint64_t hash = store_sql_hash(sql);
   for (int i = 0; i < sq(s)->n_cache; i++) {
     store_stmt_slot *slot = &sq(s)->cache[i];
     if (slot->hash != hash || strcmp(slot->sql, sql) != 0) continue;
     if (!slot->busy) {
       slot->busy = true;
       slot->last_used = ++sq(s)->clock;
+      if (hint != NULL) *hint = (store_stmt_hint){i, slot->gen};
       *out = slot->stmt;
       return 0;
     }
@@ -222,10 +246,17 @@ static int store_stmt_get(store_t *s, const char *sql, sqlite3_stmt **out, char 
       slot->stmt = stmt;
       slot->busy = true;
       slot->last_used = ++sq(s)->clock;
+      slot->gen = ++sq(s)->stmt_gens;
+      if (hint != NULL) *hint = (store_stmt_hint){(int)(slot - sq(s)->cache), slot->gen};
     }
   }
   *out = stmt;
   return 0;
+}
+
+static int store_stmt_get(store_t *s, const char *sql, sqlite3_stmt **out, char *err,
+                          size_t errlen) {
+  return store_stmt_get_hinted(s, sql, NULL, out, err, errlen);
 }
 
 /* Resets a statement from store_stmt_get and makes it available again. NULL is a no-op. */
@@ -940,7 +971,9 @@ static void store_get_sql_clear(store_t *s) {
   if (sq(s)->get_sql == NULL) return;
   for (int i = 0; i < s->n_tables; i++) sqlite3_free(sq(s)->get_sql[i]);
   free(sq(s)->get_sql);
+  free(sq(s)->get_hint);
   sq(s)->get_sql = NULL;
+  sq(s)->get_hint = NULL;
 }
 
 static int store_reload(store_t *s, bool *changed, char *err, size_t errlen) {
@@ -1198,7 +1231,10 @@ static cJSON *store_row_json(const store_table *t, sqlite3_stmt *st) {
 static const char *store_get_sql(store_t *s, const store_table *t) {
   int i = (int)(t - s->tables);
   assert(i >= 0 && i < s->n_tables);
-  if (sq(s)->get_sql == NULL) sq(s)->get_sql = mem_calloc((size_t)s->n_tables, sizeof(char *));
+  if (sq(s)->get_sql == NULL) {
+    sq(s)->get_sql = mem_calloc((size_t)s->n_tables, sizeof(char *));
+    sq(s)->get_hint = mem_calloc((size_t)s->n_tables, sizeof(store_stmt_hint));
+  }
   if (sq(s)->get_sql[i] != NULL) return sq(s)->get_sql[i];
   sqlite3_str *q = store_sql_new(s);
   store_sql_select_columns(q, t);
@@ -1226,7 +1262,8 @@ static const char *store_get_sql(store_t *s, const store_table *t) {
 static int sq_record_row(store_t *s, const store_table *t, const char *key, sqlite3_stmt **st) {
   *st = NULL;
   if (!store_key_valid(t, key)) return -ENOENT;
-  int ret = store_stmt_get(s, store_get_sql(s, t), st, NULL, 0);
+  const char *sql = store_get_sql(s, t);
+  int ret = store_stmt_get_hinted(s, sql, &sq(s)->get_hint[t - s->tables], st, NULL, 0);
   if (ret < 0) return ret;
   store_bind_key(*st, 1, t, key);
   sqlite3_bind_text(*st, 2, t->name, -1, SQLITE_STATIC);
