@@ -79,7 +79,11 @@ enum conn_wait {
 #define HTTP_OUT_BUF ((size_t)8192)
 /* A request's first room for its target and headers (an MCP POST's are about 300 bytes). */
 #define HTTP_TEXT_FIRST ((size_t)512)
-#define HTTP_SPARE_MS   1000
+/* A request's first header slots, and the most a kept-alive connection keeps. */
+#define HTTP_HEADERS_FIRST 16u
+/* What a kept-alive connection keeps of a request's body for the next one. */
+#define HTTP_KEEP_BODY ((size_t)4096)
+#define HTTP_SPARE_MS  1000
 
 enum conn_phase {
   PHASE_IDLE,       /* kept alive between requests; no byte of the next one parsed */
@@ -319,14 +323,22 @@ static void conn_request_clear(http_conn_t *c) {
   buf_finish(&c->body);
 }
 
-/* What a kept-alive connection keeps of a request's body for the next one. */
-#define HTTP_KEEP_BODY ((size_t)4096)
+/* Makes b's storage into's again, emptied, when it is at most max bytes; else frees it. */
+static void conn_buf_keep(buf_t *into, buf_t b, size_t max) {
+  if (b.cap > max) {
+    buf_finish(&b);
+    return;
+  }
+  b.len = 0;
+  *into = b;
+}
 
 /*
  * conn_request_clear before the next request of a kept-alive connection:
  * the storage of the text, the header slots and the body stays for it (up
- * to what most requests need), three allocations a request fewer. A stream's request, or
- * a closing connection's, keeps nothing (conn_request_clear).
+ * to what most requests need), three allocations a request fewer. A
+ * stream's request, or a closing connection's, keeps nothing
+ * (conn_request_clear).
  */
 static void conn_request_recycle(http_conn_t *c) {
   http_header *headers = c->req.headers;
@@ -336,23 +348,13 @@ static void conn_request_recycle(http_conn_t *c) {
   buf_init(&c->text);
   buf_init(&c->body);
   conn_request_clear(c);
-  if (body.cap <= HTTP_KEEP_BODY) {
-    body.len = 0;
-    c->body = body;
-  } else {
-    buf_finish(&body);
-  }
-  if (cap <= 16) {
+  conn_buf_keep(&c->text, text, 4 * HTTP_TEXT_FIRST);
+  conn_buf_keep(&c->body, body, HTTP_KEEP_BODY);
+  if (cap <= HTTP_HEADERS_FIRST) {
     c->req.headers = headers;
     c->headers_cap = cap;
   } else {
     free(headers);
-  }
-  if (text.cap <= 4 * HTTP_TEXT_FIRST) {
-    text.len = 0;
-    c->text = text;
-  } else {
-    buf_finish(&text);
   }
 }
 
@@ -1056,7 +1058,7 @@ static int on_header_value_complete(llhttp_t *p) {
     return HPE_USER;
   }
   if (r->n_headers == c->headers_cap) {
-    c->headers_cap = c->headers_cap ? c->headers_cap * 2 : 16;
+    c->headers_cap = c->headers_cap ? c->headers_cap * 2 : HTTP_HEADERS_FIRST;
     r->headers = mem_realloc(r->headers, c->headers_cap * sizeof *r->headers);
   }
   if (c->text_state == TEXT_NAME) { /* no value at all */
@@ -1195,7 +1197,7 @@ static void conn_dispatch(http_conn_t *c) {
   static char no_body[1]; /* "" for a request without one */
   r->body_len = c->body.len;
   if (c->body.data != NULL) c->body.data[c->body.len] = '\0'; /* a kept buffer holds old bytes */
-  r->body = c->body.data != NULL ? c->body.data : no_body; /* c->body's, until the answer */
+  r->body = c->body.data != NULL ? c->body.data : no_body;    /* c->body's, until the answer */
   r->keep_alive = c->msg_keep_alive;
   c->phase = PHASE_DISPATCHED;
   c->owner_holds = true;
