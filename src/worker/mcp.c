@@ -492,18 +492,10 @@ static int64_t mcp_adds_subscription(const session_t *s, const mcp_msg *v) {
  * mcp_session over every worker. NULL when within them, else what is over.
  */
 static const char *mcp_over_limits(worker_t *w, const auth_principal *p, const session_t *s,
-                                   const mcp_msg *v, bool has_init) {
+                                   const mcp_msg *msgs, size_t n, bool has_init) {
   const config_t *cfg = w->cfg;
   int64_t adds = 0;
-  if (cJSON_IsArray(v->json)) {
-    const cJSON *item;
-    cJSON_ArrayForEach(item, v->json) {
-      mcp_msg iv = mcp_msg_of(item);
-      adds += mcp_adds_subscription(s, &iv);
-    }
-  } else {
-    adds = mcp_adds_subscription(s, v);
-  }
+  for (size_t i = 0; i < n; i++) adds += mcp_adds_subscription(s, &msgs[i]);
   bool check_sessions = has_init && cfg->limit_sessions > 0;
   bool check_subs = adds > 0 && cfg->limit_subscriptions > 0;
   if (!check_sessions && !check_subs) return NULL;
@@ -639,15 +631,19 @@ static void mcp_notification(worker_t *w, const auth_principal *p, session_t *s,
   cJSON_free(text);
 }
 
+/* Rows change at any time: not cacheable for long; per caller once callers differ. */
+static const char *mcp_cache_scope(const worker_t *w) {
+  return w->auth.enabled ? "private" : "public";
+}
+
 /* Adds what a 2026-07-28 result carries besides the 2025 one. */
 static void mcp_modern_result(worker_t *w, cJSON *result, bool cacheable, bool discover) {
   if (cJSON_IsRaw(result)) return; /* printed with them (mcp_result_cacheable) */
   if (cJSON_HasObjectItem(result, "resultType")) return; /* input_required (confirm.h) */
   cJSON_AddStringToObject(result, "resultType", "complete");
   if (cacheable) {
-    /* Rows change at any time: not cacheable for long; per caller once callers differ. */
     cJSON_AddNumberToObject(result, "ttlMs", 0);
-    cJSON_AddStringToObject(result, "cacheScope", w->auth.enabled ? "private" : "public");
+    cJSON_AddStringToObject(result, "cacheScope", mcp_cache_scope(w));
   }
   if (discover) {
     cJSON *meta = cJSON_AddObjectToObject(result, "_meta");
@@ -658,9 +654,9 @@ static void mcp_modern_result(worker_t *w, cJSON *result, bool cacheable, bool d
 }
 
 void mcp_result_cacheable(worker_t *w, buf_t *out) {
-  buf_append_str(out, w->auth.enabled
-                          ? ",\"resultType\":\"complete\",\"ttlMs\":0,\"cacheScope\":\"private\""
-                          : ",\"resultType\":\"complete\",\"ttlMs\":0,\"cacheScope\":\"public\"");
+  buf_append_str(out, ",\"resultType\":\"complete\",\"ttlMs\":0,\"cacheScope\":\"");
+  buf_append_str(out, mcp_cache_scope(w));
+  buf_append_byte(out, '"');
 }
 
 /*
@@ -1004,7 +1000,7 @@ static void mcp_post_modern(worker_t *w, http_conn_t *c, http_request_t *req,
       auth_respond_forbidden(w, c, need & ~p->rights);
       return;
     }
-    const char *over = mcp_over_limits(w, p, NULL, v, false);
+    const char *over = mcp_over_limits(w, p, NULL, v, 1, false);
     if (over != NULL) {
       limits_respond(w, c, over, 60);
       return;
@@ -1054,9 +1050,12 @@ static void mcp_post(worker_t *w, http_conn_t *c, http_request_t *req, const aut
     return;
   }
 
-  /* The request's duration is counted under its method (or its kind). */
   mcp_msg v = mcp_msg_of(root);
   bool batch = cJSON_IsArray(root);
+  /* A batch's messages, each looked at once for every check below; else the one. */
+  mcp_msg *msgs = &v;
+  size_t n = 1;
+  /* The request's duration is counted under its method (or its kind). */
   http_conn_set_label(c, batch                              ? STATS_M_BATCH
                          : v.method != NULL && v.id != NULL ? v.m
                                                             : STATS_M_NOTIFICATION);
@@ -1068,13 +1067,15 @@ static void mcp_post(worker_t *w, http_conn_t *c, http_request_t *req, const aut
     goto done;
   }
 
-  bool has_init = false;
-  const cJSON *item;
   if (batch) {
-    cJSON_ArrayForEach(item, root) has_init |= mcp_msg_of(item).m == STATS_M_INITIALIZE;
-  } else {
-    has_init = v.m == STATS_M_INITIALIZE;
+    n = (size_t)cJSON_GetArraySize(root);
+    msgs = mem_calloc(n > 0 ? n : 1, sizeof(*msgs));
+    size_t i = 0;
+    const cJSON *item;
+    cJSON_ArrayForEach(item, root) msgs[i++] = mcp_msg_of(item);
   }
+  bool has_init = false;
+  for (size_t i = 0; i < n; i++) has_init |= msgs[i].m == STATS_M_INITIALIZE;
 
   if (!batch && v.kind == JSONRPC_INVALID) {
     bool unused_invalid = false, unused_pending = false;
@@ -1088,14 +1089,7 @@ static void mcp_post(worker_t *w, http_conn_t *c, http_request_t *req, const aut
 
   /* Rights first: a request the principal may not make is refused whole, before any effect. */
   unsigned need = 0;
-  if (batch) {
-    cJSON_ArrayForEach(item, root) {
-      mcp_msg iv = mcp_msg_of(item);
-      need |= mcp_required_right(&iv);
-    }
-  } else {
-    need = mcp_required_right(&v);
-  }
+  for (size_t i = 0; i < n; i++) need |= mcp_required_right(&msgs[i]);
   if ((p->rights & need) != need) {
     auth_respond_forbidden(w, c, need & ~p->rights);
     goto done;
@@ -1106,7 +1100,7 @@ static void mcp_post(worker_t *w, http_conn_t *c, http_request_t *req, const aut
     s = mcp_require_session(w, c, req, p);
     if (s == NULL) goto done;
   }
-  const char *over = mcp_over_limits(w, p, s, &v, has_init && !batch);
+  const char *over = mcp_over_limits(w, p, s, msgs, n, has_init && !batch);
   if (over != NULL) {
     limits_respond(w, c, over, 60);
     goto done;
@@ -1121,7 +1115,7 @@ static void mcp_post(worker_t *w, http_conn_t *c, http_request_t *req, const aut
 
   if (batch) {
     const char *batch_version = version != NULL ? version : s->protocol_version;
-    if (strcmp(batch_version, "2025-03-26") != 0 || cJSON_GetArraySize(root) == 0 || has_init) {
+    if (strcmp(batch_version, "2025-03-26") != 0 || n == 0 || has_init) {
       mcp_respond_error(c, 400, NULL, JSONRPC_INVALID_REQUEST,
                         has_init ? "Invalid Request: initialize cannot be batched"
                                  : "Invalid Request: JSON-RPC batches need protocol 2025-03-26 "
@@ -1129,11 +1123,10 @@ static void mcp_post(worker_t *w, http_conn_t *c, http_request_t *req, const aut
       goto done;
     }
     cJSON *replies = cJSON_CreateArray();
-    cJSON_ArrayForEach(item, root) {
+    for (size_t i = 0; i < n; i++) {
       bool invalid = false, pending = false;
       session_t *unused = NULL;
-      mcp_msg iv = mcp_msg_of(item);
-      cJSON *reply = mcp_message(w, p, s, &iv, &unused, &invalid, NULL, &pending, false);
+      cJSON *reply = mcp_message(w, p, s, &msgs[i], &unused, &invalid, NULL, &pending, false);
       if (reply != NULL) cJSON_AddItemToArray(replies, reply);
     }
     if (cJSON_GetArraySize(replies) == 0)
@@ -1156,6 +1149,7 @@ static void mcp_post(worker_t *w, http_conn_t *c, http_request_t *req, const aut
   }
   cJSON_Delete(reply);
 done:
+  if (msgs != &v) free(msgs);
   cJSON_Delete(root);
 }
 

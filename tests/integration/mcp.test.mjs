@@ -164,6 +164,17 @@ test('empty batch (2025-03-26) -> HTTP 400, -32600', async () => {
   rpcError(res, 400, -32600);
 });
 
+test('batch holding an initialize (2025-03-26) -> HTTP 400, -32600', async () => {
+  const sid = await initialize(srv.port, { protocolVersion: '2025-03-26' });
+  const batch = [
+    { jsonrpc: '2.0', id: 1, method: 'ping' },
+    { jsonrpc: '2.0', id: 2, method: 'initialize', params: { protocolVersion: '2025-03-26', capabilities: {}, clientInfo: { name: 'x', version: '1' } } },
+  ];
+  const res = await mcpPost(srv.port, sid, batch, { protocolVersion: '2025-03-26' });
+  rpcError(res, 400, -32600);
+  assert.match(res.json().error.message, /initialize cannot be batched/);
+});
+
 test('empty body -> HTTP 400, -32700', async () => {
   const res = await mcpPost(srv.port, s.id, '');
   rpcError(res, 400, -32700);
