@@ -168,7 +168,7 @@ static void table_free(sub_table *st) {
  * to each prefix length the column's topics have (prefix_lens). A topic
  * found there is then tested whole, as any other.
  *
- * A topic whose one filter is ne (ne_only) matches every row with a value
+ * A topic whose one filter is ne (ne_column) matches every row with a value
  * in its column (NULL matches no operator) except the values its filter
  * names. It stays with the topics tested at every change, but is filed
  * under its value's keys in upper case ('S', 'N', 'B'): a change looks up
@@ -317,10 +317,13 @@ static void eq_file(sub_table *st, sub_topic *t, eq_fn fn) {
   st->eq_topics[col] += (uint32_t)delta;
 }
 
-/* Is t's one filter an ne on a named column (after eq_filter_of found none to index)? */
-static bool ne_only_of(const sub_topic *t) {
-  return t->parsed.n_filters == 1 && t->parsed.filters[0].op == URI_NE &&
-         t->columns[0] != SUB_NO_COLUMN;
+/*
+ * t's ne_column: its one filter's column if that filter is an ne on a named
+ * column (after eq_filter_of found none to index), else SUB_NO_COLUMN.
+ */
+static uint8_t ne_column_of(const sub_topic *t) {
+  bool ne_only = t->parsed.n_filters == 1 && t->parsed.filters[0].op == URI_NE;
+  return ne_only ? t->columns[0] : SUB_NO_COLUMN;
 }
 
 /* eq_file for an ne-only topic. */
@@ -333,6 +336,7 @@ static sub_topic *topic_create(sub_index *idx, const char *key, const char *uri,
                                const uri_t *parsed) {
   sub_topic *t = mem_calloc(1, sizeof(*t));
   t->id = idx->next_topic_id++;
+  t->ne_column = SUB_NO_COLUMN;
   t->order = sub_topic_order(uri);
   frame_tag_init(&t->tag, 't', t->order);
   t->key = mem_strdup(key);
@@ -375,8 +379,8 @@ static sub_topic *topic_create(sub_index *idx, const char *key, const char *uri,
       topic_link(&st->filtered, t);
       st->n_filtered++;
       st->sorted_stale = true;
-      t->ne_only = ne_only_of(t);
-      if (t->ne_only) {
+      t->ne_column = ne_column_of(t);
+      if (t->ne_column != SUB_NO_COLUMN) {
         ne_file(st, t, eq_add);
         st->n_ne++;
       }
@@ -409,7 +413,7 @@ static void topic_destroy(sub_index *idx, sub_topic *t) {
     topic_unlink(&st->filtered, t);
     st->n_filtered--;
     st->sorted_stale = true;
-    if (t->ne_only) {
+    if (t->ne_column != SUB_NO_COLUMN) {
       ne_file(st, t, eq_remove);
       st->n_ne--;
     }
@@ -727,7 +731,7 @@ static uint64_t ne_mark(sub_table *st, const cJSON *const *old_values,
 /* An ne-only topic's test (after ne_mark): a row with a value in its column it does not name. */
 static bool ne_matches(const sub_topic *t, const cJSON *const *old_values,
                        const cJSON *const *new_values, uint64_t mark) {
-  const cJSON *o = old_values[t->columns[0]], *n = new_values[t->columns[0]];
+  const cJSON *o = old_values[t->ne_column], *n = new_values[t->ne_column];
   return (o != NULL && !cJSON_IsNull(o) && t->ne_marks[0] != mark) ||
          (n != NULL && !cJSON_IsNull(n) && t->ne_marks[1] != mark);
 }
@@ -776,9 +780,9 @@ void sub_index_match(const sub_index *idx, const sub_change *change,
   size_t i = 0;
   for (size_t j = 0; j < st->n_filtered; j++) {
     sub_topic *t = filtered[j];
-    if (t->ne_only ? !ne_matches(t, old_values, new_values, mark)
-                   : !topic_filters_match(t, change->old_row, old_values) &&
-                         !topic_filters_match(t, change->new_row, new_values))
+    if (t->ne_column != SUB_NO_COLUMN ? !ne_matches(t, old_values, new_values, mark)
+                                      : !topic_filters_match(t, change->old_row, old_values) &&
+                                            !topic_filters_match(t, change->new_row, new_values))
       continue;
     while (i < m.n && sub_topic_compare(&m.list[i], &t) < 0) fn(m.list[i++], data);
     fn(t, data);

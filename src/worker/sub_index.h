@@ -52,11 +52,20 @@ typedef struct sub_owner {
 #define SUB_NO_COLUMN 0xFF /* sub_topic.columns: looked up by name */
 
 struct sub_topic {
-  /* What every change it matches reads, first: 64 bytes, a cache line's worth. */
-  sub_t *subs;          /* subscribers (doubly linked through topic_prev/next) */
-  uint64_t order;       /* sub_topic_order(uri): orders and names its updates in event ids */
-  const char *uri_json; /* the uri as a JSON string (in tail): formatted once, copied per update */
-  uint32_t uri_json_len;
+  /*
+   * What every change it matches reads and writes, first: 64 bytes, one
+   * cache line. A change on a table of 10,000 filtered topics goes through
+   * all of them (sub_index_match, subs_on_change): a line each is what
+   * keeps that pass within the core's cache.
+   */
+  sub_t *subs; /* subscribers (doubly linked through topic_prev/next) */
+  /* Its updates' id end and JSON after the record URI (frame_create_tail): a sole subscriber's
+   * half. */
+  frame_t *tail;
+  uint64_t notified;    /* updates formatted for it (mcpsubctl subs, top) */
+  uint64_t ne_marks[2]; /* the match whose old [0] or new [1] row has the filter's value */
+  debounce_t debounce;  /* its subscribers' own debounce (part of key), or none */
+  uint32_t turn_index;  /* + 1: where the turn's fan-out keeps it (subscriptions.c), or 0 */
   /*
    * Here where a change reads them, of the counts below: are some of its
    * subscribers gathered (the turn's fan-out holds their updates), all of
@@ -65,25 +74,14 @@ struct sub_topic {
    */
   bool some_gathered, all_gathered;
   uint8_t few_gathered_sessions;
-  /* Its updates' id end and JSON after the record URI (frame_create_tail): a sole subscriber's
-   * half. */
-  frame_t *tail;
-  debounce_t debounce;    /* its subscribers' own debounce (part of key), or none */
-  uint64_t notified;      /* updates formatted for it (mcpsubctl subs, top) */
-  sub_topic *next, *prev; /* in its table's collection or filtered list, or its record bucket */
-  frame_tag tag;          /* "-t<order>": its updates' event ids end with it */
-  /* Filter i's column as an index into its table's columns (sub_index.c), or SUB_NO_COLUMN. */
-  uint8_t columns[URI_MAX_FILTERS];
-  /* ne_only: the topic's one filter is ne on a named column, tested by the marks (sub_index.c). */
-  bool ne_only;
-  uint64_t ne_marks[2]; /* the match whose old [0] or new [1] row has the filter's value */
-  uri_t parsed;         /* kind, table, key, filters */
-  uint32_t id;          /* unique within the index's lifetime */
-  /* The filter (eq, any of, or sw) the table's index finds it by, or -1: tested per change. */
-  int8_t eq_filter;
-  char *key; /* what the index knows it by: uri, or uri and the subscriber's row scope */
-  char *uri; /* exactly as subscribed */
-  size_t n_session_subs; /* of its subscribers, those owned by sessions */
+  /* An ne-only topic (its one filter ne on a named column): that column, whose value the marks
+   * test (sub_index.c); SUB_NO_COLUMN for any other. */
+  uint8_t ne_column;
+  /* Then what the turn's end reads of it, and what its own frames are made of. */
+  uint64_t order;       /* sub_topic_order(uri): orders and names its updates in event ids */
+  const char *uri_json; /* the uri as a JSON string (in tail): formatted once, copied per update */
+  uint32_t uri_json_len;
+  uint32_t id; /* unique within the index's lifetime */
   size_t n_subs;
   /*
    * Of its subscribers, those the turn's fan-out gathers for (sub_t.gathered),
@@ -91,9 +89,18 @@ struct sub_topic {
    * (sub_index_move).
    */
   size_t n_gathered, n_gathered_sessions;
-  sub_t *subs_last;    /* the last of subs */
-  uint32_t turn_index; /* + 1: where the turn's fan-out keeps it (subscriptions.c), or 0 */
-  uint64_t busy_mark;  /* notified at the last {"cmd":"subs","busiest":N} (worker_ctl.c) */
+  sub_t *subs_last; /* the last of subs */
+  /* Filter i's column as an index into its table's columns (sub_index.c), or SUB_NO_COLUMN. */
+  uint8_t columns[URI_MAX_FILTERS];
+  /* The filter (eq, any of, or sw) the table's index finds it by, or -1: tested per change. */
+  int8_t eq_filter;
+  frame_tag tag;          /* "-t<order>": its updates' event ids end with it */
+  sub_topic *next, *prev; /* in its table's collection or filtered list, or its record bucket */
+  uri_t parsed;           /* kind, table, key, filters */
+  char *key; /* what the index knows it by: uri, or uri and the subscriber's row scope */
+  char *uri; /* exactly as subscribed */
+  size_t n_session_subs; /* of its subscribers, those owned by sessions */
+  uint64_t busy_mark;    /* notified at the last {"cmd":"subs","busiest":N} (worker_ctl.c) */
 };
 
 /* Sets the flags above after n_subs, n_gathered or n_gathered_sessions changed. */

@@ -572,8 +572,9 @@ static bool turn_takes(const worker_t *w, const sub_topic *t) {
  * owner's ring slot and stream), too long for the CPU to look ahead
  * through on its own. While topic i is served, the chains of the next ones
  * are started, a link further for each step ahead. A topic the turn's
- * fan-out takes all of is not served now: only its line is (held, with
- * the tail's), unless held is unset (the turn's end, serving them).
+ * fan-out takes all of is not served now: only its line is (held: a
+ * change touches nothing else of it), unless held is unset (the turn's
+ * end, serving them).
  */
 static bool topic_served_now(const worker_t *w, const sub_topic *t, bool held) {
   return !held || !turn_takes(w, t) || !t->all_gathered;
@@ -581,9 +582,9 @@ static bool topic_served_now(const worker_t *w, const sub_topic *t, bool held) {
 
 static void topics_prefetch(const worker_t *w, sub_topic *const *m, size_t n, size_t i, bool held) {
   if (i + 8 < n) __builtin_prefetch(m[i + 8]);
-  if (i + 6 < n) {
+  if (i + 6 < n && topic_served_now(w, m[i + 6], held)) {
     __builtin_prefetch(m[i + 6]->tail);
-    if (topic_served_now(w, m[i + 6], held)) __builtin_prefetch(m[i + 6]->subs);
+    __builtin_prefetch(m[i + 6]->subs);
   }
   if (i + 4 < n && m[i + 4]->subs != NULL && topic_served_now(w, m[i + 4], held))
     __builtin_prefetch(m[i + 4]->subs->owner);
