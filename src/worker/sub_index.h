@@ -53,10 +53,11 @@ typedef struct sub_owner {
 
 struct sub_topic {
   /*
-   * What every change it matches reads and writes, first: 64 bytes, one
-   * cache line. A change on a table of 10,000 filtered topics goes through
-   * all of them (sub_index_match, subs_on_change): a line each is what
-   * keeps that pass within the core's cache.
+   * What every change it matches reads and writes, and what the turn's
+   * end reads, first: 64 bytes, one cache line. A change on a table of
+   * 10,000 filtered topics goes through all of them (sub_index_match,
+   * subs_on_change): a line each is what keeps that pass within the core's
+   * cache.
    */
   sub_t *subs; /* subscribers (doubly linked through topic_prev/next) */
   /* Its updates' id end and JSON after the record URI (frame_create_tail): a sole subscriber's
@@ -69,15 +70,19 @@ struct sub_topic {
   /*
    * Here where a change reads them, of the counts below: are some of its
    * subscribers gathered (the turn's fan-out holds their updates), all of
-   * them, and how many gathered are sessions' (2 for more: a pair, a frame
-   * or none).
+   * them, how many gathered are sessions' (2 for more: a pair, a frame or
+   * none), and are some gathered listen streams'.
    */
   bool some_gathered, all_gathered;
   uint8_t few_gathered_sessions;
+  bool gathered_listens;
   /* An ne-only topic (its one filter ne on a named column): that column, whose value the marks
    * test (sub_index.c); SUB_NO_COLUMN for any other. */
   uint8_t ne_column;
-  /* Then what the turn's end reads of it, and what its own frames are made of. */
+  /*
+   * Then its counts (which the turn's end reads only of a topic not all
+   * gathered: the flags above say the rest) and what its frames are made of.
+   */
   uint64_t order;       /* sub_topic_order(uri): orders and names its updates in event ids */
   const char *uri_json; /* the uri as a JSON string (in tail): formatted once, copied per update */
   uint32_t uri_json_len;
@@ -108,6 +113,7 @@ static inline void sub_topic_recount(sub_topic *t) {
   t->some_gathered = t->n_gathered > 0;
   t->all_gathered = t->n_subs > 0 && t->n_gathered == t->n_subs;
   t->few_gathered_sessions = (uint8_t)(t->n_gathered_sessions < 2 ? t->n_gathered_sessions : 2);
+  t->gathered_listens = t->n_gathered > t->n_gathered_sessions;
 }
 
 struct sub {

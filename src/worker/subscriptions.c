@@ -724,12 +724,14 @@ static void turn_deliver_topic(worker_t *w, sub_topic *t, size_t at, size_t n) {
     w->turn.ends = mem_realloc(w->turn.ends, n * sizeof(*w->turn.ends));
     w->turn.listen_ends = mem_realloc(w->turn.listen_ends, n * sizeof(*w->turn.listen_ends));
   }
-  bool laid_out = t->n_gathered_sessions > 1;
+  /* From the topic's first line only, when all its subscribers are gathered (sub_index.h). */
+  bool laid_out = t->few_gathered_sessions > 1;
   if (laid_out) turn_lay_out(w, events, n);
-  if (t->n_gathered > t->n_gathered_sessions) turn_lay_out_listen(w, t, order, n);
+  if (t->gathered_listens) turn_lay_out_listen(w, t, order, n);
   /* The gathered, after the others (served as their changes came). */
   sub_t *first = t->subs;
-  for (size_t k = t->n_subs - t->n_gathered; k > 0; k--) first = first->topic_next;
+  if (!t->all_gathered)
+    for (size_t k = t->n_subs - t->n_gathered; k > 0; k--) first = first->topic_next;
   bool heads_kept = false; /* for listen streams of several (turn_keep_listen_heads) */
   subs_ahead ahead = subs_ahead_start(first); /* as in subs_send_topic */
   for (sub_t *sub = first; sub != NULL; sub = sub->topic_next) {
