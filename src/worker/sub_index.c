@@ -168,12 +168,13 @@ static void table_free(sub_table *st) {
  * to each prefix length the column's topics have (prefix_lens). A topic
  * found there is then tested whole, as any other.
  *
- * A topic whose one filter is ne (ne_column) matches every row with a value
- * in its column (NULL matches no operator) except the values its filter
- * names. It stays with the topics tested at every change, but is filed
- * under its value's keys in upper case ('S', 'N', 'B'): a change looks up
- * its rows' values there once and marks the topics it finds, and the test
- * of each ne-only topic is then a look at its marks, not a comparison.
+ * A topic whose one filter is ne (ne-only: its column is ne_column)
+ * matches every row with a value in its column (NULL matches no
+ * operator) except the values its filter names. It stays with the topics
+ * tested at every change, but is filed under its value's keys in upper
+ * case ('S', 'N', 'B'): a change looks up its rows' values there once
+ * and marks the topics it finds, and the test of each ne-only topic is
+ * then a look at its marks, not a comparison.
  */
 #define EQ_KEY_STACK 256
 
