@@ -460,12 +460,28 @@ static int store_bind_json(sqlite3_stmt *st, int idx, const cJSON *v) {
  * +-2^53, where a double would lose digits), REAL -> number, TEXT -> string,
  * NULL -> null, BLOB -> uppercase hex string (as SQL hex() writes it).
  */
+/*
+ * An integer JSON keeps as a number: one a double holds exactly (|n| <=
+ * 2^53). A larger one is its decimal text instead, as a string.
+ */
+static bool store_int_exact(int64_t n) {
+  return n >= -(INT64_C(1) << 53) && n <= (INT64_C(1) << 53);
+}
+
+/* A blob as JSON holds it: 2 * len upper-case hex digits at out (not terminated). */
+static void store_blob_hex(char *out, const unsigned char *data, size_t len) {
+  static const char hex[] = "0123456789ABCDEF";
+  for (size_t i = 0; i < len; i++) {
+    out[2 * i] = hex[data[i] >> 4];
+    out[2 * i + 1] = hex[data[i] & 15];
+  }
+}
+
 static cJSON *store_value_json(sqlite3_stmt *st, int idx) {
   switch (sqlite3_column_type(st, idx)) {
   case SQLITE_INTEGER: {
     int64_t n = sqlite3_column_int64(st, idx);
-    if (n >= -(INT64_C(1) << 53) && n <= (INT64_C(1) << 53))
-      return store_json_checked(cJSON_CreateNumber((double)n));
+    if (store_int_exact(n)) return store_json_checked(cJSON_CreateNumber((double)n));
     char text[24];
     snprintf(text, sizeof(text), "%" PRId64, n);
     return store_json_checked(cJSON_CreateString(text));
@@ -474,14 +490,10 @@ static cJSON *store_value_json(sqlite3_stmt *st, int idx) {
   case SQLITE_TEXT:
     return store_json_checked(cJSON_CreateString((const char *)sqlite3_column_text(st, idx)));
   case SQLITE_BLOB: {
-    static const char hex[] = "0123456789ABCDEF";
     const unsigned char *data = sqlite3_column_blob(st, idx);
     size_t len = (size_t)sqlite3_column_bytes(st, idx);
     char *text = mem_alloc(2 * len + 1);
-    for (size_t i = 0; i < len; i++) {
-      text[2 * i] = hex[data[i] >> 4];
-      text[2 * i + 1] = hex[data[i] & 15];
-    }
+    store_blob_hex(text, data, len);
     text[2 * len] = '\0';
     cJSON *item = store_json_checked(cJSON_CreateString(text));
     free(text);
@@ -497,7 +509,7 @@ static void store_value_print(buf_t *out, sqlite3_stmt *st, int idx) {
   switch (sqlite3_column_type(st, idx)) {
   case SQLITE_INTEGER: {
     int64_t n = sqlite3_column_int64(st, idx);
-    if (n >= -(INT64_C(1) << 53) && n <= (INT64_C(1) << 53)) {
+    if (store_int_exact(n)) {
       number.valuedouble = (double)n;
       break;
     }
@@ -513,15 +525,12 @@ static void store_value_print(buf_t *out, sqlite3_stmt *st, int idx) {
     return;
   }
   case SQLITE_BLOB: {
-    static const char hex[] = "0123456789ABCDEF";
     const unsigned char *data = sqlite3_column_blob(st, idx);
     size_t len = (size_t)sqlite3_column_bytes(st, idx);
     buf_reserve(out, 2 * len + 2);
     buf_append_byte(out, '"');
-    for (size_t i = 0; i < len; i++) {
-      buf_append_byte(out, hex[data[i] >> 4]);
-      buf_append_byte(out, hex[data[i] & 15]);
-    }
+    store_blob_hex(out->data + out->len, data, len);
+    out->len += 2 * len;
     buf_append_byte(out, '"');
     return;
   }
