@@ -255,15 +255,15 @@ static bool worker_wants_master(worker_t *w, http_conn_t *c, http_request_t *req
          !(http_conn_request_flags(c) & HTTP_ADOPT_REROUTED) && w->reroute(w, c);
 }
 
+/* mcp: the path is /mcp (worker_serve compared it). */
 static void worker_route(worker_t *w, http_conn_t *c, http_request_t *req,
-                         const auth_principal *principal, bool public) {
+                         const auth_principal *principal, bool public, bool mcp) {
   const char *p = req->path;
   unsigned retry_after;
   if (!public && !limits_take(&w->limits, principal, (int64_t)uv_now(w->loop), &retry_after)) {
     limits_respond(w, c, "request rate", retry_after);
     return;
   }
-  bool mcp = strcmp(p, "/mcp") == 0;
   if (mcp || strcmp(p, "/healthz") != 0) subs_refresh_schema(w); /* liveness never asks the db */
   if (mcp) {
     if (w->draining && req->method == HTTP_GET) {
@@ -310,7 +310,7 @@ static void worker_serve(http_conn_t *c, http_request_t *req, void *data) {
   auth_principal principal;
   memset(&principal, 0, sizeof(principal));
   if (!public && auth_request(w, c, req, &principal) != AUTH_PASSED) return;
-  worker_route(w, c, req, &principal, public);
+  worker_route(w, c, req, &principal, public, mcp);
 }
 
 /* A request as a job on the store lane: its connection is held until it is answered. */
