@@ -21,4 +21,15 @@ void *mem_realloc(void *p, size_t n);
 char *mem_strdup(const char *s);
 char *mem_strndup(const char *s, size_t n);
 
+/*
+ * Starts loading the cache line at p. GCC deems a function whose only
+ * effect is __builtin_prefetch to have none and drops the calls to it (the
+ * release builds lost every prefetching helper of the fan-out so); the
+ * empty volatile asm, which costs nothing, is an effect that keeps them.
+ */
+static inline void mem_prefetch(const void *p) {
+  __builtin_prefetch(p);
+  __asm__ volatile("");
+}
+
 #endif

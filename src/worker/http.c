@@ -42,6 +42,7 @@
 
 #include "common/buf.h"
 #include "common/log.h"
+#include "common/mem.h"
 #include "common/strmap.h"
 
 /* One read from the socket; also the step the input buffer grows by. */
@@ -937,9 +938,9 @@ void http_stream_send(http_conn_t *c, const char *data, size_t len) {
 }
 
 void http_stream_prefetch(const http_conn_t *c) {
-  __builtin_prefetch(c);
-  __builtin_prefetch(&c->out);
-  __builtin_prefetch(&c->closing);
+  mem_prefetch(c);
+  mem_prefetch(&c->out);
+  mem_prefetch(&c->closing);
 }
 
 void http_stream_exempt(http_conn_t *c, bool exempt) {

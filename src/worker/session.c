@@ -238,8 +238,8 @@ void session_stream_prime(session_t *s) {
 void session_prefetch(const session_t *s) {
   if (s->ring_cap > 0) {
     unsigned k = ring_end(s);
-    __builtin_prefetch(&s->ring[k]);
-    if (s->ring_paired) __builtin_prefetch(&s->ring[s->ring_cap + k]);
+    mem_prefetch(&s->ring[k]);
+    if (s->ring_paired) mem_prefetch(&s->ring[s->ring_cap + k]);
   }
   if (s->stream != NULL) http_stream_prefetch(s->stream);
 }

@@ -364,7 +364,7 @@ static frame_t *topic_frame(sub_topic *t, const buf_t *record_json, int64_t seq)
 }
 
 /* Starts loading what delivering to o will read: a session's (session_prefetch), a stream's. */
-static void owner_prefetch(const sub_owner *o) {
+static inline void owner_prefetch(const sub_owner *o) {
   if (o->kind == SUB_OWNER_SESSION) {
     session_prefetch((const session_t *)o);
   } else if (o->kind == SUB_OWNER_LISTEN) {
@@ -391,7 +391,7 @@ static subs_ahead subs_ahead_start(sub_t *first) {
 /* Starts the owner's load of the one 4 ahead, and its ring slot and stream's of the one 2 ahead. */
 static void subs_ahead_step(subs_ahead *a) {
   if (a->owner != NULL) {
-    __builtin_prefetch(a->owner->owner);
+    mem_prefetch(a->owner->owner);
     a->owner = a->owner->topic_next;
   }
   if (a->slot != NULL) {
@@ -580,14 +580,15 @@ static bool topic_served_now(const worker_t *w, const sub_topic *t, bool held) {
   return !held || !turn_takes(w, t) || !t->all_gathered;
 }
 
-static void topics_prefetch(const worker_t *w, sub_topic *const *m, size_t n, size_t i, bool held) {
-  if (i + 8 < n) __builtin_prefetch(m[i + 8]);
+static inline void topics_prefetch(const worker_t *w, sub_topic *const *m, size_t n, size_t i,
+                                   bool held) {
+  if (i + 8 < n) mem_prefetch(m[i + 8]);
   if (i + 6 < n && topic_served_now(w, m[i + 6], held)) {
-    __builtin_prefetch(m[i + 6]->tail);
-    __builtin_prefetch(m[i + 6]->subs);
+    mem_prefetch(m[i + 6]->tail);
+    mem_prefetch(m[i + 6]->subs);
   }
   if (i + 4 < n && m[i + 4]->subs != NULL && topic_served_now(w, m[i + 4], held))
-    __builtin_prefetch(m[i + 4]->subs->owner);
+    mem_prefetch(m[i + 4]->subs->owner);
   if (i + 2 < n && m[i + 2]->subs != NULL && topic_served_now(w, m[i + 2], held))
     owner_prefetch(m[i + 2]->subs->owner);
 }
