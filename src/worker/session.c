@@ -238,8 +238,11 @@ void session_stream_prime(session_t *s) {
 void session_prefetch(const session_t *s) {
   if (s->ring_cap > 0) {
     unsigned k = ring_end(s);
-    mem_prefetch(&s->ring[k]);
-    if (s->ring_paired) mem_prefetch(&s->ring[s->ring_cap + k]);
+    for (unsigned j = 0; j < 32 && j < s->ring_cap; j += 8) {
+      unsigned at = k + j >= s->ring_cap ? k + j - s->ring_cap : k + j;
+      mem_prefetch(&s->ring[at]);
+      if (s->ring_paired) mem_prefetch(&s->ring[s->ring_cap + at]);
+    }
   }
   if (s->stream != NULL) http_stream_prefetch(s->stream);
 }
