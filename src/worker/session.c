@@ -235,10 +235,14 @@ void session_stream_prime(session_t *s) {
   frame_unref(f);
 }
 
+/* Ring slots session_prefetch starts: a turn's updates of a distinct topic (~27 at 10,000). */
+#define SESSION_PREFETCH_SLOTS 32
+#define SLOTS_A_LINE           (64 / sizeof(frame_t *))
+
 void session_prefetch(const session_t *s) {
   if (s->ring_cap > 0) {
     unsigned k = ring_end(s);
-    for (unsigned j = 0; j < 32 && j < s->ring_cap; j += 8) {
+    for (unsigned j = 0; j < SESSION_PREFETCH_SLOTS && j < s->ring_cap; j += SLOTS_A_LINE) {
       unsigned at = k + j >= s->ring_cap ? k + j - s->ring_cap : k + j;
       mem_prefetch(&s->ring[at]);
       if (s->ring_paired) mem_prefetch(&s->ring[s->ring_cap + at]);

@@ -132,7 +132,11 @@ void session_stream_prime(session_t *s);
 /* Ends the session's stream, if any (flushes, then closes the connection). */
 void session_stream_close(session_t *s);
 
-/* Starts loading what session_deliver reads and writes (a hint: it changes nothing). */
+/*
+ * Starts loading what session_deliver reads and writes (a hint: it changes
+ * nothing): the ring's next slots, as many as a turn brings a session of
+ * one subscription, and the stream.
+ */
 void session_prefetch(const session_t *s);
 /* Keeps the event (new references are taken) in the ring and writes it to the stream, if open. */
 void session_deliver(session_t *s, frame_ev e);
