@@ -456,11 +456,6 @@ static int store_bind_json(sqlite3_stmt *st, int idx, const cJSON *v) {
 }
 
 /*
- * Column idx of the current row as JSON: INTEGER -> number (a string beyond
- * +-2^53, where a double would lose digits), REAL -> number, TEXT -> string,
- * NULL -> null, BLOB -> uppercase hex string (as SQL hex() writes it).
- */
-/*
  * An integer JSON keeps as a number: one a double holds exactly (|n| <=
  * 2^53). A larger one is its decimal text instead, as a string.
  */
@@ -477,6 +472,11 @@ static void store_blob_hex(char *out, const unsigned char *data, size_t len) {
   }
 }
 
+/*
+ * Column idx of the current row as JSON: INTEGER -> number (a string beyond
+ * +-2^53, where a double would lose digits), REAL -> number, TEXT -> string,
+ * NULL -> null, BLOB -> uppercase hex string (as SQL hex() writes it).
+ */
 static cJSON *store_value_json(sqlite3_stmt *st, int idx) {
   switch (sqlite3_column_type(st, idx)) {
   case SQLITE_INTEGER: {
