@@ -60,10 +60,14 @@ static frame_ev ring_at(const session_t *s, unsigned i) {
   return ring_slot(s, (s->ring_start + i) % s->ring_cap);
 }
 
+/* The slot of k, an index below twice ring_cap: k past the ring's end starts over. */
+static unsigned ring_wrap(const session_t *s, unsigned k) {
+  return k >= s->ring_cap ? k - s->ring_cap : k;
+}
+
 /* The slot after the newest event (the oldest's, when the ring is full). ring_cap > 0. */
 static unsigned ring_end(const session_t *s) {
-  unsigned k = s->ring_start + s->ring_count; /* both at most ring_cap */
-  return k >= s->ring_cap ? k - s->ring_cap : k;
+  return ring_wrap(s, s->ring_start + s->ring_count); /* both at most ring_cap */
 }
 
 static void ring_resize(session_t *s, unsigned cap, bool paired) {
@@ -243,7 +247,7 @@ void session_prefetch(const session_t *s) {
   if (s->ring_cap > 0) {
     unsigned k = ring_end(s);
     for (unsigned j = 0; j < SESSION_PREFETCH_SLOTS && j < s->ring_cap; j += SLOTS_A_LINE) {
-      unsigned at = k + j >= s->ring_cap ? k + j - s->ring_cap : k + j;
+      unsigned at = ring_wrap(s, k + j); /* both below ring_cap */
       mem_prefetch(&s->ring[at]);
       if (s->ring_paired) mem_prefetch(&s->ring[s->ring_cap + at]);
     }
