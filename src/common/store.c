@@ -625,6 +625,10 @@ bool store_batch_broken(store_t *s) {
   return s->ops->batch_broken(s);
 }
 
+bool store_batch_current(store_t *s) {
+  return s->ops->batch_current != NULL && s->ops->batch_current(s);
+}
+
 int store_batch_end(store_t *s, bool commit) {
   return s->ops->batch_end(s, commit);
 }

@@ -479,6 +479,15 @@ int store_batch_begin_read(store_t *s) MCPSUB_NODISCARD;
  * full disk)? What the calls since store_batch_begin wrote is then gone.
  */
 bool store_batch_broken(store_t *s);
+/*
+ * May the open read batch be kept for reads that arrive now? True only
+ * when nothing has been committed to the database, by any connection or
+ * process, since the batch began (a read in it sees what a read begun now
+ * would), and keeping it holds up nothing: on SQLite, the WAL is under the
+ * size at which a checkpoint is due (a reader's mark keeps the WAL from
+ * starting over). False when the backend cannot tell.
+ */
+bool store_batch_current(store_t *s);
 /* Commits (commit true) or rolls back the batch. The commit's result: 0 or -errno. */
 int store_batch_end(store_t *s, bool commit);
 

@@ -114,6 +114,7 @@ struct store_ops {
   int (*batch_begin)(store_t *s);
   int (*batch_begin_read)(store_t *s); /* NULL: reads go one call at a time */
   bool (*batch_broken)(store_t *s);
+  bool (*batch_current)(store_t *s); /* NULL: never (a read batch is not kept) */
   int (*batch_end)(store_t *s, bool commit);
   /* Exactly-once writes inside a batch (NULL: not offered) */
   int (*once_begin)(store_t *s, const store_once *o, store_once_result *prior);

@@ -59,6 +59,18 @@ extern const char store_system_sql[];
 /* WAL frames at which a deferred checkpoint is due: SQLite's auto-checkpoint default. */
 #define STORE_CHECKPOINT_PAGES 1000
 
+/*
+ * The wal-index (the -shm file every connection to a WAL database maps) begins
+ * with its header, twice; the first copy's words, of which mxFrame (the WAL's
+ * last committed frame) is the fifth. A commit rewrites it (its change
+ * counter moves with every one), and so does the WAL's starting over
+ * (https://sqlite.org/walformat.html; its layout is shared by every SQLite
+ * since 3.7.0, so it does not change). Its first region is mapped in 32 KiB.
+ */
+#define SQ_WAL_HDR_WORDS   12
+#define SQ_WAL_HDR_MXFRAME 4
+#define SQ_WAL_INDEX_PAGE  32768
+
 /* Unix milliseconds, as SQL, for audit_log.committed_at. */
 #define STORE_SQL_NOW_MS "CAST(round((julianday('now') - 2440587.5) * 86400000) AS INTEGER)"
 /* Tables that are never application tables (see schema/system.sql). */
@@ -102,6 +114,10 @@ typedef struct sq {
   uint64_t once_recorded;    /* store_once_end's records, for the sweep of old ones */
   /* The batch is a read batch (store_batch_begin_read), and has its schema been looked at? */
   bool read_batch, schema_looked;
+  /* The wal-index header as it was when the read batch began (sq_batch_current). */
+  const volatile uint32_t *wal_index; /* NULL: not mapped (not WAL; not looked for yet) */
+  bool wal_index_looked;
+  uint32_t batch_hdr[SQ_WAL_HDR_WORDS];
 } sq_t;
 
 static inline sq_t *sq(store_t *s) {
@@ -355,8 +371,46 @@ static void store_rollback(store_t *s) {
   (void)ret;
 }
 
+/*
+ * The connection's mapping of the wal-index, through its VFS (the mapping
+ * SQLite itself reads, for as long as the connection is open), or NULL:
+ * not a WAL database, or a VFS without shared memory. Looked for once.
+ */
+static const volatile uint32_t *sq_wal_index(store_t *s) {
+  sqlite3_file *f = NULL;
+  sqlite3_stmt *st;
+  void volatile *p = NULL;
+  bool wal = false;
+
+  if (sq(s)->wal_index_looked) return sq(s)->wal_index;
+  sq(s)->wal_index_looked = true;
+  if (sqlite3_prepare_v2(sq(s)->db, "PRAGMA journal_mode", -1, &st, NULL) != SQLITE_OK) return NULL;
+  if (sqlite3_step(st) == SQLITE_ROW) {
+    const char *mode = (const char *)sqlite3_column_text(st, 0);
+    wal = mode != NULL && strcmp(mode, "wal") == 0;
+  }
+  sqlite3_finalize(st);
+  if (!wal || sqlite3_file_control(sq(s)->db, "main", SQLITE_FCNTL_FILE_POINTER, &f) != SQLITE_OK ||
+      f == NULL || f->pMethods == NULL || f->pMethods->iVersion < 2 || f->pMethods->xShmMap == NULL)
+    return NULL;
+  /* Not extended: the region exists once any connection has read the database in WAL mode. */
+  if (f->pMethods->xShmMap(f, 0, SQ_WAL_INDEX_PAGE, 0, &p) != SQLITE_OK || p == NULL) return NULL;
+  sq(s)->wal_index = (const volatile uint32_t *)p;
+  return sq(s)->wal_index;
+}
+
+static void sq_wal_hdr(const volatile uint32_t *wal_index, uint32_t hdr[SQ_WAL_HDR_WORDS]) {
+  for (int i = 0; i < SQ_WAL_HDR_WORDS; i++) hdr[i] = wal_index[i];
+}
+
 static int sq_batch_open(store_t *s, bool write) {
   if (sq(s)->batch) return -EALREADY;
+  /*
+   * Read before the snapshot is (the batch's first statement takes it): a
+   * commit in between makes the batch look older than it is, never newer.
+   */
+  const volatile uint32_t *wi = write ? NULL : sq_wal_index(s);
+  if (wi != NULL) sq_wal_hdr(wi, sq(s)->batch_hdr);
   int ret = store_exec(s, write ? "BEGIN IMMEDIATE" : "BEGIN", NULL, 0);
   if (ret == 0) {
     sq(s)->batch = true;
@@ -379,6 +433,25 @@ static int sq_batch_begin_read(store_t *s) {
 static bool sq_batch_broken(store_t *s) {
   /* SQLite rolls a whole transaction back on some errors (SQLITE_FULL, an I/O error). */
   return sq(s)->batch && sqlite3_get_autocommit(sq(s)->db);
+}
+
+/*
+ * A read batch is current while the wal-index header is the one read before
+ * it began: every commit, by any connection of any process, rewrites the
+ * header before it returns, so a request that arrived after a commit was
+ * acknowledged finds it changed. Read without a lock: a header caught
+ * while a commit writes it differs from the one kept (the batch ends,
+ * which is only a cost), unless the bytes read are all still the old ones,
+ * and then that commit had not returned. A WAL at the checkpoint's size is
+ * let go: a writer starts it over only when no reader holds a mark in it.
+ */
+static bool sq_batch_current(store_t *s) {
+  uint32_t now[SQ_WAL_HDR_WORDS];
+  if (!sq(s)->read_batch || sq(s)->wal_index == NULL || sqlite3_get_autocommit(sq(s)->db))
+    return false;
+  sq_wal_hdr(sq(s)->wal_index, now);
+  return memcmp(now, sq(s)->batch_hdr, sizeof(now)) == 0 &&
+         now[SQ_WAL_HDR_MXFRAME] < STORE_CHECKPOINT_PAGES;
 }
 
 static int sq_batch_end(store_t *s, bool commit) {
@@ -2678,6 +2751,7 @@ const store_ops store_sqlite_ops = {
     .batch_begin = sq_batch_begin,
     .batch_begin_read = sq_batch_begin_read,
     .batch_broken = sq_batch_broken,
+    .batch_current = sq_batch_current,
     .batch_end = sq_batch_end,
     .once_begin = sq_once_begin,
     .once_end = sq_once_end,

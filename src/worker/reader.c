@@ -37,6 +37,8 @@ struct reader {
   store_t *store;
   uv_check_t check;
   uv_idle_t idle;
+  bool held;        /* a read batch of an earlier turn is open (reader_run_turn) */
+  uv_timer_t limit; /* lets it go READER_HOLD_MS after it was first kept */
   int n;
   reader_thread threads[];
 };
@@ -65,6 +67,16 @@ static void reader_push(reader_job **head, reader_job **tail, reader_job *j) {
  * through ends it.
  */
 #define READER_RETRY_MS 1000
+
+/*
+ * The longest a read transaction of the loop's reader is kept across turns
+ * (reader_run_turn) while nothing is committed. A WAL cannot start over
+ * while a reader holds a mark in it, nor be checkpointed past that mark:
+ * a worker that no more reads come to lets it go after this, however
+ * much other workers and processes write meanwhile. (A turn that finds a
+ * commit lets it go at once.)
+ */
+#define READER_HOLD_MS 100
 
 static bool reader_may_take(const reader_thread *t) {
   const reader_t *rd = t->rd;
@@ -168,6 +180,18 @@ int reader_start(worker_t *w, int n, reader_t **out, char *err, size_t errlen) {
   return 0;
 }
 
+/* Ends the read batch kept from an earlier turn. */
+static void reader_let_go(reader_t *rd) {
+  if (!rd->held) return;
+  rd->held = false;
+  (void)uv_timer_stop(&rd->limit);
+  (void)store_batch_end(rd->store, true); /* nothing to commit: the read lock's release */
+}
+
+static void reader_on_limit(uv_timer_t *h) {
+  reader_let_go(h->data);
+}
+
 /*
  * The loop's reader: the jobs submitted until now, in one read transaction
  * (store_batch_begin_read), then their completions. Each was submitted
@@ -176,6 +200,11 @@ int reader_start(worker_t *w, int n, reader_t **out, char *err, size_t errlen) {
  * (what a read on its own sees), and the read lock is taken once a turn
  * instead of once a statement (BENCHMARKS.md). Jobs submitted from here
  * (a completion's next request) wait for the next turn's snapshot.
+ *
+ * The transaction is kept for the next turns while it stays current
+ * (store_batch_current: nothing committed since it began, by anyone), for
+ * at most READER_HOLD_MS: their reads see what a snapshot begun for them
+ * would, and while only reads come the lock is taken once in that time.
  */
 static void reader_run_turn(reader_t *rd) {
   (void)uv_check_stop(&rd->check);
@@ -183,7 +212,11 @@ static void reader_run_turn(reader_t *rd) {
   reader_job *list = rd->queue_head;
   rd->queue_head = rd->queue_tail = NULL;
   if (list == NULL) return;
-  bool batch = store_batch_begin_read(rd->store) == 0; /* else each read on its own */
+  bool batch = rd->held && store_batch_current(rd->store);
+  if (!batch) {
+    reader_let_go(rd);
+    batch = store_batch_begin_read(rd->store) == 0; /* else each read on its own */
+  }
   for (reader_job *j = list; j != NULL; j = j->next) {
     j->rc = j->run(j, rd->store);
     if (batch && store_batch_broken(rd->store)) { /* an I/O error: the rest in a new one */
@@ -191,7 +224,11 @@ static void reader_run_turn(reader_t *rd) {
       batch = store_batch_begin_read(rd->store) == 0;
     }
   }
-  if (batch) (void)store_batch_end(rd->store, true); /* nothing to commit: the lock's release */
+  rd->held = batch;
+  if (!batch || rd->stopping || !store_batch_current(rd->store))
+    reader_let_go(rd);
+  else if (!uv_is_active((uv_handle_t *)&rd->limit))
+    (void)uv_timer_start(&rd->limit, reader_on_limit, READER_HOLD_MS, 0);
   reader_complete(rd, list);
 }
 
@@ -216,7 +253,8 @@ int reader_start_loop(worker_t *w, reader_t **out, char *err, size_t errlen) {
   store_set_busy_timeout(rd->store, 0); /* on the loop: never waits, as the loop's own connection */
   uv_check_init(w->loop, &rd->check);   /* cannot fail */
   uv_idle_init(w->loop, &rd->idle);
-  rd->check.data = rd->idle.data = rd;
+  uv_timer_init(w->loop, &rd->limit);
+  rd->check.data = rd->idle.data = rd->limit.data = rd;
   *out = rd;
   return 0;
 }
@@ -254,8 +292,10 @@ void reader_stop(reader_t *rd) {
   if (rd->store != NULL) {
     rd->stopping = true;
     reader_run_turn(rd); /* what is queued */
+    reader_let_go(rd);
     uv_close((uv_handle_t *)&rd->check, NULL);
     uv_close((uv_handle_t *)&rd->idle, NULL);
+    uv_close((uv_handle_t *)&rd->limit, NULL);
     return;
   }
   uv_mutex_lock(&rd->lock);

@@ -18,7 +18,8 @@
  * is the loop's (reader_start_loop), a connection of its own whose jobs
  * run on the loop at the end of the turn's I/O, together in one read
  * transaction: one snapshot and one WAL read lock for the turn's reads
- * (each taken after all of their requests arrived), not one a statement.
+ * (each taken after all of their requests arrived), not one a statement;
+ * kept for the turns after while nothing is committed.
  */
 #ifndef MCPSUB_READER_H
 #define MCPSUB_READER_H

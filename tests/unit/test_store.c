@@ -1608,6 +1608,67 @@ static void test_deferred_checkpoints(void) {
   store_close(s);
 }
 
+/*
+ * A read batch may be kept (store_batch_current) only while nothing has been
+ * committed since it began, by this process's connections or any other,
+ * and while the log is under the checkpoint's size.
+ */
+static void test_read_batch_current(void) {
+  store_t *s = open_store(db_path), *r = NULL;
+  sqlite3 *raw = raw_open(db_path);
+  char err[256] = "";
+  cJSON *row = NULL;
+  int64_t v = 0;
+  CHECK(store_checkpoint(s) == 0);
+  CHECK(store_defer_checkpoints(s) == 0);
+  write_ok(s, "Product", "RB-1", "{\"name\":\"Before\"}", STORE_WRITE_REPLACE);
+  CHECK(store_open_readonly(db_path, &r, err, sizeof(err)) == 0);
+  CHECK(!store_batch_current(r)); /* no batch */
+
+  CHECK(store_batch_begin_read(r) == 0);
+  CHECK(store_batch_current(r));
+  CHECK(store_get_record(r, table(r, "Product"), "RB-1", &row, &v) == 0);
+  cJSON_Delete(row);
+  CHECK(store_batch_current(r)); /* reads change nothing */
+  /* Another connection of this process commits: the batch's snapshot is no longer the newest. */
+  write_ok(s, "Product", "RB-1", "{\"name\":\"After\"}", STORE_WRITE_REPLACE);
+  CHECK(!store_batch_current(r));
+  CHECK(store_get_record(r, table(r, "Product"), "RB-1", &row, &v) == 0);
+  CHECK_STR_EQ(json_str(row, "name"), "Before"); /* what keeping it would have served */
+  cJSON_Delete(row);
+  CHECK(store_batch_end(r, true) == 0);
+
+  /* So does a commit of any other connection that writes the file. */
+  CHECK(store_batch_begin_read(r) == 0);
+  CHECK(store_get_record(r, table(r, "Product"), "RB-1", &row, &v) == 0);
+  CHECK_STR_EQ(json_str(row, "name"), "After");
+  cJSON_Delete(row);
+  CHECK(store_batch_current(r));
+  raw_exec(raw, "UPDATE Product SET name = 'Raw' WHERE sku = 'RB-1'");
+  CHECK(!store_batch_current(r));
+  CHECK(store_batch_end(r, true) == 0);
+
+  /* A log at the checkpoint's size is let go: a reader's mark keeps it from starting over. */
+  int n = 0;
+  while (!store_checkpoint_due(s) && n < 5000) n = write_checkpoint_rows(s, n, 1);
+  CHECK(store_batch_begin_read(r) == 0);
+  CHECK(!store_batch_current(r));
+  CHECK(store_batch_end(r, true) == 0);
+  CHECK(store_checkpoint(s) == 0);
+  write_ok(s, "Product", "RB-2", "{\"name\":\"Restarted\"}", STORE_WRITE_REPLACE);
+  CHECK(store_batch_begin_read(r) == 0);
+  CHECK(store_batch_current(r)); /* the log started over */
+  CHECK(store_batch_end(r, true) == 0);
+
+  /* A write batch is never kept. */
+  CHECK(store_batch_begin(s) == 0);
+  CHECK(!store_batch_current(s));
+  CHECK(store_batch_end(s, true) == 0);
+  store_close(r);
+  sqlite3_close(raw);
+  store_close(s);
+}
+
 static void test_readonly(void) {
   store_t *s = NULL;
   char err[256] = "";
@@ -1682,6 +1743,7 @@ int main(void) {
   RUN(test_record_text);
   RUN(test_once);
   RUN(test_deferred_checkpoints);
+  RUN(test_read_batch_current);
   RUN(test_readonly);
   RUN(test_example_schema);
 
