@@ -102,6 +102,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "common/uri.h"
 
 /* system_pg.sql's text, generated at build time by tools/dev/embed.py. */
 extern const char store_system_pg_sql[];
@@ -1490,7 +1491,7 @@ static void pg_sql_text_expr(pg_str *q, const store_table *t, const pg_table_inf
 
 /*
  * The number a filter value reads as (sub_index.c's rule): numbers, 1/0 for
- * booleans, strings that strtod reads whole (no leading space, finite).
+ * booleans, strings as SQLite's numeric affinity reads them (uri_number).
  */
 static bool pg_value_number(const cJSON *v, double *d) {
   if (cJSON_IsNumber(v)) {
@@ -1501,12 +1502,7 @@ static bool pg_value_number(const cJSON *v, double *d) {
     *d = cJSON_IsTrue(v) ? 1 : 0;
     return true;
   }
-  if (!cJSON_IsString(v)) return false;
-  const char *s = v->valuestring;
-  char *end;
-  if (*s == '\0' || isspace((unsigned char)*s)) return false;
-  *d = strtod(s, &end);
-  return *end == '\0' && isfinite(*d);
+  return cJSON_IsString(v) && uri_number(v->valuestring, d);
 }
 
 /* Appends a number parameter, typed so that integer columns keep their index. */

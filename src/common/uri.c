@@ -126,6 +126,42 @@ const char *uri_op_name(uri_op op) {
   return uri_op_names[op];
 }
 
+/* SQLite's white space (sqlite3Isspace): what its numeric affinity skips around a number. */
+static bool uri_number_space(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r';
+}
+
+static const char *uri_digits(const char *p, size_t *n) {
+  while (*p >= '0' && *p <= '9') {
+    p++;
+    (*n)++;
+  }
+  return p;
+}
+
+bool uri_number(const char *s, double *d) {
+  const char *p = s;
+  while (uri_number_space(*p)) p++;
+  const char *start = p;
+  if (*p == '+' || *p == '-') p++;
+  size_t digits = 0;
+  p = uri_digits(p, &digits);
+  if (*p == '.') p = uri_digits(p + 1, &digits);
+  if (digits == 0) return false;
+  if (*p == 'e' || *p == 'E') {
+    p++;
+    if (*p == '+' || *p == '-') p++;
+    size_t exp = 0;
+    p = uri_digits(p, &exp);
+    if (exp == 0) return false;
+  }
+  while (uri_number_space(*p)) p++;
+  if (*p != '\0') return false;
+  /* strtod reads the number from start as the grammar above did (out of range: +-HUGE_VAL). */
+  *d = strtod(start, NULL);
+  return true;
+}
+
 void uri_filter_free(uri_filter *f) {
   free(f->column);
   free(f->value);
@@ -159,7 +195,9 @@ static int uri_parse_filter_value(const char *v, size_t len, uri_filter *f) {
   if ((f->op == URI_SW || f->op == URI_CT) && len == 0) return uri_fail("sw= and ct= need a value");
   if (bar == NULL) {
     f->value = uri_decode_component(v, len);
-    return f->value != NULL ? 0 : uri_fail("a filter value has a bad %-escape");
+    if (f->value == NULL) return uri_fail("a filter value has a bad %-escape");
+    f->is_number = uri_number(f->value, &f->number);
+    return 0;
   }
   f->op = URI_IN;
   f->alts = mem_calloc(URI_MAX_ALTS, sizeof(char *));
@@ -175,6 +213,7 @@ static int uri_parse_filter_value(const char *v, size_t len, uri_filter *f) {
     p = next + 1;
   }
   f->value = mem_strdup(f->alts[0]);
+  f->is_number = uri_number(f->value, &f->number);
   return 0;
 }
 

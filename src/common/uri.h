@@ -59,6 +59,9 @@ typedef struct uri_filter {
   char **alts; /* URI_IN: every value (n_alts >= 2), each decoded; else NULL */
   size_t n_alts;
   bool numeric; /* set by whoever knows the column: its values compare as numbers */
+  /* The value read as a number (uri_number), once, for every change it is tested against. */
+  bool is_number;
+  double number;
 } uri_filter;
 
 typedef struct uri {
@@ -83,6 +86,15 @@ int uri_parse(const char *base, const char *text, uri_t *out) MCPSUB_NODISCARD;
 const char *uri_error(void);
 /* The text of op ("gt", ...; "" for URI_EQ and URI_IN). */
 const char *uri_op_name(uri_op op);
+/*
+ * Does a filter value read as a number, as SQLite's numeric affinity reads
+ * text: decimal digits with an optional sign, fraction and exponent, and
+ * white space around them; not hexadecimal, not the words Inf or NaN. One
+ * beyond a double's range reads as an infinity, as in SQLite.
+ * Every evaluation of a filter (SQL on either store, the subscriptions'
+ * in C) takes a value for a number exactly when this says so.
+ */
+bool uri_number(const char *s, double *d);
 /* Frees a filter's strings. */
 void uri_filter_free(uri_filter *f);
 void uri_finish(uri_t *u);

@@ -156,12 +156,11 @@ static void table_free(sub_table *st) {
  * of the table's named columns is filed under every key of a value that
  * can satisfy that filter, and a change looks its rows' values up there
  * instead of testing every such topic. A key is the column's index, a kind
- * and bytes, so that value_matches(v, text) holds exactly when v's key is
+ * and bytes, so that value_equals(v, text) holds exactly when v's key is
  * among text's keys:
  *   's' and the text       a string equal to it
- *   'n' and the double     a number, when the text reads whole as one
- *                          (equality_number, as value_matches reads it;
- *                          -0 as 0)
+ *   'n' and the double     a number, when the text reads as one
+ *                          (uri_number, as value_equals reads it; -0 as 0)
  *   'b' and "1" or "0"     a boolean, when the text is "1" or "0"
  * A topic without an equality but with a starts-with filter (sw) is filed
  * under 'p' and its prefix, and a change looks up its string values cut
@@ -177,17 +176,6 @@ static void table_free(sub_table *st) {
  * then a look at its marks, not a comparison.
  */
 #define EQ_KEY_STACK 256
-
-/*
- * The number a filter's text stands for in an equality with a row's number
- * (value_matches), and so the index's number key (eq_text_keys): the whole
- * text read by strtod. false when it is not one.
- */
-static bool equality_number(const char *text, double *d) {
-  char *end;
-  *d = strtod(text, &end);
-  return end != text && *end == '\0';
-}
 
 typedef void (*eq_fn)(sub_table *st, const char *key, size_t len, void *data);
 
@@ -216,7 +204,7 @@ static void eq_text_keys(sub_table *st, uint8_t col, const char *text, bool ne, 
                          void *data) {
   eq_key(st, col, EQ_KIND('s', ne), text, strlen(text), fn, data);
   double d;
-  if (equality_number(text, &d) && !isnan(d)) eq_key_number(st, col, d, ne, fn, data);
+  if (uri_number(text, &d)) eq_key_number(st, col, d, ne, fn, data);
   if (strcmp(text, "1") == 0 || strcmp(text, "0") == 0)
     eq_key(st, col, EQ_KIND('b', ne), text, 1, fn, data);
 }
@@ -502,36 +490,34 @@ bool sub_index_watches(const sub_index *idx, const char *table) {
 
 /*
  * Does a column value (from a row as JSON) equal a filter's text? Strings
- * compare as text; numbers compare numerically when the text is a number
- * (so "5" and "5.0" both match 5), as SQLite's numeric affinity would.
- * NULL equals nothing.
+ * compare as text; numbers compare numerically when the text reads as a
+ * number (so "5" and "5.0" both match 5: is_number and number are the
+ * text's uri_number), as SQLite's numeric affinity would. NULL equals
+ * nothing.
  */
-static bool value_matches(const cJSON *v, const char *text) {
+static bool value_equals(const cJSON *v, const char *text, bool is_number, double number) {
   if (cJSON_IsString(v)) return strcmp(v->valuestring, text) == 0;
-  if (cJSON_IsNumber(v)) {
-    double d;
-    return equality_number(text, &d) && d == v->valuedouble;
-  }
+  if (cJSON_IsNumber(v)) return is_number && number == v->valuedouble;
   if (cJSON_IsBool(v)) return strcmp(text, cJSON_IsTrue(v) ? "1" : "0") == 0;
   return false;
 }
 
-bool sub_text_number(const char *s, double *d) {
-  char *end;
-  if (*s == '\0' || isspace((unsigned char)*s)) return false;
-  *d = strtod(s, &end);
-  return *end == '\0' && isfinite(*d);
+/* value_equals with one of a filter's alternatives, read as a number here. */
+static bool value_equals_text(const cJSON *v, const char *text) {
+  double d = 0;
+  bool is_number = cJSON_IsNumber(v) && uri_number(text, &d);
+  return value_equals(v, text, is_number, d);
 }
 
 /*
  * An ordered comparison of a row's value with a filter's, as SQLite makes
  * it when resources_query binds the filter value (a number when the column
- * is numeric and the text reads as one): numbers by value, numbers before
+ * is numeric and the value reads as one): numbers by value, numbers before
  * text, text by bytes. 2 for a NULL (it compares with nothing).
  */
-static int ordered_compare(const cJSON *v, const char *text, bool numeric) {
-  double p;
-  bool p_number = numeric && sub_text_number(text, &p);
+static int ordered_compare(const cJSON *v, const uri_filter *f) {
+  bool p_number = f->numeric && f->is_number;
+  double p = f->number;
   if (cJSON_IsNumber(v) || cJSON_IsBool(v)) {
     if (!p_number) return -1;
     double x = cJSON_IsBool(v) ? (cJSON_IsTrue(v) ? 1 : 0) : v->valuedouble;
@@ -539,7 +525,7 @@ static int ordered_compare(const cJSON *v, const char *text, bool numeric) {
   }
   if (cJSON_IsString(v)) {
     if (p_number) return 1;
-    int c = strcmp(v->valuestring, text);
+    int c = strcmp(v->valuestring, f->value);
     return c < 0 ? -1 : c > 0 ? 1 : 0;
   }
   return 2;
@@ -548,22 +534,22 @@ static int ordered_compare(const cJSON *v, const char *text, bool numeric) {
 static bool filter_matches(const uri_filter *f, const cJSON *v) {
   if (v == NULL || cJSON_IsNull(v)) return false; /* NULL matches no operator (as in SQL) */
   switch (f->op) {
-  case URI_EQ: return value_matches(v, f->value);
-  case URI_NE: return !value_matches(v, f->value);
+  case URI_EQ: return value_equals(v, f->value, f->is_number, f->number);
+  case URI_NE: return !value_equals(v, f->value, f->is_number, f->number);
   case URI_IN:
     for (size_t i = 0; i < f->n_alts; i++)
-      if (value_matches(v, f->alts[i])) return true;
+      if (value_equals_text(v, f->alts[i])) return true;
     return false;
   case URI_SW: return cJSON_IsString(v) && strncmp(v->valuestring, f->value, strlen(f->value)) == 0;
   case URI_CT: return cJSON_IsString(v) && strstr(v->valuestring, f->value) != NULL;
-  case URI_GT: return ordered_compare(v, f->value, f->numeric) == 1;
+  case URI_GT: return ordered_compare(v, f) == 1;
   case URI_GE: {
-    int c = ordered_compare(v, f->value, f->numeric);
+    int c = ordered_compare(v, f);
     return c == 1 || c == 0;
   }
-  case URI_LT: return ordered_compare(v, f->value, f->numeric) == -1;
+  case URI_LT: return ordered_compare(v, f) == -1;
   case URI_LE: {
-    int c = ordered_compare(v, f->value, f->numeric);
+    int c = ordered_compare(v, f);
     return c == -1 || c == 0;
   }
   }

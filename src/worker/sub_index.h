@@ -194,8 +194,6 @@ bool sub_topic_matches(const sub_topic *t, const sub_change *change);
 /* The topic with this key, or NULL. */
 sub_topic *sub_index_find(const sub_index *idx, const char *key);
 
-/* Does text read entirely as a finite number (*d)? */
-bool sub_text_number(const char *s, double *d);
 /*
  * True when every filter of parsed holds on row (a JSON object): equality
  * and one-of as before (a number equals text that reads as it), ordered

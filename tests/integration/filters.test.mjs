@@ -69,6 +69,12 @@ const CASES = [
   ['qty=gt=4&tag=red', [5]],
   ['qty=gt=x', []], // a number column against text: numbers sort before text
   ['qty=lt=x', [1, 2, 3, 5, 6]],
+  // A value is a number exactly when SQLite reads it as one: spaces around it are read
+  // over, hexadecimal is text.
+  ['qty=12%20', [5]],
+  ['qty=lt=%207.5', [1, 3, 6]],
+  ['qty=0xC', []],
+  ['qty=gt=0x5', []],
 ];
 
 test('each operator selects the rows it says, through REST and resources/read', async () => {

@@ -386,6 +386,11 @@ static void test_filters(void) {
   /* Numbers: by value, with text that reads as a number. */
   CHECK_INT_EQ(count_filter(s, p, "price_cents", STORE_EQ, cJSON_CreateString("899")), 1);
   CHECK_INT_EQ(count_filter(s, p, "price_cents", STORE_EQ, cJSON_CreateString("899.0")), 1);
+  /* As SQLite reads a number: spaces around it, not hexadecimal (0x383 is 899). */
+  CHECK_INT_EQ(count_filter(s, p, "price_cents", STORE_EQ, cJSON_CreateString(" 899 ")), 1);
+  CHECK_INT_EQ(count_filter(s, p, "price_cents", STORE_EQ, cJSON_CreateString("0x383")), 0);
+  CHECK_INT_EQ(count_filter(s, p, "price_cents", STORE_GT, cJSON_CreateString("\t1000")), 2);
+  CHECK_INT_EQ(count_filter(s, p, "price_cents", STORE_GT, cJSON_CreateString("-1e999")), 5);
   CHECK_INT_EQ(count_filter(s, p, "price_cents", STORE_EQ, cJSON_CreateNumber(899)), 1);
   CHECK_INT_EQ(count_filter(s, p, "price_cents", STORE_GT, cJSON_CreateNumber(1000)), 2);
   CHECK_INT_EQ(count_filter(s, p, "price_cents", STORE_LE, cJSON_CreateNumber(450)), 2);

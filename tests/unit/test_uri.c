@@ -2,9 +2,12 @@
  * Unit tests of resource URIs: every accepted form (collection, record
  * with encoded keys, filtered, paged, about, schema), every malformed
  * case (-EINVAL), foreign URIs (-ENOENT), percent-coding both ways, and
- * that uri_format(uri_parse(x)) is canonical and a fixed point.
+ * that uri_format(uri_parse(x)) is canonical and a fixed point, and
+ * that a filter value reads as a number exactly when SQLite reads it so.
  */
 #include <errno.h>
+#include <math.h>
+#include <sqlite3.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -381,6 +384,88 @@ static void test_operators(void) {
   expect_bad_filter(many, "more than 32 alternatives");
 }
 
+/*
+ * SQLite's own reading of text as a number, the one uri_number promises to
+ * make: text put into a column of NUMERIC affinity is stored as a number
+ * exactly when it reads as one.
+ */
+static bool sqlite_number(sqlite3 *db, const char *text, double *d) {
+  sqlite3_stmt *ins, *sel;
+  CHECK(sqlite3_prepare_v2(db, "INSERT INTO t VALUES (?1)", -1, &ins, NULL) == SQLITE_OK);
+  CHECK(sqlite3_bind_text(ins, 1, text, -1, SQLITE_STATIC) == SQLITE_OK);
+  CHECK(sqlite3_step(ins) == SQLITE_DONE);
+  sqlite3_finalize(ins);
+  CHECK(sqlite3_prepare_v2(db, "SELECT n FROM t", -1, &sel, NULL) == SQLITE_OK);
+  CHECK(sqlite3_step(sel) == SQLITE_ROW);
+  int type = sqlite3_column_type(sel, 0);
+  *d = sqlite3_column_double(sel, 0);
+  sqlite3_finalize(sel);
+  CHECK(sqlite3_exec(db, "DELETE FROM t", NULL, NULL, NULL) == SQLITE_OK);
+  return type == SQLITE_INTEGER || type == SQLITE_FLOAT;
+}
+
+static void check_number_as_sqlite(sqlite3 *db, const char *text) {
+  double ours = 0, theirs = 0;
+  bool a = uri_number(text, &ours), b = sqlite_number(db, text, &theirs);
+  if (a != b || (a && ours != theirs)) {
+    fprintf(stderr, "uri_number(\"%s\"): %d %g, SQLite: %d %g\n", text, a, ours, b, theirs);
+    CHECK(false);
+  }
+}
+
+static void test_number(void) {
+  double d;
+  CHECK(uri_number("12", &d) && d == 12);
+  CHECK(uri_number(" -1.5e2 ", &d) && d == -150);
+  CHECK(uri_number(".5", &d) && d == 0.5);
+  CHECK(uri_number("5.", &d) && d == 5);
+  CHECK(uri_number("1e999", &d) && isinf(d) && d > 0);
+  CHECK(!uri_number("0x10", &d));
+  CHECK(!uri_number("inf", &d));
+  CHECK(!uri_number("NaN", &d));
+  CHECK(!uri_number("", &d));
+  CHECK(!uri_number(" ", &d));
+  CHECK(!uri_number("1e", &d));
+  CHECK(!uri_number("1 2", &d));
+  CHECK(!uri_number("- 1", &d));
+  CHECK(!uri_number("12abc", &d));
+
+  /* Against SQLite itself: the cases above, and many made of a number's characters. */
+  sqlite3 *db;
+  CHECK(sqlite3_open(":memory:", &db) == SQLITE_OK);
+  CHECK(sqlite3_exec(db, "CREATE TABLE t (n NUMERIC)", NULL, NULL, NULL) == SQLITE_OK);
+  static const char *const fixed[] = {
+      "12",    " -1.5e2 ", ".5", "5.", "1e999", "-1e999", "0x10",  "inf",    "Infinity",
+      "NaN",   "",         " ",  "1e", "1 2",   "- 1",    "12abc", "+.5e-3", "\t7\n",
+      "\v8\f", "1.e5",     ".",  "+",  "-0",    "00",     "1e+",   "1E-2",   "\r9\r"};
+  for (size_t i = 0; i < sizeof(fixed) / sizeof(fixed[0]); i++)
+    check_number_as_sqlite(db, fixed[i]);
+  static const char alphabet[] = " \t+-.0123456789eEx";
+  unsigned seed = 12345;
+  for (int i = 0; i < 20000; i++) {
+    char text[9];
+    size_t len = (size_t)(i % 9);
+    for (size_t j = 0; j < len; j++) {
+      seed = seed * 1103515245u + 12345u;
+      text[j] = alphabet[(seed >> 16) % (sizeof(alphabet) - 1)];
+    }
+    text[len] = '\0';
+    check_number_as_sqlite(db, text);
+  }
+  sqlite3_close(db);
+
+  /* A filter keeps its value's number from the parse. */
+  uri_t u;
+  CHECK(uri_parse(BASE, BASE "/T?a=gt=%201.5&b=0x10&c=7|x", &u) == 0);
+  CHECK(u.filters[0].is_number && u.filters[0].number == 1.5);
+  CHECK(!u.filters[1].is_number);
+  CHECK(u.filters[2].is_number && u.filters[2].number == 7);
+  uri_t c = uri_copy(&u);
+  CHECK(c.filters[0].is_number && c.filters[0].number == 1.5);
+  uri_finish(&c);
+  uri_finish(&u);
+}
+
 int main(void) {
   RUN(test_collection);
   RUN(test_record);
@@ -391,5 +476,6 @@ int main(void) {
   RUN(test_codec);
   RUN(test_canonical);
   RUN(test_operators);
+  RUN(test_number);
   return 0;
 }

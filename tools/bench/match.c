@@ -10,6 +10,10 @@
  *   eq       Orders?customer=<customer>    the equality index (before it:
  *                                          every topic tested per change)
  *   prefix   Orders?path=sw=/<customer>/   the prefix index (likewise)
+ *   range    Orders?num=ge=<n>&code=le=<n> ordered filters on numeric
+ *                                          columns (n the customer's
+ *                                          number in both): no index, every
+ *                                          topic tested per change
  *
  * and, for scale, one collection topic that every change matches. Prints
  * one JSON object per kind and N, a run of tools/bench/run's "match"
@@ -52,6 +56,8 @@ static void kind_uri(char *uri, size_t len, const char *kind, long c) {
     snprintf(uri, len, BASE "/Orders?customer=c%ld", c);
   else if (strcmp(kind, "prefix") == 0)
     snprintf(uri, len, BASE "/Orders?path=sw=/c%ld/", c);
+  else if (strcmp(kind, "range") == 0)
+    snprintf(uri, len, BASE "/Orders?num=ge=%ld&code=le=%ld", c, c);
   else
     snprintf(uri, len, BASE "/Orders");
 }
@@ -68,6 +74,9 @@ static int run(const char *kind, long topics, long changes) {
       fprintf(stderr, "bench_match: cannot parse %s\n", uri);
       return 1;
     }
+    for (size_t f = 0; f < u.n_filters; f++) /* as the store says of num and code */
+      u.filters[f].numeric =
+          strcmp(u.filters[f].column, "num") == 0 || strcmp(u.filters[f].column, "code") == 0;
     (void)sub_index_add(&idx, uri, uri, &u, &owner, 0);
     uri_finish(&u);
   }
@@ -77,7 +86,8 @@ static int run(const char *kind, long topics, long changes) {
   char *keys[ROWS];
   for (int i = 0; i < ROWS; i++) {
     char key[32];
-    snprintf(key, sizeof(key), "c%ld", (long)((uint64_t)i * 2654435761u % (uint64_t)topics));
+    long customer = (long)((uint64_t)i * 2654435761u % (uint64_t)topics);
+    snprintf(key, sizeof(key), "c%ld", customer);
     keys[i] = strdup(key);
     rows[i] = cJSON_CreateObject();
     cJSON_AddStringToObject(rows[i], "customer", key);
@@ -85,6 +95,8 @@ static int run(const char *kind, long topics, long changes) {
     snprintf(path, sizeof(path), "/%s/orders/%d", key, i);
     cJSON_AddStringToObject(rows[i], "path", path);
     cJSON_AddNumberToObject(rows[i], "total", i);
+    cJSON_AddNumberToObject(rows[i], "num", (double)customer);
+    cJSON_AddNumberToObject(rows[i], "code", (double)customer);
     cJSON_AddStringToObject(rows[i], "status", "open");
   }
   uint64_t matched = 0;
@@ -120,7 +132,7 @@ int main(int argc, char **argv) {
     }
   }
   if (changes <= 0) changes = 1;
-  static const char *const kinds[] = {"record", "eq", "prefix"};
+  static const char *const kinds[] = {"record", "eq", "prefix", "range"};
   if (run("collection", 1000, changes) != 0) return 1; /* one topic: the same at any size */
   char *list = strdup(sizes);
   for (char *save = NULL, *tok = strtok_r(list, ",", &save); tok != NULL;
