@@ -162,6 +162,10 @@ bool uri_number(const char *s, double *d) {
   return true;
 }
 
+void uri_filter_read_number(uri_filter *f) {
+  f->is_number = uri_number(f->value, &f->number);
+}
+
 void uri_filter_free(uri_filter *f) {
   free(f->column);
   free(f->value);
@@ -196,7 +200,7 @@ static int uri_parse_filter_value(const char *v, size_t len, uri_filter *f) {
   if (bar == NULL) {
     f->value = uri_decode_component(v, len);
     if (f->value == NULL) return uri_fail("a filter value has a bad %-escape");
-    f->is_number = uri_number(f->value, &f->number);
+    uri_filter_read_number(f);
     return 0;
   }
   f->op = URI_IN;
@@ -213,7 +217,7 @@ static int uri_parse_filter_value(const char *v, size_t len, uri_filter *f) {
     p = next + 1;
   }
   f->value = mem_strdup(f->alts[0]);
-  f->is_number = uri_number(f->value, &f->number);
+  uri_filter_read_number(f);
   return 0;
 }
 

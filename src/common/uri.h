@@ -59,7 +59,11 @@ typedef struct uri_filter {
   char **alts; /* URI_IN: every value (n_alts >= 2), each decoded; else NULL */
   size_t n_alts;
   bool numeric; /* set by whoever knows the column: its values compare as numbers */
-  /* The value read as a number (uri_number), once, for every change it is tested against. */
+  /*
+   * The value read as a number (uri_number), once, for every change it is
+   * tested against: uri_parse reads it; a filter made otherwise calls
+   * uri_filter_read_number.
+   */
   bool is_number;
   double number;
 } uri_filter;
@@ -95,6 +99,8 @@ const char *uri_op_name(uri_op op);
  * in C) takes a value for a number exactly when this says so.
  */
 bool uri_number(const char *s, double *d);
+/* Sets f's is_number and number from its value. */
+void uri_filter_read_number(uri_filter *f);
 /* Frees a filter's strings. */
 void uri_filter_free(uri_filter *f);
 void uri_finish(uri_t *u);

@@ -71,6 +71,7 @@ int auth_scope_apply(const auth_scope *scope, uri_t *u) {
   memmove(&u->filters[at + 1], &u->filters[at], (u->n_filters - at) * sizeof(uri_filter));
   u->filters[at] = (uri_filter){.column = mem_strdup(scope->column),
                                 .value = mem_strdup(scope->value)}; /* equality */
+  uri_filter_read_number(&u->filters[at]);
   u->n_filters++;
   if (u->kind == URI_COLLECTION) u->kind = URI_FILTERED;
   return 0;
@@ -84,6 +85,7 @@ store_guard auth_guard(const auth_principal *p, const auth_scope *scope) {
 bool auth_scope_matches(const auth_scope *scope, const cJSON *row) {
   if (!scope->scoped) return true;
   uri_filter f = {.column = (char *)scope->column, .value = (char *)scope->value}; /* read only */
+  uri_filter_read_number(&f);
   uri_t one;
   memset(&one, 0, sizeof(one));
   one.n_filters = 1;

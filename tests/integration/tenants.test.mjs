@@ -36,6 +36,7 @@ before(async () => {
   key.nobody = add('stray', 'tenant-user'); // no tenant attribute: its scope cannot bind
   key.ops = add('ops', 'writer');
   key.acmeWriter = add('acme-writer', 'tenant-writer');
+  key.org7 = add('org7-writer', 'org-writer');
   const policy = path.join(dir, 'policy.json');
   fs.writeFileSync(
     policy,
@@ -47,8 +48,11 @@ before(async () => {
         'tenant-writer': {
           tables: { Widget: { rights: ['read', 'subscribe', 'write'], scope: { column: 'tenant', bind: 'claim:tenant' } } },
         },
+        'org-writer': {
+          tables: { Ticket: { rights: ['read', 'subscribe', 'write'], scope: { column: 'org', bind: 'claim:org' } } },
+        },
       },
-      keys: { 'acme-agent': { tenant: 'acme' }, 'bolt-agent': { tenant: 'bolt' }, 'acme-writer': { tenant: 'acme' } },
+      keys: { 'acme-agent': { tenant: 'acme' }, 'bolt-agent': { tenant: 'bolt' }, 'acme-writer': { tenant: 'acme' }, 'org7-writer': { org: 7 } },
     }),
   );
   const schema = path.join(dir, 'schema.sql');
@@ -56,6 +60,8 @@ before(async () => {
     schema,
     `CREATE TABLE Widget (id TEXT PRIMARY KEY, tenant TEXT NOT NULL, v INTEGER NOT NULL DEFAULT 0);
      INSERT INTO Widget VALUES ('a0', 'acme', 1), ('b0', 'bolt', 1);
+     CREATE TABLE Ticket (id INTEGER PRIMARY KEY, org INTEGER NOT NULL, v INTEGER NOT NULL DEFAULT 0);
+     INSERT INTO Ticket VALUES (1, 7, 0), (2, 8, 0);
      CREATE TABLE Secret (id INTEGER PRIMARY KEY, v TEXT);
      INSERT INTO Secret VALUES (1, 'x');`,
   );
@@ -117,6 +123,25 @@ test('two tenants on one collection: each is notified of exactly its own rows, w
     await t.s.delete();
   }
   await ops.delete();
+});
+
+test('a scope on an integer column, bound to a number: its rows are notified, read and written', async () => {
+  const k = bearer(key.org7);
+  const s = await McpSession.open(srv.port, { headers: k });
+  const st = await EventStream.open(srv.port, s.id, { headers: k });
+  await st.waitPrimed();
+  assert.deepEqual(await s.result('resources/subscribe', { uri: `${srv.base}/Ticket` }), {});
+  sqlite(srv.dbPath, 'UPDATE Ticket SET v = v + 1'); // both rows: only org 7's is the caller's
+  const own = await s.result('tools/call', { name: 'put_record', arguments: { table: 'Ticket', key: '1', record: { id: 1, org: 7, v: 10 } } });
+  assert.ok(!own.isError, JSON.stringify(own));
+  const other = await s.result('tools/call', { name: 'put_record', arguments: { table: 'Ticket', key: '2', record: { id: 2, org: 7, v: 10 } } });
+  assert.equal(other.isError, true);
+  await sleep(600);
+  assert.deepEqual(notified(st), ['/Ticket /Ticket/1', '/Ticket /Ticket/1'], st.describe());
+  const rows = JSON.parse((await s.read(`${srv.base}/Ticket`)).contents[0].text);
+  assert.deepEqual(rows.map((r) => [r.id, r.v]), [[1, 10]]);
+  st.close();
+  await s.delete();
 });
 
 test('reads agree: resources/read, query_records, wait_and_read and REST see only the caller\'s rows', async () => {
@@ -186,7 +211,7 @@ test('completion/complete agrees: only readable tables, only the caller\'s keys'
     'the same answer as for a table that does not exist');
   await acme.delete();
   const ops = await McpSession.open(srv.port, { headers: bearer(key.ops) });
-  assert.deepEqual((await complete(ops, `${B}/{table}/{key}`, 'table', '')).completion.values.sort(), ['Secret', 'Widget']);
+  assert.deepEqual((await complete(ops, `${B}/{table}/{key}`, 'table', '')).completion.values.sort(), ['Secret', 'Ticket', 'Widget']);
   assert.ok((await complete(ops, `${B}/Widget/{key}`, 'key', 'b')).completion.values.includes('b0'));
   await ops.delete();
 });

@@ -457,6 +457,7 @@ static sub_t *add_scoped(sub_index *idx, const char *uri, const char *tenant, su
   u.filters = realloc(u.filters, (u.n_filters + 1) * sizeof(uri_filter));
   CHECK(u.filters != NULL);
   u.filters[u.n_filters] = (uri_filter){.column = strdup("category"), .value = strdup(tenant)};
+  uri_filter_read_number(&u.filters[u.n_filters]); /* as auth_scope_apply makes it */
   u.n_filters++;
   char key[256];
   snprintf(key, sizeof(key), "%s\ncategory=%s", uri, tenant);
@@ -490,6 +491,12 @@ static void test_scoped_topics(void) {
   m = match(&idx, "Product", "A-100", NULL, "{\"category\":\"bolt\"}", "{\"category\":\"bolt\"}");
   CHECK_INT_EQ(m.n, 1);
   CHECK(count_topic(&m, cb->topic) == 1);
+  /* A scope of a number column: its value, text, equals the number, as in SQL. */
+  sub_t *c7 = add_scoped(&idx, BASE "/Product", "7", &session_a);
+  m = match(&idx, "Product", "A-100", NULL, "{\"category\":7}", "{\"category\":7.0}");
+  CHECK_INT_EQ(m.n, 1);
+  CHECK(count_topic(&m, c7->topic) == 1);
+  sub_index_remove(&idx, c7);
   sub_index_remove(&idx, ra);
   sub_index_remove(&idx, ca);
   sub_index_remove(&idx, cb);
