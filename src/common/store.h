@@ -40,6 +40,7 @@ typedef struct store_column {
   bool notnull;
   bool generated; /* GENERATED ALWAYS AS: read like any column, never written (-EINVAL) */
   bool numeric;   /* values compare as numbers with a filter value that reads as one */
+  bool untyped;   /* no type (SQLite's BLOB affinity): a number there equals no text */
   bool binary;    /* text compares byte by byte (SQLite's BINARY): a prefix is a range of it */
   bool nocase;    /* SQLite's NOCASE (ASCII letters compare folded): so is the folded prefix */
 } store_column;

@@ -624,15 +624,17 @@ static int store_bind_key(sqlite3_stmt *st, int idx, const store_table *t, const
 
 /* Schema: exported tables ------------------------------------------------------ */
 
-/* Does a column declared decl have numeric affinity (INTEGER, REAL or NUMERIC)? */
-static bool sq_affinity_numeric(const char *d) {
+/* The affinity of a column declared decl, as far as filters tell them apart. */
+typedef enum { SQ_NUMERIC, SQ_TEXT, SQ_BLOB } sq_affinity;
+
+static sq_affinity sq_affinity_of(const char *d) {
   /* SQLite's affinity rules (datatype3.html §3.1), in their order. */
-  if (strcasestr(d, "INT") != NULL) return true;
+  if (strcasestr(d, "INT") != NULL) return SQ_NUMERIC;
   if (strcasestr(d, "CHAR") != NULL || strcasestr(d, "CLOB") != NULL ||
       strcasestr(d, "TEXT") != NULL)
-    return false;
-  if (strcasestr(d, "BLOB") != NULL || d[0] == '\0') return false;
-  return true; /* REAL, FLOA, DOUB, or anything else: NUMERIC */
+    return SQ_TEXT;
+  if (strcasestr(d, "BLOB") != NULL || d[0] == '\0') return SQ_BLOB;
+  return SQ_NUMERIC; /* REAL, FLOA, DOUB, or anything else: NUMERIC */
 }
 
 /*
@@ -670,7 +672,8 @@ static int store_read_table(store_t *s, const char *name, bool without_rowid, st
     col->decl_type = mem_strdup(decl ? decl : "");
     col->notnull = sqlite3_column_int(st, 2) != 0;
     col->generated = sqlite3_column_int(st, 4) != 0;
-    col->numeric = sq_affinity_numeric(col->decl_type);
+    col->numeric = sq_affinity_of(col->decl_type) == SQ_NUMERIC;
+    col->untyped = sq_affinity_of(col->decl_type) == SQ_BLOB;
     const char *collation = NULL;
     bool known = sqlite3_table_column_metadata(sq(s)->db, "main", name, col->name, NULL, &collation,
                                                NULL, NULL, NULL) == SQLITE_OK &&

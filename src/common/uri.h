@@ -60,6 +60,12 @@ typedef struct uri_filter {
   size_t n_alts;
   bool numeric; /* set by whoever knows the column: its values compare as numbers */
   /*
+   * Set likewise: the column has no type (SQLite's BLOB affinity, as one
+   * declared without a type), holds numbers and text as they were written
+   * and converts neither: a number there equals no text.
+   */
+  bool untyped;
+  /*
    * The value read as a number (uri_number), once, for every change it is
    * tested against: uri_parse reads it; a filter made otherwise calls
    * uri_filter_read_number.

@@ -159,8 +159,9 @@ static void table_free(sub_table *st) {
  * and bytes, so that value_equals(v, text) holds exactly when v's key is
  * among text's keys:
  *   's' and the text       a string equal to it
- *   'n' and the double     a number, when the text reads as one
- *                          (uri_number, as value_equals reads it; -0 as 0)
+ *   'n' and the double     a number, when the text reads as one and the
+ *                          column is not untyped (uri_number, as
+ *                          value_equals reads it; -0 as 0)
  *   'b' and "1" or "0"     a boolean, when the text is "1" or "0"
  * A topic without an equality but with a starts-with filter (sw) is filed
  * under 'p' and its prefix, and a change looks up its string values cut
@@ -199,12 +200,12 @@ static void eq_key_number(sub_table *st, uint8_t col, double d, bool ne, eq_fn f
   eq_key(st, col, EQ_KIND('n', ne), &d, sizeof(d), fn, data);
 }
 
-/* fn for every key of a filter value's text. */
-static void eq_text_keys(sub_table *st, uint8_t col, const char *text, bool ne, eq_fn fn,
-                         void *data) {
+/* fn for every key of a filter value's text; numbers: unless the column is untyped (uri_filter). */
+static void eq_text_keys(sub_table *st, uint8_t col, const char *text, bool numbers, bool ne,
+                         eq_fn fn, void *data) {
   eq_key(st, col, EQ_KIND('s', ne), text, strlen(text), fn, data);
   double d;
-  if (uri_number(text, &d)) eq_key_number(st, col, d, ne, fn, data);
+  if (numbers && uri_number(text, &d)) eq_key_number(st, col, d, ne, fn, data);
   if (strcmp(text, "1") == 0 || strcmp(text, "0") == 0)
     eq_key(st, col, EQ_KIND('b', ne), text, 1, fn, data);
 }
@@ -300,9 +301,10 @@ static void eq_file(sub_table *st, sub_topic *t, eq_fn fn) {
     return;
   }
   if (f->op == URI_IN)
-    for (size_t i = 0; i < f->n_alts; i++) eq_text_keys(st, col, f->alts[i], false, fn, t);
+    for (size_t i = 0; i < f->n_alts; i++)
+      eq_text_keys(st, col, f->alts[i], !f->untyped, false, fn, t);
   else
-    eq_text_keys(st, col, f->value, false, fn, t);
+    eq_text_keys(st, col, f->value, !f->untyped, false, fn, t);
   st->eq_topics[col] += (uint32_t)delta;
 }
 
@@ -317,7 +319,8 @@ static uint8_t ne_column_of(const sub_topic *t) {
 
 /* eq_file for an ne-only topic. */
 static void ne_file(sub_table *st, sub_topic *t, eq_fn fn) {
-  eq_text_keys(st, t->columns[0], t->parsed.filters[0].value, true, fn, t);
+  const uri_filter *f = &t->parsed.filters[0];
+  eq_text_keys(st, t->columns[0], f->value, !f->untyped, true, fn, t);
   st->ne_topics[t->columns[0]] += (uint32_t)(fn == eq_add ? 1 : -1);
 }
 
@@ -490,10 +493,12 @@ bool sub_index_watches(const sub_index *idx, const char *table) {
 
 /*
  * Does a column value (from a row as JSON) equal a filter's text? Strings
- * compare as text; numbers compare numerically when the text reads as a
- * number (so "5" and "5.0" both match 5: is_number and number are the
- * text's uri_number), as SQLite's numeric affinity would. NULL equals
- * nothing.
+ * compare as text. A number equals text that reads as that number
+ * (is_number and number: the text's uri_number; so "5" and "5.0" both
+ * match 5), as SQLite converts the text it compares with a column of
+ * numeric affinity; but not on an untyped column (uri_filter.untyped),
+ * which holds numbers as written and converts nothing: there a number
+ * equals no text. NULL equals nothing.
  */
 static bool value_equals(const cJSON *v, const char *text, bool is_number, double number) {
   if (cJSON_IsString(v)) return strcmp(v->valuestring, text) == 0;
@@ -502,10 +507,10 @@ static bool value_equals(const cJSON *v, const char *text, bool is_number, doubl
   return false;
 }
 
-/* value_equals with one of a filter's alternatives, read as a number here. */
-static bool value_equals_text(const cJSON *v, const char *text) {
+/* value_equals with one of f's alternatives, read as a number here. */
+static bool value_equals_alt(const cJSON *v, const uri_filter *f, const char *text) {
   double d = 0;
-  bool is_number = cJSON_IsNumber(v) && uri_number(text, &d);
+  bool is_number = !f->untyped && cJSON_IsNumber(v) && uri_number(text, &d);
   return value_equals(v, text, is_number, d);
 }
 
@@ -534,11 +539,11 @@ static int ordered_compare(const cJSON *v, const uri_filter *f) {
 static bool filter_matches(const uri_filter *f, const cJSON *v) {
   if (v == NULL || cJSON_IsNull(v)) return false; /* NULL matches no operator (as in SQL) */
   switch (f->op) {
-  case URI_EQ: return value_equals(v, f->value, f->is_number, f->number);
-  case URI_NE: return !value_equals(v, f->value, f->is_number, f->number);
+  case URI_EQ: return value_equals(v, f->value, !f->untyped && f->is_number, f->number);
+  case URI_NE: return !value_equals(v, f->value, !f->untyped && f->is_number, f->number);
   case URI_IN:
     for (size_t i = 0; i < f->n_alts; i++)
-      if (value_equals_text(v, f->alts[i])) return true;
+      if (value_equals_alt(v, f, f->alts[i])) return true;
     return false;
   case URI_SW: return cJSON_IsString(v) && strncmp(v->valuestring, f->value, strlen(f->value)) == 0;
   case URI_CT: return cJSON_IsString(v) && strstr(v->valuestring, f->value) != NULL;

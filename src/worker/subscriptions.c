@@ -1416,6 +1416,7 @@ int subs_resolve_in(const char *base, store_t *st, const char *text, uri_t *u) {
     ok = col >= 0;
     /* Ordered operators compare as the column's affinity says (sub_filters_match). */
     if (ok) u->filters[i].numeric = store_column_numeric(t, col);
+    if (ok) u->filters[i].untyped = t->cols[col].untyped;
   }
   /* A record key is checked against its table: bounded, and canonical for an integer key. */
   if (ok && u->kind == URI_RECORD && strlen(u->key) > SUBS_KEY_MAX) ok = false;

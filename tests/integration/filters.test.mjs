@@ -28,12 +28,15 @@ const ROWS = [
   [5, 'cherry', 12, 0.5, 'red'],
   [6, null, 5, 5, 'a|b'],
 ];
+// Column u has no type: it keeps the number 5 and the text '5' apart.
+const UNTYPED = [5, '5', null, null, null, null];
 
 before(async () => {
   dir = makeTempDir('mcpsub-filters-');
   const schema = path.join(dir, 'schema.sql');
-  const values = ROWS.map((r) => `(${r.map((v) => (v === null ? 'NULL' : typeof v === 'string' ? `'${v}'` : v)).join(', ')}, 'n')`).join(', ');
-  fs.writeFileSync(schema, `CREATE TABLE Item (id INTEGER PRIMARY KEY, name TEXT, qty INTEGER, price REAL, tag TEXT, note);
+  const sql = (v) => (v === null ? 'NULL' : typeof v === 'string' ? `'${v}'` : v);
+  const values = ROWS.map((r, i) => `(${r.map(sql).join(', ')}, 'n', ${sql(UNTYPED[i])})`).join(', ');
+  fs.writeFileSync(schema, `CREATE TABLE Item (id INTEGER PRIMARY KEY, name TEXT, qty INTEGER, price REAL, tag TEXT, note, u);
     INSERT INTO Item VALUES ${values};`);
   srv = await startServer({ schema });
 });
@@ -75,6 +78,11 @@ const CASES = [
   ['qty=lt=%207.5', [1, 3, 6]],
   ['qty=0xC', []],
   ['qty=gt=0x5', []],
+  // A column without a type converts nothing: its number 5 is not the text 5.
+  ['u=5', [2]],
+  ['u=ne=5', [1]],
+  ['u=5|7', [2]],
+  ['u=lt=x', [1, 2]],
 ];
 
 test('each operator selects the rows it says, through REST and resources/read', async () => {

@@ -27,9 +27,20 @@ static sub_owner session_a = {SUB_OWNER_SESSION};
 static sub_owner session_b = {SUB_OWNER_SESSION};
 static sub_owner waiter = {SUB_OWNER_WAITER};
 
+/*
+ * Marks the filters on the test tables' untyped columns so (T.w and
+ * Product.b), as subs_resolve_in does from the store.
+ */
+static void resolve_untyped(uri_t *u) {
+  for (size_t i = 0; i < u->n_filters; i++)
+    u->filters[i].untyped =
+        strcmp(u->filters[i].column, "w") == 0 || strcmp(u->filters[i].column, "b") == 0;
+}
+
 static sub_t *add(sub_index *idx, const char *uri, sub_owner *owner) {
   uri_t u;
   CHECK_INT_EQ(uri_parse(BASE, uri, &u), 0);
+  resolve_untyped(&u);
   sub_t *s = sub_index_add(idx, uri, uri, &u, owner, 0);
   uri_finish(&u); /* the index keeps its own copy */
   CHECK(s != NULL);
@@ -324,18 +335,23 @@ static void test_multiple_filters(void) {
   sub_index_finish(&idx);
 }
 
-/* sub_filters_match on one filter col=text against a row {"col": <json>}. */
-static bool filter_holds(const char *text, const char *json_value) {
+/* sub_filters_match on one filter col=text against a row {"col": <json>}: w is untyped. */
+static bool column_filter_holds(const char *col, const char *text, const char *json_value) {
   char uri[256], json[256];
-  snprintf(uri, sizeof(uri), BASE "/T?v=%s", text);
-  snprintf(json, sizeof(json), "{\"v\":%s}", json_value);
+  snprintf(uri, sizeof(uri), BASE "/T?%s=%s", col, text);
+  snprintf(json, sizeof(json), "{\"%s\":%s}", col, json_value);
   uri_t u;
   CHECK_INT_EQ(uri_parse(BASE, uri, &u), 0);
+  resolve_untyped(&u);
   cJSON *r = row(json);
   bool ok = sub_filters_match(&u, r);
   cJSON_Delete(r);
   uri_finish(&u);
   return ok;
+}
+
+static bool filter_holds(const char *text, const char *json_value) {
+  return column_filter_holds("v", text, json_value);
 }
 
 static void test_filter_values(void) {
@@ -364,6 +380,16 @@ static void test_filter_values(void) {
   CHECK(!filter_holds("null", "null"));
   CHECK(!filter_holds("", "null"));
   CHECK(!filter_holds("0", "null"));
+  /*
+   * A column without a type converts nothing: a number there equals no
+   * text (SQL's 5 = '5' is false), whatever the text reads as.
+   */
+  CHECK(!column_filter_holds("w", "5", "5"));
+  CHECK(column_filter_holds("w", "5", "\"5\""));
+  CHECK(column_filter_holds("w", "ne=5", "5"));
+  CHECK(!column_filter_holds("w", "5|6", "5"));
+  CHECK(column_filter_holds("w", "5|6", "\"6\""));
+  CHECK(column_filter_holds("v", "5|6", "5"));
 
   /* Not an object: nothing matches. */
   uri_t u;
@@ -675,6 +701,7 @@ static void eq_fill(sub_index *idx, sub_t **subs, int *n, int upto, sub_owner *o
     eq_uri(uri, sizeof(uri));
     uri_t u;
     if (uri_parse(BASE, uri, &u) != 0) continue;
+    resolve_untyped(&u);
     subs[(*n)++] = sub_index_add(idx, uri, uri, &u, owner, 0);
     uri_finish(&u);
   }
@@ -712,6 +739,7 @@ static void test_equality_same_uri(void) {
   const char *uri = BASE "/Product?a=5|6";
   uri_t u;
   CHECK_INT_EQ(uri_parse(BASE, uri, &u), 0);
+  resolve_untyped(&u);
   sub_t *subs[8];
   char key[128];
   for (int i = 0; i < 8; i++) {
