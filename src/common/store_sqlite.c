@@ -1423,13 +1423,27 @@ static void store_sql_filter(sqlite3_str *q, const store_table *t, const store_f
       [STORE_NE] = "<>", [STORE_GT] = ">", [STORE_GE] = ">=", [STORE_LT] = "<", [STORE_LE] = "<=",
   };
   const char *col = t->cols[f->col].name;
+  /*
+   * Text compares byte for byte (sub_index.c): on a column of another
+   * collation (NOCASE, RTRIM) a comparison names BINARY. An equality also
+   * keeps the column's own, which every byte-equal value satisfies, so
+   * that an index on the column still finds the rows.
+   */
+  bool other = !t->cols[f->col].binary;
   switch (f->op) {
   case STORE_EQ:
-    store_sql_ident(q, col);
-    if (cJSON_IsNull(f->value))
+    if (cJSON_IsNull(f->value)) {
+      store_sql_ident(q, col);
       sqlite3_str_appendall(q, " IS NULL");
-    else
-      sqlite3_str_appendf(q, " = ?%d", ++*param);
+      break;
+    }
+    ++*param;
+    if (other) {
+      store_sql_ident(q, col);
+      sqlite3_str_appendf(q, " = ?%d AND ", *param);
+    }
+    store_sql_ident(q, col);
+    sqlite3_str_appendf(q, "%s = ?%d", other ? " COLLATE BINARY" : "", *param);
     break;
   case STORE_SW:
   case STORE_CT:
@@ -1456,16 +1470,20 @@ static void store_sql_filter(sqlite3_str *q, const store_table *t, const store_f
     }
     break;
   case STORE_IN: {
-    store_sql_ident(q, col);
-    sqlite3_str_appendall(q, " IN (");
-    for (int i = 0; i < cJSON_GetArraySize(f->value); i++)
-      sqlite3_str_appendf(q, "%s?%d", i > 0 ? ", " : "", ++*param);
-    sqlite3_str_appendall(q, ")");
+    int first = *param + 1, n = cJSON_GetArraySize(f->value);
+    for (int pass = other ? 0 : 1; pass < 2; pass++) {
+      if (pass == 1 && other) sqlite3_str_appendall(q, " AND ");
+      store_sql_ident(q, col);
+      sqlite3_str_appendall(q, pass == 1 && other ? " COLLATE BINARY IN (" : " IN (");
+      for (int i = 0; i < n; i++) sqlite3_str_appendf(q, "%s?%d", i > 0 ? ", " : "", first + i);
+      sqlite3_str_appendall(q, ")");
+    }
+    *param += n;
     break;
   }
   default:
     store_sql_ident(q, col);
-    sqlite3_str_appendf(q, " %s ?%d", cmp[f->op], ++*param);
+    sqlite3_str_appendf(q, "%s %s ?%d", other ? " COLLATE BINARY" : "", cmp[f->op], ++*param);
     break;
   }
 }

@@ -30,13 +30,16 @@ const ROWS = [
 ];
 // Column u has no type: it keeps the number 5 and the text '5' apart.
 const UNTYPED = [5, '5', null, null, null, null];
+// Columns ci (NOCASE) and rt (RTRIM): filters compare their text byte for byte all the same.
+const COLLATED = [['Apple', 'a '], ['apple', 'a'], [null, null], [null, null], [null, null], [null, null]];
 
 before(async () => {
   dir = makeTempDir('mcpsub-filters-');
   const schema = path.join(dir, 'schema.sql');
   const sql = (v) => (v === null ? 'NULL' : typeof v === 'string' ? `'${v}'` : v);
-  const values = ROWS.map((r, i) => `(${r.map(sql).join(', ')}, 'n', ${sql(UNTYPED[i])})`).join(', ');
-  fs.writeFileSync(schema, `CREATE TABLE Item (id INTEGER PRIMARY KEY, name TEXT, qty INTEGER, price REAL, tag TEXT, note, u);
+  const values = ROWS.map((r, i) => `(${[...r, 'n', UNTYPED[i], ...COLLATED[i]].map(sql).join(', ')})`).join(', ');
+  fs.writeFileSync(schema, `CREATE TABLE Item (id INTEGER PRIMARY KEY, name TEXT, qty INTEGER, price REAL, tag TEXT, note, u,
+      ci TEXT COLLATE NOCASE, rt TEXT COLLATE RTRIM);
     INSERT INTO Item VALUES ${values};`);
   srv = await startServer({ schema });
 });
@@ -83,6 +86,12 @@ const CASES = [
   ['u=ne=5', [1]],
   ['u=5|7', [2]],
   ['u=lt=x', [1, 2]],
+  ['ci=apple', [2]],
+  ['ci=ne=apple', [1]],
+  ['ci=gt=B', [2]],
+  ['ci=apple|x', [2]],
+  ['rt=a', [2]],
+  ['rt=gt=a', [1]],
 ];
 
 test('each operator selects the rows it says, through REST and resources/read', async () => {

@@ -871,6 +871,30 @@ static void test_prefix_filter(void) {
   CHECK_STR_EQ(got, "a[");
   sw_keys(s, t, "n", "12", got, sizeof(got)); /* text values only, where "12" would bind as 12 */
   CHECK_STR_EQ(got, "apple");                 /* A-up's "12" was stored as 12 */
+  /* Equality and order on NOCASE are byte for byte too, as the subscriptions compare. */
+  struct {
+    store_op op;
+    const char *value;
+    int64_t want;
+  } exact[] = {{STORE_EQ, "apple", 0},
+               {STORE_EQ, "Apple", 1},
+               {STORE_NE, "Apple", 9},
+               {STORE_GT, "a", 4},
+               {STORE_LT, "B", 5}};
+  for (size_t i = 0; i < sizeof(exact) / sizeof(exact[0]); i++) {
+    cJSON *v = cJSON_CreateString(exact[i].value);
+    store_filter f = {.col = store_column_index(t, "ci"), .op = exact[i].op, .value = v};
+    int64_t n = -1;
+    CHECK(store_count_where(s, t, &f, 1, &n) == 0);
+    CHECK_INT_EQ(n, exact[i].want);
+    cJSON_Delete(v);
+  }
+  cJSON *any = cJSON_Parse("[\"apricot\", \"APRICOT\", \"az1\"]");
+  store_filter f_in = {.col = store_column_index(t, "ci"), .op = STORE_IN, .value = any};
+  int64_t n_in = -1;
+  CHECK(store_count_where(s, t, &f_in, 1, &n_in) == 0);
+  CHECK_INT_EQ(n_in, 1); /* APRICOT, not AZ1 */
+  cJSON_Delete(any);
   raw_exec(raw, "DROP TABLE Words");
   CHECK(store_refresh_schema(s, &changed) == 0);
   sqlite3_close(raw);
