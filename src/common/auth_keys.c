@@ -134,7 +134,11 @@ int auth_keyring_parse(const char *text, size_t len, auth_keyring *out, char *er
       goto done;
     }
     auth_keyring_add(out, name->valuestring, role->valuestring, h,
-                     cJSON_IsNumber(created) ? (int64_t)created->valuedouble : 0);
+                     /* A time this file could hold; else unknown (0). */
+                     cJSON_IsNumber(created) && created->valuedouble >= 0 &&
+                             created->valuedouble < 1e18
+                         ? (int64_t)created->valuedouble
+                         : 0);
   }
 done:
   cJSON_Delete(root);

@@ -314,7 +314,9 @@ static auth_outcome auth_jwt(worker_t *w, http_conn_t *c, http_request_t *req, c
   e->claims = claims;
   e->generation = a->jwks.generation;
   const cJSON *exp = cJSON_GetObjectItemCaseSensitive(claims, "exp");
-  e->expires_ms = (int64_t)exp->valuedouble * 1000 + AUTH_JWT_LEEWAY_S * 1000;
+  /* jwt_verify checked exp against the clock; one past int64_t's milliseconds is held as 1e15 s. */
+  double exp_s = exp->valuedouble < 1e15 ? exp->valuedouble : 1e15;
+  e->expires_ms = (int64_t)exp_s * 1000 + AUTH_JWT_LEEWAY_S * 1000;
   auth_token_principal(a, e, p);
   return AUTH_PASSED;
 }

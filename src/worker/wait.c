@@ -275,7 +275,12 @@ cJSON *wait_tool(mcp_call *call, const cJSON *args) {
         "wait_and_read requires resources (1 to %d of {uri, sinceVersion}), an optional "
         "integer timeoutMs >= 0 and an optional boolean includeState",
         WAIT_MAX_RESOURCES);
-  uint64_t timeout_ms = timeout != NULL ? (uint64_t)timeout->valuedouble : WAIT_DEFAULT_TIMEOUT_MS;
+  uint64_t timeout_ms = WAIT_DEFAULT_TIMEOUT_MS;
+  /* Compared as a double first: a number past uint64_t's range has no conversion. */
+  if (timeout != NULL)
+    timeout_ms = timeout->valuedouble >= (double)w->cfg->max_wait_ms
+                     ? w->cfg->max_wait_ms
+                     : (uint64_t)timeout->valuedouble;
   if (timeout_ms > w->cfg->max_wait_ms) timeout_ms = w->cfg->max_wait_ms;
   bool include_state = cJSON_IsTrue(include);
 
