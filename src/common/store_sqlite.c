@@ -1410,10 +1410,25 @@ static int sq_get_record_text(store_t *s, const store_table *t, const char *key,
 static bool store_sw_range(const store_table *t, const store_filter *f) {
   const store_column *c = &t->cols[f->col];
   /* Not under numeric affinity either: there "12" would be bound as 12, and text sorts after it. */
-  if (f->op != STORE_SW || !(c->binary || c->nocase) || c->numeric || !cJSON_IsString(f->value))
+  if (f->op != STORE_SW || !(c->binary || c->nocase) || c->numeric || c->untyped ||
+      !cJSON_IsString(f->value))
     return false;
   size_t len = strlen(f->value->valuestring);
   return len > 0 && (unsigned char)f->value->valuestring[len - 1] != 0xFF;
+}
+
+/*
+ * Appends column c as a filter compares it: the column, or on an untyped
+ * one (which keeps a blob as written) a blob as its hex text, as a row and
+ * its audit image show it (store_sql_json_value) and so the subscriptions
+ * compare it.
+ */
+static void store_sql_filter_col(sqlite3_str *q, const store_column *c) {
+  if (c->untyped)
+    sqlite3_str_appendf(q, "(CASE WHEN typeof(\"%w\") = 'blob' THEN hex(\"%w\") ELSE \"%w\" END)",
+                        c->name, c->name, c->name);
+  else
+    store_sql_ident(q, c->name);
 }
 
 /* Appends one filter's condition on its column; *param numbers the placeholders. */
@@ -1422,58 +1437,64 @@ static void store_sql_filter(sqlite3_str *q, const store_table *t, const store_f
   static const char *const cmp[] = {
       [STORE_NE] = "<>", [STORE_GT] = ">", [STORE_GE] = ">=", [STORE_LT] = "<", [STORE_LE] = "<=",
   };
-  const char *col = t->cols[f->col].name;
+  const store_column *c = &t->cols[f->col];
   /*
    * Text compares byte for byte (sub_index.c): on a column of another
    * collation (NOCASE, RTRIM) a comparison names BINARY. An equality also
    * keeps the column's own, which every byte-equal value satisfies, so
-   * that an index on the column still finds the rows.
+   * that an index on the column still finds the rows (not on an untyped
+   * column: its blobs compare as their hex text, which the column does not
+   * hold).
    */
-  bool other = !t->cols[f->col].binary;
+  bool other = !c->binary, narrow = other && !c->untyped;
   switch (f->op) {
   case STORE_EQ:
     if (cJSON_IsNull(f->value)) {
-      store_sql_ident(q, col);
+      store_sql_ident(q, c->name);
       sqlite3_str_appendall(q, " IS NULL");
       break;
     }
     ++*param;
-    if (other) {
-      store_sql_ident(q, col);
+    if (narrow) {
+      store_sql_ident(q, c->name);
       sqlite3_str_appendf(q, " = ?%d AND ", *param);
     }
-    store_sql_ident(q, col);
+    store_sql_filter_col(q, c);
     sqlite3_str_appendf(q, "%s = ?%d", other ? " COLLATE BINARY" : "", *param);
     break;
   case STORE_SW:
   case STORE_CT:
     sqlite3_str_appendall(q, "(typeof(");
-    store_sql_ident(q, col);
+    store_sql_filter_col(q, c);
     sqlite3_str_appendall(q, ") = 'text' AND ");
     ++*param;
     if (f->op == STORE_SW) {
       sqlite3_str_appendall(q, "substr(");
-      store_sql_ident(q, col);
+      store_sql_filter_col(q, c);
       sqlite3_str_appendf(q, ", 1, length(?%d)) = ?%d)", *param, *param);
       if (store_sw_range(t, f)) { /* its bounds: two more parameters */
         sqlite3_str_appendall(q, " AND ");
-        store_sql_ident(q, col);
+        store_sql_ident(q, c->name);
         sqlite3_str_appendf(q, " >= ?%d AND ", *param + 1);
-        store_sql_ident(q, col);
+        store_sql_ident(q, c->name);
         sqlite3_str_appendf(q, " < ?%d", *param + 2);
         *param += 2;
       }
     } else {
       sqlite3_str_appendall(q, "instr(");
-      store_sql_ident(q, col);
+      store_sql_filter_col(q, c);
       sqlite3_str_appendf(q, ", ?%d) > 0)", *param);
     }
     break;
   case STORE_IN: {
     int first = *param + 1, n = cJSON_GetArraySize(f->value);
-    for (int pass = other ? 0 : 1; pass < 2; pass++) {
-      if (pass == 1 && other) sqlite3_str_appendall(q, " AND ");
-      store_sql_ident(q, col);
+    for (int pass = narrow ? 0 : 1; pass < 2; pass++) {
+      if (pass == 0) {
+        store_sql_ident(q, c->name);
+      } else {
+        if (narrow) sqlite3_str_appendall(q, " AND ");
+        store_sql_filter_col(q, c);
+      }
       sqlite3_str_appendall(q, pass == 1 && other ? " COLLATE BINARY IN (" : " IN (");
       for (int i = 0; i < n; i++) sqlite3_str_appendf(q, "%s?%d", i > 0 ? ", " : "", first + i);
       sqlite3_str_appendall(q, ")");
@@ -1482,7 +1503,7 @@ static void store_sql_filter(sqlite3_str *q, const store_table *t, const store_f
     break;
   }
   default:
-    store_sql_ident(q, col);
+    store_sql_filter_col(q, c);
     sqlite3_str_appendf(q, "%s %s ?%d", other ? " COLLATE BINARY" : "", cmp[f->op], ++*param);
     break;
   }

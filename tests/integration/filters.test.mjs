@@ -28,15 +28,16 @@ const ROWS = [
   [5, 'cherry', 12, 0.5, 'red'],
   [6, null, 5, 5, 'a|b'],
 ];
-// Column u has no type: it keeps the number 5 and the text '5' apart.
-const UNTYPED = [5, '5', null, null, null, null];
+// Column u has no type: it keeps the number 5 and the text '5' apart, and a blob as written
+// (shown, and compared, as its hex text).
+const UNTYPED = [5, '5', { blob: '414243' }, null, null, null];
 // Columns ci (NOCASE) and rt (RTRIM): filters compare their text byte for byte all the same.
 const COLLATED = [['Apple', 'a '], ['apple', 'a'], [null, null], [null, null], [null, null], [null, null]];
 
 before(async () => {
   dir = makeTempDir('mcpsub-filters-');
   const schema = path.join(dir, 'schema.sql');
-  const sql = (v) => (v === null ? 'NULL' : typeof v === 'string' ? `'${v}'` : v);
+  const sql = (v) => (v === null ? 'NULL' : typeof v === 'string' ? `'${v}'` : v.blob ? `X'${v.blob}'` : v);
   const values = ROWS.map((r, i) => `(${[...r, 'n', UNTYPED[i], ...COLLATED[i]].map(sql).join(', ')})`).join(', ');
   fs.writeFileSync(schema, `CREATE TABLE Item (id INTEGER PRIMARY KEY, name TEXT, qty INTEGER, price REAL, tag TEXT, note, u,
       ci TEXT COLLATE NOCASE, rt TEXT COLLATE RTRIM);
@@ -83,9 +84,13 @@ const CASES = [
   ['qty=gt=0x5', []],
   // A column without a type converts nothing: its number 5 is not the text 5.
   ['u=5', [2]],
-  ['u=ne=5', [1]],
+  ['u=ne=5', [1, 3]],
   ['u=5|7', [2]],
-  ['u=lt=x', [1, 2]],
+  ['u=lt=x', [1, 2, 3]],
+  ['u=414243', [3]],
+  ['u=sw=41', [3]],
+  ['u=ct=24', [3]],
+  ['u=gt=4', [2, 3]],
   ['ci=apple', [2]],
   ['ci=ne=apple', [1]],
   ['ci=gt=B', [2]],
