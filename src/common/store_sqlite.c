@@ -1431,6 +1431,17 @@ static void store_sql_filter_col(sqlite3_str *q, const store_column *c) {
     store_sql_ident(q, c->name);
 }
 
+/* Appends " = ?first", or " IN (?first, ...)" for n values. */
+static void store_sql_equals(sqlite3_str *q, int first, int n) {
+  if (n == 1) {
+    sqlite3_str_appendf(q, " = ?%d", first);
+    return;
+  }
+  sqlite3_str_appendall(q, " IN (");
+  for (int i = 0; i < n; i++) sqlite3_str_appendf(q, "%s?%d", i > 0 ? ", " : "", first + i);
+  sqlite3_str_appendall(q, ")");
+}
+
 /* Appends one filter's condition on its column; *param numbers the placeholders. */
 static void store_sql_filter(sqlite3_str *q, const store_table *t, const store_filter *f,
                              int *param) {
@@ -1449,19 +1460,24 @@ static void store_sql_filter(sqlite3_str *q, const store_table *t, const store_f
   bool other = !c->binary, narrow = other && !c->untyped;
   switch (f->op) {
   case STORE_EQ:
-    if (cJSON_IsNull(f->value)) {
+  case STORE_IN: {
+    if (f->op == STORE_EQ && cJSON_IsNull(f->value)) {
       store_sql_ident(q, c->name);
       sqlite3_str_appendall(q, " IS NULL");
       break;
     }
-    ++*param;
+    int first = *param + 1, n = f->op == STORE_IN ? cJSON_GetArraySize(f->value) : 1;
     if (narrow) {
       store_sql_ident(q, c->name);
-      sqlite3_str_appendf(q, " = ?%d AND ", *param);
+      store_sql_equals(q, first, n);
+      sqlite3_str_appendall(q, " AND ");
     }
     store_sql_filter_col(q, c);
-    sqlite3_str_appendf(q, "%s = ?%d", other ? " COLLATE BINARY" : "", *param);
+    if (other) sqlite3_str_appendall(q, " COLLATE BINARY");
+    store_sql_equals(q, first, n);
+    *param += n;
     break;
+  }
   case STORE_SW:
   case STORE_CT:
     sqlite3_str_appendall(q, "(typeof(");
@@ -1486,22 +1502,6 @@ static void store_sql_filter(sqlite3_str *q, const store_table *t, const store_f
       sqlite3_str_appendf(q, ", ?%d) > 0)", *param);
     }
     break;
-  case STORE_IN: {
-    int first = *param + 1, n = cJSON_GetArraySize(f->value);
-    for (int pass = narrow ? 0 : 1; pass < 2; pass++) {
-      if (pass == 0) {
-        store_sql_ident(q, c->name);
-      } else {
-        if (narrow) sqlite3_str_appendall(q, " AND ");
-        store_sql_filter_col(q, c);
-      }
-      sqlite3_str_appendall(q, pass == 1 && other ? " COLLATE BINARY IN (" : " IN (");
-      for (int i = 0; i < n; i++) sqlite3_str_appendf(q, "%s?%d", i > 0 ? ", " : "", first + i);
-      sqlite3_str_appendall(q, ")");
-    }
-    *param += n;
-    break;
-  }
   default:
     store_sql_filter_col(q, c);
     sqlite3_str_appendf(q, "%s %s ?%d", other ? " COLLATE BINARY" : "", cmp[f->op], ++*param);
