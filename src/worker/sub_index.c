@@ -37,6 +37,13 @@ typedef struct sub_table {
   uint32_t ne_topics[SUB_MAX_COLUMNS];
   size_t n_ne;
   uint64_t ne_mark;
+  /*
+   * The range index (below): per column, its gt/ge topics ([2 * col]) and
+   * its lt/le topics ([2 * col + 1]) by their filter's number; NULL until
+   * one is filed.
+   */
+  struct range_list *ranges;
+  size_t n_range;
   /* The lengths of the indexed prefixes (sw), by column, with how many topics have each. */
   struct prefix_len {
     uint8_t col;
@@ -50,6 +57,18 @@ typedef struct sub_table {
   size_t n_topics;         /* all topics on the table, records included */
   size_t n_scoped_records; /* record topics with filters (a row scope): they need rows */
 } sub_table;
+
+/* A topic in the range index, at its ordered filter's number. */
+typedef struct range_entry {
+  double at;
+  sub_topic *t;
+} range_entry;
+
+/* One column's and direction's range-indexed topics, by at. */
+typedef struct range_list {
+  range_entry *e;
+  size_t n, cap;
+} range_list;
 
 /* The topics filed under one key of the equality index (below). */
 typedef struct eq_list {
@@ -148,6 +167,8 @@ static void table_free(sub_table *st) {
   strmap_finish(&st->eq);
   free(st->prefix_lens);
   free(st->filtered_sorted);
+  for (size_t i = 0; st->ranges != NULL && i < 2 * SUB_MAX_COLUMNS; i++) free(st->ranges[i].e);
+  free(st->ranges);
   free(st);
 }
 
@@ -324,6 +345,72 @@ static void ne_file(sub_table *st, sub_topic *t, eq_fn fn) {
   st->ne_topics[t->columns[0]] += (uint32_t)(fn == eq_add ? 1 : -1);
 }
 
+/*
+ * The range index. A filtered topic with neither an equality nor a prefix
+ * to be found by, but an ordered filter (gt, ge, lt, le) on a named numeric
+ * column whose value reads as a number, is filed at that number: a gt or ge
+ * filter can hold for a row's number x only if its number is at most x, a
+ * lt or le filter only if its number is at least x, so a change looks for
+ * its rows' values in the two sorted lists of the column (a prefix of one,
+ * a suffix of the other) and tests only the topics found there whole, as
+ * the equality index's. A text value is above every number
+ * (ordered_compare): it can satisfy every gt and ge filter and no lt or le
+ * one; a NULL, none. Without it such topics were tested at every change,
+ * each: a table of per-agent thresholds paid for every agent per change.
+ */
+static int8_t range_filter_of(const sub_topic *t) {
+  for (size_t i = 0; i < t->parsed.n_filters; i++) {
+    const uri_filter *f = &t->parsed.filters[i];
+    bool ordered = f->op == URI_GT || f->op == URI_GE || f->op == URI_LT || f->op == URI_LE;
+    if (ordered && t->columns[i] != SUB_NO_COLUMN && f->numeric && f->is_number) return (int8_t)i;
+  }
+  return -1;
+}
+
+/* The list t is filed in (range_filter set), made at the first. */
+static range_list *range_list_of(sub_table *st, const sub_topic *t) {
+  const uri_filter *f = &t->parsed.filters[t->range_filter];
+  bool upper = f->op == URI_LT || f->op == URI_LE;
+  if (st->ranges == NULL) st->ranges = mem_calloc(2 * SUB_MAX_COLUMNS, sizeof(*st->ranges));
+  return &st->ranges[2 * t->columns[t->range_filter] + upper];
+}
+
+/* The first entry of l at or above x (above x: strictly). */
+static size_t range_bound(const range_list *l, double x, bool above) {
+  size_t lo = 0, hi = l->n;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (above ? l->e[mid].at <= x : l->e[mid].at < x)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo;
+}
+
+static void range_add(sub_table *st, sub_topic *t) {
+  range_list *l = range_list_of(st, t);
+  double at = t->parsed.filters[t->range_filter].number;
+  if (l->n == l->cap) {
+    l->cap = l->cap == 0 ? 8 : l->cap * 2;
+    l->e = mem_realloc(l->e, l->cap * sizeof(*l->e));
+  }
+  size_t i = range_bound(l, at, true);
+  memmove(&l->e[i + 1], &l->e[i], (l->n - i) * sizeof(*l->e));
+  l->e[i] = (range_entry){at, t};
+  l->n++;
+  st->n_range++;
+}
+
+static void range_remove(sub_table *st, sub_topic *t) {
+  range_list *l = range_list_of(st, t);
+  size_t i = range_bound(l, t->parsed.filters[t->range_filter].number, false);
+  while (l->e[i].t != t) i++; /* among those at the same number */
+  memmove(&l->e[i], &l->e[i + 1], (l->n - i - 1) * sizeof(*l->e));
+  l->n--;
+  st->n_range--;
+}
+
 static sub_topic *topic_create(sub_index *idx, const char *key, const char *uri,
                                const uri_t *parsed) {
   sub_topic *t = mem_calloc(1, sizeof(*t));
@@ -364,9 +451,12 @@ static sub_topic *topic_create(sub_index *idx, const char *key, const char *uri,
     for (size_t i = 0; i < t->parsed.n_filters; i++)
       t->columns[i] = table_column(st, &t->parsed.filters[i]);
     t->eq_filter = eq_filter_of(t);
+    t->range_filter = t->eq_filter < 0 ? range_filter_of(t) : -1;
     if (t->eq_filter >= 0) {
       eq_file(st, t, eq_add);
       st->n_eq++;
+    } else if (t->range_filter >= 0) {
+      range_add(st, t);
     } else {
       topic_link(&st->filtered, t);
       st->n_filtered++;
@@ -401,6 +491,8 @@ static void topic_destroy(sub_index *idx, sub_topic *t) {
   } else if (t->parsed.kind == URI_FILTERED && t->eq_filter >= 0) {
     eq_file(st, t, eq_remove);
     st->n_eq--;
+  } else if (t->parsed.kind == URI_FILTERED && t->range_filter >= 0) {
+    range_remove(st, t);
   } else if (t->parsed.kind == URI_FILTERED) {
     topic_unlink(&st->filtered, t);
     st->n_filtered--;
@@ -484,7 +576,8 @@ void sub_index_remove(sub_index *idx, sub_t *s) {
 
 bool sub_index_needs_rows(const sub_index *idx, const char *table) {
   const sub_table *st = strmap_get(&idx->tables, table, strlen(table));
-  return st != NULL && (st->filtered != NULL || st->n_eq > 0 || st->n_scoped_records > 0);
+  return st != NULL &&
+         (st->filtered != NULL || st->n_eq > 0 || st->n_range > 0 || st->n_scoped_records > 0);
 }
 
 bool sub_index_watches(const sub_index *idx, const char *table) {
@@ -691,6 +784,39 @@ static void eq_match(sub_table *st, const sub_change *change, const cJSON *const
   }
 }
 
+/* The topics of l a row's value v can satisfy the indexed filter of, tested whole (range index). */
+static void range_candidates(const range_list *l, bool upper, const cJSON *v, eq_probe *p) {
+  size_t from = 0, to = 0;
+  if (cJSON_IsNumber(v) || cJSON_IsBool(v)) {
+    double x = cJSON_IsBool(v) ? (cJSON_IsTrue(v) ? 1 : 0) : v->valuedouble;
+    from = upper ? range_bound(l, x, false) : 0;
+    to = upper ? l->n : range_bound(l, x, true);
+  } else if (cJSON_IsString(v) && !upper) {
+    to = l->n;
+  }
+  for (size_t i = from; i < to; i++) {
+    sub_topic *t = l->e[i].t;
+    if (topic_filters_match(t, p->change->old_row, p->old_values) ||
+        topic_filters_match(t, p->change->new_row, p->new_values))
+      match_collect(t, p->m);
+  }
+}
+
+/* The range-indexed topics the change's old or new row matches, into m (as eq_match). */
+static void range_match(sub_table *st, const sub_change *change, const cJSON *const *old_values,
+                        const cJSON *const *new_values, match_set *m) {
+  eq_probe p = {change, old_values, new_values, m};
+  for (size_t c = 0; c < st->n_columns; c++) {
+    for (int upper = 0; upper < 2; upper++) {
+      const range_list *l = &st->ranges[2 * c + (size_t)upper];
+      if (l->n == 0) continue;
+      range_candidates(l, upper, old_values[c], &p);
+      if (!eq_same_value(old_values[c], new_values[c]))
+        range_candidates(l, upper, new_values[c], &p);
+    }
+  }
+}
+
 /* What ne_lookup marks the topics it finds with. */
 typedef struct ne_probe {
   uint64_t mark;
@@ -754,11 +880,12 @@ void sub_index_match(const sub_index *idx, const sub_change *change,
     match_records(idx, change, change->old_key, match_collect, &m);
   for (sub_topic *t = st->collections; t != NULL; t = t->next) match_collect(t, &m);
   const cJSON *old_values[SUB_MAX_COLUMNS], *new_values[SUB_MAX_COLUMNS];
-  if (st->n_filtered > 0 || st->n_eq > 0) {
+  if (st->n_filtered > 0 || st->n_eq > 0 || st->n_range > 0) {
     table_values(st, change->old_row, old_values);
     table_values(st, change->new_row, new_values);
   }
   if (st->n_eq > 0) eq_match(st, change, old_values, new_values, &m);
+  if (st->n_range > 0) range_match(st, change, old_values, new_values, &m);
   if (m.n > 1) {
     qsort(m.list, m.n, sizeof(sub_topic *), match_compare);
     size_t n = 1; /* an indexed topic found through both rows' values, or two keys, once */

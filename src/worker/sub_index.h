@@ -10,9 +10,12 @@
  * col=v1|v2) under the values that can satisfy it, one with a starts-with
  * (col=sw=p) under its prefix:
  *   (table, column, value or prefix) -> filtered topics
+ * and one with neither but an ordered filter on a numeric column at its
+ * number (sub_index.c, the range index):
+ *   (table, column, gt/ge or lt/le) -> filtered topics sorted by number
  * Matching a change costs one hash lookup per kind and per such column in
  * its old and new rows (and per prefix length), plus one filter test per
- * topic found there and per filtered topic without either: no SQL, no
+ * topic found there and per filtered topic without any: no SQL, no
  * allocation per subscriber, and a table of many selective topics (one
  * per customer, say) is not tested topic by topic. A topic whose one
  * filter is ne is filed under the values it excludes, so that its test is
@@ -99,6 +102,8 @@ struct sub_topic {
   uint8_t columns[URI_MAX_FILTERS];
   /* The filter (eq, any of, or sw) the table's index finds it by, or -1: tested per change. */
   int8_t eq_filter;
+  /* Else the ordered filter the table's range index files it by, or -1. */
+  int8_t range_filter;
   frame_tag tag;          /* "-t<order>": its updates' event ids end with it */
   sub_topic *next, *prev; /* in its table's collection or filtered list, or its record bucket */
   uri_t parsed;           /* kind, table, key, filters */

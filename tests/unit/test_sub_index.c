@@ -28,19 +28,24 @@ static sub_owner session_b = {SUB_OWNER_SESSION};
 static sub_owner waiter = {SUB_OWNER_WAITER};
 
 /*
- * Marks the filters on the test tables' untyped columns so (T.w and
- * Product.b), as subs_resolve_in does from the store.
+ * Marks the filters on the test tables' columns as subs_resolve_in does from
+ * the store: T.w and Product.b untyped, and the numeric ones (Product.a
+ * among them: the range index files only filters on numeric columns).
  */
-static void resolve_untyped(uri_t *u) {
-  for (size_t i = 0; i < u->n_filters; i++)
-    u->filters[i].untyped =
-        strcmp(u->filters[i].column, "w") == 0 || strcmp(u->filters[i].column, "b") == 0;
+static void resolve_columns(uri_t *u) {
+  static const char *const numeric[] = {"a", "v", "delta", "in_stock", "price_cents", "qty"};
+  for (size_t i = 0; i < u->n_filters; i++) {
+    uri_filter *f = &u->filters[i];
+    f->untyped = strcmp(f->column, "w") == 0 || strcmp(f->column, "b") == 0;
+    for (size_t j = 0; j < sizeof(numeric) / sizeof(numeric[0]); j++)
+      f->numeric = f->numeric || strcmp(f->column, numeric[j]) == 0;
+  }
 }
 
 static sub_t *add(sub_index *idx, const char *uri, sub_owner *owner) {
   uri_t u;
   CHECK_INT_EQ(uri_parse(BASE, uri, &u), 0);
-  resolve_untyped(&u);
+  resolve_columns(&u);
   sub_t *s = sub_index_add(idx, uri, uri, &u, owner, 0);
   uri_finish(&u); /* the index keeps its own copy */
   CHECK(s != NULL);
@@ -342,7 +347,7 @@ static bool column_filter_holds(const char *col, const char *text, const char *j
   snprintf(json, sizeof(json), "{\"%s\":%s}", col, json_value);
   uri_t u;
   CHECK_INT_EQ(uri_parse(BASE, uri, &u), 0);
-  resolve_untyped(&u);
+  resolve_columns(&u);
   cJSON *r = row(json);
   bool ok = sub_filters_match(&u, r);
   cJSON_Delete(r);
@@ -636,7 +641,10 @@ static const char *eq_prefix(void) {
 /* A random filtered URI on columns a and b; most have a filter the index files them by. */
 static void eq_uri(char *uri, size_t len) {
   const char *a = eq_text(), *b = eq_text(), *c = eq_text();
-  switch (rand() % 10) {
+  switch (rand() % 13) {
+  case 10: snprintf(uri, len, BASE "/Product?a=gt=%s", a); break; /* the range index */
+  case 11: snprintf(uri, len, BASE "/Product?a=le=%s&b=ne=%s", a, b); break;
+  case 12: snprintf(uri, len, BASE "/Product?a=ge=%s&b=lt=%s", a, b); break;
   case 0: snprintf(uri, len, BASE "/Product?a=%s", a); break;
   case 1: snprintf(uri, len, BASE "/Product?a=eq=%s", a); break;
   case 2: snprintf(uri, len, BASE "/Product?a=%s|%s|%s", a, b, c); break;
@@ -701,7 +709,7 @@ static void eq_fill(sub_index *idx, sub_t **subs, int *n, int upto, sub_owner *o
     eq_uri(uri, sizeof(uri));
     uri_t u;
     if (uri_parse(BASE, uri, &u) != 0) continue;
-    resolve_untyped(&u);
+    resolve_columns(&u);
     subs[(*n)++] = sub_index_add(idx, uri, uri, &u, owner, 0);
     uri_finish(&u);
   }
@@ -739,7 +747,7 @@ static void test_equality_same_uri(void) {
   const char *uri = BASE "/Product?a=5|6";
   uri_t u;
   CHECK_INT_EQ(uri_parse(BASE, uri, &u), 0);
-  resolve_untyped(&u);
+  resolve_columns(&u);
   sub_t *subs[8];
   char key[128];
   for (int i = 0; i < 8; i++) {

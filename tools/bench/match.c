@@ -12,8 +12,12 @@
  *   prefix   Orders?path=sw=/<customer>/   the prefix index (likewise)
  *   range    Orders?num=ge=<n>&code=le=<n> ordered filters on numeric
  *                                          columns (n the customer's
- *                                          number in both): no index, every
- *                                          topic tested per change
+ *                                          number in both): the range index
+ *                                          finds the topics at or below a
+ *                                          change's num, half of them
+ *   alert    Orders?num=gt=<N + n>         a threshold above every row:
+ *                                          the range index finds none (no
+ *                                          topic matches)
  *
  * and, for scale, one collection topic that every change matches. Prints
  * one JSON object per kind and N, a run of tools/bench/run's "match"
@@ -48,8 +52,8 @@ static void count(sub_topic *t, void *data) {
   (*(uint64_t *)data)++;
 }
 
-/* The subscribed URI of kind for customer c (c < 0: the collection). */
-static void kind_uri(char *uri, size_t len, const char *kind, long c) {
+/* The subscribed URI of kind for customer c of n_topics (c < 0: the collection). */
+static void kind_uri(char *uri, size_t len, const char *kind, long c, long n_topics) {
   if (strcmp(kind, "record") == 0)
     snprintf(uri, len, BASE "/Orders/c%ld", c);
   else if (strcmp(kind, "eq") == 0)
@@ -58,6 +62,8 @@ static void kind_uri(char *uri, size_t len, const char *kind, long c) {
     snprintf(uri, len, BASE "/Orders?path=sw=/c%ld/", c);
   else if (strcmp(kind, "range") == 0)
     snprintf(uri, len, BASE "/Orders?num=ge=%ld&code=le=%ld", c, c);
+  else if (strcmp(kind, "alert") == 0)
+    snprintf(uri, len, BASE "/Orders?num=gt=%ld", n_topics + c);
   else
     snprintf(uri, len, BASE "/Orders");
 }
@@ -68,7 +74,7 @@ static int run(const char *kind, long topics, long changes) {
   long n = strcmp(kind, "collection") == 0 ? 1 : topics;
   char uri[256];
   for (long i = 0; i < n; i++) {
-    kind_uri(uri, sizeof(uri), kind, i);
+    kind_uri(uri, sizeof(uri), kind, i, n);
     uri_t u;
     if (uri_parse(BASE, uri, &u) != 0) {
       fprintf(stderr, "bench_match: cannot parse %s\n", uri);
@@ -132,7 +138,7 @@ int main(int argc, char **argv) {
     }
   }
   if (changes <= 0) changes = 1;
-  static const char *const kinds[] = {"record", "eq", "prefix", "range"};
+  static const char *const kinds[] = {"record", "eq", "prefix", "range", "alert"};
   if (run("collection", 1000, changes) != 0) return 1; /* one topic: the same at any size */
   char *list = strdup(sizes);
   for (char *save = NULL, *tok = strtok_r(list, ",", &save); tok != NULL;
