@@ -17,7 +17,7 @@ import { McpSession } from './lib/mcp.mjs';
 import { request } from './lib/raw.mjs';
 import { sqlite } from './lib/sqlite.mjs';
 import { EventStream } from './lib/sse.mjs';
-import { waitFor } from './lib/wait.mjs';
+import { sleep, waitFor } from './lib/wait.mjs';
 
 let srv;
 let dir;
@@ -36,6 +36,42 @@ const UNTYPED = [5, '5', { blob: '414243' }, null, null, null];
 // Columns ci (NOCASE) and rt (RTRIM): filters compare their text byte for byte all the same.
 const COLLATED = [['Apple', 'a '], ['apple', 'a'], [null, null], [null, null], [null, null], [null, null]];
 
+/* A small deterministic generator (mulberry32): the same rows and filters every run. */
+function generator(seed) {
+  let a = seed >>> 0;
+  const next = () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+  return (list) => list[Math.floor(next() * list.length)];
+}
+
+// Random rows for the random filters' test (table Rnd): columns of every kind the stores tell
+// apart, on PostgreSQL its typed ones.
+const RANDOM_POOLS = {
+  i: [null, 0, 1, 5, -3, 10, ...(PG_MODE ? [] : ["'5x'"])],
+  r: [null, 0.5, 5, 2.25, -1, 1e3],
+  t: [null, "'a'", "'B'", "'apple'", "'Apple'", "'5'", "' 5'", "''", "'a b'"],
+  ...(PG_MODE ? {} : {
+    n: [null, "'apple'", "'Apple'", "'B'", "'b'", "'5'"],
+    u: [null, 5, "'5'", 5.5, "'x'", "X'41'", "'apple'"],
+  }),
+};
+const RANDOM_ROWS = (() => {
+  const pick = generator(20261127);
+  return Array.from({ length: 40 }, (_, k) => [k + 1, ...Object.values(RANDOM_POOLS).map((pool) => pick(pool))]);
+})();
+
+function randomTableSql() {
+  const types = { i: 'INTEGER', r: PG_MODE ? 'DOUBLE PRECISION' : 'REAL', t: 'TEXT', n: 'TEXT COLLATE NOCASE', u: '' };
+  const cols = Object.keys(RANDOM_POOLS);
+  return `CREATE TABLE Rnd (id INTEGER PRIMARY KEY, ${cols.map((c) => `${c} ${types[c]}`).join(', ')}, touch INTEGER NOT NULL DEFAULT 0);
+    INSERT INTO Rnd (id, ${cols.join(', ')}) VALUES ${RANDOM_ROWS.map((r) => `(${r.map((v) => (v === null ? 'NULL' : v)).join(', ')})`).join(', ')};`;
+}
+
 before(async () => {
   dir = makeTempDir('mcpsub-filters-');
   const schema = path.join(dir, 'schema.sql');
@@ -44,12 +80,14 @@ before(async () => {
     const values = ROWS.map((r) => `(${[...r, 'n'].map(sql).join(', ')})`).join(', ');
     fs.writeFileSync(schema, `CREATE TABLE Item (id INTEGER PRIMARY KEY, name TEXT, qty INTEGER, price DOUBLE PRECISION,
         tag TEXT, note TEXT);
-      INSERT INTO Item VALUES ${values};`);
+      INSERT INTO Item VALUES ${values};
+      ${randomTableSql()}`);
   } else {
     const values = ROWS.map((r, i) => `(${[...r, 'n', UNTYPED[i], ...COLLATED[i]].map(sql).join(', ')})`).join(', ');
     fs.writeFileSync(schema, `CREATE TABLE Item (id INTEGER PRIMARY KEY, name TEXT, qty INTEGER, price REAL, tag TEXT, note, u,
         ci TEXT COLLATE NOCASE, rt TEXT COLLATE RTRIM);
-      INSERT INTO Item VALUES ${values};`);
+      INSERT INTO Item VALUES ${values};
+      ${randomTableSql()}`);
   }
   srv = await startServer({ schema });
 });
@@ -138,6 +176,44 @@ test('a subscription with an operator is notified of exactly the rows the same U
     for (let i = 0; i < CASES.length; i++) {
       const got = st.updates(uris[i]).map((e) => Number(e.json.params.uri.split('/').pop())).sort((a, b) => a - b);
       assert.deepEqual(got, CASES[i][1], CASES[i][0]);
+    }
+    st.close();
+  } finally {
+    await s.delete();
+  }
+});
+
+test('random rows and random filters: reads and subscriptions agree on every one', async () => {
+  const pick = generator(4242);
+  const cols = Object.keys(RANDOM_POOLS);
+  const values = ['5', '5.0', '%205', '5%20', '0x5', 'a', 'B', 'apple', 'Apple', '41', '-3', '1e1', 'x', 'a%20b', '0.5', '10'];
+  const ops = ['', 'ne=', 'gt=', 'ge=', 'lt=', 'le=', 'sw=', 'ct=', 'in'];
+  const queries = new Set();
+  while (queries.size < 80) {
+    const op = pick(ops);
+    const value = op === 'in' ? `${pick(values)}|${pick(values)}` : `${op}${pick(values)}`;
+    queries.add(`${pick(cols)}=${value}`);
+  }
+  const s = await McpSession.open(srv.port);
+  try {
+    const want = new Map();
+    for (const q of queries) {
+      const res = await request(srv.port, { path: `/Rnd?${q}` });
+      if (res.status === 400) continue; // a filter that does not parse (a|a): refused alike
+      assert.equal(res.status, 200, `${q}: ${res.text}`);
+      want.set(q, res.json().map((r) => r.id).sort((a, b) => a - b));
+      assert.deepEqual(await s.result('resources/subscribe', { uri: `${srv.base}/Rnd?${q}` }), {}, q);
+    }
+    assert.ok(want.size > 60, `${want.size} filters parsed`);
+    const st = await EventStream.open(srv.port, s.id);
+    await st.waitPrimed();
+    sqlite(srv.dbPath, 'UPDATE Rnd SET touch = touch + 1');
+    const expected = [...want.values()].reduce((n, ids) => n + ids.length, 0);
+    await waitFor(() => st.updates().length >= expected, { timeoutMs: 5000, message: `${expected} updates` });
+    await sleep(300); // and no more than those
+    for (const [q, ids] of want) {
+      const got = st.updates(`${srv.base}/Rnd?${q}`).map((e) => Number(e.json.params.uri.split('/').pop())).sort((a, b) => a - b);
+      assert.deepEqual(got, ids, `${q} (rows: ${JSON.stringify(RANDOM_ROWS)})`);
     }
     st.close();
   } finally {
