@@ -914,9 +914,34 @@ static void collect_topic(sub_topic *t, void *data) {
   w->matched[w->n_matched++] = t;
 }
 
-/* A change for the index; its row images only when some topic must test them (rows). */
-static sub_change change_of(const store_audit_row *row, bool rows) {
+/*
+ * Folds key, in place, as t's key column compares it when that is SQLite's
+ * NOCASE (ASCII letters to lower case): reads and writes find a record by
+ * its key so, so /T/apple names the row stored as 'Apple', and a record
+ * topic's key and a change's are compared folded (subs_resolve_in,
+ * change_of). Other collations compare as stored.
+ */
+static bool subs_key_folds(const store_table *t) {
+  return t != NULL && t->key_col >= 0 && t->cols[t->key_col].nocase;
+}
+
+static void subs_key_fold(char *key) {
+  for (char *p = key; *p != '\0'; p++)
+    if (*p >= 'A' && *p <= 'Z') *p = (char)(*p - 'A' + 'a');
+}
+
+/*
+ * A change for the index; its row images only when some topic must test
+ * them (rows); its key folded into fold when its table's key folds.
+ */
+static sub_change change_of(worker_t *w, const store_audit_row *row, bool rows, buf_t *fold) {
   sub_change c = {row->seq, row->table, row->key, NULL, NULL, NULL};
+  if (subs_key_folds(store_find_table(w->store, row->table))) {
+    buf_reset(fold);
+    buf_append_str(fold, row->key);
+    subs_key_fold(fold->data);
+    c.key = fold->data;
+  }
   if (rows) store_audit_row_images(row, &c.old_row, &c.new_row);
   return c;
 }
@@ -940,7 +965,7 @@ static void subs_on_change(const store_audit_row *row, void *data) {
   }
   if (!sub_index_watches(&w->subs, row->table)) return;
   /* The row images are parsed only for a table with filtered (or row-scoped) topics. */
-  sub_change change = change_of(row, sub_index_needs_rows(&w->subs, row->table));
+  sub_change change = change_of(w, row, sub_index_needs_rows(&w->subs, row->table), &w->key_fold);
   w->n_matched = 0;
   sub_index_match(&w->subs, &change, collect_topic, w);
   if (w->n_matched == 0) return; /* in (order, uri) order: the index matches in that order */
@@ -1288,6 +1313,7 @@ int64_t subs_position(worker_t *w) {
 void subs_init(worker_t *w) {
   sub_index_init(&w->subs);
   buf_init(&w->fmt_uri);
+  buf_init(&w->key_fold);
   buf_init(&w->fmt_head);
   buf_init(&w->turn.uris);
   buf_init(&w->turn.bytes);
@@ -1323,6 +1349,7 @@ void subs_finish(worker_t *w) {
   coalesce_finish(w);
   strmap_finish(&w->subs_unsaved);
   buf_finish(&w->fmt_uri);
+  buf_finish(&w->key_fold);
   buf_finish(&w->fmt_head);
   free(w->matched);
   w->matched = NULL;
@@ -1433,6 +1460,7 @@ int subs_resolve_in(const char *base, store_t *st, const char *text, uri_t *u) {
       u->key = mem_strdup(canon);
     }
   }
+  if (ok && u->kind == URI_RECORD && subs_key_folds(t)) subs_key_fold(u->key);
   if (!ok) {
     uri_finish(u);
     return -EINVAL;
@@ -1703,6 +1731,7 @@ typedef struct recover_ctx {
   int64_t upto;    /* what is after this goes live */
   strmap seen;     /* "<record uri>\n<subscribed uri>" -> index + 1 in items */
   buf_t key;
+  buf_t fold;          /* a change's key folded (change_of) */
   recover_item *items; /* SUBS_RECOVER_MAX slots */
   size_t n_items;
   int64_t last;     /* last seq read */
@@ -1726,7 +1755,7 @@ static int recover_row(const store_audit_row *row, void *data) {
     return 1;
   }
   ctx->last = row->seq;
-  sub_change change = change_of(row, ctx->rows);
+  sub_change change = change_of(ctx->w, row, ctx->rows, &ctx->fold);
   char *record_uri = NULL;
   for (sub_t *sub = ctx->sink->subs; sub != NULL; sub = sub->owner_next) {
     if (sub->since_seq >= row->seq || !recover_wanted(ctx, row->seq, sub->topic->order) ||
@@ -1878,6 +1907,7 @@ static void subs_recover(worker_t *w, const recover_sink *sink, frame_pos after,
                      .upto = subs_delivered_position(w)};
   strmap_init(&ctx.seen);
   buf_init(&ctx.key);
+  buf_init(&ctx.fold);
   ctx.items = mem_alloc(SUBS_RECOVER_MAX * sizeof(recover_item));
   /* The first change that may be wanted. */
   int64_t first = after.tag == 't' ? after.seq : after.seq + 1;
@@ -1907,6 +1937,7 @@ static void subs_recover(worker_t *w, const recover_sink *sink, frame_pos after,
   for (size_t i = 0; i < ctx.n_items; i++) free(ctx.items[i].uri);
   free(ctx.items);
   buf_finish(&ctx.key);
+  buf_finish(&ctx.fold);
   strmap_finish(&ctx.seen);
 }
 

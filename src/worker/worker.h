@@ -71,6 +71,7 @@ typedef struct worker {
   int64_t hold_due;        /* loop ms the timer is armed for */
   sub_topic **matched;     /* the topics one change matched (reused; grows) */
   buf_t fmt_uri, fmt_head; /* scratch of the update formatter: a record URI, a listen head */
+  buf_t key_fold;          /* a change's key folded as its table's key compares (subscriptions.c) */
   size_t n_matched, matched_cap;
   /* The turn's fan-out (subscriptions.c): updates held for the loop turn's end. */
   struct {

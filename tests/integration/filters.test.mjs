@@ -87,6 +87,8 @@ before(async () => {
     fs.writeFileSync(schema, `CREATE TABLE Item (id INTEGER PRIMARY KEY, name TEXT, qty INTEGER, price REAL, tag TEXT, note, u,
         ci TEXT COLLATE NOCASE, rt TEXT COLLATE RTRIM);
       INSERT INTO Item VALUES ${values};
+      CREATE TABLE Kc (k TEXT PRIMARY KEY COLLATE NOCASE, v INTEGER NOT NULL DEFAULT 0);
+      INSERT INTO Kc VALUES ('Apple', 0);
       ${randomTableSql()}`);
   }
   srv = await startServer({ schema });
@@ -215,6 +217,24 @@ test('random rows and random filters: reads and subscriptions agree on every one
       const got = st.updates(`${srv.base}/Rnd?${q}`).map((e) => Number(e.json.params.uri.split('/').pop())).sort((a, b) => a - b);
       assert.deepEqual(got, ids, `${q} (rows: ${JSON.stringify(RANDOM_ROWS)})`);
     }
+    st.close();
+  } finally {
+    await s.delete();
+  }
+});
+
+test('a record of a NOCASE key: any spelling reads it, and a subscription in any spelling hears of it', { skip: PG_MODE && 'SQLite collations' }, async () => {
+  const s = await McpSession.open(srv.port);
+  try {
+    for (const k of ['apple', 'APPLE', 'Apple']) assert.equal((await s.readJson(`${srv.base}/Kc/${k}`)).value.k, 'Apple', k);
+    const uris = ['apple', 'APPLE'].map((k) => `${srv.base}/Kc/${k}`);
+    for (const uri of uris) assert.deepEqual(await s.result('resources/subscribe', { uri }), {});
+    const st = await EventStream.open(srv.port, s.id);
+    await st.waitPrimed();
+    sqlite(srv.dbPath, "UPDATE Kc SET v = v + 1 WHERE k = 'Apple'");
+    await waitFor(() => st.updates().length >= 2, { timeoutMs: 5000, message: '2 updates' });
+    await sleep(200);
+    for (const uri of uris) assert.deepEqual(st.updates(uri).map((e) => e.json.params.uri), [`${srv.base}/Kc/Apple`], uri);
     st.close();
   } finally {
     await s.delete();
