@@ -672,8 +672,9 @@ static int store_read_table(store_t *s, const char *name, bool without_rowid, st
     col->decl_type = mem_strdup(decl ? decl : "");
     col->notnull = sqlite3_column_int(st, 2) != 0;
     col->generated = sqlite3_column_int(st, 4) != 0;
-    col->numeric = sq_affinity_of(col->decl_type) == SQ_NUMERIC;
-    col->untyped = sq_affinity_of(col->decl_type) == SQ_BLOB;
+    sq_affinity affinity = sq_affinity_of(col->decl_type);
+    col->numeric = affinity == SQ_NUMERIC;
+    col->untyped = affinity == SQ_BLOB;
     const char *collation = NULL;
     bool known = sqlite3_table_column_metadata(sq(s)->db, "main", name, col->name, NULL, &collation,
                                                NULL, NULL, NULL) == SQLITE_OK &&

@@ -94,6 +94,10 @@ typedef struct uri {
 int uri_parse(const char *base, const char *text, uri_t *out) MCPSUB_NODISCARD;
 /* Why the last uri_parse of this thread returned -EINVAL (a static string), or "". */
 const char *uri_error(void);
+/* Is op one of the ordered comparisons (gt, ge, lt, le)? */
+static inline bool uri_op_ordered(uri_op op) {
+  return op == URI_GT || op == URI_GE || op == URI_LT || op == URI_LE;
+}
 /* The text of op ("gt", ...; "" for URI_EQ and URI_IN). */
 const char *uri_op_name(uri_op op);
 /*

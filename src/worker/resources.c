@@ -260,8 +260,7 @@ static cJSON *resources_filter_value(const uri_filter *f, bool numeric) {
       cJSON_AddItemToArray(list, cJSON_CreateString(f->alts[i]));
     return list;
   }
-  bool ordered = f->op == URI_GT || f->op == URI_GE || f->op == URI_LT || f->op == URI_LE;
-  if (ordered && numeric && f->is_number) return cJSON_CreateNumber(f->number);
+  if (uri_op_ordered(f->op) && numeric && f->is_number) return cJSON_CreateNumber(f->number);
   return cJSON_CreateString(f->value);
 }
 

@@ -361,8 +361,8 @@ static void ne_file(sub_table *st, sub_topic *t, eq_fn fn) {
 static int8_t range_filter_of(const sub_topic *t) {
   for (size_t i = 0; i < t->parsed.n_filters; i++) {
     const uri_filter *f = &t->parsed.filters[i];
-    bool ordered = f->op == URI_GT || f->op == URI_GE || f->op == URI_LT || f->op == URI_LE;
-    if (ordered && t->columns[i] != SUB_NO_COLUMN && f->numeric && f->is_number) return (int8_t)i;
+    if (uri_op_ordered(f->op) && t->columns[i] != SUB_NO_COLUMN && f->numeric && f->is_number)
+      return (int8_t)i;
   }
   return -1;
 }
@@ -607,6 +607,11 @@ static bool value_equals_alt(const cJSON *v, const uri_filter *f, const char *te
   return value_equals(v, text, is_number, d);
 }
 
+/* A number or a boolean (1/0) as the number an ordered comparison takes it for. */
+static double value_number(const cJSON *v) {
+  return cJSON_IsBool(v) ? (cJSON_IsTrue(v) ? 1 : 0) : v->valuedouble;
+}
+
 /*
  * An ordered comparison of a row's value with a filter's, as SQLite makes
  * it when resources_query binds the filter value (a number when the column
@@ -618,7 +623,7 @@ static int ordered_compare(const cJSON *v, const uri_filter *f) {
   double p = f->number;
   if (cJSON_IsNumber(v) || cJSON_IsBool(v)) {
     if (!p_number) return -1;
-    double x = cJSON_IsBool(v) ? (cJSON_IsTrue(v) ? 1 : 0) : v->valuedouble;
+    double x = value_number(v);
     return x < p ? -1 : x > p ? 1 : 0;
   }
   if (cJSON_IsString(v)) {
@@ -738,15 +743,17 @@ typedef struct eq_probe {
   match_set *m;
 } eq_probe;
 
+/* Collects t, an indexed topic found for the change, if its old or new row matches it whole. */
+static void probe_collect(const eq_probe *p, sub_topic *t) {
+  if (topic_filters_match(t, p->change->old_row, p->old_values) ||
+      topic_filters_match(t, p->change->new_row, p->new_values))
+    match_collect(t, p->m);
+}
+
 static void eq_lookup(sub_table *st, const char *key, size_t len, void *data) {
   const eq_probe *p = data;
   const eq_list *l = strmap_get(&st->eq, key, len);
-  for (size_t i = 0; l != NULL && i < l->n; i++) {
-    sub_topic *t = l->topics[i];
-    if (topic_filters_match(t, p->change->old_row, p->old_values) ||
-        topic_filters_match(t, p->change->new_row, p->new_values))
-      match_collect(t, p->m);
-  }
+  for (size_t i = 0; l != NULL && i < l->n; i++) probe_collect(p, l->topics[i]);
 }
 
 /* Two row values with the same key: the second lookup would find what the first did. */
@@ -788,18 +795,13 @@ static void eq_match(sub_table *st, const sub_change *change, const cJSON *const
 static void range_candidates(const range_list *l, bool upper, const cJSON *v, eq_probe *p) {
   size_t from = 0, to = 0;
   if (cJSON_IsNumber(v) || cJSON_IsBool(v)) {
-    double x = cJSON_IsBool(v) ? (cJSON_IsTrue(v) ? 1 : 0) : v->valuedouble;
+    double x = value_number(v);
     from = upper ? range_bound(l, x, false) : 0;
     to = upper ? l->n : range_bound(l, x, true);
   } else if (cJSON_IsString(v) && !upper) {
     to = l->n;
   }
-  for (size_t i = from; i < to; i++) {
-    sub_topic *t = l->e[i].t;
-    if (topic_filters_match(t, p->change->old_row, p->old_values) ||
-        topic_filters_match(t, p->change->new_row, p->new_values))
-      match_collect(t, p->m);
-  }
+  for (size_t i = from; i < to; i++) probe_collect(p, l->e[i].t);
 }
 
 /* The range-indexed topics the change's old or new row matches, into m (as eq_match). */

@@ -915,16 +915,16 @@ static void collect_topic(sub_topic *t, void *data) {
 }
 
 /*
- * Folds key, in place, as t's key column compares it when that is SQLite's
- * NOCASE (ASCII letters to lower case): reads and writes find a record by
- * its key so, so /T/apple names the row stored as 'Apple', and a record
- * topic's key and a change's are compared folded (subs_resolve_in,
+ * Does t's key column compare as SQLite's NOCASE? Reads and writes find a
+ * record by its key so (/T/apple names the row stored as 'Apple'), so a
+ * record topic's key and a change's are compared folded (subs_resolve_in,
  * change_of). Other collations compare as stored.
  */
 static bool subs_key_folds(const store_table *t) {
   return t != NULL && t->key_col >= 0 && t->cols[t->key_col].nocase;
 }
 
+/* Folds key in place as NOCASE does: ASCII letters to lower case. */
 static void subs_key_fold(char *key) {
   for (char *p = key; *p != '\0'; p++)
     if (*p >= 'A' && *p <= 'Z') *p = (char)(*p - 'A' + 'a');

@@ -275,13 +275,9 @@ cJSON *wait_tool(mcp_call *call, const cJSON *args) {
         "wait_and_read requires resources (1 to %d of {uri, sinceVersion}), an optional "
         "integer timeoutMs >= 0 and an optional boolean includeState",
         WAIT_MAX_RESOURCES);
-  uint64_t timeout_ms = WAIT_DEFAULT_TIMEOUT_MS;
-  /* Compared as a double first: a number past uint64_t's range has no conversion. */
-  if (timeout != NULL)
-    timeout_ms = timeout->valuedouble >= (double)w->cfg->max_wait_ms
-                     ? w->cfg->max_wait_ms
-                     : (uint64_t)timeout->valuedouble;
-  if (timeout_ms > w->cfg->max_wait_ms) timeout_ms = w->cfg->max_wait_ms;
+  /* Held to --max-wait as a double: a number past uint64_t's range has no conversion. */
+  double want = timeout != NULL ? timeout->valuedouble : (double)WAIT_DEFAULT_TIMEOUT_MS;
+  uint64_t timeout_ms = want >= (double)w->cfg->max_wait_ms ? w->cfg->max_wait_ms : (uint64_t)want;
   bool include_state = cJSON_IsTrue(include);
 
   waiter_t *wt = mem_calloc(1, sizeof(*wt) + (size_t)count * sizeof(wait_item));
