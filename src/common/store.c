@@ -293,12 +293,73 @@ int store_delete(store_t *s, const store_table *t, const char *key) {
   return store_delete_as(s, t, key, NULL, NULL, 0);
 }
 
+/*
+ * Gives the integer literal at text (n bytes: an optional '-' and digits),
+ * member item of row, as a string if a double does not hold it (beyond
+ * +-2^53), as reads show such values (store_value_json). Returns the
+ * member now in item's place.
+ */
+static cJSON *store_image_integer(cJSON *row, cJSON *item, const char *text, size_t n) {
+  char digits[64];
+  if (n >= sizeof(digits) || !cJSON_IsNumber(item)) return item;
+  memcpy(digits, text, n);
+  digits[n] = '\0';
+  errno = 0;
+  long long v = strtoll(digits, NULL, 10);
+  if (errno == 0 && v >= -(1LL << 53) && v <= (1LL << 53)) return item;
+  cJSON *exact = cJSON_CreateString(digits);
+  if (exact == NULL) abort();
+  exact->string = item->string; /* the member's name moves to it */
+  item->string = NULL;
+  if (!cJSON_ReplaceItemViaPointer(row, item, exact)) abort();
+  return exact;
+}
+
+/*
+ * Parses a row image. cJSON reads every number as a double, which holds an
+ * integer exactly only up to 2^53: a top-level member whose value is an
+ * integer literal beyond that (16 digits or more) is given as its digits,
+ * in a string, instead (store_image_integer), so that the subscriptions
+ * compare it exactly, as SQL does (sub_index.c). The members are walked in
+ * the text's order, which is cJSON's.
+ */
+static cJSON *store_image_parse(const char *text) {
+  cJSON *row = cJSON_Parse(text);
+  if (!cJSON_IsObject(row)) return row;
+  cJSON *item = NULL; /* the member whose value follows */
+  int depth = 0;
+  for (const char *p = text; *p != '\0'; p++) {
+    if (*p == '"') { /* over a string, escapes and all */
+      for (p++; *p != '"' && *p != '\0'; p++)
+        if (*p == '\\' && p[1] != '\0') p++;
+      if (*p == '\0') break;
+    } else if (*p == '{' || *p == '[') {
+      depth++;
+    } else if (*p == '}' || *p == ']') {
+      if (--depth == 0) break; /* the object's end (cJSON_Parse allows text after it) */
+    } else if (*p == ':' && depth == 1) {
+      item = item == NULL ? row->child : item->next;
+      if (item == NULL) break;
+      const char *v = p + 1;
+      while (*v == ' ' || *v == '\t' || *v == '\n' || *v == '\r') v++;
+      const char *start = v;
+      if (*v == '-') v++;
+      const char *digits = v;
+      while (*v >= '0' && *v <= '9') v++;
+      if (v - digits >= 16 && *v != '.' && *v != 'e' && *v != 'E')
+        item = store_image_integer(row, item, start, (size_t)(v - start));
+      p = v - 1;
+    }
+  }
+  return row;
+}
+
 void store_audit_row_images(const store_audit_row *row, const cJSON **old_row,
                             const cJSON **new_row) {
   store_audit_row *r = (store_audit_row *)row; /* the cache is the row's own, private part */
   if (!r->parsed) {
-    r->old_parsed = r->old_json != NULL ? cJSON_Parse(r->old_json) : NULL;
-    r->new_parsed = r->new_json != NULL ? cJSON_Parse(r->new_json) : NULL;
+    r->old_parsed = r->old_json != NULL ? store_image_parse(r->old_json) : NULL;
+    r->new_parsed = r->new_json != NULL ? store_image_parse(r->new_json) : NULL;
     r->parsed = true;
   }
   *old_row = r->old_parsed;

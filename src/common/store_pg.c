@@ -1491,28 +1491,29 @@ static void pg_sql_text_expr(pg_str *q, const store_table *t, const pg_table_inf
 
 /*
  * The number a filter value reads as (sub_index.c's rule): numbers, 1/0 for
- * booleans, strings as SQLite's numeric affinity reads them (uri_number).
+ * booleans, strings as SQLite's numeric affinity reads them (uri_number: an
+ * integer beyond 2^53 exactly).
  */
-static bool pg_value_number(const cJSON *v, double *d) {
+static bool pg_value_number(const cJSON *v, uri_num *n) {
   if (cJSON_IsNumber(v)) {
-    *d = v->valuedouble;
-    return isfinite(*d);
+    *n = uri_num_of(v->valuedouble);
+    return isfinite(n->d);
   }
   if (cJSON_IsBool(v)) {
-    *d = cJSON_IsTrue(v) ? 1 : 0;
+    *n = uri_num_of(cJSON_IsTrue(v) ? 1 : 0);
     return true;
   }
-  return cJSON_IsString(v) && uri_number(v->valuestring, d);
+  return cJSON_IsString(v) && uri_number(v->valuestring, n);
 }
 
 /* Appends a number parameter, typed so that integer columns keep their index. */
-static void pg_sql_number_param(pg_str *q, pg_params *ps, double d) {
+static void pg_sql_number_param(pg_str *q, pg_params *ps, const uri_num *n) {
   char text[64];
-  if (store_double_is_int64(d)) {
-    snprintf(text, sizeof(text), "%lld", (long long)d);
+  if (n->is_int || store_double_is_int64(n->d)) {
+    snprintf(text, sizeof(text), "%lld", n->is_int ? (long long)n->i : (long long)n->d);
     pg_str_add(q, "$%d::int8", pg_param(ps, text));
   } else {
-    snprintf(text, sizeof(text), "%.17g", d);
+    snprintf(text, sizeof(text), "%.17g", n->d);
     pg_str_add(q, "$%d::float8", pg_param(ps, text));
   }
 }
@@ -1533,7 +1534,7 @@ static const char *const pg_cmp[] = {
 static void pg_sql_compare(pg_str *q, pg_params *ps, const store_table *t, const pg_table_info *ti,
                            int col, store_op op, const cJSON *v) {
   pg_kind kind = ti->cols[col].kind;
-  double d;
+  uri_num d;
   if (op == STORE_EQ && cJSON_IsNull(v)) {
     pg_str_col(q, t->cols[col].name);
     pg_str_add(q, " IS NULL");
@@ -1550,7 +1551,7 @@ static void pg_sql_compare(pg_str *q, pg_params *ps, const store_table *t, const
       if (kind == PG_KIND_BOOL) pg_str_add(q, "(");
       pg_str_col(q, t->cols[col].name);
       pg_str_add(q, kind == PG_KIND_BOOL ? ")::int %s " : " %s ", pg_cmp[op]);
-      pg_sql_number_param(q, ps, d);
+      pg_sql_number_param(q, ps, &d);
     } else if (op == STORE_NE || op == STORE_LT || op == STORE_LE) {
       pg_str_col(q, t->cols[col].name);
       pg_str_add(q, " IS NOT NULL");

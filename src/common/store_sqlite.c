@@ -772,12 +772,21 @@ fail:
 
 /* Schema: audit triggers -------------------------------------------------------- */
 
-/* Appends `ref."col"` as a value json_object() accepts (a BLOB as its hex text). */
+/*
+ * Appends `ref."col"` as a value json_object() accepts: a BLOB as its hex
+ * text; a REAL as JSON of 18 significant digits, which read back as the
+ * same double (json_object() writes 15, and so 0.1 + 0.2 as 0.3, which
+ * the subscriptions then compared in its place), and an infinity as
+ * +-9e999, which reads back as one (json_object() writes Inf, which no
+ * JSON reader takes: the image was lost).
+ */
 static void store_sql_json_value(sqlite3_str *q, const char *ref, const char *col) {
   sqlite3_str_appendf(q,
-                      "CASE WHEN typeof(%s.\"%w\") = 'blob' THEN hex(%s.\"%w\") "
-                      "ELSE %s.\"%w\" END",
-                      ref, col, ref, col, ref, col);
+                      "CASE typeof(%s.\"%w\") WHEN 'blob' THEN hex(%s.\"%w\") "
+                      "WHEN 'real' THEN json(CASE WHEN abs(%s.\"%w\") <= 1.7976931348623157e308 "
+                      "THEN printf('%%!.18g', %s.\"%w\") WHEN %s.\"%w\" > 0 THEN '9e999' "
+                      "ELSE '-9e999' END) ELSE %s.\"%w\" END",
+                      ref, col, ref, col, ref, col, ref, col, ref, col, ref, col);
 }
 
 /*

@@ -14,6 +14,7 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -139,13 +140,14 @@ static const char *uri_digits(const char *p, size_t *n) {
   return p;
 }
 
-bool uri_number(const char *s, double *d) {
+bool uri_number(const char *s, uri_num *n) {
   const char *p = s;
   while (uri_number_space(*p)) p++;
   const char *start = p;
   if (*p == '+' || *p == '-') p++;
   size_t digits = 0;
   p = uri_digits(p, &digits);
+  bool integer = *p != '.' && *p != 'e' && *p != 'E';
   if (*p == '.') p = uri_digits(p + 1, &digits);
   if (digits == 0) return false;
   if (*p == 'e' || *p == 'E') {
@@ -158,8 +160,33 @@ bool uri_number(const char *s, double *d) {
   while (uri_number_space(*p)) p++;
   if (*p != '\0') return false;
   /* strtod reads the number from start as the grammar above did (out of range: +-HUGE_VAL). */
-  *d = strtod(start, NULL);
+  n->d = strtod(start, NULL);
+  n->is_int = false;
+  if (integer) { /* as SQLite's text to integer: within 64 bits, else a real */
+    errno = 0;
+    long long i = strtoll(start, NULL, 10);
+    n->is_int = errno == 0;
+    n->i = (int64_t)i;
+  }
   return true;
+}
+
+/* An integer with a double, as SQLite's sqlite3IntFloatCompare. */
+static int uri_int_double_compare(int64_t i, double r) {
+  if (r < -9223372036854775808.0) return 1;
+  if (r >= 9223372036854775808.0) return -1;
+  if (isnan(r)) return 0;
+  int64_t y = (int64_t)r; /* r truncated: exact, and equal to i only when r is i and a fraction */
+  if (i != y) return i < y ? -1 : 1;
+  double s = (double)i; /* i is y: a double exactly */
+  return s < r ? -1 : s > r;
+}
+
+int uri_num_compare(const uri_num *a, const uri_num *b) {
+  if (a->is_int && b->is_int) return a->i < b->i ? -1 : a->i > b->i;
+  if (a->is_int) return uri_int_double_compare(a->i, b->d);
+  if (b->is_int) return -uri_int_double_compare(b->i, a->d);
+  return a->d < b->d ? -1 : a->d > b->d;
 }
 
 void uri_filter_read_number(uri_filter *f) {

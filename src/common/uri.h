@@ -24,6 +24,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "common/buf.h"
 #include "common/mem.h"
@@ -52,6 +53,22 @@ typedef enum uri_op {
   URI_IN
 } uri_op;
 
+/*
+ * A number as SQLite holds one: an integer of 64 bits exactly, or a double.
+ * A double holds integers exactly only up to 2^53, and SQLite compares an
+ * integer with an integer, or with a real, exactly (uri_num_compare).
+ */
+typedef struct uri_num {
+  double d;  /* the value (rounded, beyond 2^53, when is_int) */
+  int64_t i; /* is_int: the value exactly */
+  bool is_int;
+} uri_num;
+
+/* A double as a uri_num. */
+static inline uri_num uri_num_of(double d) {
+  return (uri_num){d, 0, false};
+}
+
 typedef struct uri_filter {
   char *column; /* decoded */
   char *value;  /* decoded; URI_IN: the first value */
@@ -71,7 +88,7 @@ typedef struct uri_filter {
    * uri_filter_read_number.
    */
   bool is_number;
-  double number;
+  uri_num number;
 } uri_filter;
 
 typedef struct uri {
@@ -104,11 +121,19 @@ const char *uri_op_name(uri_op op);
  * Does a filter value read as a number, as SQLite's numeric affinity reads
  * text: decimal digits with an optional sign, fraction and exponent, and
  * white space around them; not hexadecimal, not the words Inf or NaN. One
- * beyond a double's range reads as an infinity, as in SQLite.
+ * beyond a double's range reads as an infinity, as in SQLite. Digits with
+ * an optional sign and nothing else, within 64 bits, read as that integer
+ * exactly (is_int); any other number as the nearest double.
  * Every evaluation of a filter (SQL on either store, the subscriptions'
  * in C) takes a value for a number exactly when this says so.
  */
-bool uri_number(const char *s, double *d);
+bool uri_number(const char *s, uri_num *n);
+/*
+ * Compares two numbers as SQLite does (sqlite3IntFloatCompare): integers
+ * and doubles each exactly, an integer with a double by value; <0, 0, >0.
+ * A NaN, which SQLite never holds, compares equal to everything.
+ */
+int uri_num_compare(const uri_num *a, const uri_num *b);
 /* Sets f's is_number and number from its value. */
 void uri_filter_read_number(uri_filter *f);
 /* Frees a filter's strings. */

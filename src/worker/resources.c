@@ -251,7 +251,9 @@ long resources_page_limit(const worker_t *w, const uri_t *u) {
 /*
  * The value a filter binds: its alternatives for one-of; a number for an
  * ordered comparison on a numeric column when the value reads as one (so
- * that SQL compares as sub_index.c does); else the text.
+ * that SQL compares as sub_index.c does), but the text for an integer a
+ * double does not hold (beyond 2^53), which both stores read exactly (as
+ * SQLite's numeric affinity does: uri_number); else the text.
  */
 static cJSON *resources_filter_value(const uri_filter *f, bool numeric) {
   if (f->op == URI_IN) {
@@ -260,7 +262,10 @@ static cJSON *resources_filter_value(const uri_filter *f, bool numeric) {
       cJSON_AddItemToArray(list, cJSON_CreateString(f->alts[i]));
     return list;
   }
-  if (uri_op_ordered(f->op) && numeric && f->is_number) return cJSON_CreateNumber(f->number);
+  bool exact = !f->number.is_int ||
+               (f->number.i >= -(INT64_C(1) << 53) && f->number.i <= (INT64_C(1) << 53));
+  if (uri_op_ordered(f->op) && numeric && f->is_number && exact)
+    return cJSON_CreateNumber(f->number.d);
   return cJSON_CreateString(f->value);
 }
 

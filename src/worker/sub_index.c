@@ -177,13 +177,18 @@ static void table_free(sub_table *st) {
  * of the table's named columns is filed under every key of a value that
  * can satisfy that filter, and a change looks its rows' values up there
  * instead of testing every such topic. A key is the column's index, a kind
- * and bytes, so that value_equals(v, text) holds exactly when v's key is
- * among text's keys:
+ * and bytes, so that when value_equals(v, text) holds, v's key is among
+ * text's keys:
  *   's' and the text       a string equal to it
  *   'n' and the double     a number, when the text reads as one and the
  *                          column is not untyped (uri_number, as
- *                          value_equals reads it; -0 as 0)
+ *                          value_equals reads it; -0 as 0): the number
+ *                          rounded to a double, which several integers
+ *                          beyond 2^53 share
  *   'b' and "1" or "0"     a boolean, when the text is "1" or "0"
+ * A row's string_big_number (an integer a double does not hold, as a
+ * numeric column's images show it: store.h) is looked up under 'n' as
+ * well, and value_equals compares it as that number.
  * A topic without an equality but with a starts-with filter (sw) is filed
  * under 'p' and its prefix, and a change looks up its string values cut
  * to each prefix length the column's topics have (prefix_lens). A topic
@@ -195,7 +200,9 @@ static void table_free(sub_table *st) {
  * tested at every change, but is filed under its value's keys in upper
  * case ('S', 'N', 'B'): a change looks up its rows' values there once
  * and marks the topics it finds, and the test of each ne-only topic is
- * then a look at its marks, not a comparison.
+ * then a look at its marks, not a comparison. Its key must name the values
+ * it excludes exactly: a value that reads as a number beyond 2^53, whose
+ * double several integers share, is not filed so (ne_column_of).
  */
 #define EQ_KEY_STACK 256
 
@@ -221,12 +228,25 @@ static void eq_key_number(sub_table *st, uint8_t col, double d, bool ne, eq_fn f
   eq_key(st, col, EQ_KIND('n', ne), &d, sizeof(d), fn, data);
 }
 
+/* Does n lie beyond what a double holds every integer of (2^53), where integers share doubles? */
+static bool num_beyond_double(const uri_num *n) {
+  return !(fabs(n->d) < 9007199254740992.0);
+}
+
+/*
+ * Is a row's string a number as a numeric column's image shows one that a
+ * double does not hold (an integer beyond 2^53, store.h), and which?
+ */
+static bool string_big_number(const char *s, uri_num *n) {
+  return uri_number(s, n) && num_beyond_double(n);
+}
+
 /* fn for every key of a filter value's text; numbers: unless the column is untyped (uri_filter). */
 static void eq_text_keys(sub_table *st, uint8_t col, const char *text, bool numbers, bool ne,
                          eq_fn fn, void *data) {
   eq_key(st, col, EQ_KIND('s', ne), text, strlen(text), fn, data);
-  double d;
-  if (numbers && uri_number(text, &d)) eq_key_number(st, col, d, ne, fn, data);
+  uri_num n;
+  if (numbers && uri_number(text, &n)) eq_key_number(st, col, n.d, ne, fn, data);
   if (strcmp(text, "1") == 0 || strcmp(text, "0") == 0)
     eq_key(st, col, EQ_KIND('b', ne), text, 1, fn, data);
 }
@@ -234,9 +254,11 @@ static void eq_text_keys(sub_table *st, uint8_t col, const char *text, bool numb
 /* fn for the key of a row's value; none for a value no equality matches (NULL, an object). */
 static void eq_value_key(sub_table *st, uint8_t col, const cJSON *v, bool ne, eq_fn fn,
                          void *data) {
-  if (cJSON_IsString(v))
+  uri_num n;
+  if (cJSON_IsString(v)) {
     eq_key(st, col, EQ_KIND('s', ne), v->valuestring, strlen(v->valuestring), fn, data);
-  else if (cJSON_IsNumber(v))
+    if (string_big_number(v->valuestring, &n)) eq_key_number(st, col, n.d, ne, fn, data);
+  } else if (cJSON_IsNumber(v))
     eq_key_number(st, col, v->valuedouble, ne, fn, data);
   else if (cJSON_IsBool(v))
     eq_key(st, col, EQ_KIND('b', ne), cJSON_IsTrue(v) ? "1" : "0", 1, fn, data);
@@ -331,11 +353,14 @@ static void eq_file(sub_table *st, sub_topic *t, eq_fn fn) {
 
 /*
  * t's ne_column: its one filter's column if that filter is an ne on a named
- * column (after eq_filter_of found none to index), else SUB_NO_COLUMN.
+ * column (after eq_filter_of found none to index) whose value is no number
+ * beyond 2^53 (the equality index), else SUB_NO_COLUMN.
  */
 static uint8_t ne_column_of(const sub_topic *t) {
-  bool ne_only = t->parsed.n_filters == 1 && t->parsed.filters[0].op == URI_NE;
-  return ne_only ? t->columns[0] : SUB_NO_COLUMN;
+  if (t->parsed.n_filters != 1) return SUB_NO_COLUMN;
+  const uri_filter *f = &t->parsed.filters[0];
+  bool exact = !(f->is_number && num_beyond_double(&f->number));
+  return f->op == URI_NE && exact ? t->columns[0] : SUB_NO_COLUMN;
 }
 
 /* eq_file for an ne-only topic. */
@@ -355,8 +380,11 @@ static void ne_file(sub_table *st, sub_topic *t, eq_fn fn) {
  * a suffix of the other) and tests only the topics found there whole, as
  * the equality index's. A text value is above every number
  * (ordered_compare): it can satisfy every gt and ge filter and no lt or le
- * one; a NULL, none. Without it such topics were tested at every change,
- * each: a table of per-agent thresholds paid for every agent per change.
+ * one; a NULL, none. (A string_big_number is a number there; a filter's
+ * number and a row's are compared as doubles, which such integers share,
+ * so the bounds hold ties and the test whole decides.) Without it such
+ * topics were tested at every change, each: a table of per-agent
+ * thresholds paid for every agent per change.
  */
 static int8_t range_filter_of(const sub_topic *t) {
   for (size_t i = 0; i < t->parsed.n_filters; i++) {
@@ -390,7 +418,7 @@ static size_t range_bound(const range_list *l, double x, bool above) {
 
 static void range_add(sub_table *st, sub_topic *t) {
   range_list *l = range_list_of(st, t);
-  double at = t->parsed.filters[t->range_filter].number;
+  double at = t->parsed.filters[t->range_filter].number.d;
   if (l->n == l->cap) {
     l->cap = l->cap == 0 ? 8 : l->cap * 2;
     l->e = mem_realloc(l->e, l->cap * sizeof(*l->e));
@@ -404,7 +432,7 @@ static void range_add(sub_table *st, sub_topic *t) {
 
 static void range_remove(sub_table *st, sub_topic *t) {
   range_list *l = range_list_of(st, t);
-  size_t i = range_bound(l, t->parsed.filters[t->range_filter].number, false);
+  size_t i = range_bound(l, t->parsed.filters[t->range_filter].number.d, false);
   while (l->e[i].t != t) i++; /* among those at the same number */
   memmove(&l->e[i], &l->e[i + 1], (l->n - i - 1) * sizeof(*l->e));
   l->n--;
@@ -585,47 +613,56 @@ bool sub_index_watches(const sub_index *idx, const char *table) {
 }
 
 /*
- * Does a column value (from a row as JSON) equal a filter's text? Strings
- * compare as text. A number equals text that reads as that number
- * (is_number and number: the text's uri_number; so "5" and "5.0" both
- * match 5), as SQLite converts the text it compares with a column of
+ * The number a row's value of f's column is, if it is one: a number, a
+ * boolean (1/0), or on a numeric column a string_big_number.
+ */
+static bool value_num(const cJSON *v, const uri_filter *f, uri_num *n) {
+  if (cJSON_IsNumber(v)) {
+    *n = uri_num_of(v->valuedouble);
+    return true;
+  }
+  if (cJSON_IsBool(v)) {
+    *n = uri_num_of(cJSON_IsTrue(v) ? 1 : 0);
+    return true;
+  }
+  return f->numeric && cJSON_IsString(v) && string_big_number(v->valuestring, n);
+}
+
+/*
+ * Does a column value (from a row as JSON) of f's column equal a filter
+ * text (f's value or one of its alternatives)? Strings compare as text. A
+ * number equals text that reads as that number (number: the text's
+ * uri_number, or NULL; so "5" and "5.0" both match 5), exactly as SQLite
+ * compares them, as SQLite converts the text it compares with a column of
  * numeric affinity; but not on an untyped column (uri_filter.untyped),
  * which holds numbers as written and converts nothing: there a number
- * equals no text. NULL equals nothing.
+ * equals no text. A boolean equals "1" or "0". NULL equals nothing.
  */
-static bool value_equals(const cJSON *v, const char *text, bool is_number, double number) {
-  if (cJSON_IsString(v)) return strcmp(v->valuestring, text) == 0;
-  if (cJSON_IsNumber(v)) return is_number && number == v->valuedouble;
+static bool value_equals(const cJSON *v, const uri_filter *f, const char *text,
+                         const uri_num *number) {
+  uri_num x;
   if (cJSON_IsBool(v)) return strcmp(text, cJSON_IsTrue(v) ? "1" : "0") == 0;
-  return false;
+  if (!f->untyped && value_num(v, f, &x)) return number != NULL && uri_num_compare(&x, number) == 0;
+  return cJSON_IsString(v) && strcmp(v->valuestring, text) == 0;
 }
 
 /* value_equals with one of f's alternatives, read as a number here. */
 static bool value_equals_alt(const cJSON *v, const uri_filter *f, const char *text) {
-  double d = 0;
-  bool is_number = !f->untyped && cJSON_IsNumber(v) && uri_number(text, &d);
-  return value_equals(v, text, is_number, d);
-}
-
-/* A number or a boolean (1/0) as the number an ordered comparison takes it for. */
-static double value_number(const cJSON *v) {
-  return cJSON_IsBool(v) ? (cJSON_IsTrue(v) ? 1 : 0) : v->valuedouble;
+  uri_num n;
+  return value_equals(v, f, text, uri_number(text, &n) ? &n : NULL);
 }
 
 /*
  * An ordered comparison of a row's value with a filter's, as SQLite makes
  * it when resources_query binds the filter value (a number when the column
- * is numeric and the value reads as one): numbers by value, numbers before
- * text, text by bytes. 2 for a NULL (it compares with nothing).
+ * is numeric and the value reads as one): numbers by value, exactly,
+ * numbers before text, text by bytes. 2 for a NULL (it compares with
+ * nothing).
  */
 static int ordered_compare(const cJSON *v, const uri_filter *f) {
   bool p_number = f->numeric && f->is_number;
-  double p = f->number;
-  if (cJSON_IsNumber(v) || cJSON_IsBool(v)) {
-    if (!p_number) return -1;
-    double x = value_number(v);
-    return x < p ? -1 : x > p ? 1 : 0;
-  }
+  uri_num x;
+  if (value_num(v, f, &x)) return p_number ? uri_num_compare(&x, &f->number) : -1;
   if (cJSON_IsString(v)) {
     if (p_number) return 1;
     int c = strcmp(v->valuestring, f->value);
@@ -637,8 +674,8 @@ static int ordered_compare(const cJSON *v, const uri_filter *f) {
 static bool filter_matches(const uri_filter *f, const cJSON *v) {
   if (v == NULL || cJSON_IsNull(v)) return false; /* NULL matches no operator (as in SQL) */
   switch (f->op) {
-  case URI_EQ: return value_equals(v, f->value, !f->untyped && f->is_number, f->number);
-  case URI_NE: return !value_equals(v, f->value, !f->untyped && f->is_number, f->number);
+  case URI_EQ: return value_equals(v, f, f->value, f->is_number ? &f->number : NULL);
+  case URI_NE: return !value_equals(v, f, f->value, f->is_number ? &f->number : NULL);
   case URI_IN:
     for (size_t i = 0; i < f->n_alts; i++)
       if (value_equals_alt(v, f, f->alts[i])) return true;
@@ -794,8 +831,11 @@ static void eq_match(sub_table *st, const sub_change *change, const cJSON *const
 /* The topics of l a row's value v can satisfy the indexed filter of, tested whole (range index). */
 static void range_candidates(const range_list *l, bool upper, const cJSON *v, eq_probe *p) {
   size_t from = 0, to = 0;
-  if (cJSON_IsNumber(v) || cJSON_IsBool(v)) {
-    double x = value_number(v);
+  uri_num n;
+  if (cJSON_IsNumber(v) || cJSON_IsBool(v) ||
+      (cJSON_IsString(v) && string_big_number(v->valuestring, &n))) { /* a numeric column's */
+    /* Inclusive at x: a filter's number and the row's may share a double and differ. */
+    double x = cJSON_IsString(v) ? n.d : cJSON_IsBool(v) ? cJSON_IsTrue(v) : v->valuedouble;
     from = upper ? range_bound(l, x, false) : 0;
     to = upper ? l->n : range_bound(l, x, true);
   } else if (cJSON_IsString(v) && !upper) {

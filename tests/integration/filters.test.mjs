@@ -35,6 +35,14 @@ const ROWS = [
 const UNTYPED = [5, '5', { blob: '414243' }, null, null, null];
 // Columns ci (NOCASE) and rt (RTRIM): filters compare their text byte for byte all the same.
 const COLLATED = [['Apple', 'a '], ['apple', 'a'], [null, null], [null, null], [null, null], [null, null]];
+// Numbers a double does not hold exactly: integers beyond 2^53 (big) and reals of 16 and 17
+// significant digits (x) compare exactly, as SQL compares them; and a row with an infinite
+// REAL (SQLite's inf) is heard of like any other.
+const raw = (text) => ({ raw: text });
+const BIG = ['1152921504606846976', '1152921504606846977', '9007199254740993', '-1152921504606846977', '5',
+  '9007199254740992'].map(raw);
+const REALS = [raw('0.30000000000000004'), 0.3, null, raw('1e-300'), raw('123456789.12345678'), 0.1];
+const INFINITE = [null, null, raw('1e999'), null, raw('-1e999'), null];
 
 /* A small deterministic generator (mulberry32): the same rows and filters every run. */
 function generator(seed) {
@@ -53,7 +61,8 @@ function generator(seed) {
 // apart, on PostgreSQL its typed ones.
 const RANDOM_POOLS = {
   i: [null, 0, 1, 5, -3, 10, ...(PG_MODE ? [] : ["'5x'"])],
-  r: [null, 0.5, 5, 2.25, -1, 1e3],
+  r: [null, 0.5, 5, 2.25, -1, 1e3, '0.30000000000000004'],
+  b: [null, 5, '9007199254740993', '1152921504606846976', '1152921504606846977', '-1152921504606846977'],
   t: [null, "'a'", "'B'", "'apple'", "'Apple'", "'5'", "' 5'", "''", "'a b'"],
   ...(PG_MODE ? {} : {
     n: [null, "'apple'", "'Apple'", "'B'", "'b'", "'5'"],
@@ -66,7 +75,7 @@ const RANDOM_ROWS = (() => {
 })();
 
 function randomTableSql() {
-  const types = { i: 'INTEGER', r: PG_MODE ? 'DOUBLE PRECISION' : 'REAL', t: 'TEXT', n: 'TEXT COLLATE NOCASE', u: '' };
+  const types = { i: 'INTEGER', r: PG_MODE ? 'DOUBLE PRECISION' : 'REAL', b: PG_MODE ? 'BIGINT' : 'INTEGER', t: 'TEXT', n: 'TEXT COLLATE NOCASE', u: '' };
   const cols = Object.keys(RANDOM_POOLS);
   return `CREATE TABLE Rnd (id INTEGER PRIMARY KEY, ${cols.map((c) => `${c} ${types[c]}`).join(', ')}, touch INTEGER NOT NULL DEFAULT 0);
     INSERT INTO Rnd (id, ${cols.join(', ')}) VALUES ${RANDOM_ROWS.map((r) => `(${r.map((v) => (v === null ? 'NULL' : v)).join(', ')})`).join(', ')};`;
@@ -75,17 +84,18 @@ function randomTableSql() {
 before(async () => {
   dir = makeTempDir('mcpsub-filters-');
   const schema = path.join(dir, 'schema.sql');
-  const sql = (v) => (v === null ? 'NULL' : typeof v === 'string' ? `'${v}'` : v.blob ? `X'${v.blob}'` : v);
+  const sql = (v) => (v === null ? 'NULL' : typeof v === 'string' ? `'${v}'` : v.blob ? `X'${v.blob}'` : v.raw ?? v);
   if (PG_MODE) { // the typed columns only: PostgreSQL has no untyped ones, nor these collations
-    const values = ROWS.map((r) => `(${[...r, 'n'].map(sql).join(', ')})`).join(', ');
+    const values = ROWS.map((r, i) => `(${[...r, 'n', BIG[i], REALS[i]].map(sql).join(', ')})`).join(', ');
     fs.writeFileSync(schema, `CREATE TABLE Item (id INTEGER PRIMARY KEY, name TEXT, qty INTEGER, price DOUBLE PRECISION,
-        tag TEXT, note TEXT);
+        tag TEXT, note TEXT, big BIGINT, x DOUBLE PRECISION);
       INSERT INTO Item VALUES ${values};
       ${randomTableSql()}`);
   } else {
-    const values = ROWS.map((r, i) => `(${[...r, 'n', UNTYPED[i], ...COLLATED[i]].map(sql).join(', ')})`).join(', ');
+    const values = ROWS.map((r, i) => `(${[...r, 'n', UNTYPED[i], ...COLLATED[i], BIG[i], REALS[i], INFINITE[i]].map(sql)
+      .join(', ')})`).join(', ');
     fs.writeFileSync(schema, `CREATE TABLE Item (id INTEGER PRIMARY KEY, name TEXT, qty INTEGER, price REAL, tag TEXT, note, u,
-        ci TEXT COLLATE NOCASE, rt TEXT COLLATE RTRIM);
+        ci TEXT COLLATE NOCASE, rt TEXT COLLATE RTRIM, big INTEGER, x REAL, inf REAL);
       INSERT INTO Item VALUES ${values};
       CREATE TABLE Kc (k TEXT PRIMARY KEY COLLATE NOCASE, v INTEGER NOT NULL DEFAULT 0);
       INSERT INTO Kc VALUES ('Apple', 0);
@@ -146,9 +156,29 @@ const ALL_CASES = [
   ['ci=apple|x', [2]],
   ['rt=a', [2]],
   ['rt=gt=a', [1]],
+  ['big=1152921504606846977', [2]],
+  ['big=%201152921504606846977', [2]],
+  ['big=1152921504606846976.0', [1]], // a real: 2^60 exactly
+  ['big=1152921504606846977|5', [2, 5]],
+  ['big=ne=1152921504606846977', [1, 3, 4, 5, 6]],
+  ['big=gt=1152921504606846976', [2]],
+  ['big=gt=1152921504606846977', []],
+  ['big=lt=1152921504606846977', [1, 3, 4, 5, 6]],
+  ['big=lt=0', [4]],
+  ['big=9007199254740993', [3]],
+  ['big=ne=9007199254740993', [1, 2, 4, 5, 6]],
+  ['big=gt=9007199254740992', [1, 2, 3]],
+  ['big=le=9007199254740992', [4, 5, 6]],
+  ['x=0.30000000000000004', [1]],
+  ['x=gt=0.3', [1, 5]],
+  ['x=le=0.3', [2, 4, 6]],
+  ['x=123456789.12345678', [5]],
+  ['inf=gt=1e308', [3]],
+  ['inf=lt=0', [5]],
+  ['inf=1e999', [3]],
 ];
 // On PostgreSQL, the typed columns' cases.
-const CASES = PG_MODE ? ALL_CASES.filter(([q]) => !/^(u|ci|rt)=/.test(q)) : ALL_CASES;
+const CASES = PG_MODE ? ALL_CASES.filter(([q]) => !/^(u|ci|rt|inf)=/.test(q)) : ALL_CASES;
 
 test('each operator selects the rows it says, through REST and resources/read', async () => {
   const s = await McpSession.open(srv.port);
@@ -188,7 +218,8 @@ test('a subscription with an operator is notified of exactly the rows the same U
 test('random rows and random filters: reads and subscriptions agree on every one', async () => {
   const pick = generator(4242);
   const cols = Object.keys(RANDOM_POOLS);
-  const values = ['5', '5.0', '%205', '5%20', '0x5', 'a', 'B', 'apple', 'Apple', '41', '-3', '1e1', 'x', 'a%20b', '0.5', '10'];
+  const values = ['5', '5.0', '%205', '5%20', '0x5', 'a', 'B', 'apple', 'Apple', '41', '-3', '1e1', 'x', 'a%20b', '0.5', '10',
+    '0.3', '1152921504606846977', '1152921504606846976.0', '9007199254740992', '-1152921504606846977'];
   const ops = ['', 'ne=', 'gt=', 'ge=', 'lt=', 'le=', 'sw=', 'ct=', 'in'];
   const queries = new Set();
   while (queries.size < 80) {

@@ -8,6 +8,8 @@
  */
 #include <errno.h>
 #include <ftw.h>
+#include <inttypes.h>
+#include <math.h>
 #include <sys/stat.h>
 #include <sqlite3.h>
 #include <stdint.h>
@@ -1246,6 +1248,91 @@ static void test_audit_read_and_data_version(void) {
   store_close(s);
 }
 
+/* What check_image_numbers expects of each Event row it is handed, by id. */
+#define IMAGE_ROWS 3000
+typedef struct image_numbers {
+  double qty[IMAGE_ROWS];
+  int64_t big[IMAGE_ROWS];
+  int seen;
+} image_numbers;
+
+static int check_image_numbers(const store_audit_row *row, void *data) {
+  image_numbers *want = data;
+  const cJSON *old_row, *new_row;
+  store_audit_row_images(row, &old_row, &new_row);
+  CHECK(new_row != NULL);
+  int id = (int)json_num(new_row, "id");
+  CHECK(id >= 1000 && id < 1000 + IMAGE_ROWS);
+  /* A REAL reads back as the same double; an infinity as one. */
+  const cJSON *qty = cJSON_GetObjectItemCaseSensitive(new_row, "qty");
+  CHECK(cJSON_IsNumber(qty));
+  if (qty->valuedouble != want->qty[id - 1000]) {
+    fprintf(stderr, "qty %.17g read back as %.17g (%s)\n", want->qty[id - 1000], qty->valuedouble,
+            row->new_json);
+    CHECK(false);
+  }
+  /* An integer beyond 2^53 is its digits in a string, as a read shows it; others numbers. */
+  const cJSON *big = cJSON_GetObjectItemCaseSensitive(new_row, "big");
+  int64_t b = want->big[id - 1000];
+  if (b >= -(INT64_C(1) << 53) && b <= (INT64_C(1) << 53)) {
+    CHECK(cJSON_IsNumber(big) && big->valuedouble == (double)b);
+  } else {
+    char digits[24];
+    snprintf(digits, sizeof(digits), "%" PRId64, b);
+    CHECK(cJSON_IsString(big));
+    CHECK_STR_EQ(big->valuestring, digits);
+  }
+  CHECK_STR_EQ(json_str(new_row, "note"), "n");
+  want->seen++;
+  return 0;
+}
+
+/*
+ * Row images hold numbers exactly, so that the subscriptions compare what
+ * SQL does: every REAL (random bits, and the infinities, which SQLite's
+ * JSON writes as no JSON reader takes), and integers beyond 2^53.
+ */
+static void test_audit_image_numbers(void) {
+  store_t *s = open_store(db_path);
+  sqlite3 *raw = raw_open(db_path);
+  static image_numbers want;
+  memset(&want, 0, sizeof(want));
+  int64_t start;
+  CHECK(store_audit_max_seq(s, &start) == 0);
+  sqlite3_stmt *ins;
+  CHECK(sqlite3_prepare_v2(raw, "INSERT INTO Event (id, note, qty, big) VALUES (?1, 'n', ?2, ?3)",
+                           -1, &ins, NULL) == SQLITE_OK);
+  raw_exec(raw, "BEGIN");
+  uint64_t x = 88172645463325252u; /* xorshift64 */
+  for (int i = 0; i < IMAGE_ROWS; i++) {
+    double d;
+    do {
+      x ^= x << 13;
+      x ^= x >> 7;
+      x ^= x << 17;
+      memcpy(&d, &x, sizeof(d));
+    } while (!isfinite(d));
+    want.qty[i] = i == 0 ? HUGE_VAL : i == 1 ? -HUGE_VAL : i % 3 == 0 ? 0.1 * (i % 97) : d;
+    want.big[i] = i % 4 == 0 ? (int64_t)(x >> 1) * (i % 8 == 0 ? -1 : 1) : (int64_t)(x % 1000);
+    if (i == 2) want.big[i] = (INT64_C(1) << 53) + 1;
+    if (i == 3) want.big[i] = INT64_MIN;
+    sqlite3_bind_int(ins, 1, 1000 + i);
+    sqlite3_bind_double(ins, 2, want.qty[i]);
+    sqlite3_bind_int64(ins, 3, want.big[i]);
+    CHECK(sqlite3_step(ins) == SQLITE_DONE);
+    sqlite3_reset(ins);
+  }
+  raw_exec(raw, "COMMIT");
+  sqlite3_finalize(ins);
+  int n = -1;
+  for (int64_t after = start; n != 0; after += n)
+    CHECK(store_audit_read(s, after, 500, check_image_numbers, &want, &n) == 0);
+  CHECK_INT_EQ(want.seen, IMAGE_ROWS);
+  raw_exec(raw, "DELETE FROM Event WHERE id >= 1000");
+  sqlite3_close(raw);
+  store_close(s);
+}
+
 static int collect_ids(const store_session *ss, void *data) {
   char *out = data;
   CHECK(ss->subscriptions != NULL);
@@ -1755,6 +1842,7 @@ int main(void) {
   RUN(test_write_modes_and_errors);
   RUN(test_external_writer);
   RUN(test_audit_read_and_data_version);
+  RUN(test_audit_image_numbers);
   RUN(test_query);
   RUN(test_prefix_filter);
   RUN(test_refresh_schema);

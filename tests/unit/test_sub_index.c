@@ -625,10 +625,27 @@ static void collect_found(sub_topic *t, void *data) {
   f->topics[f->n++] = t;
 }
 
-/* A filter value: texts that read as numbers in several ways, booleans' "1"/"0", plain text. */
+/*
+ * A filter value: texts that read as numbers in several ways, booleans'
+ * "1"/"0", plain text, and integers beyond 2^53 that share a double.
+ */
 static const char *eq_text(void) {
-  static const char *const texts[] = {"5", "5.0", "%205", "0x5", "1",   "0",  "-0",
-                                      "x", "X",   "10",   "nan", "inf", "1e1"};
+  static const char *const texts[] = {"5",
+                                      "5.0",
+                                      "%205",
+                                      "0x5",
+                                      "1",
+                                      "0",
+                                      "-0",
+                                      "x",
+                                      "X",
+                                      "10",
+                                      "nan",
+                                      "inf",
+                                      "1e1",
+                                      "9007199254740993",
+                                      "9007199254740992",
+                                      "1152921504606846976.0"};
   return texts[rand() % (int)(sizeof(texts) / sizeof(texts[0]))];
 }
 
@@ -660,16 +677,33 @@ static void eq_uri(char *uri, size_t len) {
   }
 }
 
-/* A random row value of a column: absent, null, text, a number, a boolean. */
+/*
+ * A random row value of a column: absent, null, text, a number, a boolean;
+ * an integer beyond 2^53 as a numeric column's image shows it (a string).
+ */
 static void eq_value(cJSON *row, const char *column) {
-  static const char *const texts[] = {"5",  "5.0", " 5",  "x",   "X", "1", "0",
-                                      "10", "ab",  "abc", "abd", "a", "x1"};
-  static const double numbers[] = {5, 5.5, 0, -0.0, 1, 10};
+  static const char *const texts[] = {"5",
+                                      "5.0",
+                                      " 5",
+                                      "x",
+                                      "X",
+                                      "1",
+                                      "0",
+                                      "10",
+                                      "ab",
+                                      "abc",
+                                      "abd",
+                                      "a",
+                                      "x1",
+                                      "9007199254740993",
+                                      "1152921504606846976",
+                                      "1152921504606846977"};
+  static const double numbers[] = {5, 5.5, 0, -0.0, 1, 10, 9007199254740992.0};
   switch (rand() % 5) {
   case 0: break;
   case 1: cJSON_AddNullToObject(row, column); break;
-  case 2: cJSON_AddStringToObject(row, column, texts[rand() % 13]); break;
-  case 3: cJSON_AddNumberToObject(row, column, numbers[rand() % 6]); break;
+  case 2: cJSON_AddStringToObject(row, column, texts[rand() % (int)ARRAY_LEN(texts)]); break;
+  case 3: cJSON_AddNumberToObject(row, column, numbers[rand() % (int)ARRAY_LEN(numbers)]); break;
   default: cJSON_AddBoolToObject(row, column, rand() % 2); break;
   }
 }

@@ -387,9 +387,9 @@ static void test_operators(void) {
 /*
  * SQLite's own reading of text as a number, the one uri_number promises to
  * make: text put into a column of NUMERIC affinity is stored as a number
- * exactly when it reads as one.
+ * exactly when it reads as one (*i: as an integer, when it is one).
  */
-static bool sqlite_number(sqlite3 *db, const char *text, double *d) {
+static bool sqlite_number(sqlite3 *db, const char *text, double *d, bool *is_int, int64_t *i) {
   sqlite3_stmt *ins, *sel;
   CHECK(sqlite3_prepare_v2(db, "INSERT INTO t VALUES (?1)", -1, &ins, NULL) == SQLITE_OK);
   CHECK(sqlite3_bind_text(ins, 1, text, -1, SQLITE_STATIC) == SQLITE_OK);
@@ -399,14 +399,18 @@ static bool sqlite_number(sqlite3 *db, const char *text, double *d) {
   CHECK(sqlite3_step(sel) == SQLITE_ROW);
   int type = sqlite3_column_type(sel, 0);
   *d = sqlite3_column_double(sel, 0);
+  *is_int = type == SQLITE_INTEGER;
+  *i = sqlite3_column_int64(sel, 0);
   sqlite3_finalize(sel);
   CHECK(sqlite3_exec(db, "DELETE FROM t", NULL, NULL, NULL) == SQLITE_OK);
   return type == SQLITE_INTEGER || type == SQLITE_FLOAT;
 }
 
 /*
- * Whether the text is a number must agree exactly; the value to the last
- * bit need not: SQLite converts with its own arithmetic (long double, which
+ * Whether the text is a number must agree exactly, and an integer's value
+ * (SQLite keeps one that reads as an integer within 64 bits as one, and a
+ * real of an integer's value as that integer); a real's to the last bit
+ * need not: SQLite converts with its own arithmetic (long double, which
  * valgrind, say, carries out as double), uri_number with strtod.
  */
 static bool same_value(double a, double b) {
@@ -415,21 +419,91 @@ static bool same_value(double a, double b) {
 }
 
 static void check_number_as_sqlite(sqlite3 *db, const char *text) {
-  double ours = 0, theirs = 0;
-  bool a = uri_number(text, &ours), b = sqlite_number(db, text, &theirs);
-  if (a != b || (a && !same_value(ours, theirs))) {
-    fprintf(stderr, "uri_number(\"%s\"): %d %g, SQLite: %d %g\n", text, a, ours, b, theirs);
+  uri_num ours = {0};
+  double theirs = 0;
+  bool their_int = false;
+  int64_t their_i = 0;
+  bool a = uri_number(text, &ours), b = sqlite_number(db, text, &theirs, &their_int, &their_i);
+  bool same = ours.is_int ? their_int && ours.i == their_i : same_value(ours.d, theirs);
+  if (a != b || (a && !same)) {
+    fprintf(stderr, "uri_number(\"%s\"): %d %g, SQLite: %d %g\n", text, a, ours.d, b, theirs);
     CHECK(false);
   }
 }
 
+/* SQLite's comparison of two numbers (bound as an integer when is_int). */
+static int sqlite_compare(sqlite3 *db, const uri_num *x, const uri_num *y) {
+  sqlite3_stmt *st;
+  CHECK(sqlite3_prepare_v2(db, "SELECT (?1 > ?2) - (?1 < ?2)", -1, &st, NULL) == SQLITE_OK);
+  const uri_num *v[] = {x, y};
+  for (int k = 0; k < 2; k++)
+    CHECK((v[k]->is_int ? sqlite3_bind_int64(st, k + 1, v[k]->i)
+                        : sqlite3_bind_double(st, k + 1, v[k]->d)) == SQLITE_OK);
+  CHECK(sqlite3_step(st) == SQLITE_ROW);
+  int c = sqlite3_column_int(st, 0);
+  sqlite3_finalize(st);
+  return c;
+}
+
+/* uri_num_compare against SQLite, on integers and doubles at a double's edges of exactness. */
+static void test_number_compare(sqlite3 *db) {
+  const int64_t ints[] = {0,
+                          1,
+                          -1,
+                          9007199254740991,
+                          9007199254740992,
+                          9007199254740993,
+                          -9007199254740993,
+                          1152921504606846976,
+                          1152921504606846977,
+                          -1152921504606846977,
+                          INT64_MAX,
+                          INT64_MAX - 1,
+                          INT64_MIN,
+                          INT64_MIN + 1};
+  const double doubles[] = {0.0,
+                            0.5,
+                            -0.5,
+                            9007199254740992.0,
+                            9007199254740994.0,
+                            -9007199254740992.0,
+                            1152921504606846976.0,
+                            1152921504606847232.0,
+                            -1152921504606846976.0,
+                            9223372036854775808.0,
+                            9223372036854774784.0,
+                            -9223372036854775808.0,
+                            1e300,
+                            -1e300,
+                            HUGE_VAL,
+                            -HUGE_VAL};
+  size_t ni = sizeof(ints) / sizeof(ints[0]), nd = sizeof(doubles) / sizeof(doubles[0]);
+  uri_num all[64];
+  size_t n = 0;
+  for (size_t k = 0; k < ni; k++) all[n++] = (uri_num){(double)ints[k], ints[k], true};
+  for (size_t k = 0; k < nd; k++) all[n++] = uri_num_of(doubles[k]);
+  for (size_t a = 0; a < n; a++)
+    for (size_t b = 0; b < n; b++) {
+      int ours = uri_num_compare(&all[a], &all[b]), theirs = sqlite_compare(db, &all[a], &all[b]);
+      if ((ours > 0) - (ours < 0) != theirs) {
+        fprintf(stderr, "uri_num_compare(%d:%lld/%.17g, %d:%lld/%.17g): %d, SQLite: %d\n",
+                all[a].is_int, (long long)all[a].i, all[a].d, all[b].is_int, (long long)all[b].i,
+                all[b].d, ours, theirs);
+        CHECK(false);
+      }
+    }
+}
+
 static void test_number(void) {
-  double d;
-  CHECK(uri_number("12", &d) && d == 12);
-  CHECK(uri_number(" -1.5e2 ", &d) && d == -150);
-  CHECK(uri_number(".5", &d) && d == 0.5);
-  CHECK(uri_number("5.", &d) && d == 5);
-  CHECK(uri_number("1e999", &d) && isinf(d) && d > 0);
+  uri_num d;
+  CHECK(uri_number("12", &d) && d.d == 12 && d.is_int && d.i == 12);
+  CHECK(uri_number(" -1.5e2 ", &d) && d.d == -150 && !d.is_int);
+  CHECK(uri_number(".5", &d) && d.d == 0.5);
+  CHECK(uri_number("5.", &d) && d.d == 5 && !d.is_int);
+  CHECK(uri_number("1e999", &d) && isinf(d.d) && d.d > 0);
+  CHECK(uri_number(" +1152921504606846977 ", &d) && d.is_int && d.i == 1152921504606846977);
+  CHECK(uri_number("-9223372036854775808", &d) && d.is_int && d.i == INT64_MIN);
+  CHECK(uri_number("9223372036854775808", &d) && !d.is_int && d.d == 9223372036854775808.0);
   CHECK(!uri_number("0x10", &d));
   CHECK(!uri_number("inf", &d));
   CHECK(!uri_number("NaN", &d));
@@ -444,10 +518,43 @@ static void test_number(void) {
   sqlite3 *db;
   CHECK(sqlite3_open(":memory:", &db) == SQLITE_OK);
   CHECK(sqlite3_exec(db, "CREATE TABLE t (n NUMERIC)", NULL, NULL, NULL) == SQLITE_OK);
-  static const char *const fixed[] = {
-      "12",    " -1.5e2 ", ".5", "5.", "1e999", "-1e999", "0x10",  "inf",    "Infinity",
-      "NaN",   "",         " ",  "1e", "1 2",   "- 1",    "12abc", "+.5e-3", "\t7\n",
-      "\v8\f", "1.e5",     ".",  "+",  "-0",    "00",     "1e+",   "1E-2",   "\r9\r"};
+  static const char *const fixed[] = {"12",
+                                      " -1.5e2 ",
+                                      ".5",
+                                      "5.",
+                                      "1e999",
+                                      "-1e999",
+                                      "0x10",
+                                      "inf",
+                                      "Infinity",
+                                      "NaN",
+                                      "",
+                                      " ",
+                                      "1e",
+                                      "1 2",
+                                      "- 1",
+                                      "12abc",
+                                      "+.5e-3",
+                                      "\t7\n",
+                                      "\v8\f",
+                                      "1.e5",
+                                      ".",
+                                      "+",
+                                      "-0",
+                                      "00",
+                                      "1e+",
+                                      "1E-2",
+                                      "\r9\r",
+                                      "1152921504606846977",
+                                      " +1152921504606846977 ",
+                                      "-1152921504606846977",
+                                      "1152921504606846977.0",
+                                      "9223372036854775807",
+                                      "9223372036854775808",
+                                      "-9223372036854775808",
+                                      "-9223372036854775809",
+                                      "0000000000000000000000009",
+                                      "9007199254740993"};
   for (size_t i = 0; i < sizeof(fixed) / sizeof(fixed[0]); i++)
     check_number_as_sqlite(db, fixed[i]);
   static const char alphabet[] = " \t+-.0123456789eEx";
@@ -462,16 +569,17 @@ static void test_number(void) {
     text[len] = '\0';
     check_number_as_sqlite(db, text);
   }
+  test_number_compare(db);
   sqlite3_close(db);
 
   /* A filter keeps its value's number from the parse. */
   uri_t u;
   CHECK(uri_parse(BASE, BASE "/T?a=gt=%201.5&b=0x10&c=7|x", &u) == 0);
-  CHECK(u.filters[0].is_number && u.filters[0].number == 1.5);
+  CHECK(u.filters[0].is_number && u.filters[0].number.d == 1.5);
   CHECK(!u.filters[1].is_number);
-  CHECK(u.filters[2].is_number && u.filters[2].number == 7);
+  CHECK(u.filters[2].is_number && u.filters[2].number.is_int && u.filters[2].number.i == 7);
   uri_t c = uri_copy(&u);
-  CHECK(c.filters[0].is_number && c.filters[0].number == 1.5);
+  CHECK(c.filters[0].is_number && c.filters[0].number.d == 1.5);
   uri_finish(&c);
   uri_finish(&u);
 }
