@@ -295,9 +295,8 @@ int store_delete(store_t *s, const store_table *t, const char *key) {
 
 /*
  * Gives the integer literal at text (n bytes: an optional '-' and digits),
- * member item of row, as a string if a double does not hold it (beyond
- * +-2^53), as reads show such values (store_value_json). Returns the
- * member now in item's place.
+ * member item of row, as a raw item of those digits (cJSON_Raw) if a double
+ * does not hold it (beyond +-2^53). Returns the member now in item's place.
  */
 static cJSON *store_image_integer(cJSON *row, cJSON *item, const char *text, size_t n) {
   char digits[64];
@@ -307,7 +306,7 @@ static cJSON *store_image_integer(cJSON *row, cJSON *item, const char *text, siz
   errno = 0;
   long long v = strtoll(digits, NULL, 10);
   if (errno == 0 && v >= -(1LL << 53) && v <= (1LL << 53)) return item;
-  cJSON *exact = cJSON_CreateString(digits);
+  cJSON *exact = cJSON_CreateRaw(digits);
   if (exact == NULL) abort();
   exact->string = item->string; /* the member's name moves to it */
   item->string = NULL;
@@ -318,8 +317,8 @@ static cJSON *store_image_integer(cJSON *row, cJSON *item, const char *text, siz
 /*
  * Parses a row image. cJSON reads every number as a double, which holds an
  * integer exactly only up to 2^53: a top-level member whose value is an
- * integer literal beyond that (16 digits or more) is given as its digits,
- * in a string, instead (store_image_integer), so that the subscriptions
+ * integer literal beyond that (16 digits or more) is given as its digits
+ * in a raw item instead (store_image_integer), so that the subscriptions
  * compare it exactly, as SQL does (sub_index.c). The members are walked in
  * the text's order, which is cJSON's.
  */
@@ -358,8 +357,12 @@ void store_audit_row_images(const store_audit_row *row, const cJSON **old_row,
                             const cJSON **new_row) {
   store_audit_row *r = (store_audit_row *)row; /* the cache is the row's own, private part */
   if (!r->parsed) {
-    r->old_parsed = r->old_json != NULL ? store_image_parse(r->old_json) : NULL;
-    r->new_parsed = r->new_json != NULL ? store_image_parse(r->new_json) : NULL;
+    /* mcpsubd's own rows (subscriptions, signals) as written: their numbers are its own */
+    bool table =
+        strcmp(r->table, STORE_SUBSCRIPTION_LOG) != 0 && strcmp(r->table, STORE_SIGNAL_LOG) != 0;
+    cJSON *(*parse)(const char *) = table ? store_image_parse : cJSON_Parse;
+    r->old_parsed = r->old_json != NULL ? parse(r->old_json) : NULL;
+    r->new_parsed = r->new_json != NULL ? parse(r->new_json) : NULL;
     r->parsed = true;
   }
   *old_row = r->old_parsed;

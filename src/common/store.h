@@ -300,7 +300,9 @@ typedef struct store_audit_row {
 /*
  * The row's images as JSON (each NULL when absent or not JSON), parsed on
  * the first call during the callback: a consumer that does not need them
- * (no filtered subscription on the table) pays nothing for them.
+ * (no filtered subscription on the table) pays nothing for them. In a
+ * table's image an integer beyond +-2^53, which a double does not hold, is
+ * a raw item (cJSON_IsRaw) of its digits.
  */
 void store_audit_row_images(const store_audit_row *row, const cJSON **old_row,
                             const cJSON **new_row);

@@ -186,9 +186,8 @@ static void table_free(sub_table *st) {
  *                          rounded to a double, which several integers
  *                          beyond 2^53 share
  *   'b' and "1" or "0"     a boolean, when the text is "1" or "0"
- * A row's string_big_number (an integer a double does not hold, as a
- * numeric column's images show it: store.h) is looked up under 'n' as
- * well, and value_equals compares it as that number.
+ * A row's raw_number (an integer a double does not hold) is looked up
+ * under 'n' by its double, which several such integers share.
  * A topic without an equality but with a starts-with filter (sw) is filed
  * under 'p' and its prefix, and a change looks up its string values cut
  * to each prefix length the column's topics have (prefix_lens). A topic
@@ -233,12 +232,9 @@ static bool num_beyond_double(const uri_num *n) {
   return !(fabs(n->d) < 9007199254740992.0);
 }
 
-/*
- * Is a row's string a number as a numeric column's image shows one that a
- * double does not hold (an integer beyond 2^53, store.h), and which?
- */
-static bool string_big_number(const char *s, uri_num *n) {
-  return uri_number(s, n) && num_beyond_double(n);
+/* A row's raw value: an integer a double does not hold, as images give one (store.h). */
+static bool raw_number(const cJSON *v, uri_num *n) {
+  return cJSON_IsRaw(v) && uri_number(v->valuestring, n);
 }
 
 /* fn for every key of a filter value's text; numbers: unless the column is untyped (uri_filter). */
@@ -255,10 +251,11 @@ static void eq_text_keys(sub_table *st, uint8_t col, const char *text, bool numb
 static void eq_value_key(sub_table *st, uint8_t col, const cJSON *v, bool ne, eq_fn fn,
                          void *data) {
   uri_num n;
-  if (cJSON_IsString(v)) {
+  if (cJSON_IsString(v))
     eq_key(st, col, EQ_KIND('s', ne), v->valuestring, strlen(v->valuestring), fn, data);
-    if (string_big_number(v->valuestring, &n)) eq_key_number(st, col, n.d, ne, fn, data);
-  } else if (cJSON_IsNumber(v))
+  else if (raw_number(v, &n))
+    eq_key_number(st, col, n.d, ne, fn, data);
+  else if (cJSON_IsNumber(v))
     eq_key_number(st, col, v->valuedouble, ne, fn, data);
   else if (cJSON_IsBool(v))
     eq_key(st, col, EQ_KIND('b', ne), cJSON_IsTrue(v) ? "1" : "0", 1, fn, data);
@@ -380,9 +377,9 @@ static void ne_file(sub_table *st, sub_topic *t, eq_fn fn) {
  * a suffix of the other) and tests only the topics found there whole, as
  * the equality index's. A text value is above every number
  * (ordered_compare): it can satisfy every gt and ge filter and no lt or le
- * one; a NULL, none. (A string_big_number is a number there; a filter's
- * number and a row's are compared as doubles, which such integers share,
- * so the bounds hold ties and the test whole decides.) Without it such
+ * one; a NULL, none. (A filter's number and a row's are compared as
+ * doubles, which integers beyond 2^53 share, so the bounds hold ties and
+ * the test whole decides.) Without it such
  * topics were tested at every change, each: a table of per-agent
  * thresholds paid for every agent per change.
  */
@@ -612,11 +609,8 @@ bool sub_index_watches(const sub_index *idx, const char *table) {
   return strmap_get(&idx->tables, table, strlen(table)) != NULL;
 }
 
-/*
- * The number a row's value of f's column is, if it is one: a number, a
- * boolean (1/0), or on a numeric column a string_big_number.
- */
-static bool value_num(const cJSON *v, const uri_filter *f, uri_num *n) {
+/* The number a row's value is, if it is one: a number, a raw_number, a boolean (1/0). */
+static bool value_num(const cJSON *v, uri_num *n) {
   if (cJSON_IsNumber(v)) {
     *n = uri_num_of(v->valuedouble);
     return true;
@@ -625,7 +619,7 @@ static bool value_num(const cJSON *v, const uri_filter *f, uri_num *n) {
     *n = uri_num_of(cJSON_IsTrue(v) ? 1 : 0);
     return true;
   }
-  return f->numeric && cJSON_IsString(v) && string_big_number(v->valuestring, n);
+  return raw_number(v, n);
 }
 
 /*
@@ -642,7 +636,7 @@ static bool value_equals(const cJSON *v, const uri_filter *f, const char *text,
                          const uri_num *number) {
   uri_num x;
   if (cJSON_IsBool(v)) return strcmp(text, cJSON_IsTrue(v) ? "1" : "0") == 0;
-  if (!f->untyped && value_num(v, f, &x)) return number != NULL && uri_num_compare(&x, number) == 0;
+  if (value_num(v, &x)) return !f->untyped && number != NULL && uri_num_compare(&x, number) == 0;
   return cJSON_IsString(v) && strcmp(v->valuestring, text) == 0;
 }
 
@@ -662,7 +656,7 @@ static bool value_equals_alt(const cJSON *v, const uri_filter *f, const char *te
 static int ordered_compare(const cJSON *v, const uri_filter *f) {
   bool p_number = f->numeric && f->is_number;
   uri_num x;
-  if (value_num(v, f, &x)) return p_number ? uri_num_compare(&x, &f->number) : -1;
+  if (value_num(v, &x)) return p_number ? uri_num_compare(&x, &f->number) : -1;
   if (cJSON_IsString(v)) {
     if (p_number) return 1;
     int c = strcmp(v->valuestring, f->value);
@@ -832,10 +826,9 @@ static void eq_match(sub_table *st, const sub_change *change, const cJSON *const
 static void range_candidates(const range_list *l, bool upper, const cJSON *v, eq_probe *p) {
   size_t from = 0, to = 0;
   uri_num n;
-  if (cJSON_IsNumber(v) || cJSON_IsBool(v) ||
-      (cJSON_IsString(v) && string_big_number(v->valuestring, &n))) { /* a numeric column's */
+  if (value_num(v, &n)) {
     /* Inclusive at x: a filter's number and the row's may share a double and differ. */
-    double x = cJSON_IsString(v) ? n.d : cJSON_IsBool(v) ? cJSON_IsTrue(v) : v->valuedouble;
+    double x = n.d;
     from = upper ? range_bound(l, x, false) : 0;
     to = upper ? l->n : range_bound(l, x, true);
   } else if (cJSON_IsString(v) && !upper) {

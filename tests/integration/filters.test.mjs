@@ -32,7 +32,7 @@ const ROWS = [
 ];
 // Column u has no type: it keeps the number 5 and the text '5' apart, and a blob as written
 // (shown, and compared, as its hex text).
-const UNTYPED = [5, '5', { blob: '414243' }, null, null, null];
+const UNTYPED = [5, '5', { blob: '414243' }, { raw: '1152921504606846977' }, null, null];
 // Columns ci (NOCASE) and rt (RTRIM): filters compare their text byte for byte all the same.
 const COLLATED = [['Apple', 'a '], ['apple', 'a'], [null, null], [null, null], [null, null], [null, null]];
 // Numbers a double does not hold exactly: integers beyond 2^53 (big) and reals of 16 and 17
@@ -143,9 +143,11 @@ const ALL_CASES = [
   ['qty=gt=0x5', []],
   // A column without a type converts nothing: its number 5 is not the text 5.
   ['u=5', [2]],
-  ['u=ne=5', [1, 3]],
+  ['u=ne=5', [1, 3, 4]],
   ['u=5|7', [2]],
-  ['u=lt=x', [1, 2, 3]],
+  ['u=lt=x', [1, 2, 3, 4]],
+  ['u=1152921504606846977', []], // the integer is no text there
+  ['u=sw=1152', []],
   ['u=414243', [3]],
   ['u=sw=41', [3]],
   ['u=ct=24', [3]],
@@ -165,6 +167,7 @@ const ALL_CASES = [
   ['big=gt=1152921504606846977', []],
   ['big=lt=1152921504606846977', [1, 3, 4, 5, 6]],
   ['big=lt=0', [4]],
+  ['big=sw=1152', []], // a number is no text
   ['big=9007199254740993', [3]],
   ['big=ne=9007199254740993', [1, 2, 4, 5, 6]],
   ['big=gt=9007199254740992', [1, 2, 3]],

@@ -1271,7 +1271,7 @@ static int check_image_numbers(const store_audit_row *row, void *data) {
             row->new_json);
     CHECK(false);
   }
-  /* An integer beyond 2^53 is its digits in a string, as a read shows it; others numbers. */
+  /* An integer beyond 2^53 is a raw item of its digits; others numbers. */
   const cJSON *big = cJSON_GetObjectItemCaseSensitive(new_row, "big");
   int64_t b = want->big[id - 1000];
   if (b >= -(INT64_C(1) << 53) && b <= (INT64_C(1) << 53)) {
@@ -1279,7 +1279,7 @@ static int check_image_numbers(const store_audit_row *row, void *data) {
   } else {
     char digits[24];
     snprintf(digits, sizeof(digits), "%" PRId64, b);
-    CHECK(cJSON_IsString(big));
+    CHECK(cJSON_IsRaw(big));
     CHECK_STR_EQ(big->valuestring, digits);
   }
   CHECK_STR_EQ(json_str(new_row, "note"), "n");

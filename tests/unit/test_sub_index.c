@@ -645,7 +645,9 @@ static const char *eq_text(void) {
                                       "1e1",
                                       "9007199254740993",
                                       "9007199254740992",
-                                      "1152921504606846976.0"};
+                                      "1152921504606846976.0",
+                                      "1152921504606846977",
+                                      "-1152921504606846977"};
   return texts[rand() % (int)(sizeof(texts) / sizeof(texts[0]))];
 }
 
@@ -678,32 +680,21 @@ static void eq_uri(char *uri, size_t len) {
 }
 
 /*
- * A random row value of a column: absent, null, text, a number, a boolean;
- * an integer beyond 2^53 as a numeric column's image shows it (a string).
+ * A random row value of a column: absent, null, text, a number, a boolean,
+ * an integer beyond 2^53 as images give one (a raw item of its digits).
  */
 static void eq_value(cJSON *row, const char *column) {
-  static const char *const texts[] = {"5",
-                                      "5.0",
-                                      " 5",
-                                      "x",
-                                      "X",
-                                      "1",
-                                      "0",
-                                      "10",
-                                      "ab",
-                                      "abc",
-                                      "abd",
-                                      "a",
-                                      "x1",
-                                      "9007199254740993",
-                                      "1152921504606846976",
-                                      "1152921504606846977"};
+  static const char *const texts[] = {"5",  "5.0", " 5",  "x",   "X", "1", "0",
+                                      "10", "ab",  "abc", "abd", "a", "x1"};
+  static const char *const raws[] = {"9007199254740993", "1152921504606846976",
+                                     "1152921504606846977", "-1152921504606846977"};
   static const double numbers[] = {5, 5.5, 0, -0.0, 1, 10, 9007199254740992.0};
-  switch (rand() % 5) {
+  switch (rand() % 6) {
   case 0: break;
   case 1: cJSON_AddNullToObject(row, column); break;
   case 2: cJSON_AddStringToObject(row, column, texts[rand() % (int)ARRAY_LEN(texts)]); break;
   case 3: cJSON_AddNumberToObject(row, column, numbers[rand() % (int)ARRAY_LEN(numbers)]); break;
+  case 4: cJSON_AddRawToObject(row, column, raws[rand() % (int)ARRAY_LEN(raws)]); break;
   default: cJSON_AddBoolToObject(row, column, rand() % 2); break;
   }
 }
