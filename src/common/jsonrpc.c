@@ -63,6 +63,101 @@ bool jsonrpc_depth_ok(const char *text, size_t len, int max_depth) {
   return true;
 }
 
+/* Over white space as cJSON skips it (every byte up to the space). */
+static const char *json_skip_space(const char *p, const char *end) {
+  while (p < end && (unsigned char)*p <= ' ') p++;
+  return p;
+}
+
+/* Past the string whose opening quote is at p. */
+static const char *json_skip_string(const char *p, const char *end) {
+  for (p++; p < end && *p != '"'; p++)
+    if (*p == '\\') p++;
+  return p < end ? p + 1 : end;
+}
+
+/*
+ * Gives item, a member or element of parent that is the integer literal of
+ * n bytes at text, as a raw item of those digits if a double does not hold
+ * it. Returns the item now in its place.
+ */
+static cJSON *json_exact_integer(cJSON *parent, cJSON *item, const char *text, size_t n) {
+  char digits[64];
+  if (n >= sizeof(digits) || !cJSON_IsNumber(item)) return item;
+  memcpy(digits, text, n);
+  digits[n] = '\0';
+  errno = 0;
+  long long v = strtoll(digits, NULL, 10);
+  if (errno == 0 && v >= -(1LL << 53) && v <= (1LL << 53)) return item;
+  cJSON *exact = jsonrpc_must(cJSON_CreateRaw(digits));
+  exact->string = item->string; /* a member's name moves to it */
+  item->string = NULL;
+  if (!cJSON_ReplaceItemViaPointer(parent, item, exact)) abort();
+  return exact;
+}
+
+/*
+ * Walks the value at p, which cJSON parsed into item (a member or element
+ * of parent; the root: NULL), in step with it, and past it; inside: within
+ * within. The text is valid JSON up to the value's end (cJSON read it).
+ */
+static const char *json_exact_walk(const char *p, const char *end, cJSON *parent, cJSON *item,
+                                   const cJSON *within, bool inside) {
+  inside = inside || item == within;
+  p = json_skip_space(p, end);
+  if (p >= end) return end;
+  if (*p == '"') return json_skip_string(p, end);
+  if (*p == '{' || *p == '[') {
+    bool object = *p == '{';
+    p++;
+    for (cJSON *child = item->child, *next; child != NULL && p < end; child = next) {
+      next = child->next; /* child may be replaced */
+      if (object) {       /* the name and the colon */
+        p = json_skip_space(json_skip_string(json_skip_space(p, end), end), end);
+        if (p < end) p++;
+      }
+      p = json_skip_space(json_exact_walk(p, end, item, child, within, inside), end);
+      if (p < end) p++; /* the comma, or the closing bracket */
+    }
+    if (item->child == NULL) {
+      p = json_skip_space(p, end);
+      if (p < end) p++;
+    }
+    return p;
+  }
+  const char *start = p;
+  if (*p == '-') p++;
+  const char *digits = p;
+  while (p < end && *p >= '0' && *p <= '9') p++;
+  const char *stop = p;
+  while (p < end && (*p == '.' || *p == '+' || *p == '-' || (*p >= '0' && *p <= '9') ||
+                     (*p >= 'a' && *p <= 'z') || *p == 'E'))
+    p++; /* a fraction or an exponent, or a literal's letters */
+  if (inside && parent != NULL && p == stop && stop - digits >= 16)
+    json_exact_integer(parent, item, start, (size_t)(stop - start));
+  return p;
+}
+
+void jsonrpc_exact_integers(const char *text, size_t len, cJSON *root, const cJSON *within) {
+  if (root == NULL || within == NULL) return;
+  const char *p = text, *end = text + len;
+  if (len >= 3 && memcmp(p, "\xEF\xBB\xBF", 3) == 0)
+    p += 3; /* a byte-order mark, as cJSON skips it */
+  (void)json_exact_walk(p, end, NULL, root, within, false);
+}
+
+bool jsonrpc_raw_integer(const cJSON *v, int64_t *i, bool *in_range) {
+  if (!cJSON_IsRaw(v) || v->valuestring == NULL) return false;
+  const char *p = v->valuestring + (v->valuestring[0] == '-');
+  if (*p == '\0') return false;
+  for (; *p != '\0'; p++)
+    if (*p < '0' || *p > '9') return false;
+  errno = 0;
+  *i = (int64_t)strtoll(v->valuestring, NULL, 10);
+  *in_range = errno == 0;
+  return true;
+}
+
 bool jsonrpc_strings_ok(const char *text, size_t len) {
   /* Without a NUL or a backslash (most bodies) there is nothing to find: two vector scans. */
   if (memchr(text, '\0', len) == NULL && memchr(text, '\\', len) == NULL) return true;
@@ -229,12 +324,11 @@ cJSON *jsonrpc_notification(const char *method, cJSON *params) {
 /* ---- printing ---------------------------------------------------------------- */
 
 /*
- * A number as cJSON prints it: "%1.15g", or "%1.17g" when 15 digits do
- * not round-trip (newer cJSON prints "%d" of valueint first when that is
- * the value, which is the same text but for -0). An integral value below
- * 1e15 has at most 15 digits, which "%1.15g" prints exactly and without an
- * exponent: those skip printf. Everything else (fractions, large
- * magnitudes, -0, NaN) is left to cJSON itself.
+ * A number as cJSON prints it ("%1.15g", or "%1.17g"; null for NaN and the
+ * infinities, which JSON has not), but with 16 or 17 digits whenever 15 do
+ * not read back as exactly the same double (cJSON lets a rounding error
+ * pass). An integral value below 1e15 has at most 15 digits, which
+ * "%1.15g" prints exactly and without an exponent: those skip printf.
  */
 static int jsonrpc_print_number(buf_t *out, const cJSON *item) {
   double d = item->valuedouble;
@@ -242,16 +336,32 @@ static int jsonrpc_print_number(buf_t *out, const cJSON *item) {
     buf_append_int(out, (long long)d);
     return 0;
   }
-  char *text = cJSON_PrintUnformatted(item);
-  if (text == NULL) return -EINVAL;
+  if (!isfinite(d)) {
+    buf_append(out, "null", 4);
+    return 0;
+  }
+  char text[32];
+  for (int digits = 15; digits <= 17; digits++) {
+    snprintf(text, sizeof(text), "%1.*g", digits, d);
+    if (strtod(text, NULL) == d) break;
+  }
   buf_append_str(out, text);
-  cJSON_free(text);
   return 0;
 }
 
 static void jsonrpc_print_string(buf_t *out, const char *s) {
   if (s == NULL) s = ""; /* cJSON prints a missing string as "" */
   buf_append_json_string(out, s, strlen(s));
+}
+
+char *jsonrpc_print_text(const cJSON *item) {
+  buf_t b;
+  buf_init(&b);
+  if (jsonrpc_print(&b, item) < 0) {
+    buf_finish(&b);
+    return NULL;
+  }
+  return buf_steal(&b);
 }
 
 int jsonrpc_print(buf_t *out, const cJSON *item) {

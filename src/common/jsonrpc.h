@@ -44,6 +44,17 @@ bool jsonrpc_depth_ok(const char *text, size_t len, int max_depth);
  * record value) would be read cut short. Callers refuse the message.
  */
 bool jsonrpc_strings_ok(const char *text, size_t len);
+/*
+ * cJSON reads every number as a double, which holds an integer exactly
+ * only up to 2^53. Given the text cJSON parsed into root, gives every
+ * integer literal beyond +-2^53 in the subtree within (a part of root, or
+ * root) as a raw item of its digits (cJSON_IsRaw), so that it is stored
+ * and compared exactly: a row's value written (store.h), a row image's
+ * (store_audit_row_images).
+ */
+void jsonrpc_exact_integers(const char *text, size_t len, cJSON *root, const cJSON *within);
+/* Is v such a raw integer (jsonrpc_exact_integers)? Then *i is it, when within 64 bits. */
+bool jsonrpc_raw_integer(const cJSON *v, int64_t *i, bool *in_range);
 
 /*
  * Classifies one parsed message. On JSONRPC_INVALID, *why (if not NULL) is
@@ -62,12 +73,17 @@ jsonrpc_kind jsonrpc_classify_members(const cJSON *msg, const char **why, jsonrp
 
 /*
  * Appends item (and what it holds, not its siblings) to out as
- * cJSON_PrintUnformatted would print it, byte for byte, without its
- * intermediate buffers; integers are formatted without printf. 0, or
- * -EINVAL for what cJSON cannot print either (an invalid item, a raw item
- * without text); out then holds a partial text the caller discards.
+ * cJSON_PrintUnformatted prints it, without its intermediate buffers;
+ * integers are formatted without printf. But a number is printed with the
+ * fewest digits (15 to 17) that read back as the same double: cJSON
+ * prints 15 whenever they come within a rounding error of it, so 0.1 +
+ * 0.2 as 0.3 and 2^53 as 9.00719925474099e+15. 0, or -EINVAL for what
+ * cJSON cannot print either (an invalid item, a raw item without text);
+ * out then holds a partial text the caller discards.
  */
 int jsonrpc_print(buf_t *out, const cJSON *item) __attribute__((warn_unused_result));
+/* jsonrpc_print's text, allocated (free it), or NULL for an item it cannot print. */
+char *jsonrpc_print_text(const cJSON *item);
 
 /*
  * A raw item (printed as it is) holding text, which it now owns: text must

@@ -52,10 +52,15 @@ bool store_double_is_int64(double d) {
   return isfinite(d) && d == trunc(d) && d >= -9223372036854775808.0 && d < 9223372036854775808.0;
 }
 
-/* True for the JSON values a column can take (not cJSON_Raw or invalid items). */
+/*
+ * True for the JSON values a column can take: not invalid items, nor raw
+ * ones but an integer's digits (jsonrpc_exact_integers).
+ */
 bool store_json_storable(const cJSON *v) {
+  int64_t i;
+  bool in_range;
   return cJSON_IsString(v) || cJSON_IsNumber(v) || cJSON_IsBool(v) || cJSON_IsNull(v) ||
-         cJSON_IsObject(v) || cJSON_IsArray(v);
+         cJSON_IsObject(v) || cJSON_IsArray(v) || jsonrpc_raw_integer(v, &i, &in_range);
 }
 
 /*
@@ -66,6 +71,9 @@ bool store_json_storable(const cJSON *v) {
  */
 char *store_json_key_text(const cJSON *v) {
   if (cJSON_IsString(v)) return mem_strdup(v->valuestring);
+  int64_t i;
+  bool in_range;
+  if (jsonrpc_raw_integer(v, &i, &in_range)) return mem_strdup(v->valuestring);
   if (cJSON_IsNumber(v)) {
     char text[64];
     if (store_double_is_int64(v->valuedouble))
@@ -294,62 +302,13 @@ int store_delete(store_t *s, const store_table *t, const char *key) {
 }
 
 /*
- * Gives the integer literal at text (n bytes: an optional '-' and digits),
- * member item of row, as a raw item of those digits (cJSON_Raw) if a double
- * does not hold it (beyond +-2^53). Returns the member now in item's place.
- */
-static cJSON *store_image_integer(cJSON *row, cJSON *item, const char *text, size_t n) {
-  char digits[64];
-  if (n >= sizeof(digits) || !cJSON_IsNumber(item)) return item;
-  memcpy(digits, text, n);
-  digits[n] = '\0';
-  errno = 0;
-  long long v = strtoll(digits, NULL, 10);
-  if (errno == 0 && v >= -(1LL << 53) && v <= (1LL << 53)) return item;
-  cJSON *exact = cJSON_CreateRaw(digits);
-  if (exact == NULL) abort();
-  exact->string = item->string; /* the member's name moves to it */
-  item->string = NULL;
-  if (!cJSON_ReplaceItemViaPointer(row, item, exact)) abort();
-  return exact;
-}
-
-/*
- * Parses a row image. cJSON reads every number as a double, which holds an
- * integer exactly only up to 2^53: a top-level member whose value is an
- * integer literal beyond that (16 digits or more) is given as its digits
- * in a raw item instead (store_image_integer), so that the subscriptions
- * compare it exactly, as SQL does (sub_index.c). The members are walked in
- * the text's order, which is cJSON's.
+ * Parses a table's row image: an integer beyond 2^53 as a raw item of its
+ * digits (jsonrpc_exact_integers), so that the subscriptions compare it
+ * exactly, as SQL does (sub_index.c).
  */
 static cJSON *store_image_parse(const char *text) {
   cJSON *row = cJSON_Parse(text);
-  if (!cJSON_IsObject(row)) return row;
-  cJSON *item = NULL; /* the member whose value follows */
-  int depth = 0;
-  for (const char *p = text; *p != '\0'; p++) {
-    if (*p == '"') { /* over a string, escapes and all */
-      for (p++; *p != '"' && *p != '\0'; p++)
-        if (*p == '\\' && p[1] != '\0') p++;
-      if (*p == '\0') break;
-    } else if (*p == '{' || *p == '[') {
-      depth++;
-    } else if (*p == '}' || *p == ']') {
-      if (--depth == 0) break; /* the object's end (cJSON_Parse allows text after it) */
-    } else if (*p == ':' && depth == 1) {
-      item = item == NULL ? row->child : item->next;
-      if (item == NULL) break;
-      const char *v = p + 1;
-      while (*v == ' ' || *v == '\t' || *v == '\n' || *v == '\r') v++;
-      const char *start = v;
-      if (*v == '-') v++;
-      const char *digits = v;
-      while (*v >= '0' && *v <= '9') v++;
-      if (v - digits >= 16 && *v != '.' && *v != 'e' && *v != 'E')
-        item = store_image_integer(row, item, start, (size_t)(v - start));
-      p = v - 1;
-    }
-  }
+  jsonrpc_exact_integers(text, strlen(text), row, row);
   return row;
 }
 

@@ -101,6 +101,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/jsonrpc.h"
 #include "common/log.h"
 #include "common/uri.h"
 
@@ -347,8 +348,11 @@ static void pg_params_finish(pg_params *ps) {
  * compact JSON. NULL for null. New string.
  */
 static char *pg_json_param_text(const cJSON *v) {
+  int64_t i;
+  bool in_range;
   if (cJSON_IsNull(v) || v == NULL) return NULL;
-  if (cJSON_IsString(v)) return mem_strdup(v->valuestring);
+  if (cJSON_IsString(v) || jsonrpc_raw_integer(v, &i, &in_range)) /* an integer's digits */
+    return mem_strdup(v->valuestring);
   if (cJSON_IsBool(v)) return mem_strdup(cJSON_IsTrue(v) ? "1" : "0");
   if (cJSON_IsNumber(v)) {
     char text[64];
@@ -358,10 +362,8 @@ static char *pg_json_param_text(const cJSON *v) {
       snprintf(text, sizeof(text), "%.17g", v->valuedouble);
     return mem_strdup(text);
   }
-  char *json = cJSON_PrintUnformatted(v);
-  if (json == NULL) abort();
-  char *text = mem_strdup(json);
-  cJSON_free(json);
+  char *text = jsonrpc_print_text(v); /* its numbers exact */
+  if (text == NULL) abort();
   return text;
 }
 

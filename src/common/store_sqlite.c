@@ -508,10 +508,17 @@ static int store_schema_version(store_t *s, int *version, char *err, size_t errl
 /*
  * Binds a JSON value: string -> TEXT, whole number -> INTEGER, other
  * number -> REAL, bool -> 1/0, null -> NULL, object/array -> compact JSON
- * TEXT. v must satisfy store_json_storable. Returns a SQLite result code.
+ * TEXT; an integer's digits (a raw item) -> INTEGER exactly, or REAL beyond
+ * 64 bits (as SQLite reads such a literal). v must satisfy
+ * store_json_storable. Returns a SQLite result code.
  */
 static int store_bind_json(sqlite3_stmt *st, int idx, const cJSON *v) {
+  int64_t i;
+  bool in_range;
   if (cJSON_IsString(v)) return sqlite3_bind_text(st, idx, v->valuestring, -1, SQLITE_TRANSIENT);
+  if (jsonrpc_raw_integer(v, &i, &in_range))
+    return in_range ? sqlite3_bind_int64(st, idx, i)
+                    : sqlite3_bind_double(st, idx, strtod(v->valuestring, NULL));
   if (cJSON_IsNumber(v)) {
     if (store_double_is_int64(v->valuedouble))
       return sqlite3_bind_int64(st, idx, (sqlite3_int64)v->valuedouble);
@@ -519,10 +526,10 @@ static int store_bind_json(sqlite3_stmt *st, int idx, const cJSON *v) {
   }
   if (cJSON_IsBool(v)) return sqlite3_bind_int(st, idx, cJSON_IsTrue(v) ? 1 : 0);
   if (cJSON_IsObject(v) || cJSON_IsArray(v)) {
-    char *text = cJSON_PrintUnformatted(v);
+    char *text = jsonrpc_print_text(v); /* its numbers exact */
     if (text == NULL) return SQLITE_NOMEM;
     int rc = sqlite3_bind_text(st, idx, text, -1, SQLITE_TRANSIENT);
-    cJSON_free(text);
+    free(text);
     return rc;
   }
   return sqlite3_bind_null(st, idx);

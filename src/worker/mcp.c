@@ -460,6 +460,22 @@ typedef struct mcp_msg {
   stats_method m;     /* method's label: STATS_M_OTHER when none of MCP's */
 } mcp_msg;
 
+/*
+ * A tools/call's arguments with integers beyond 2^53 as their digits
+ * (jsonrpc_exact_integers): a row put_record writes keeps every digit.
+ * Other numbers of a message stay doubles.
+ */
+static void mcp_exact_arguments(const http_request_t *req, cJSON *root) {
+  bool batch = cJSON_IsArray(root);
+  for (cJSON *msg = batch ? root->child : root; msg != NULL; msg = batch ? msg->next : NULL) {
+    const cJSON *method = cJSON_GetObjectItemCaseSensitive(msg, "method");
+    if (!cJSON_IsString(method) || strcmp(method->valuestring, "tools/call") != 0) continue;
+    const cJSON *params = cJSON_GetObjectItemCaseSensitive(msg, "params");
+    jsonrpc_exact_integers(req->body, req->body_len, root,
+                           cJSON_GetObjectItemCaseSensitive(params, "arguments"));
+  }
+}
+
 static mcp_msg mcp_msg_of(const cJSON *json) {
   jsonrpc_members members;
   mcp_msg v = {.json = json, .m = STATS_M_OTHER};
@@ -1049,6 +1065,7 @@ static void mcp_post(worker_t *w, http_conn_t *c, http_request_t *req, const aut
     mcp_respond_error(c, 400, NULL, JSONRPC_PARSE_ERROR, "Parse error: invalid JSON");
     return;
   }
+  mcp_exact_arguments(req, root);
 
   mcp_msg v = mcp_msg_of(root);
   bool batch = cJSON_IsArray(root);

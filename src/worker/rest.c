@@ -136,6 +136,7 @@ static cJSON *rest_parse_body(http_conn_t *c, const http_request_t *req) {
     worker_respond_error(c, 400, "request body must be a JSON object");
     return NULL;
   }
+  jsonrpc_exact_integers(req->body, req->body_len, body, body); /* stored with every digit */
   return body;
 }
 

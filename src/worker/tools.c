@@ -51,10 +51,10 @@ cJSON *tools_result_text(const char *text, bool is_error) {
 }
 
 cJSON *tools_result_json(cJSON *value) {
-  char *text = cJSON_PrintUnformatted(value);
+  char *text = jsonrpc_print_text(value); /* numbers exact */
   cJSON_Delete(value);
   cJSON *result = tools_result_text(text != NULL ? text : "null", false);
-  cJSON_free(text);
+  free(text);
   return result;
 }
 
@@ -699,8 +699,11 @@ cJSON *tools_call(mcp_call *call) {
   }
   if (tool->needs_key) {
     const cJSON *key = cJSON_GetObjectItemCaseSensitive(args, "key");
-    if (cJSON_IsString(key) && strlen(key->valuestring) < sizeof(a.key)) {
-      snprintf(a.key, sizeof(a.key), "%s", key->valuestring);
+    int64_t big;
+    bool in_range;
+    if ((cJSON_IsString(key) || (jsonrpc_raw_integer(key, &big, &in_range) && in_range)) &&
+        strlen(key->valuestring) < sizeof(a.key)) {
+      snprintf(a.key, sizeof(a.key), "%s", key->valuestring); /* text, or an integer's digits */
     } else if (cJSON_IsNumber(key) && key->valuedouble == floor(key->valuedouble) &&
                fabs(key->valuedouble) < 9007199254740992.0) {
       snprintf(a.key, sizeof(a.key), "%.0f", key->valuedouble);

@@ -14,7 +14,7 @@ import path from 'node:path';
 import { PG_MODE } from './lib/pg.mjs';
 import { makeTempDir, startServer } from './lib/server.mjs';
 import { McpSession } from './lib/mcp.mjs';
-import { request } from './lib/raw.mjs';
+import { mcpPost, request } from './lib/raw.mjs';
 import { sqlite } from './lib/sqlite.mjs';
 import { EventStream } from './lib/sse.mjs';
 import { sleep, waitFor } from './lib/wait.mjs';
@@ -251,6 +251,57 @@ test('random rows and random filters: reads and subscriptions agree on every one
       const got = st.updates(`${srv.base}/Rnd?${q}`).map((e) => Number(e.json.params.uri.split('/').pop())).sort((a, b) => a - b);
       assert.deepEqual(got, ids, `${q} (rows: ${JSON.stringify(RANDOM_ROWS)})`);
     }
+    st.close();
+  } finally {
+    await s.delete();
+  }
+});
+
+test('numbers read back to the last bit: REST, resources/read, get_record and query_records', async () => {
+  const s = await McpSession.open(srv.port);
+  try {
+    const want = { 1: 0.30000000000000004, 5: 123456789.12345678 }; // column x
+    for (const [id, x] of Object.entries(want)) {
+      assert.equal((await request(srv.port, { path: `/Item/${id}` })).json().x, x, `REST ${id}`);
+      assert.equal((await s.readJson(`${srv.base}/Item/${id}`)).value.x, x, `read ${id}`);
+      assert.equal((await s.tool('get_record', { table: 'Item', key: Number(id) })).data.x, x, `tool ${id}`);
+    }
+    // 2^53, which a double holds, is a number; one past it a string of its digits.
+    const { rows } = (await s.tool('query_records', { table: 'Item' })).data;
+    const big = Object.fromEntries(rows.map((r) => [r.id, r.big]));
+    assert.deepEqual(big, { 1: '1152921504606846976', 2: '1152921504606846977', 3: '9007199254740993',
+      4: '-1152921504606846977', 5: 5, 6: 9007199254740992 });
+    assert.equal(Object.fromEntries(rows.map((r) => [r.id, r.x]))[1], 0.30000000000000004);
+  } finally {
+    await s.delete();
+  }
+});
+
+test('integers beyond 2^53 written as JSON numbers keep every digit: REST and put_record', async () => {
+  const big = '1152921504606846977'; // a double reads it as 1152921504606846976
+  const s = await McpSession.open(srv.port);
+  try {
+    const uri = `${srv.base}/Rnd?b=${big}&id=ge=100`;
+    assert.deepEqual(await s.result('resources/subscribe', { uri }), {});
+    const st = await EventStream.open(srv.port, s.id);
+    await st.waitPrimed();
+    // JSON numbers of every digit, which JavaScript cannot write: the bodies are text.
+    const put = await request(srv.port, {
+      method: 'PUT', path: '/Rnd/100', headers: { 'Content-Type': 'application/json' }, body: `{"b": ${big}}`,
+    });
+    assert.equal(put.status, 201, put.text);
+    assert.equal(put.json().b, big);
+    const call = await mcpPost(srv.port, s.id, '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"put_record",'
+      + `"arguments":{"table":"Rnd","key":101,"record":{"b":${big}}}}}`);
+    const result = call.json().result;
+    assert.ok(!result.isError, call.text);
+    assert.equal(JSON.parse(result.content[0].text).record.b, big);
+    // Read back, filtered and by key, and heard of by the subscription to that number.
+    const ids = (await request(srv.port, { path: `/Rnd?b=${big}&id=ge=100` })).json().map((r) => r.id);
+    assert.deepEqual(ids.sort((a, b) => a - b), [100, 101]);
+    assert.equal((await s.readJson(`${srv.base}/Rnd/101`)).value.b, big);
+    await waitFor(() => st.updates(uri).length >= 2, { timeoutMs: 5000, message: 'two updates' });
+    assert.deepEqual(st.updates(uri).map((e) => e.json.params.uri.split('/').pop()).sort(), ['100', '101']);
     st.close();
   } finally {
     await s.delete();

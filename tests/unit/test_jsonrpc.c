@@ -10,6 +10,7 @@
 
 #include "check.h"
 #include "common/jsonrpc.h"
+#include "common/mem.h"
 
 /* Parses text, classifies it, and checks the kind (and reason, if given). */
 static void expect_kind(const char *text, jsonrpc_kind want, const char *why_contains) {
@@ -203,6 +204,7 @@ static cJSON *random_item(int depth) {
                                    -1e15,
                                    1e16,
                                    9007199254740993.0,
+                                   0.30000000000000004,
                                    0.5,
                                    -2.25,
                                    1e-7,
@@ -237,18 +239,57 @@ static cJSON *random_item(int depth) {
   }
 }
 
-/* jsonrpc_print writes what cJSON_PrintUnformatted writes, byte for byte. */
+/* Are a and b the same tree, numbers to the last bit? */
+static bool same_tree(const cJSON *a, const cJSON *b) {
+  if ((a->type & 0xFF) != (b->type & 0xFF)) return false;
+  if (cJSON_IsNumber(a)) return a->valuedouble == b->valuedouble;
+  if (cJSON_IsString(a)) return strcmp(a->valuestring, b->valuestring) == 0;
+  const cJSON *x = a->child, *y = b->child;
+  for (; x != NULL && y != NULL; x = x->next, y = y->next)
+    if ((cJSON_IsObject(a) && strcmp(x->string, y->string) != 0) || !same_tree(x, y)) return false;
+  return x == NULL && y == NULL;
+}
+
+/* Parses text and compares it with item (same_tree). */
+static bool reads_back(const char *text, const cJSON *item) {
+  cJSON *back = cJSON_Parse(text);
+  bool same = back != NULL && same_tree(back, item);
+  cJSON_Delete(back);
+  return same;
+}
+
+/*
+ * jsonrpc_print writes what cJSON_PrintUnformatted writes, byte for byte,
+ * wherever that reads back as the item; and always what reads back as it
+ * (cJSON prints a number with 15 digits when they come within a rounding
+ * error of it).
+ */
 static void test_print_matches_cjson(void) {
   srand(12345);
+  int differ = 0;
   for (int n = 0; n < 20000; n++) {
     cJSON *item = random_item(4);
     char *want = cJSON_PrintUnformatted(item);
-    buf_t got;
-    buf_init(&got);
-    CHECK(jsonrpc_print(&got, item) == 0);
-    CHECK(want != NULL && got.len == strlen(want) && memcmp(got.data, want, got.len) == 0);
-    buf_finish(&got);
+    char *got = jsonrpc_print_text(item);
+    CHECK(want != NULL && got != NULL);
+    CHECK(reads_back(got, item));
+    if (reads_back(want, item))
+      CHECK_STR_EQ(got, want);
+    else
+      differ++;
+    free(got);
     cJSON_free(want);
+    cJSON_Delete(item);
+  }
+  CHECK(differ > 0); /* 2^53 among the numbers */
+  const double exact[] = {0.1 + 0.2, 9007199254740992.0, 1.0 / 3, 123456789.12345678};
+  const char *const texts[] = {"0.30000000000000004", "9007199254740992", "0.3333333333333333",
+                               "123456789.12345678"};
+  for (size_t i = 0; i < ARRAY_LEN(exact); i++) {
+    cJSON *item = cJSON_CreateNumber(exact[i]);
+    char *got = jsonrpc_print_text(item);
+    CHECK_STR_EQ(got, texts[i]);
+    free(got);
     cJSON_Delete(item);
   }
 }
@@ -272,6 +313,61 @@ static void test_print_result(void) {
   }
 }
 
+/* Parses text, gives its integers beyond 2^53 within the member path names exactly, prints it. */
+static char *exact(const char *text, const char *path) {
+  cJSON *root = cJSON_ParseWithLength(text, strlen(text));
+  CHECK(root != NULL);
+  const cJSON *within = root;
+  if (path != NULL) within = cJSON_GetObjectItemCaseSensitive(root, path);
+  jsonrpc_exact_integers(text, strlen(text), root, within);
+  char *out = jsonrpc_print_text(root);
+  cJSON_Delete(root);
+  return out;
+}
+
+static void expect_exact(const char *text, const char *path, const char *want) {
+  char *got = exact(text, path);
+  if (strcmp(got, want) != 0) fprintf(stderr, "exact(%s): %s, want %s\n", text, got, want);
+  CHECK_STR_EQ(got, want);
+  free(got);
+}
+
+/*
+ * Integers beyond 2^53 keep their digits, wherever they are in the tree
+ * (or the part asked for); the numbers a double holds, and reals, stay.
+ */
+static void test_exact_integers(void) {
+  expect_exact("{\"a\": 1152921504606846977}", NULL, "{\"a\":1152921504606846977}");
+  expect_exact("{\"a\":-1152921504606846977,\"b\":9007199254740993,\"c\":9007199254740992}", NULL,
+               "{\"a\":-1152921504606846977,\"b\":9007199254740993,\"c\":9007199254740992}");
+  /* Beside strings holding quotes, colons, brackets and digits; in arrays; nested. */
+  expect_exact(
+      "\xEF\xBB\xBF { \"k\\\":[{\" : \"1152921504606846977\\\\\" ,\n \"x\" :\t[ 1, {}, [],"
+      " 99999999999999999999 , {\"y\": [-1152921504606846977]} ] , \"z\": true}",
+      NULL,
+      "{\"k\\\":[{\":\"1152921504606846977\\\\\",\"x\":[1,{},[],99999999999999999999,{\"y\":"
+      "[-1152921504606846977]}],\"z\":true}");
+  /* Reals and exponents are doubles. */
+  expect_exact("{\"a\":1152921504606846977.5,\"b\":1152921504606846977e0}", NULL,
+               "{\"a\":1.152921504606847e+18,\"b\":1.152921504606847e+18}");
+  /* Only within the part asked for. */
+  expect_exact("{\"id\":1152921504606846977,\"args\":{\"v\":1152921504606846977}}", "args",
+               "{\"id\":1.152921504606847e+18,\"args\":{\"v\":1152921504606846977}}");
+  /* What a raw integer is. */
+  const char *text = "{\"a\":1152921504606846977,\"b\":-99999999999999999999}";
+  cJSON *root = cJSON_Parse(text);
+  jsonrpc_exact_integers(text, strlen(text), root, root);
+  int64_t i = 0;
+  bool in_range = false;
+  CHECK(jsonrpc_raw_integer(cJSON_GetObjectItem(root, "a"), &i, &in_range));
+  CHECK(in_range && i == 1152921504606846977);
+  CHECK(jsonrpc_raw_integer(cJSON_GetObjectItem(root, "b"), &i, &in_range) && !in_range);
+  cJSON_Delete(root);
+  cJSON *raw = cJSON_CreateRaw("[1]");
+  CHECK(!jsonrpc_raw_integer(raw, &i, &in_range));
+  cJSON_Delete(raw);
+}
+
 int main(void) {
   RUN(test_valid_kinds);
   RUN(test_invalid_shapes);
@@ -279,5 +375,6 @@ int main(void) {
   RUN(test_builders);
   RUN(test_print_matches_cjson);
   RUN(test_print_result);
+  RUN(test_exact_integers);
   return 0;
 }
