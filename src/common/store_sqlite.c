@@ -785,15 +785,22 @@ fail:
  * same double (json_object() writes 15, and so 0.1 + 0.2 as 0.3, which
  * the subscriptions then compared in its place), and an infinity as
  * +-9e999, which reads back as one (json_object() writes Inf, which no
- * JSON reader takes: the image was lost).
+ * JSON reader takes: the image was lost). The 18 digits come from
+ * SQLite's printf, whose arithmetic is long double: where that is no
+ * wider than a double (valgrind's, some machines'), its text may not be
+ * JSON, and then the REAL is written as json_object() writes it, rather
+ * than fail the write.
  */
 static void store_sql_json_value(sqlite3_str *q, const char *ref, const char *col) {
   sqlite3_str_appendf(q,
-                      "CASE typeof(%s.\"%w\") WHEN 'blob' THEN hex(%s.\"%w\") "
-                      "WHEN 'real' THEN json(CASE WHEN abs(%s.\"%w\") <= 1.7976931348623157e308 "
-                      "THEN printf('%%!.18g', %s.\"%w\") WHEN %s.\"%w\" > 0 THEN '9e999' "
-                      "ELSE '-9e999' END) ELSE %s.\"%w\" END",
-                      ref, col, ref, col, ref, col, ref, col, ref, col, ref, col);
+                      "CASE typeof(%s.\"%w\") WHEN 'blob' THEN hex(%s.\"%w\") WHEN 'real' THEN "
+                      "CASE WHEN abs(%s.\"%w\") = 9e999 "
+                      "THEN json(iif(%s.\"%w\" > 0, '9e999', '-9e999')) "
+                      "WHEN json_valid(printf('%%!.18g', %s.\"%w\")) "
+                      "THEN json(printf('%%!.18g', %s.\"%w\")) ELSE json_quote(%s.\"%w\") END "
+                      "ELSE %s.\"%w\" END",
+                      ref, col, ref, col, ref, col, ref, col, ref, col, ref, col, ref, col, ref,
+                      col);
 }
 
 /*

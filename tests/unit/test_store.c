@@ -1254,6 +1254,7 @@ typedef struct image_numbers {
   double qty[IMAGE_ROWS];
   int64_t big[IMAGE_ROWS];
   int seen;
+  bool wide; /* SQLite's long double is wider than a double: its printf is exact */
 } image_numbers;
 
 static int check_image_numbers(const store_audit_row *row, void *data) {
@@ -1266,7 +1267,8 @@ static int check_image_numbers(const store_audit_row *row, void *data) {
   /* A REAL reads back as the same double; an infinity as one. */
   const cJSON *qty = cJSON_GetObjectItemCaseSensitive(new_row, "qty");
   CHECK(cJSON_IsNumber(qty));
-  if (qty->valuedouble != want->qty[id - 1000]) {
+  double q = want->qty[id - 1000];
+  if (want->wide ? qty->valuedouble != q : fabs(qty->valuedouble - q) > 1e-14 * fabs(q)) {
     fprintf(stderr, "qty %.17g read back as %.17g (%s)\n", want->qty[id - 1000], qty->valuedouble,
             row->new_json);
     CHECK(false);
@@ -1297,6 +1299,13 @@ static void test_audit_image_numbers(void) {
   sqlite3 *raw = raw_open(db_path);
   static image_numbers want;
   memset(&want, 0, sizeof(want));
+  /*
+   * Where SQLite's long double is no wider than a double (valgrind carries
+   * it out so), its printf is only close, and its text of a number near
+   * the double's range may be Inf (the image then lost, as json_object()
+   * loses it): the REALs are then short ones, and compared as close.
+   */
+  want.wide = raw_int(raw, "SELECT 9007199254740993 = 9007199254740992.0") == 0;
   int64_t start;
   CHECK(store_audit_max_seq(s, &start) == 0);
   sqlite3_stmt *ins;
@@ -1312,7 +1321,10 @@ static void test_audit_image_numbers(void) {
       x ^= x << 17;
       memcpy(&d, &x, sizeof(d));
     } while (!isfinite(d));
-    want.qty[i] = i == 0 ? HUGE_VAL : i == 1 ? -HUGE_VAL : i % 3 == 0 ? 0.1 * (i % 97) : d;
+    want.qty[i] = i == 0                     ? HUGE_VAL
+                  : i == 1                   ? -HUGE_VAL
+                  : i % 3 == 0 || !want.wide ? 0.1 * (i % 97)
+                                             : d;
     want.big[i] = i % 4 == 0 ? (int64_t)(x >> 1) * (i % 8 == 0 ? -1 : 1) : (int64_t)(x % 1000);
     if (i == 2) want.big[i] = (INT64_C(1) << 53) + 1;
     if (i == 3) want.big[i] = INT64_MIN;

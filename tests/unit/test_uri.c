@@ -445,8 +445,31 @@ static int sqlite_compare(sqlite3 *db, const uri_num *x, const uri_num *y) {
   return c;
 }
 
-/* uri_num_compare against SQLite, on integers and doubles at a double's edges of exactness. */
+/*
+ * uri_num_compare against SQLite, on integers and doubles at a double's
+ * edges of exactness; by hand first. SQLite compares an integer with a
+ * double in long double: where that is no wider than a double (valgrind
+ * carries it out so), SQLite itself cannot tell them apart, and only the
+ * cases by hand are checked.
+ */
 static void test_number_compare(sqlite3 *db) {
+  uri_num big = {9007199254740992.0, 9007199254740993, true},
+          two53 = uri_num_of(9007199254740992.0);
+  uri_num max = {9223372036854775808.0, INT64_MAX, true}, two63 = uri_num_of(9223372036854775808.0);
+  CHECK(uri_num_compare(&big, &two53) > 0 && uri_num_compare(&two53, &big) < 0);
+  CHECK(uri_num_compare(&max, &two63) < 0 && uri_num_compare(&two63, &max) > 0);
+  uri_num half = uri_num_of(0.5), zero = {0, 0, true};
+  CHECK(uri_num_compare(&half, &zero) > 0 && uri_num_compare(&zero, &zero) == 0);
+  sqlite3_stmt *st;
+  CHECK(sqlite3_prepare_v2(db, "SELECT 9007199254740993 = 9007199254740992.0", -1, &st, NULL) ==
+        SQLITE_OK);
+  CHECK(sqlite3_step(st) == SQLITE_ROW);
+  bool wide = sqlite3_column_int(st, 0) == 0;
+  sqlite3_finalize(st);
+  if (!wide) {
+    fprintf(stderr, "test_number_compare: SQLite's long double is a double here: by hand only\n");
+    return;
+  }
   const int64_t ints[] = {0,
                           1,
                           -1,
