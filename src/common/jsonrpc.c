@@ -153,8 +153,9 @@ bool jsonrpc_raw_integer(const cJSON *v, int64_t *i, bool *in_range) {
   for (; *p != '\0'; p++)
     if (*p < '0' || *p > '9') return false;
   errno = 0;
-  *i = (int64_t)strtoll(v->valuestring, NULL, 10);
-  *in_range = errno == 0;
+  long long n = strtoll(v->valuestring, NULL, 10);
+  if (i != NULL) *i = (int64_t)n;
+  if (in_range != NULL) *in_range = errno == 0;
   return true;
 }
 

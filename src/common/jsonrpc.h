@@ -53,7 +53,10 @@ bool jsonrpc_strings_ok(const char *text, size_t len);
  * (store_audit_row_images).
  */
 void jsonrpc_exact_integers(const char *text, size_t len, cJSON *root, const cJSON *within);
-/* Is v such a raw integer (jsonrpc_exact_integers)? Then *i is it, when within 64 bits. */
+/*
+ * Is v such a raw integer (jsonrpc_exact_integers)? Then *in_range says
+ * whether it is within 64 bits, and *i is it then (either may be NULL).
+ */
 bool jsonrpc_raw_integer(const cJSON *v, int64_t *i, bool *in_range);
 
 /*

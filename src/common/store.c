@@ -57,10 +57,8 @@ bool store_double_is_int64(double d) {
  * ones but an integer's digits (jsonrpc_exact_integers).
  */
 bool store_json_storable(const cJSON *v) {
-  int64_t i;
-  bool in_range;
   return cJSON_IsString(v) || cJSON_IsNumber(v) || cJSON_IsBool(v) || cJSON_IsNull(v) ||
-         cJSON_IsObject(v) || cJSON_IsArray(v) || jsonrpc_raw_integer(v, &i, &in_range);
+         cJSON_IsObject(v) || cJSON_IsArray(v) || jsonrpc_raw_integer(v, NULL, NULL);
 }
 
 /*
@@ -70,10 +68,7 @@ bool store_json_storable(const cJSON *v) {
  * NULL for objects and arrays. New string.
  */
 char *store_json_key_text(const cJSON *v) {
-  if (cJSON_IsString(v)) return mem_strdup(v->valuestring);
-  int64_t i;
-  bool in_range;
-  if (jsonrpc_raw_integer(v, &i, &in_range)) return mem_strdup(v->valuestring);
+  if (cJSON_IsString(v) || jsonrpc_raw_integer(v, NULL, NULL)) return mem_strdup(v->valuestring);
   if (cJSON_IsNumber(v)) {
     char text[64];
     if (store_double_is_int64(v->valuedouble))

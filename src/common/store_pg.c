@@ -348,10 +348,8 @@ static void pg_params_finish(pg_params *ps) {
  * compact JSON. NULL for null. New string.
  */
 static char *pg_json_param_text(const cJSON *v) {
-  int64_t i;
-  bool in_range;
   if (cJSON_IsNull(v) || v == NULL) return NULL;
-  if (cJSON_IsString(v) || jsonrpc_raw_integer(v, &i, &in_range)) /* an integer's digits */
+  if (cJSON_IsString(v) || jsonrpc_raw_integer(v, NULL, NULL)) /* an integer's digits */
     return mem_strdup(v->valuestring);
   if (cJSON_IsBool(v)) return mem_strdup(cJSON_IsTrue(v) ? "1" : "0");
   if (cJSON_IsNumber(v)) {

@@ -379,9 +379,9 @@ static void ne_file(sub_table *st, sub_topic *t, eq_fn fn) {
  * (ordered_compare): it can satisfy every gt and ge filter and no lt or le
  * one; a NULL, none. (A filter's number and a row's are compared as
  * doubles, which integers beyond 2^53 share, so the bounds hold ties and
- * the test whole decides.) Without it such
- * topics were tested at every change, each: a table of per-agent
- * thresholds paid for every agent per change.
+ * the test whole decides.) Without it such topics were tested at every
+ * change, each: a table of per-agent thresholds paid for every agent per
+ * change.
  */
 static int8_t range_filter_of(const sub_topic *t) {
   for (size_t i = 0; i < t->parsed.n_filters; i++) {
@@ -640,10 +640,10 @@ static bool value_equals(const cJSON *v, const uri_filter *f, const char *text,
   return cJSON_IsString(v) && strcmp(v->valuestring, text) == 0;
 }
 
-/* value_equals with one of f's alternatives, read as a number here. */
+/* value_equals with one of f's alternatives, read as a number here when v is one. */
 static bool value_equals_alt(const cJSON *v, const uri_filter *f, const char *text) {
-  uri_num n;
-  return value_equals(v, f, text, uri_number(text, &n) ? &n : NULL);
+  uri_num x, n;
+  return value_equals(v, f, text, value_num(v, &x) && uri_number(text, &n) ? &n : NULL);
 }
 
 /*

@@ -699,9 +699,8 @@ cJSON *tools_call(mcp_call *call) {
   }
   if (tool->needs_key) {
     const cJSON *key = cJSON_GetObjectItemCaseSensitive(args, "key");
-    int64_t big;
-    bool in_range;
-    if ((cJSON_IsString(key) || (jsonrpc_raw_integer(key, &big, &in_range) && in_range)) &&
+    bool in_range = false;
+    if ((cJSON_IsString(key) || (jsonrpc_raw_integer(key, NULL, &in_range) && in_range)) &&
         strlen(key->valuestring) < sizeof(a.key)) {
       snprintf(a.key, sizeof(a.key), "%s", key->valuestring); /* text, or an integer's digits */
     } else if (cJSON_IsNumber(key) && key->valuedouble == floor(key->valuedouble) &&
