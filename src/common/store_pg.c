@@ -1503,7 +1503,8 @@ static bool pg_value_number(const cJSON *v, uri_num *n) {
     *n = uri_num_of(cJSON_IsTrue(v) ? 1 : 0);
     return true;
   }
-  return cJSON_IsString(v) && uri_number(v->valuestring, n);
+  /* a string, or an integer's digits (jsonrpc_exact_integers) */
+  return (cJSON_IsString(v) || jsonrpc_raw_integer(v, NULL, NULL)) && uri_number(v->valuestring, n);
 }
 
 /* Appends a number parameter, typed so that integer columns keep their index. */

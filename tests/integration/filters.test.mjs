@@ -300,6 +300,10 @@ test('integers beyond 2^53 written as JSON numbers keep every digit: REST and pu
     const ids = (await request(srv.port, { path: `/Rnd?b=${big}&id=ge=100` })).json().map((r) => r.id);
     assert.deepEqual(ids.sort((a, b) => a - b), [100, 101]);
     assert.equal((await s.readJson(`${srv.base}/Rnd/101`)).value.b, big);
+    const query = await mcpPost(srv.port, s.id, '{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":'
+      + `"query_records","arguments":{"table":"Rnd","filter":"id=ge=100","where":{"b":${big}}}}}`);
+    const { rows } = JSON.parse(query.json().result.content[0].text);
+    assert.deepEqual(rows.map((r) => r.id).sort((x, y) => x - y), [100, 101], query.text);
     await waitFor(() => st.updates(uri).length >= 2, { timeoutMs: 5000, message: 'two updates' });
     assert.deepEqual(st.updates(uri).map((e) => e.json.params.uri.split('/').pop()).sort(), ['100', '101']);
     st.close();
