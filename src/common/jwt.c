@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "common/errmsg.h"
+#include "common/jsonrpc.h"
 
 typedef enum jwk_kind { JWK_RSA, JWK_P256, JWK_ED25519 } jwk_kind;
 
@@ -247,16 +248,31 @@ size_t jwks_count(const jwks_t *ks) {
   return ks != NULL ? ks->n : 0;
 }
 
-/* Decodes a base64url part holding a JSON object. */
-static cJSON *jwt_part_json(const char *in, size_t len) {
+/*
+ * Decodes a base64url part holding a JSON object. The claims' (claims):
+ * an integer beyond 2^53 with its digits (jsonrpc_exact_integers), which a
+ * row scope may bind, but the time claims as numbers, compared with the
+ * clock.
+ */
+static cJSON *jwt_part_json(const char *in, size_t len, bool claims) {
   unsigned char *raw = mem_alloc(len * 3 / 4 + 3);
   long n = jwt_base64url_decode(in, len, raw);
   cJSON *obj = n > 0 ? cJSON_ParseWithLength((const char *)raw, (size_t)n) : NULL;
-  free(raw);
   if (obj != NULL && !cJSON_IsObject(obj)) {
     cJSON_Delete(obj);
     obj = NULL;
   }
+  if (obj != NULL && claims) {
+    jsonrpc_exact_integers((const char *)raw, (size_t)n, obj, obj);
+    static const char *const times[] = {"exp", "nbf", "iat"};
+    for (size_t i = 0; i < sizeof(times) / sizeof(times[0]); i++) {
+      const cJSON *t = cJSON_GetObjectItemCaseSensitive(obj, times[i]);
+      if (jsonrpc_raw_integer(t, NULL, NULL))
+        cJSON_ReplaceItemInObjectCaseSensitive(obj, times[i],
+                                               cJSON_CreateNumber(strtod(t->valuestring, NULL)));
+    }
+  }
+  free(raw);
   return obj;
 }
 
@@ -371,7 +387,7 @@ jwt_result jwt_verify(const jwks_t *ks, const char *token, size_t len, const jwt
   size_t sig_b64 = len - (size_t)(dot2 + 1 - token);
   if (dot1 == token || dot2 == dot1 + 1) return JWT_MALFORMED; /* an empty signature: see alg */
 
-  cJSON *header = jwt_part_json(token, (size_t)(dot1 - token));
+  cJSON *header = jwt_part_json(token, (size_t)(dot1 - token), false);
   if (header == NULL) return JWT_MALFORMED;
   const jwk *k = NULL;
   jwt_result r = jwt_pick_key(ks, header, &k);
@@ -384,7 +400,7 @@ jwt_result jwt_verify(const jwks_t *ks, const char *token, size_t len, const jwt
   free(sig);
   if (!ok) return JWT_SIGNATURE;
 
-  cJSON *payload = jwt_part_json(dot1 + 1, (size_t)(dot2 - dot1 - 1));
+  cJSON *payload = jwt_part_json(dot1 + 1, (size_t)(dot2 - dot1 - 1), true);
   if (payload == NULL) return JWT_MALFORMED;
   r = jwt_check_claims(payload, rules, now_s);
   if (r != JWT_OK) {

@@ -11,6 +11,7 @@
 
 #include "common/buf.h"
 #include "common/errmsg.h"
+#include "common/jsonrpc.h"
 
 struct policy {
   policy_role *roles;
@@ -158,6 +159,8 @@ int policy_parse(const char *text, size_t len, policy_t **out, char *err, size_t
   policy_t *p = policy_builtin();
   int rc = policy_parse_roles(p, cJSON_GetObjectItemCaseSensitive(root, "roles"), err, errlen);
   cJSON *scopes = cJSON_DetachItemFromObjectCaseSensitive(root, "scopes");
+  /* A key's attributes, which a row scope may bind: an integer beyond 2^53 with its digits. */
+  jsonrpc_exact_integers(text, len, root, cJSON_GetObjectItemCaseSensitive(root, "keys"));
   cJSON *keys = cJSON_DetachItemFromObjectCaseSensitive(root, "keys");
   p->scopes = scopes;
   p->keys = keys;

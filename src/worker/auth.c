@@ -16,6 +16,7 @@
 #include <strings.h>
 
 #include "common/buf.h"
+#include "common/jsonrpc.h"
 #include "common/log.h"
 #include "common/mem.h"
 #include "worker/sub_index.h"
@@ -48,7 +49,7 @@ int auth_table_access(const auth_principal *p, const char *table, unsigned right
     value = p->name;
   } else {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(p->attributes, g->scope_bind + 6);
-    if (cJSON_IsString(v)) {
+    if (cJSON_IsString(v) || jsonrpc_raw_integer(v, NULL, NULL)) { /* text, an integer's digits */
       value = v->valuestring;
     } else if (cJSON_IsNumber(v)) {
       snprintf(number, sizeof(number), "%.17g", v->valuedouble);

@@ -51,7 +51,8 @@ before(async () => {
   }));
   const schema = path.join(dir, 'schema.sql');
   fs.writeFileSync(schema, `CREATE TABLE Widget (id TEXT PRIMARY KEY, tenant TEXT NOT NULL, v INTEGER NOT NULL DEFAULT 0);
-    INSERT INTO Widget VALUES ('a0', 'acme', 1), ('a1', 'acme', 2), ('b0', 'bolt', 1);`);
+    INSERT INTO Widget VALUES ('a0', 'acme', 1), ('a1', 'acme', 2), ('b0', 'bolt', 1),
+      ('n0', '1152921504606846977', 1), ('n1', '1152921504606846976', 1);`);
   srv = await startServer({ schema, args: ['--auth-jwks', jwks.url, '--auth-issuer', ISSUER, '--policy', policy, '--workers', '2'] });
   audience = `${srv.base}/mcp`;
 });
@@ -128,6 +129,10 @@ test('a scope mapped by the policy, with a row scope bound to a claim: each tena
   assert.deepEqual((await list(acme)).map((r) => r.id).sort(), ['a0', 'a1']);
   assert.deepEqual((await list(bolt)).map((r) => r.id), ['b0']);
   assert.equal((await request(srv.port, { path: '/Widget/b0', headers: bearer(acme) })).status, 404);
+  // A claim that is an integer beyond 2^53, as a JSON number: its digits, not the nearest double's.
+  const claims = JSON.stringify(claimsFor(ISSUER, audience, 'agent-n', { scope: 'widgets:tenant', tenant: 'BIG', exp: 'EXP' }))
+    .replace('"BIG"', '1152921504606846977').replace('"EXP"', '99999999999999999'); // exp a number still
+  assert.deepEqual((await list(sign(keys.rs, claims))).map((r) => r.id), ['n0']);
   // Without the claim the scope cannot bind: the table does not exist for it.
   const stray = token('agent-c', 'widgets:tenant');
   assert.equal((await request(srv.port, { path: '/Widget', headers: bearer(stray) })).status, 404);

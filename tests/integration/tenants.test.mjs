@@ -37,7 +37,9 @@ before(async () => {
   key.ops = add('ops', 'writer');
   key.acmeWriter = add('acme-writer', 'tenant-writer');
   key.org7 = add('org7-writer', 'org-writer');
+  key.orgBig = add('orgbig-writer', 'org-writer');
   const policy = path.join(dir, 'policy.json');
+  // An org beyond 2^53, written as a JSON number (JavaScript cannot write it: put in the text).
   fs.writeFileSync(
     policy,
     JSON.stringify({
@@ -52,8 +54,11 @@ before(async () => {
           tables: { Ticket: { rights: ['read', 'subscribe', 'write'], scope: { column: 'org', bind: 'claim:org' } } },
         },
       },
-      keys: { 'acme-agent': { tenant: 'acme' }, 'bolt-agent': { tenant: 'bolt' }, 'acme-writer': { tenant: 'acme' }, 'org7-writer': { org: 7 } },
-    }),
+      keys: {
+        'acme-agent': { tenant: 'acme' }, 'bolt-agent': { tenant: 'bolt' }, 'acme-writer': { tenant: 'acme' }, 'org7-writer': { org: 7 },
+        'orgbig-writer': { org: 'ORG_BIG' },
+      },
+    }).replace('"ORG_BIG"', '1152921504606846977'),
   );
   const schema = path.join(dir, 'schema.sql');
   fs.writeFileSync(
@@ -61,7 +66,7 @@ before(async () => {
     `CREATE TABLE Widget (id TEXT PRIMARY KEY, tenant TEXT NOT NULL, v INTEGER NOT NULL DEFAULT 0);
      INSERT INTO Widget VALUES ('a0', 'acme', 1), ('b0', 'bolt', 1);
      CREATE TABLE Ticket (id INTEGER PRIMARY KEY, org INTEGER NOT NULL, v INTEGER NOT NULL DEFAULT 0);
-     INSERT INTO Ticket VALUES (1, 7, 0), (2, 8, 0);
+     INSERT INTO Ticket VALUES (1, 7, 0), (2, 8, 0), (3, 1152921504606846976, 0), (4, 1152921504606846977, 0);
      CREATE TABLE Secret (id INTEGER PRIMARY KEY, v TEXT);
      INSERT INTO Secret VALUES (1, 'x');`,
   );
@@ -140,6 +145,23 @@ test('a scope on an integer column, bound to a number: its rows are notified, re
   assert.deepEqual(notified(st), ['/Ticket /Ticket/1', '/Ticket /Ticket/1'], st.describe());
   const rows = JSON.parse((await s.read(`${srv.base}/Ticket`)).contents[0].text);
   assert.deepEqual(rows.map((r) => [r.id, r.v]), [[1, 10]]);
+  st.close();
+  await s.delete();
+});
+
+test('a scope bound to an integer beyond 2^53: only that integer\'s rows, not those a double confuses it with', async () => {
+  const k = bearer(key.orgBig);
+  const s = await McpSession.open(srv.port, { headers: k });
+  const st = await EventStream.open(srv.port, s.id, { headers: k });
+  await st.waitPrimed();
+  assert.deepEqual(await s.result('resources/subscribe', { uri: `${srv.base}/Ticket` }), {});
+  sqlite(srv.dbPath, 'UPDATE Ticket SET v = v + 1 WHERE id >= 3'); // 2^60 and 2^60 + 1
+  await sleep(600);
+  assert.deepEqual(notified(st), ['/Ticket /Ticket/4'], st.describe());
+  const rows = JSON.parse((await s.read(`${srv.base}/Ticket`)).contents[0].text);
+  assert.deepEqual(rows.map((r) => [r.id, r.org]), [[4, '1152921504606846977']]);
+  const rest = await request(srv.port, { path: '/Ticket', headers: k });
+  assert.deepEqual(rest.json().map((r) => r.id), [4], rest.text);
   st.close();
   await s.delete();
 });

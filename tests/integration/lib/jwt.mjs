@@ -7,7 +7,8 @@ import crypto from 'node:crypto';
 import http from 'node:http';
 
 const b64url = (buf) => Buffer.from(buf).toString('base64url');
-const part = (obj) => b64url(JSON.stringify(obj));
+/* A part's JSON: an object's, or a text as it is (numbers JavaScript cannot write). */
+const part = (obj) => b64url(typeof obj === 'string' ? obj : JSON.stringify(obj));
 
 const ALG = { RS256: 'rsa', ES256: 'ec', EdDSA: 'ed25519' };
 
