@@ -89,6 +89,12 @@ static cJSON *json_exact_integer(cJSON *parent, cJSON *item, const char *text, s
   errno = 0;
   long long v = strtoll(digits, NULL, 10);
   if (errno == 0 && v >= -(1LL << 53) && v <= (1LL << 53)) return item;
+  if (errno == 0) { /* canonical: cJSON reads 0012 as 12, JSON writes no leading zeros */
+    snprintf(digits, sizeof(digits), "%lld", v);
+  } else {
+    size_t neg = digits[0] == '-', zeros = strspn(digits + neg, "0");
+    memmove(digits + neg, digits + neg + zeros, n - neg - zeros + 1);
+  }
   cJSON *exact = jsonrpc_must(cJSON_CreateRaw(digits));
   exact->string = item->string; /* a member's name moves to it */
   item->string = NULL;

@@ -85,8 +85,8 @@ static char *forward_format(const writer_record *r) {
   add_string_or_null(o, "sc", r->scope_column);
   add_string_or_null(o, "sv", r->scope_value);
   if (r->where != NULL) cJSON_AddItemReferenceToObject(o, "w", r->where);
-  char *text = cJSON_PrintUnformatted(o);
-  cJSON_Delete(o); /* the references only */
+  char *text = jsonrpc_print_text(o); /* the row's numbers to the last bit */
+  cJSON_Delete(o);                    /* the references only */
   return text;
 }
 
@@ -176,9 +176,9 @@ void forward_submit(worker_t *w, writer_record *r) {
   r->once =
       (store_once){mem_strdup(w->origin), seq, w->fwd_head != NULL ? w->fwd_head->once.seq : seq};
   char *text = forward_format(r);
-  if (text == NULL) abort(); /* cJSON out of memory: mem.h's policy */
+  if (text == NULL) abort(); /* an item that does not print: a bug here */
   forward_gather(w, &w->fwd_out, text);
-  cJSON_free(text);
+  free(text);
   r->fwd_prev = w->fwd_tail;
   r->fwd_next = NULL;
   if (w->fwd_tail != NULL)
@@ -272,16 +272,16 @@ static void forward_answer(worker_t *w, unsigned from, writer_record *r, int rc)
     cJSON_AddNumberToObject(a, "v", (double)r->version);
     r->row = NULL;
   }
-  char *text = cJSON_PrintUnformatted(a);
+  char *text = jsonrpc_print_text(a); /* the row's numbers to the last bit */
   cJSON_Delete(a);
-  if (text == NULL) abort(); /* cJSON out of memory: mem.h's policy */
+  if (text == NULL) abort(); /* an item that does not print: a bug here */
   if (w->fwd_answers == NULL) {
     w->fwd_answers = mem_calloc(w->n_slots, sizeof(buf_t));
     for (unsigned i = 0; i < w->n_slots; i++) buf_init(&w->fwd_answers[i]);
   }
   buf_t *b = &w->fwd_answers[from];
   forward_gather(w, b, text);
-  cJSON_free(text);
+  free(text);
   /* After the loop's close (forward_close) nothing is gathered: sent at once. */
   if (b->len > FORWARD_PACK_MAX || uv_is_closing((uv_handle_t *)&w->fwd_idle)) forward_flush(w);
 }

@@ -561,11 +561,11 @@ static cJSON *tool_bulk(mcp_call *call, tool_args *a, bool is_delete) {
              "Delete %lld records of table %s%s%.300s? This cannot be undone.", (long long)rows,
              a->table->name, filter[0] ? " matching " : "", filter);
   } else {
-    char *text = cJSON_PrintUnformatted(set);
+    char *text = jsonrpc_print_text(set);
     snprintf(message, sizeof(message), "Set %.300s on %lld records of table %s%s%.300s?",
              text != NULL ? text : "", (long long)rows, a->table->name,
              filter[0] ? " matching " : "", filter);
-    cJSON_free(text);
+    free(text);
   }
   bool ask = is_delete ? rows > 0 : rows > call->w->cfg->confirm_rows;
   if (call->conn != NULL) {

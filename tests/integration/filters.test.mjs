@@ -272,6 +272,15 @@ test('numbers read back to the last bit: REST, resources/read, get_record and qu
     assert.deepEqual(big, { 1: '1152921504606846976', 2: '1152921504606846977', 3: '9007199254740993',
       4: '-1152921504606846977', 5: 5, 6: 9007199254740992 });
     assert.equal(Object.fromEntries(rows.map((r) => [r.id, r.x]))[1], 0.30000000000000004);
+    // Written (through either worker: a write reaching the other is forwarded to the one that
+    // commits) and read back the same.
+    for (let k = 0; k < 6; k++) {
+      const w = await McpSession.open(srv.port);
+      const put = await w.tool('put_record', { table: 'Rnd', key: 200 + k, record: { r: 0.1 + 0.2 } });
+      assert.equal(put.data.record.r, 0.30000000000000004, put.text);
+      assert.equal((await request(srv.port, { path: `/Rnd/${200 + k}` })).json().r, 0.30000000000000004);
+      await w.delete();
+    }
   } finally {
     await s.delete();
   }
