@@ -598,12 +598,12 @@ static void mcp_signal(worker_t *w, const char *principal, const char *session, 
   cJSON *o = cJSON_CreateObject();
   cJSON_AddStringToObject(o, "principal", principal);
   cJSON_AddItemToObject(o, what, value);
-  char *image = cJSON_PrintUnformatted(o);
+  char *image = jsonrpc_print_text(o);
   cJSON_Delete(o);
-  if (image == NULL) abort(); /* cJSON out of memory: mem.h's policy */
+  if (image == NULL) abort(); /* an item that does not print: a bug here */
   w->n_signals++;
   writer_signal_then(w->writer, session, image, mcp_signal_written, w);
-  cJSON_free(image);
+  free(image);
 }
 
 void mcp_on_signal(worker_t *w, const store_audit_row *row) {
@@ -617,10 +617,10 @@ void mcp_on_signal(worker_t *w, const store_audit_row *row) {
   const cJSON *cancel = cJSON_GetObjectItemCaseSensitive(new_row, "cancel");
   const cJSON *answer = cJSON_GetObjectItemCaseSensitive(new_row, "answer");
   if (cJSON_IsString(cancel) || cJSON_IsNumber(cancel)) {
-    char *text = cJSON_PrintUnformatted(cancel);
-    if (text == NULL) abort(); /* cJSON out of memory: mem.h's policy */
+    char *text = jsonrpc_print_text(cancel);
+    if (text == NULL) abort(); /* an item that does not print: a bug here */
     (void)mcp_cancel_here(w, principal, session, text);
-    cJSON_free(text);
+    free(text);
   } else if (cJSON_IsObject(answer) && session[0] != '\0') {
     (void)confirm_answer(w, principal, session, answer);
   }
@@ -636,15 +636,15 @@ static void mcp_notification(worker_t *w, const auth_principal *p, session_t *s,
   const cJSON *rid = cJSON_GetObjectItemCaseSensitive(
       cJSON_GetObjectItemCaseSensitive(msg, "params"), "requestId");
   if (!cJSON_IsString(rid) && !cJSON_IsNumber(rid)) return;
-  char *text = cJSON_PrintUnformatted(rid);
-  if (text == NULL) abort(); /* cJSON out of memory: mem.h's policy */
+  char *text = jsonrpc_print_text(rid);
+  if (text == NULL) abort(); /* an item that does not print: a bug here */
   const char *sid = s != NULL ? s->id : "";
   bool found = mcp_cancel_here(w, p->id, sid, text);
   /* A session's requests all come here; a stateless one may be on another worker. */
   if (!found && s == NULL && w->on_unknown_cancel != NULL) w->on_unknown_cancel(w, p->id, text);
   if (!found && strlen(text) <= MCP_SIGNAL_ID_MAX) /* another host */
     mcp_signal(w, p->id, sid, "cancel", cJSON_Duplicate(rid, true));
-  cJSON_free(text);
+  free(text);
 }
 
 /* Rows change at any time: not cacheable for long; per caller once callers differ. */
@@ -748,9 +748,9 @@ bool mcp_reply_matches(const mcp_reply *r, const char *principal, const char *se
   if (r->conn == NULL || r->id == NULL || strcmp(r->principal, principal) != 0 ||
       strcmp(r->session, session) != 0)
     return false;
-  char *text = cJSON_PrintUnformatted(r->id);
+  char *text = jsonrpc_print_text(r->id);
   bool same = text != NULL && strcmp(text, id_json) == 0;
-  cJSON_free(text);
+  free(text);
   return same;
 }
 

@@ -341,12 +341,13 @@ test('a client that disconnects while waiting leaves no waiter and no subscripti
   assert.equal((await pending).data.timedOut, false);
 });
 
-test('notifications/cancelled ends a waiting wait_and_read at once: no answer (HTTP 204), no waiter left; another session cannot cancel it', async () => {
+test('notifications/cancelled ends a waiting wait_and_read at once: no answer (HTTP 204), no waiter left; another session or id cannot cancel it', async () => {
   const uri = uriOf('/Product/A-100');
   const v = await version(uri);
+  // 2^53: 9007199254740990, another id, has the same first 15 digits.
   const body = JSON.stringify({
     jsonrpc: '2.0',
-    id: 'w-1',
+    id: 9007199254740992,
     method: 'tools/call',
     params: { name: 'wait_and_read', arguments: { resources: [{ uri, sinceVersion: v }], timeoutMs: 20000 } },
   });
@@ -354,12 +355,15 @@ test('notifications/cancelled ends a waiting wait_and_read at once: no answer (H
   const conn = await RawConnection.open(srv.port);
   conn.write(buildRequest(srv.port, { method: 'POST', path: '/mcp', headers, body }));
   await waitStatus(srv.port, { waiters: 1, subscriptions: 1 });
-  const cancel = { jsonrpc: '2.0', method: 'notifications/cancelled', params: { requestId: 'w-1', reason: 'test' } };
+  const cancel = { jsonrpc: '2.0', method: 'notifications/cancelled', params: { requestId: 9007199254740992, reason: 'test' } };
   // Another session naming the same request id cancels nothing.
   const other = await McpSession.open(srv.port);
   assert.equal((await mcpPostRaw(other, cancel)).status, 202);
+  // Nor does another id that prints alike in 15 digits.
+  const near = { ...cancel, params: { requestId: 9007199254740990 } };
+  assert.equal((await mcpPostRaw(s, near)).status, 202);
   await sleep(200);
-  assert.equal((await getStatus(srv.port)).waiters, 1, 'another session cannot cancel it');
+  assert.equal((await getStatus(srv.port)).waiters, 1, 'another session, or another id, cannot cancel it');
   await other.delete();
   const t0 = Date.now();
   assert.equal((await mcpPostRaw(s, cancel)).status, 202);
