@@ -249,10 +249,10 @@ size_t jwks_count(const jwks_t *ks) {
 }
 
 /*
- * Decodes a base64url part holding a JSON object. The claims' (claims):
- * an integer beyond 2^53 with its digits (jsonrpc_exact_integers), which a
- * row scope may bind, but the time claims as numbers, compared with the
- * clock.
+ * Decodes a base64url part holding a JSON object. In the claims (claims
+ * set), an integer beyond 2^53 keeps its digits (jsonrpc_exact_integers):
+ * a row scope may bind it; but the time claims, compared with the clock,
+ * stay numbers.
  */
 static cJSON *jwt_part_json(const char *in, size_t len, bool claims) {
   unsigned char *raw = mem_alloc(len * 3 / 4 + 3);

@@ -176,9 +176,9 @@ static int uri_int_double_compare(int64_t i, double r) {
   if (r < -9223372036854775808.0) return 1;
   if (r >= 9223372036854775808.0) return -1;
   if (isnan(r)) return 0;
-  int64_t y = (int64_t)r; /* r truncated: exact, and equal to i only when r is i and a fraction */
+  int64_t y = (int64_t)r; /* r toward zero: i differs from it, or r is i and maybe a fraction */
   if (i != y) return i < y ? -1 : 1;
-  double s = (double)i; /* i is y: a double exactly */
+  double s = (double)i; /* i is y, which r held: a double exactly */
   return s < r ? -1 : s > r;
 }
 
