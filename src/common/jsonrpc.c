@@ -88,7 +88,7 @@ static cJSON *json_exact_integer(cJSON *parent, cJSON *item, const char *text, s
   digits[n] = '\0';
   errno = 0;
   long long v = strtoll(digits, NULL, 10);
-  if (errno == 0 && v >= -(1LL << 53) && v <= (1LL << 53)) return item;
+  if (errno == 0 && jsonrpc_int_exact(v)) return item;
   if (errno == 0) { /* canonical: cJSON reads 0012 as 12, JSON writes no leading zeros */
     snprintf(digits, sizeof(digits), "%lld", v);
   } else {
@@ -150,6 +150,12 @@ void jsonrpc_exact_integers(const char *text, size_t len, cJSON *root, const cJS
   if (len >= 3 && memcmp(p, "\xEF\xBB\xBF", 3) == 0)
     p += 3; /* a byte-order mark, as cJSON skips it */
   (void)json_exact_walk(p, end, NULL, root, within, false);
+}
+
+cJSON *jsonrpc_parse_exact(const char *text, size_t len) {
+  cJSON *root = cJSON_ParseWithLength(text, len);
+  jsonrpc_exact_integers(text, len, root, root);
+  return root;
 }
 
 bool jsonrpc_raw_integer(const cJSON *v, int64_t *i, bool *in_range) {

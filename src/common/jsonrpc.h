@@ -53,6 +53,12 @@ bool jsonrpc_strings_ok(const char *text, size_t len);
  * (store_audit_row_images).
  */
 void jsonrpc_exact_integers(const char *text, size_t len, cJSON *root, const cJSON *within);
+/* cJSON_ParseWithLength, then jsonrpc_exact_integers over the whole tree. */
+cJSON *jsonrpc_parse_exact(const char *text, size_t len);
+/* Does a double (a JSON number, as cJSON reads one) hold the integer v exactly: |v| <= 2^53? */
+static inline bool jsonrpc_int_exact(int64_t v) {
+  return v >= -(INT64_C(1) << 53) && v <= (INT64_C(1) << 53);
+}
 /*
  * Is v such a raw integer (jsonrpc_exact_integers)? Then *in_range says
  * whether it is within 64 bits, and *i is it then (either may be NULL).

@@ -257,13 +257,15 @@ size_t jwks_count(const jwks_t *ks) {
 static cJSON *jwt_part_json(const char *in, size_t len, bool claims) {
   unsigned char *raw = mem_alloc(len * 3 / 4 + 3);
   long n = jwt_base64url_decode(in, len, raw);
-  cJSON *obj = n > 0 ? cJSON_ParseWithLength((const char *)raw, (size_t)n) : NULL;
+  cJSON *obj = NULL;
+  if (n > 0)
+    obj = claims ? jsonrpc_parse_exact((const char *)raw, (size_t)n)
+                 : cJSON_ParseWithLength((const char *)raw, (size_t)n);
   if (obj != NULL && !cJSON_IsObject(obj)) {
     cJSON_Delete(obj);
     obj = NULL;
   }
   if (obj != NULL && claims) {
-    jsonrpc_exact_integers((const char *)raw, (size_t)n, obj, obj);
     static const char *const times[] = {"exp", "nbf", "iat"};
     for (size_t i = 0; i < sizeof(times) / sizeof(times[0]); i++) {
       const cJSON *t = cJSON_GetObjectItemCaseSensitive(obj, times[i]);

@@ -296,27 +296,21 @@ int store_delete(store_t *s, const store_table *t, const char *key) {
   return store_delete_as(s, t, key, NULL, NULL, 0);
 }
 
-/*
- * Parses a table's row image: an integer beyond 2^53 as a raw item of its
- * digits (jsonrpc_exact_integers), so that the subscriptions compare it
- * exactly, as SQL does (sub_index.c).
- */
-static cJSON *store_image_parse(const char *text) {
-  cJSON *row = cJSON_Parse(text);
-  jsonrpc_exact_integers(text, strlen(text), row, row);
-  return row;
-}
-
 void store_audit_row_images(const store_audit_row *row, const cJSON **old_row,
                             const cJSON **new_row) {
   store_audit_row *r = (store_audit_row *)row; /* the cache is the row's own, private part */
   if (!r->parsed) {
-    /* mcpsubd's own rows (subscriptions, signals) as written: their numbers are its own */
+    /*
+     * A table's: an integer beyond 2^53 as a raw item of its digits, so that
+     * the subscriptions compare it exactly, as SQL does (sub_index.c).
+     * mcpsubd's own rows (subscriptions, signals) as written: their numbers
+     * are its own.
+     */
     bool table =
         strcmp(r->table, STORE_SUBSCRIPTION_LOG) != 0 && strcmp(r->table, STORE_SIGNAL_LOG) != 0;
-    cJSON *(*parse)(const char *) = table ? store_image_parse : cJSON_Parse;
-    r->old_parsed = r->old_json != NULL ? parse(r->old_json) : NULL;
-    r->new_parsed = r->new_json != NULL ? parse(r->new_json) : NULL;
+    cJSON *(*parse)(const char *, size_t) = table ? jsonrpc_parse_exact : cJSON_ParseWithLength;
+    r->old_parsed = r->old_json != NULL ? parse(r->old_json, strlen(r->old_json)) : NULL;
+    r->new_parsed = r->new_json != NULL ? parse(r->new_json, strlen(r->new_json)) : NULL;
     r->parsed = true;
   }
   *old_row = r->old_parsed;

@@ -535,14 +535,6 @@ static int store_bind_json(sqlite3_stmt *st, int idx, const cJSON *v) {
   return sqlite3_bind_null(st, idx);
 }
 
-/*
- * An integer JSON keeps as a number: one a double holds exactly (|n| <=
- * 2^53). A larger one is its decimal text instead, as a string.
- */
-static bool store_int_exact(int64_t n) {
-  return n >= -(INT64_C(1) << 53) && n <= (INT64_C(1) << 53);
-}
-
 /* A blob as JSON holds it: 2 * len upper-case hex digits at out (not terminated). */
 static void store_blob_hex(char *out, const unsigned char *data, size_t len) {
   static const char hex[] = "0123456789ABCDEF";
@@ -561,7 +553,7 @@ static cJSON *store_value_json(sqlite3_stmt *st, int idx) {
   switch (sqlite3_column_type(st, idx)) {
   case SQLITE_INTEGER: {
     int64_t n = sqlite3_column_int64(st, idx);
-    if (store_int_exact(n)) return store_json_checked(cJSON_CreateNumber((double)n));
+    if (jsonrpc_int_exact(n)) return store_json_checked(cJSON_CreateNumber((double)n));
     char text[24];
     snprintf(text, sizeof(text), "%" PRId64, n);
     return store_json_checked(cJSON_CreateString(text));
@@ -589,7 +581,7 @@ static void store_value_print(buf_t *out, sqlite3_stmt *st, int idx) {
   switch (sqlite3_column_type(st, idx)) {
   case SQLITE_INTEGER: {
     int64_t n = sqlite3_column_int64(st, idx);
-    if (store_int_exact(n)) {
+    if (jsonrpc_int_exact(n)) {
       number.valuedouble = (double)n;
       break;
     }

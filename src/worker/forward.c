@@ -321,8 +321,7 @@ static void forward_run_one(worker_t *w, unsigned from, cJSON *o) {
 }
 
 void forward_run(worker_t *w, unsigned from, const char *payload, size_t len) {
-  cJSON *list = cJSON_ParseWithLength(payload, len);
-  jsonrpc_exact_integers(payload, len, list, list); /* a row's integers, as written (rest.c) */
+  cJSON *list = jsonrpc_parse_exact(payload, len); /* a row's integers, as written (rest.c) */
   const cJSON *items = cJSON_IsArray(list) && from < w->n_slots ? list : NULL;
   if (items == NULL) log_warn("ipc: malformed write from another worker");
   cJSON *o;

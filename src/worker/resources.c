@@ -262,8 +262,7 @@ static cJSON *resources_filter_value(const uri_filter *f, bool numeric) {
       cJSON_AddItemToArray(list, cJSON_CreateString(f->alts[i]));
     return list;
   }
-  bool exact = !f->number.is_int ||
-               (f->number.i >= -(INT64_C(1) << 53) && f->number.i <= (INT64_C(1) << 53));
+  bool exact = !f->number.is_int || jsonrpc_int_exact(f->number.i);
   if (uri_op_ordered(f->op) && numeric && f->is_number && exact)
     return cJSON_CreateNumber(f->number.d);
   return cJSON_CreateString(f->value);

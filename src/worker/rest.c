@@ -130,13 +130,12 @@ static cJSON *rest_parse_body(http_conn_t *c, const http_request_t *req) {
     worker_respond_error(c, 400, "strings containing U+0000 are not supported");
     return NULL;
   }
-  cJSON *body = cJSON_ParseWithLength(req->body, req->body_len);
+  cJSON *body = jsonrpc_parse_exact(req->body, req->body_len); /* stored with every digit */
   if (body == NULL || !cJSON_IsObject(body)) {
     cJSON_Delete(body);
     worker_respond_error(c, 400, "request body must be a JSON object");
     return NULL;
   }
-  jsonrpc_exact_integers(req->body, req->body_len, body, body); /* stored with every digit */
   return body;
 }
 
