@@ -29,6 +29,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "common/mem.h"
 
@@ -109,6 +110,39 @@ static inline size_t frame_pieces(frame_ev e, frame_part out[FRAME_MAX_PIECES], 
   out[2] = (frame_part){head->data + head_id, head->len - head_id};
   out[3] = (frame_part){tail->data + tail->id_len, tail->len - tail->id_len};
   return 4;
+}
+/* The event's length on the wire. */
+static inline size_t frame_ev_len(frame_ev e) {
+  return e.f->len + (e.tail != NULL ? e.tail->len : 0);
+}
+/*
+ * Copies n bytes; those of 8 to 32 (a pair's ids and its topic's URI) by
+ * two overlapping fixed-size moves rather than a call per piece.
+ */
+static inline char *frame_copy(char *to, const char *from, size_t n) {
+  if (n >= 8 && n <= 16) {
+    uint64_t a, b;
+    memcpy(&a, from, 8);
+    memcpy(&b, from + n - 8, 8);
+    memcpy(to, &a, 8);
+    memcpy(to + n - 8, &b, 8);
+  } else if (n > 16 && n <= 32) {
+    char a[16], b[16];
+    memcpy(a, from, 16);
+    memcpy(b, from + n - 16, 16);
+    memcpy(to, a, 16);
+    memcpy(to + n - 16, b, 16);
+  } else {
+    memcpy(to, from, n);
+  }
+  return to + n;
+}
+/* Copies the event's bytes to `to` (frame_ev_len of them); returns where they end. */
+static inline char *frame_ev_copy(frame_ev e, char *to) {
+  frame_part p[FRAME_MAX_PIECES];
+  size_t len, n = frame_pieces(e, p, &len);
+  for (size_t i = 0; i < n; i++) to = frame_copy(to, p[i].data, p[i].len);
+  return to;
 }
 /* Frees a frame whose last reference was dropped (small ones are kept for reuse). */
 void frame_release(frame_t *f);

@@ -882,6 +882,16 @@ void http_stream_begin_sse(http_conn_t *c) {
   http_stream_begin(c, 200, head, sizeof(head) / sizeof(head[0]));
 }
 
+char *http_stream_extend(http_conn_t *c, size_t len) {
+  conn_out_take(c);
+  buf_reserve(&c->out, len);
+  char *at = c->out.data + c->out.len;
+  c->out.len += len;
+  c->out.data[c->out.len] = '\0';
+  c->queued += len;
+  return at;
+}
+
 int http_stream_append(http_conn_t *c, const uv_buf_t *bufs, size_t n, size_t len) {
   if (c == NULL) return -EINVAL;
   if (c->closing) return -EPIPE;
@@ -892,14 +902,11 @@ int http_stream_append(http_conn_t *c, const uv_buf_t *bufs, size_t n, size_t le
     return -ENOBUFS;
   }
   if (len == 0) return 0;
-  conn_out_take(c);
-  buf_reserve(&c->out, len);
+  char *at = http_stream_extend(c, len);
   for (size_t i = 0; i < n; i++) {
-    memcpy(c->out.data + c->out.len, bufs[i].base, bufs[i].len);
-    c->out.len += bufs[i].len;
+    memcpy(at, bufs[i].base, bufs[i].len);
+    at += bufs[i].len;
   }
-  c->out.data[c->out.len] = '\0';
-  c->queued += len;
   return 0;
 }
 

@@ -174,6 +174,13 @@ void http_stream_offer(http_conn_t *c);
 /* Would the stream take len more bytes (open, and within --max-stream-queue)? */
 bool http_stream_takes(const http_conn_t *c, size_t len);
 /*
+ * http_stream_append of bytes the caller puts together in place: room for
+ * len more at the end of a stream that takes them (http_stream_takes),
+ * which the caller fills, all of it, before anything else writes to the
+ * stream; handed over as after http_stream_append.
+ */
+char *http_stream_extend(http_conn_t *c, size_t len);
+/*
  * Hands len bytes, which the caller keeps, to a stream that takes them
  * (http_stream_takes): with nothing queued or in flight ahead of them,
  * straight to the socket, copying only what it leaves (queued as

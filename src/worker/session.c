@@ -299,7 +299,20 @@ void session_deliver_unheld(session_t *s, frame_ev e) {
 }
 
 void session_deliver_now(session_t *s, const frame_ev *e, size_t n) {
-  for (size_t i = 0; i < n; i++) session_put(s, e[i], false);
+  size_t len = 0;
+  for (size_t i = 0; i < n; i++) len += frame_ev_len(e[i]);
+  if (s->undelivered > 0 || !http_stream_takes(s->stream, len)) {
+    /* Behind others, or no stream, or one to cut: event by event, as they come. */
+    for (size_t i = 0; i < n; i++) session_put(s, e[i], false);
+  } else {
+    /* One check and one reserve for them all, copied straight in: session_put's result. */
+    char *to = http_stream_extend(s->stream, len);
+    for (size_t i = 0; i < n; i++) {
+      session_keep(s, e[i]);
+      to = frame_ev_copy(e[i], to);
+    }
+    s->registry->frames_sent += n;
+  }
   if (s->stream != NULL) http_stream_offer(s->stream);
 }
 

@@ -341,15 +341,18 @@ void subs_deliver_held(worker_t *w, sub_t *sub, const char *record_uri, int64_t 
   if (sub->topic->debounce.quiet_ms > 0) topic_count(w, sub->topic);
 }
 
-/* The change's head (frame_create_head), shared by its sole subscribers' pairs: made at the first.
- */
-static frame_t *change_head_of(frame_t **head, const buf_t *record_json, int64_t seq) {
-  if (*head == NULL) {
-    frame_part parts[] = {{updated_head, sizeof(updated_head) - 1},
-                          {record_json->data, record_json->len},
-                          {updated_mid, sizeof(updated_mid) - 1}};
-    *head = frame_create_head(seq, parts, ARRAY_LEN(parts));
-  }
+/* The change's head (frame_create_head), shared by its sole subscribers' pairs. */
+__attribute__((noinline)) static frame_t *change_head_create(const buf_t *record_json,
+                                                             int64_t seq) {
+  frame_part parts[] = {{updated_head, sizeof(updated_head) - 1},
+                        {record_json->data, record_json->len},
+                        {updated_mid, sizeof(updated_mid) - 1}};
+  return frame_create_head(seq, parts, ARRAY_LEN(parts));
+}
+
+/* ...made at the first that needs it: once a change, asked for once a topic. */
+static inline frame_t *change_head_of(frame_t **head, const buf_t *record_json, int64_t seq) {
+  if (*head == NULL) *head = change_head_create(record_json, seq);
   return *head;
 }
 
@@ -525,10 +528,10 @@ static bool subs_send_topic(worker_t *w, sub_topic *t, size_t n, const char *rec
 
 typedef struct turn_update {
   /*
-   * A whole frame (a reference of its own), or a sole subscriber's pair
-   * (as subs_send_topic makes): borrowed, the head kept once for every
-   * topic of its change (w->turn.heads) and the tail by its topic, which
-   * keeps its subscribers until the turn is settled.
+   * A whole frame, or a sole subscriber's pair (as subs_send_topic
+   * makes): borrowed, the frame and the head kept by w->turn.refs (a
+   * head once for every topic of its change) and the tail by its topic,
+   * which keeps its subscribers until the turn is settled.
    */
   frame_ev e;
   int64_t seq;
@@ -630,16 +633,19 @@ static void turn_hold(worker_t *w, sub_topic *t, frame_ev e, const char *record_
     buf_append(&w->turn.uris, "", 1);
     buf_append(&w->turn.uris, record_uri, strlen(record_uri) + 1);
   }
-  if (e.f == NULL) {
-    /* for listen streams only: their heads are laid out at the turn's end */
-  } else if (e.tail == NULL) {
-    frame_ref(e.f);
-  } else if (w->turn.n_heads == 0 || w->turn.heads[w->turn.n_heads - 1] != e.f) {
-    if (w->turn.n_heads == w->turn.heads_cap) {
-      w->turn.heads_cap = w->turn.heads_cap == 0 ? 16 : w->turn.heads_cap * 2;
-      w->turn.heads = mem_realloc(w->turn.heads, w->turn.heads_cap * sizeof(*w->turn.heads));
+  /*
+   * A whole frame is the topic's own; a head is shared by the change's
+   * topics, held in a row: one reference each, dropped once the turn is
+   * settled without reading the updates again. (e.f is NULL for listen
+   * streams only: their heads are laid out at the turn's end.)
+   */
+  if (e.f != NULL &&
+      (e.tail == NULL || w->turn.n_refs == 0 || w->turn.refs[w->turn.n_refs - 1] != e.f)) {
+    if (w->turn.n_refs == w->turn.refs_cap) {
+      w->turn.refs_cap = w->turn.refs_cap == 0 ? 16 : w->turn.refs_cap * 2;
+      w->turn.refs = mem_realloc(w->turn.refs, w->turn.refs_cap * sizeof(*w->turn.refs));
     }
-    w->turn.heads[w->turn.n_heads++] = frame_ref(e.f);
+    w->turn.refs[w->turn.n_refs++] = frame_ref(e.f);
   }
   w->turn.updates[w->turn.n++] = (turn_update){e, seq, t->turn_index - 1, w->turn.uri_at};
 }
@@ -838,7 +844,7 @@ static void turn_deliver_merged(worker_t *w, sub_owner *o) {
   }
 }
 
-/* Frees the arrays of a turn's updates, of the frame ends of a topic's, and of merges. */
+/* Frees the arrays of a turn's updates and frames, of a topic's frame ends, and of merges. */
 static void turn_arrays_free(worker_t *w) {
   free(w->turn.updates);
   free(w->turn.events);
@@ -849,6 +855,9 @@ static void turn_arrays_free(worker_t *w) {
   free(w->turn.merge_pos);
   free(w->turn.merge_ev);
   free(w->turn.listen_spans);
+  free(w->turn.refs);
+  w->turn.refs = NULL;
+  w->turn.refs_cap = 0;
   w->turn.updates = NULL;
   w->turn.events = NULL;
   w->turn.order = NULL;
@@ -890,16 +899,14 @@ void subs_turn_settle(worker_t *w) {
   }
   w->turn.n_merges = 0;
   buf_reset(&w->turn.listen_all);
-  for (size_t i = 0; i < n; i++)
-    if (w->turn.updates[i].e.tail == NULL) frame_unref(w->turn.updates[i].e.f);
-  for (size_t i = 0; i < w->turn.n_heads; i++) frame_unref(w->turn.heads[i]);
+  for (size_t i = 0; i < w->turn.n_refs; i++) frame_unref(w->turn.refs[i]);
   /* A burst's, not kept. */
   if (w->turn.bytes.cap > TURN_BYTES_KEEP) buf_finish(&w->turn.bytes);
   if (w->turn.listen_heads.cap > TURN_BYTES_KEEP) buf_finish(&w->turn.listen_heads);
   if (w->turn.run.cap > TURN_BYTES_KEEP) buf_finish(&w->turn.run);
   if (w->turn.listen_all.cap > TURN_BYTES_KEEP) buf_finish(&w->turn.listen_all);
   if (w->turn.cap > TURN_KEEP && n < w->turn.cap / 8) turn_arrays_free(w); /* a burst's */
-  w->turn.n = w->turn.n_topics = w->turn.n_heads = 0;
+  w->turn.n = w->turn.n_topics = w->turn.n_refs = 0;
   w->turn.settling = false;
 }
 
@@ -1356,7 +1363,6 @@ void subs_finish(worker_t *w) {
   turn_arrays_free(w);
   free(w->turn.topics);
   free(w->turn.start);
-  free(w->turn.heads);
   buf_finish(&w->turn.uris);
   buf_finish(&w->turn.bytes);
   buf_finish(&w->turn.listen_heads);

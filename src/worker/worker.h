@@ -82,8 +82,8 @@ typedef struct worker {
     frame_ev *events;            /* at the end: the updates again, topic by topic, */
     uint32_t *order;             /* and the index in updates of each */
     size_t *start;               /* (per topic, where its updates end: a counting sort) */
-    frame_t **heads; /* the heads their sole subscribers' pairs borrow, one reference each */
-    size_t n_heads, heads_cap;
+    frame_t **refs; /* their whole frames, and the heads of sole subscribers' pairs, each once */
+    size_t n_refs, refs_cap;
     buf_t uris;  /* the record URIs of their changes, each once: as JSON, then as text, NUL-ended */
     buf_t bytes; /* a topic's updates' frames end to end, sent to each of its subscribers */
     size_t *ends; /* where each of those frames ends in bytes */
