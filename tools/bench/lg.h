@@ -87,6 +87,7 @@ uint64_t lg_hist_quantile(const lg_hist *h, double q);
 
 typedef struct lg_proc_sample {
   double cpu_s;       /* utime + stime of the process and all its descendants */
+  double user_s;      /* utime alone: the server's own code, not the kernel's work for it */
   uint64_t rss_bytes; /* VmRSS, summed the same way */
   unsigned nprocs;
 } lg_proc_sample;

@@ -1,6 +1,6 @@
 /*
  * What the load generator reads from /proc: the CPU seconds (utime +
- * stime) and resident memory of the server's whole process tree (the
+ * stime, and utime alone) and resident memory of the server's whole process tree (the
  * server and every worker it forked), the kernel's socket counters, and
  * the fd limit. Reads are small and bounded; a process that vanished
  * between the scan and the read is simply skipped.
@@ -52,8 +52,9 @@ static int read_file(const char *path, char *buf, size_t cap) {
   return (int)n;
 }
 
-/* ppid, and utime + stime in ticks, from /proc/<pid>/stat. */
-static int read_stat(pid_t pid, pid_t *ppid, unsigned long long *ticks) {
+/* ppid, utime + stime and utime alone in ticks, from /proc/<pid>/stat. */
+static int read_stat(pid_t pid, pid_t *ppid, unsigned long long *ticks,
+                     unsigned long long *user_ticks) {
   char path[64], buf[1024];
   snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
   if (read_file(path, buf, sizeof(buf)) <= 0) return -ENOENT;
@@ -69,6 +70,7 @@ static int read_stat(pid_t pid, pid_t *ppid, unsigned long long *ticks) {
     return -EINVAL;
   *ppid = pp;
   *ticks = ut + st;
+  *user_ticks = ut;
   return 0;
 }
 
@@ -88,8 +90,8 @@ typedef struct proc_entry {
 int lg_proc_sample_tree(pid_t root, lg_proc_sample *out) {
   memset(out, 0, sizeof(*out));
   pid_t ppid;
-  unsigned long long ticks;
-  if (read_stat(root, &ppid, &ticks) != 0) return -ESRCH;
+  unsigned long long ticks, user_ticks;
+  if (read_stat(root, &ppid, &ticks, &user_ticks) != 0) return -ESRCH;
   double hz = (double)sysconf(_SC_CLK_TCK);
   /* Every process's parent, then the tree below root, breadth first. */
   DIR *d = opendir("/proc");
@@ -102,8 +104,8 @@ int lg_proc_sample_tree(pid_t root, lg_proc_sample *out) {
     long v = strtol(e->d_name, &end, 10);
     if (*end != '\0' || v <= 0) continue;
     pid_t pp;
-    unsigned long long t;
-    if (read_stat((pid_t)v, &pp, &t) != 0) continue;
+    unsigned long long t, u;
+    if (read_stat((pid_t)v, &pp, &t, &u) != 0) continue;
     if (n == cap) {
       cap *= 2;
       all = lg_realloc(all, cap * sizeof(*all));
@@ -119,8 +121,9 @@ int lg_proc_sample_tree(pid_t root, lg_proc_sample *out) {
       if (all[i].ppid == tree[head] && nt <= n) tree[nt++] = all[i].pid;
   }
   for (size_t i = 0; i < nt; i++) {
-    if (read_stat(tree[i], &ppid, &ticks) != 0) continue;
+    if (read_stat(tree[i], &ppid, &ticks, &user_ticks) != 0) continue;
     out->cpu_s += (double)ticks / hz;
+    out->user_s += (double)user_ticks / hz;
     out->rss_bytes += read_rss(tree[i]);
     out->nprocs++;
   }

@@ -692,6 +692,7 @@ void lg_report_rates(lg_t *lg, FILE *j, uint64_t count, const char *what) {
   double cpu = lg_server_cpu(lg);
   fprintf(j, ",\"%s\":%llu,\"wall_s\":%.6f,\"server_cpu_s\":%.3f", what, (unsigned long long)count,
           wall, cpu);
+  if (lg->have_cpu) fprintf(j, ",\"server_user_s\":%.3f", lg->cpu1.user_s - lg->cpu0.user_s);
   fprintf(j, ",\"per_wall_s\":%.1f", wall > 0 ? (double)count / wall : 0);
   if (cpu > 0)
     fprintf(j, ",\"per_server_cpu_s\":%.1f", (double)count / cpu);

@@ -198,9 +198,17 @@ def summarize(runs):
             continue
         col, fil, mix, bes, both = (median(kinds[k], "per_server_cpu_s") if kinds[k] else None
                                     for k in ("collection", "filtered", "mixed", "beside", "both"))
+        # The server's user time a notification: the per-topic work alone, without the kernel's
+        # cost of the writes, which moves with how many frames a segment carries (Caveats).
+        for k in ("collection", "filtered"):
+            for r in kinds[k]:
+                if r.get("server_user_s") is not None and r.get("notifications"):
+                    r["user_ns"] = r["server_user_s"] * 1e9 / r["notifications"]
+        col_user, fil_user = median(kinds["collection"], "user_ns"), median(kinds["filtered"], "user_ns")
         s["filters"].append({"sessions": n, "runs": len(kinds["filtered"]),
                              "collection_per_cpu_s": col, "filtered_per_cpu_s": fil,
                              "filtered_vs_collection": ratio(fil, col),
+                             "collection_user_ns": col_user, "filtered_user_ns": fil_user,
                              "mixed_per_cpu_s": mix, "mixed_vs_collection": ratio(mix, col),
                              "beside_per_cpu_s": bes, "beside_vs_collection": ratio(bes, col),
                              "both_per_cpu_s": both, "both_vs_collection": ratio(both, col)})
@@ -538,6 +546,15 @@ def tables(s):
                    f"{fmt(f.get('mixed_per_cpu_s'))} | {fmt(f.get('mixed_vs_collection'), 2)} | "
                    f"{fmt(f.get('beside_per_cpu_s'))} | {fmt(f.get('beside_vs_collection'), 2)} | "
                    f"{fmt(f.get('both_per_cpu_s'))} | {fmt(f.get('both_vs_collection'), 2)} |")
+    if any(f.get("filtered_user_ns") is not None for f in s["filters"]):
+        out.append("\nThe server's user time a notification, medians (what the per-topic work costs; "
+                   "the kernel's share moves with the TCP batching of each run):\n")
+        out.append("| sessions | collection (ns) | filtered (ns) | filtered - collection (ns) |")
+        out.append("|---:|---:|---:|---:|")
+        for f in s["filters"]:
+            c, u = f.get("collection_user_ns"), f.get("filtered_user_ns")
+            out.append(f"| {fmt(f['sessions'])} | {fmt(c, 1)} | {fmt(u, 1)} | "
+                       f"{fmt(u - c if c is not None and u is not None else None, 1)} |")
     out.append("\n### Subscribe (one session, a new record URI each)\n")
     out.append("| held | connections | runs | subscribes per s | (range) | per server CPU-s | ms per subscribe |")
     out.append("|---:|---:|---:|---:|---:|---:|---:|")
