@@ -867,12 +867,17 @@ static void ne_lookup(sub_table *st, const char *key, size_t len, void *data) {
 /*
  * Marks the ne-only topics whose filter names the old row's value or the
  * new row's (one lookup per row and column); returns this match's mark.
+ * present[c] (of those columns) gets bit 0 when the old row has a value
+ * in column c (not NULL), bit 1 when the new row has: asked once a
+ * change here rather than once a topic.
  */
 static uint64_t ne_mark(sub_table *st, const cJSON *const *old_values,
-                        const cJSON *const *new_values) {
+                        const cJSON *const *new_values, uint8_t present[SUB_MAX_COLUMNS]) {
   ne_probe p = {++st->ne_mark, 0};
   for (size_t c = 0; c < st->n_columns; c++) {
     if (st->ne_topics[c] == 0) continue;
+    present[c] = (uint8_t)((old_values[c] != NULL && !cJSON_IsNull(old_values[c])) |
+                           (new_values[c] != NULL && !cJSON_IsNull(new_values[c])) << 1);
     p.row = 0;
     eq_value_key(st, (uint8_t)c, old_values[c], true, ne_lookup, &p);
     p.row = 1;
@@ -882,11 +887,9 @@ static uint64_t ne_mark(sub_table *st, const cJSON *const *old_values,
 }
 
 /* An ne-only topic's test (after ne_mark): a row with a value in its column it does not name. */
-static bool ne_matches(const sub_topic *t, const cJSON *const *old_values,
-                       const cJSON *const *new_values, uint64_t mark) {
-  const cJSON *o = old_values[t->ne_column], *n = new_values[t->ne_column];
-  return (o != NULL && !cJSON_IsNull(o) && t->ne_marks[0] != mark) ||
-         (n != NULL && !cJSON_IsNull(n) && t->ne_marks[1] != mark);
+static bool ne_matches(const sub_topic *t, const uint8_t present[SUB_MAX_COLUMNS], uint64_t mark) {
+  unsigned has = present[t->ne_column];
+  return ((has & 1) && t->ne_marks[0] != mark) || ((has & 2) && t->ne_marks[1] != mark);
 }
 
 /* The table's filtered topics in (order, uri) order; sorted again only after they changed. */
@@ -930,11 +933,14 @@ void sub_index_match(const sub_index *idx, const sub_change *change,
   }
   /* Merged with the filtered topics that match, which are already in order. */
   sub_topic *const *filtered = st->n_filtered > 0 ? filtered_sorted(st) : NULL;
-  uint64_t mark = st->n_ne > 0 ? ne_mark(st, old_values, new_values) : 0;
+  uint8_t present[SUB_MAX_COLUMNS];
+  uint64_t mark = st->n_ne > 0 ? ne_mark(st, old_values, new_values, present) : 0;
   size_t i = 0;
   for (size_t j = 0; j < st->n_filtered; j++) {
     sub_topic *t = filtered[j];
-    if (t->ne_column != SUB_NO_COLUMN ? !ne_matches(t, old_values, new_values, mark)
+    /* A topic's line is needed at once: started 8 ahead, as the fan-out does (topics_prefetch). */
+    if (j + 8 < st->n_filtered) mem_prefetch(filtered[j + 8]);
+    if (t->ne_column != SUB_NO_COLUMN ? !ne_matches(t, present, mark)
                                       : !topic_filters_match(t, change->old_row, old_values) &&
                                             !topic_filters_match(t, change->new_row, new_values))
       continue;
