@@ -515,7 +515,7 @@ static bool subs_send_topic(worker_t *w, sub_topic *t, size_t n, const char *rec
  * (subs_turn_settle; for sessions, through the registry's hook; for listen
  * streams, their list changes, ends, recoveries and ended subscriptions).
  * So does a turn that reaches TURN_MAX updates, which bounds what one holds
- * (52 bytes an update: 27 MB). It is that large because a change reaches
+ * (40 bytes an update: 21 MB). It is that large because a change reaches
  * every topic it matches: at 10,000 distinct topics 32,768 updates were
  * three changes, and a stream written three frames at a time costs the
  * kernel six times what one written thirty at a time does (BENCHMARKS.md).
@@ -526,27 +526,45 @@ static bool subs_send_topic(worker_t *w, sub_topic *t, size_t n, const char *rec
 /* The most of a topic's laid-out updates (turn_lay_out) whose buffer is kept for the next turn. */
 #define TURN_BYTES_KEEP (256 * 1024)
 
-typedef struct turn_update {
-  /*
-   * A whole frame, or a sole subscriber's pair (as subs_send_topic
-   * makes): borrowed, the frame and the head kept by w->turn.refs (a
-   * head once for every topic of its change) and the tail by its topic,
-   * which keeps its subscribers until the turn is settled.
-   */
-  frame_ev e;
+/* A change the turn holds updates of: each once, in commit order. */
+typedef struct turn_change {
   int64_t seq;
+  frame_t *head; /* its head, of its sole subscribers' pairs (a reference), or NULL */
+  uint32_t uri;  /* where its record URI starts in w->turn.uris (turn_record_json) */
+} turn_change;
+
+/*
+ * An update as the turn holds it: 16 bytes, which the turn's end sorts by
+ * topic (at 10,000 distinct topics, 300,000 of them a turn). Its event is
+ * not carried: a sole subscriber's pair is its change's head and its
+ * topic's tail, which keeps its subscribers until the turn is settled; a
+ * whole frame (a topic of several sessions) is borrowed from w->turn.refs.
+ */
+typedef struct turn_update {
+  frame_t *whole; /* TURN_WHOLE's frame */
   uint32_t topic; /* index in w->turn.topics */
-  uint32_t uri;   /* where the change's record URI starts in w->turn.uris (turn_record_json) */
+  uint32_t slot;  /* TURN_SLOT(its change's index in w->turn.changes, its kind) */
 } turn_update;
 
-/* The record URI of u's change as JSON, as the turn keeps it once per change. */
-static const char *turn_record_json(const worker_t *w, const turn_update *u) {
-  return w->turn.uris.data + u->uri;
+/* What event an update is: none (for listen streams only), a pair, a whole frame. */
+enum { TURN_NONE, TURN_PAIR, TURN_WHOLE };
+#define TURN_SLOT(change, kind) ((uint32_t)(change) << 2 | (uint32_t)(kind))
+#define TURN_SLOT_CHANGE(slot)  ((slot) >> 2)
+#define TURN_SLOT_KIND(slot)    ((slot)&3)
+
+/* The change of a slot (an update's, or one of w->turn.slots). */
+static const turn_change *turn_change_of(const worker_t *w, uint32_t slot) {
+  return &w->turn.changes[TURN_SLOT_CHANGE(slot)];
+}
+
+/* The record URI of c as JSON, as the turn keeps it once per change. */
+static const char *turn_record_json(const worker_t *w, const turn_change *c) {
+  return w->turn.uris.data + c->uri;
 }
 
 /* ...and as text, kept after it. */
-static const char *turn_record_uri(const worker_t *w, const turn_update *u) {
-  const char *json = turn_record_json(w, u);
+static const char *turn_record_uri(const worker_t *w, const turn_change *c) {
+  const char *json = turn_record_json(w, c);
   return json + strlen(json) + 1;
 }
 
@@ -600,7 +618,7 @@ static void subs_turn_end(void *data) {
   subs_turn_settle(data);
 }
 
-/* Keeps e (as turn_update says), t's update for the change seq, for the turn's end. */
+/* Keeps e (as subs_on_change makes it), t's update for the change seq, for the turn's end. */
 static void turn_hold(worker_t *w, sub_topic *t, frame_ev e, const char *record_uri,
                       const buf_t *record_json, int64_t seq) {
   if (w->turn.n == TURN_MAX) subs_turn_settle(w);
@@ -608,13 +626,13 @@ static void turn_hold(worker_t *w, sub_topic *t, frame_ev e, const char *record_
     w->sessions.turn_held = true;
     http_server_at_turn_end(w->http, subs_turn_end, w);
     buf_reset(&w->turn.uris);
-    w->turn.uri_seq = -1;
   }
   if (w->turn.n == w->turn.cap) {
     w->turn.cap = w->turn.cap == 0 ? 64 : w->turn.cap * 2;
     w->turn.updates = mem_realloc(w->turn.updates, w->turn.cap * sizeof(*w->turn.updates));
     w->turn.events = mem_realloc(w->turn.events, w->turn.cap * sizeof(*w->turn.events));
     w->turn.order = mem_realloc(w->turn.order, w->turn.cap * sizeof(*w->turn.order));
+    w->turn.slots = mem_realloc(w->turn.slots, w->turn.cap * sizeof(*w->turn.slots));
   }
   if (t->turn_index == 0) {
     if (w->turn.n_topics == w->turn.topics_cap) {
@@ -626,28 +644,33 @@ static void turn_hold(worker_t *w, sub_topic *t, frame_ev e, const char *record_
     w->turn.topics[w->turn.n_topics] = t;
     t->turn_index = (uint32_t)++w->turn.n_topics;
   }
-  if (w->turn.uri_seq != seq) { /* each change's URI once: as JSON, then as text */
-    w->turn.uri_seq = seq;
-    w->turn.uri_at = (uint32_t)w->turn.uris.len;
+  if (w->turn.n_changes == 0 || w->turn.changes[w->turn.n_changes - 1].seq != seq) {
+    if (w->turn.n_changes == w->turn.changes_cap) {
+      w->turn.changes_cap = w->turn.changes_cap == 0 ? 16 : w->turn.changes_cap * 2;
+      w->turn.changes =
+          mem_realloc(w->turn.changes, w->turn.changes_cap * sizeof(*w->turn.changes));
+    }
+    /* Each change's URI once: as JSON, then as text. */
+    w->turn.changes[w->turn.n_changes++] = (turn_change){seq, NULL, (uint32_t)w->turn.uris.len};
     buf_append(&w->turn.uris, record_json->data, record_json->len);
     buf_append(&w->turn.uris, "", 1);
     buf_append(&w->turn.uris, record_uri, strlen(record_uri) + 1);
   }
-  /*
-   * A whole frame is the topic's own; a head is shared by the change's
-   * topics, held in a row: one reference each, dropped once the turn is
-   * settled without reading the updates again. (e.f is NULL for listen
-   * streams only: their heads are laid out at the turn's end.)
-   */
-  if (e.f != NULL &&
-      (e.tail == NULL || w->turn.n_refs == 0 || w->turn.refs[w->turn.n_refs - 1] != e.f)) {
+  turn_change *c = &w->turn.changes[w->turn.n_changes - 1];
+  int kind = TURN_NONE; /* e.f is NULL for listen streams only: their heads are laid out later */
+  if (e.tail != NULL) {
+    kind = TURN_PAIR; /* the head shared by the change's topics, kept once */
+    if (c->head == NULL) c->head = frame_ref(e.f);
+  } else if (e.f != NULL) {
+    kind = TURN_WHOLE; /* the topic's own, a reference dropped at the turn's end */
     if (w->turn.n_refs == w->turn.refs_cap) {
       w->turn.refs_cap = w->turn.refs_cap == 0 ? 16 : w->turn.refs_cap * 2;
       w->turn.refs = mem_realloc(w->turn.refs, w->turn.refs_cap * sizeof(*w->turn.refs));
     }
     w->turn.refs[w->turn.n_refs++] = frame_ref(e.f);
   }
-  w->turn.updates[w->turn.n++] = (turn_update){e, seq, t->turn_index - 1, w->turn.uri_at};
+  w->turn.updates[w->turn.n++] = (turn_update){kind == TURN_WHOLE ? e.f : NULL, t->turn_index - 1,
+                                               TURN_SLOT(w->turn.n_changes - 1, kind)};
 }
 
 /*
@@ -671,17 +694,17 @@ static void turn_lay_out(worker_t *w, const frame_ev *events, size_t n) {
 }
 
 /*
- * Lays t's listen heads for its n updates (order: their index in
- * w->turn.updates) end to end in w->turn.listen_heads, their ends in
- * w->turn.listen_ends: once for all of the topic's listen streams.
+ * Lays t's listen heads for its n updates (slots: theirs) end to end in
+ * w->turn.listen_heads, their ends in w->turn.listen_ends: once for all
+ * of the topic's listen streams.
  */
-static void turn_lay_out_listen(worker_t *w, const sub_topic *t, const uint32_t *order, size_t n) {
+static void turn_lay_out_listen(worker_t *w, const sub_topic *t, const uint32_t *slots, size_t n) {
   buf_t *b = &w->turn.listen_heads;
   buf_reset(b);
   for (size_t i = 0; i < n; i++) {
-    const turn_update *u = &w->turn.updates[order[i]];
-    const char *json = turn_record_json(w, u);
-    format_listen_head(b, json, strlen(json), t, u->seq);
+    const turn_change *c = turn_change_of(w, slots[i]);
+    const char *json = turn_record_json(w, c);
+    format_listen_head(b, json, strlen(json), t, c->seq);
     w->turn.listen_ends[i] = b->len;
   }
 }
@@ -719,13 +742,31 @@ static void turn_keep_listen_heads(worker_t *w, size_t at, size_t n) {
 }
 
 /*
+ * Puts the events of t's n updates at w->turn.events[at] (w->turn.slots
+ * say what each is, w->turn.order where a whole frame's update is).
+ */
+static void turn_events_of(worker_t *w, const sub_topic *t, size_t at, size_t n) {
+  for (size_t i = at; i < at + n; i++) {
+    uint32_t slot = w->turn.slots[i];
+    switch (TURN_SLOT_KIND(slot)) {
+    case TURN_PAIR: w->turn.events[i] = (frame_ev){turn_change_of(w, slot)->head, t->tail}; break;
+    case TURN_WHOLE:
+      w->turn.events[i] = frame_whole(w->turn.updates[w->turn.order[i]].whole);
+      break;
+    default: w->turn.events[i] = (frame_ev){NULL, NULL}; break;
+    }
+  }
+}
+
+/*
  * Gives every gathered subscriber of t its n updates, w->turn.events[at]
- * on (w->turn.order: their index): a stream of one subscription now, one
+ * on (w->turn.slots: their changes): a stream of one subscription now, one
  * of several once every topic is through (turn_deliver_merged).
  */
 static void turn_deliver_topic(worker_t *w, sub_topic *t, size_t at, size_t n) {
+  turn_events_of(w, t, at, n);
   const frame_ev *events = w->turn.events + at;
-  const uint32_t *order = w->turn.order + at;
+  const uint32_t *slots = w->turn.slots + at;
   if (n > w->turn.ends_cap) {
     w->turn.ends_cap = n;
     w->turn.ends = mem_realloc(w->turn.ends, n * sizeof(*w->turn.ends));
@@ -734,7 +775,7 @@ static void turn_deliver_topic(worker_t *w, sub_topic *t, size_t at, size_t n) {
   /* From the topic's first line only, when all its subscribers are gathered (sub_index.h). */
   bool laid_out = t->few_gathered_sessions > 1;
   if (laid_out) turn_lay_out(w, events, n);
-  if (t->gathered_listens) turn_lay_out_listen(w, t, order, n);
+  if (t->gathered_listens) turn_lay_out_listen(w, t, slots, n);
   /* The gathered, after the others (served as their changes came). */
   sub_t *first = t->subs;
   if (!t->all_gathered)
@@ -745,7 +786,7 @@ static void turn_deliver_topic(worker_t *w, sub_topic *t, size_t at, size_t n) {
     subs_ahead_step(&ahead);
     /* omitCurrent: the updates after its since_seq, a suffix (they are in commit order). */
     size_t from = 0;
-    while (from < n && w->turn.updates[order[from]].seq <= sub->since_seq) from++;
+    while (from < n && turn_change_of(w, slots[from])->seq <= sub->since_seq) from++;
     if (from == n) continue;
     bool listen = sub->owner->kind == SUB_OWNER_LISTEN;
     listen_stream *l = (listen_stream *)sub->owner;
@@ -760,8 +801,8 @@ static void turn_deliver_topic(worker_t *w, sub_topic *t, size_t at, size_t n) {
     if (q->head != NULL) {
       /* Behind what a debounced subscription, since dropped, left queued: in order (debounce.h). */
       for (size_t i = from; i < n; i++) {
-        const turn_update *u = &w->turn.updates[order[i]];
-        hold_add(w, q, sub, turn_record_uri(w, u), u->seq);
+        const turn_change *c = turn_change_of(w, slots[i]);
+        hold_add(w, q, sub, turn_record_uri(w, c), c->seq);
       }
     } else if (listen) {
       listen_deliver_run(l, &w->turn.run, w->turn.listen_heads.data, w->turn.listen_ends, from, n);
@@ -832,8 +873,8 @@ static void turn_deliver_merged(worker_t *w, sub_owner *o) {
     for (size_t i = 0; i < m; i++) {
       const turn_merge *r = &merges[last - 1];
       while (pos[i] < r->at || pos[i] >= r->at + r->n) r = &merges[r->prev - 1];
-      const turn_update *u = &w->turn.updates[order[pos[i]]];
-      hold_add(w, q, r->sub, turn_record_uri(w, u), u->seq);
+      const turn_change *c = turn_change_of(w, w->turn.slots[pos[i]]);
+      hold_add(w, q, r->sub, turn_record_uri(w, c), c->seq);
     }
   } else if (o->kind == SUB_OWNER_LISTEN) {
     listen_deliver_spans((listen_stream *)o, &w->turn.run, w->turn.listen_all.data,
@@ -849,6 +890,8 @@ static void turn_arrays_free(worker_t *w) {
   free(w->turn.updates);
   free(w->turn.events);
   free(w->turn.order);
+  free(w->turn.slots);
+  free(w->turn.changes);
   free(w->turn.ends);
   free(w->turn.listen_ends);
   free(w->turn.merges);
@@ -861,6 +904,9 @@ static void turn_arrays_free(worker_t *w) {
   w->turn.updates = NULL;
   w->turn.events = NULL;
   w->turn.order = NULL;
+  w->turn.slots = NULL;
+  w->turn.changes = NULL;
+  w->turn.changes_cap = 0;
   w->turn.ends = NULL;
   w->turn.listen_ends = NULL;
   w->turn.merges = NULL;
@@ -883,7 +929,7 @@ void subs_turn_settle(worker_t *w) {
   for (size_t k = 0; k < nt; k++) start[k + 1] += start[k];
   for (size_t i = 0; i < n; i++) { /* start[k] moves from topic k's first slot to its end */
     size_t at = start[w->turn.updates[i].topic]++;
-    w->turn.events[at] = w->turn.updates[i].e;
+    w->turn.slots[at] = w->turn.updates[i].slot;
     w->turn.order[at] = (uint32_t)i;
   }
   for (size_t k = 0; k < nt; k++) {
@@ -900,13 +946,14 @@ void subs_turn_settle(worker_t *w) {
   w->turn.n_merges = 0;
   buf_reset(&w->turn.listen_all);
   for (size_t i = 0; i < w->turn.n_refs; i++) frame_unref(w->turn.refs[i]);
+  for (size_t i = 0; i < w->turn.n_changes; i++) frame_unref(w->turn.changes[i].head);
   /* A burst's, not kept. */
   if (w->turn.bytes.cap > TURN_BYTES_KEEP) buf_finish(&w->turn.bytes);
   if (w->turn.listen_heads.cap > TURN_BYTES_KEEP) buf_finish(&w->turn.listen_heads);
   if (w->turn.run.cap > TURN_BYTES_KEEP) buf_finish(&w->turn.run);
   if (w->turn.listen_all.cap > TURN_BYTES_KEEP) buf_finish(&w->turn.listen_all);
   if (w->turn.cap > TURN_KEEP && n < w->turn.cap / 8) turn_arrays_free(w); /* a burst's */
-  w->turn.n = w->turn.n_topics = w->turn.n_refs = 0;
+  w->turn.n = w->turn.n_topics = w->turn.n_refs = w->turn.n_changes = 0;
   w->turn.settling = false;
 }
 

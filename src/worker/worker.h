@@ -79,11 +79,14 @@ typedef struct worker {
     size_t n, cap;               /* (cap: of updates, events and order) */
     sub_topic **topics;          /* the topics they are for, in the order of their first */
     size_t n_topics, topics_cap; /* (of topics and start) */
-    frame_ev *events;            /* at the end: the updates again, topic by topic, */
-    uint32_t *order;             /* and the index in updates of each */
+    frame_ev *events;            /* at the end: the updates' events, topic by topic, */
+    uint32_t *order;             /* the index in updates of each, */
+    uint32_t *slots;             /* and each one's change and kind (as turn_update's) */
     size_t *start;               /* (per topic, where its updates end: a counting sort) */
-    frame_t **refs; /* their whole frames, and the heads of sole subscribers' pairs, each once */
+    frame_t **refs;              /* their whole frames, a reference each */
     size_t n_refs, refs_cap;
+    struct turn_change *changes; /* their changes, in commit order */
+    size_t n_changes, changes_cap;
     buf_t uris;  /* the record URIs of their changes, each once: as JSON, then as text, NUL-ended */
     buf_t bytes; /* a topic's updates' frames end to end, sent to each of its subscribers */
     size_t *ends; /* where each of those frames ends in bytes */
@@ -102,8 +105,6 @@ typedef struct worker {
     buf_t listen_all;
     struct listen_span *listen_spans; /* by place in events (cap of them) */
     size_t listen_spans_cap;
-    int64_t uri_seq; /* the change whose URI is last in uris */
-    uint32_t uri_at;
     bool settling;
   } turn;
   uint64_t notifications;      /* resource-update frames formatted */
