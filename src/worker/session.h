@@ -59,6 +59,7 @@ typedef struct session {
   uint8_t credential[32];        /* hash of the API key last used on it (auth_still_valid) */
   int64_t credential_expires_ms; /* when that credential stops working, 0: not by time */
   http_conn_t *stream;           /* open GET stream, or NULL */
+  session_registry_t *registry;  /* beside stream: delivering reads both (not lost_from's line) */
   sub_t *subs;                   /* subscriptions, through sub_t.owner_next */
   size_t n_subs;
   strmap *subs_by_uri; /* uri -> sub_t, once it holds many (subscriptions.c), or NULL */
@@ -68,10 +69,9 @@ typedef struct session {
   frame_t **ring;     /* ring_cap slots (and as many tails after them when ring_paired):
                          grows on demand up to SESSION_RING_SIZE */
   unsigned ring_cap, ring_start, ring_count;
-  unsigned undelivered; /* newest ring frames no stream has taken yet */
-  hold_queue held;      /* updates debounce holds back (debounce.h) */
-  frame_pos lost_from;  /* the oldest frame lost, when lost */
-  session_registry_t *registry;
+  unsigned undelivered;                      /* newest ring frames no stream has taken yet */
+  hold_queue held;                           /* updates debounce holds back (debounce.h) */
+  frame_pos lost_from;                       /* the oldest frame lost, when lost */
   struct session *stream_prev, *stream_next; /* registry's list of streaming sessions */
 } session_t;
 
