@@ -59,7 +59,7 @@ typedef struct session {
   uint8_t credential[32];        /* hash of the API key last used on it (auth_still_valid) */
   int64_t credential_expires_ms; /* when that credential stops working, 0: not by time */
   http_conn_t *stream;           /* open GET stream, or NULL */
-  session_registry_t *registry;  /* beside stream: delivering reads both (not lost_from's line) */
+  session_registry_t *registry;  /* beside stream: a delivery reads both */
   sub_t *subs;                   /* subscriptions, through sub_t.owner_next */
   size_t n_subs;
   strmap *subs_by_uri; /* uri -> sub_t, once it holds many (subscriptions.c), or NULL */
