@@ -4,8 +4,8 @@
  * audit position and id, comparing an id with frame_id_is, parsing ids
  * back with frame_id_parse (every id frame_create mints parses to its
  * position: seq, tag and number; ids this server did not mint are
- * rejected), and reference counting (ASan
- * reports a frame freed too early or never).
+ * rejected), copying an event's bytes (frame_ev_copy), and reference
+ * counting (ASan reports a frame freed too early or never).
  */
 #include <errno.h>
 #include <stdint.h>
@@ -148,6 +148,48 @@ static void test_pair(void) {
   frame_unref(head);
 }
 
+/*
+ * frame_ev_copy writes exactly the event's bytes, frame_ev_len of them
+ * and nothing after, whatever its pieces' lengths: below 8, 8 to 16, 17
+ * to 32 (copied by overlapping moves) and longer (by memcpy).
+ */
+static void test_copy(void) {
+  static const uint64_t orders[] = {0, 42, 12345678, UINT64_MAX};
+  static const int64_t seqs[] = {0, 9, 123456789012, INT64_MAX};
+  char record[80], topic[80];
+  for (size_t i = 0; i < sizeof(record); i++) {
+    record[i] = (char)('a' + i % 26);
+    topic[i] = (char)('A' + i % 26);
+  }
+  for (size_t r = 0; r < 72; r += 1) {
+    for (size_t u = 0; u < 72; u += 1 + r % 3) {
+      const frame_part head_parts[] = {{record, r}};
+      const frame_part tail_parts[] = {{topic, u}, {"}", 1}};
+      const frame_part whole_parts[] = {{record, r}, {topic, u}, {"}", 1}};
+      frame_tag tag;
+      frame_tag_init(&tag, 't', orders[(r + u) % 4]);
+      int64_t seq = seqs[(r * 7 + u) % 4];
+      frame_t *head = frame_create_head(seq, head_parts, 1);
+      frame_t *tail = frame_create_tail(&tag, tail_parts, 2);
+      frame_t *whole = frame_create_tagged(seq, &tag, whole_parts, 3);
+      frame_ev events[] = {{head, tail}, frame_whole(whole)};
+      for (size_t k = 0; k < 2; k++) {
+        char want[512], got[512];
+        size_t len = frame_text(events[k], want, sizeof want);
+        CHECK_INT_EQ(frame_ev_len(events[k]), len);
+        memset(got, '#', sizeof got);
+        char *end = frame_ev_copy(events[k], got);
+        CHECK(end == got + len);
+        CHECK(memcmp(got, want, len) == 0);
+        CHECK(got[len] == '#');
+      }
+      frame_unref(head);
+      frame_unref(tail);
+      frame_unref(whole);
+    }
+  }
+}
+
 static void test_id_is(void) {
   frame_t *f = frame_create(123, 't', 4, "{}", 2);
   CHECK(frame_id_is(frame_whole(f), "123-t4", 6));
@@ -258,6 +300,7 @@ int main(void) {
   RUN(test_large_numbers);
   RUN(test_tagged);
   RUN(test_pair);
+  RUN(test_copy);
   RUN(test_id_is);
   RUN(test_parse_valid);
   RUN(test_parse_invalid);
