@@ -102,14 +102,25 @@ static cJSON *json_exact_integer(cJSON *parent, cJSON *item, const char *text, s
   return exact;
 }
 
+/* The parts of the tree a walk gives exact integers in, in the text's order, and the next. */
+typedef struct json_exact_parts {
+  const cJSON *const *within;
+  size_t n, next;
+} json_exact_parts;
+
 /*
  * Walks the value at p, which cJSON parsed into item (a member or element
  * of parent; the root: NULL), in step with it, and past it; inside: within
- * within. The text is valid JSON up to the value's end (cJSON read it).
+ * one of the parts. The walk meets the items in the text's order, so the
+ * parts are found by comparing each item with the next of them only. The
+ * text is valid JSON up to the value's end (cJSON read it).
  */
 static const char *json_exact_walk(const char *p, const char *end, cJSON *parent, cJSON *item,
-                                   const cJSON *within, bool inside) {
-  inside = inside || item == within;
+                                   json_exact_parts *parts, bool inside) {
+  if (parts->next < parts->n && item == parts->within[parts->next]) {
+    inside = true;
+    parts->next++;
+  }
   p = json_skip_space(p, end);
   if (p >= end) return end;
   if (*p == '"') return json_skip_string(p, end);
@@ -122,7 +133,7 @@ static const char *json_exact_walk(const char *p, const char *end, cJSON *parent
         p = json_skip_space(json_skip_string(json_skip_space(p, end), end), end);
         if (p < end) p++;
       }
-      p = json_skip_space(json_exact_walk(p, end, item, child, within, inside), end);
+      p = json_skip_space(json_exact_walk(p, end, item, child, parts, inside), end);
       if (p < end) p++; /* the comma, or the closing bracket */
     }
     if (item->child == NULL) {
@@ -144,17 +155,20 @@ static const char *json_exact_walk(const char *p, const char *end, cJSON *parent
   return p;
 }
 
-void jsonrpc_exact_integers(const char *text, size_t len, cJSON *root, const cJSON *within) {
-  if (root == NULL || within == NULL) return;
+void jsonrpc_exact_integers(const char *text, size_t len, cJSON *root, const cJSON *const *within,
+                            size_t n) {
+  if (root == NULL || n == 0) return;
   const char *p = text, *end = text + len;
   if (len >= 3 && memcmp(p, "\xEF\xBB\xBF", 3) == 0)
     p += 3; /* a byte-order mark, as cJSON skips it */
-  (void)json_exact_walk(p, end, NULL, root, within, false);
+  json_exact_parts parts = {within, n, 0};
+  (void)json_exact_walk(p, end, NULL, root, &parts, false);
 }
 
 cJSON *jsonrpc_parse_exact(const char *text, size_t len) {
   cJSON *root = cJSON_ParseWithLength(text, len);
-  jsonrpc_exact_integers(text, len, root, root);
+  const cJSON *all = root;
+  jsonrpc_exact_integers(text, len, root, &all, 1);
   return root;
 }
 

@@ -47,12 +47,14 @@ bool jsonrpc_strings_ok(const char *text, size_t len);
 /*
  * cJSON reads every number as a double, which holds an integer exactly
  * only up to 2^53. Given the text cJSON parsed into root, gives every
- * integer literal beyond +-2^53 in the subtree within (a part of root, or
- * root) as a raw item of its digits (cJSON_IsRaw), so that it is stored
- * and compared exactly: a row's value written (store.h), a row image's
- * (store_audit_row_images).
+ * integer literal beyond +-2^53 in the n subtrees within (parts of root,
+ * none inside another, in the text's order; or root itself) as a raw item
+ * of its digits (cJSON_IsRaw), so that it is stored and compared exactly:
+ * a row's value written (store.h), a row image's (store_audit_row_images).
+ * One pass over the text, however many parts (none of them NULL).
  */
-void jsonrpc_exact_integers(const char *text, size_t len, cJSON *root, const cJSON *within);
+void jsonrpc_exact_integers(const char *text, size_t len, cJSON *root, const cJSON *const *within,
+                            size_t n);
 /* cJSON_ParseWithLength, then jsonrpc_exact_integers over the whole tree. */
 cJSON *jsonrpc_parse_exact(const char *text, size_t len);
 /* Does a double (a JSON number, as cJSON reads one) hold the integer v exactly: |v| <= 2^53? */

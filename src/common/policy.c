@@ -160,7 +160,8 @@ int policy_parse(const char *text, size_t len, policy_t **out, char *err, size_t
   int rc = policy_parse_roles(p, cJSON_GetObjectItemCaseSensitive(root, "roles"), err, errlen);
   cJSON *scopes = cJSON_DetachItemFromObjectCaseSensitive(root, "scopes");
   /* A key's attributes, which a row scope may bind: an integer beyond 2^53 with its digits. */
-  jsonrpc_exact_integers(text, len, root, cJSON_GetObjectItemCaseSensitive(root, "keys"));
+  const cJSON *key_list = cJSON_GetObjectItemCaseSensitive(root, "keys");
+  jsonrpc_exact_integers(text, len, root, &key_list, key_list != NULL);
   cJSON *keys = cJSON_DetachItemFromObjectCaseSensitive(root, "keys");
   p->scopes = scopes;
   p->keys = keys;

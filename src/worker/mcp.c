@@ -461,19 +461,25 @@ typedef struct mcp_msg {
 } mcp_msg;
 
 /*
- * A tools/call's arguments with integers beyond 2^53 as their digits
+ * Tools/calls' arguments with integers beyond 2^53 as their digits
  * (jsonrpc_exact_integers): a row put_record writes keeps every digit.
- * Other numbers of a message stay doubles.
+ * Other numbers of a message stay doubles. Every call of a batch in one
+ * pass over the body (a pass per call made a batch of 11,500 calls cost
+ * 24 s of the worker).
  */
 static void mcp_exact_arguments(const http_request_t *req, cJSON *root) {
   bool batch = cJSON_IsArray(root);
+  size_t n = 0, cap = batch ? (size_t)cJSON_GetArraySize(root) : 1;
+  const cJSON **args = mem_alloc(cap * sizeof(*args));
   for (cJSON *msg = batch ? root->child : root; msg != NULL; msg = batch ? msg->next : NULL) {
     const cJSON *method = cJSON_GetObjectItemCaseSensitive(msg, "method");
     if (!cJSON_IsString(method) || strcmp(method->valuestring, "tools/call") != 0) continue;
     const cJSON *params = cJSON_GetObjectItemCaseSensitive(msg, "params");
-    jsonrpc_exact_integers(req->body, req->body_len, root,
-                           cJSON_GetObjectItemCaseSensitive(params, "arguments"));
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(params, "arguments");
+    if (a != NULL && n < cap) args[n++] = a; /* in the body's order: the messages' */
   }
+  jsonrpc_exact_integers(req->body, req->body_len, root, args, n);
+  free(args);
 }
 
 static mcp_msg mcp_msg_of(const cJSON *json) {

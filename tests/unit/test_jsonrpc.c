@@ -319,7 +319,7 @@ static char *exact(const char *text, const char *path) {
   CHECK(root != NULL);
   const cJSON *within = root;
   if (path != NULL) within = cJSON_GetObjectItemCaseSensitive(root, path);
-  jsonrpc_exact_integers(text, strlen(text), root, within);
+  jsonrpc_exact_integers(text, strlen(text), root, &within, 1);
   char *out = jsonrpc_print_text(root);
   cJSON_Delete(root);
   return out;
@@ -356,10 +356,25 @@ static void test_exact_integers(void) {
   /* Only within the part asked for. */
   expect_exact("{\"id\":1152921504606846977,\"args\":{\"v\":1152921504606846977}}", "args",
                "{\"id\":1.152921504606847e+18,\"args\":{\"v\":1152921504606846977}}");
+  /* Several parts in one pass, in the text's order (a batch's arguments); not what is between. */
+  const char *batch = "[{\"id\":1152921504606846977,\"a\":{\"v\":1152921504606846977}},"
+                      "{\"id\":1152921504606846978,\"a\":{\"v\":1152921504606846978}},"
+                      "{\"id\":1152921504606846979,\"a\":[1152921504606846979]}]";
+  cJSON *msgs = cJSON_Parse(batch);
+  const cJSON *parts[3];
+  size_t n_parts = 0;
+  for (const cJSON *m = msgs->child; m != NULL; m = m->next)
+    parts[n_parts++] = cJSON_GetObjectItemCaseSensitive(m, "a");
+  jsonrpc_exact_integers(batch, strlen(batch), msgs, parts, n_parts);
+  char *printed = jsonrpc_print_text(msgs);
+  CHECK_STR_EQ(printed, "[{\"id\":1.152921504606847e+18,\"a\":{\"v\":1152921504606846977}},"
+                        "{\"id\":1.152921504606847e+18,\"a\":{\"v\":1152921504606846978}},"
+                        "{\"id\":1.152921504606847e+18,\"a\":[1152921504606846979]}]");
+  free(printed);
+  cJSON_Delete(msgs);
   /* What a raw integer is. */
   const char *text = "{\"a\":1152921504606846977,\"b\":-99999999999999999999}";
-  cJSON *root = cJSON_Parse(text);
-  jsonrpc_exact_integers(text, strlen(text), root, root);
+  cJSON *root = jsonrpc_parse_exact(text, strlen(text));
   int64_t i = 0;
   bool in_range = false;
   CHECK(jsonrpc_raw_integer(cJSON_GetObjectItem(root, "a"), &i, &in_range));
