@@ -185,6 +185,10 @@ bool jsonrpc_raw_integer(const cJSON *v, int64_t *i, bool *in_range) {
   return true;
 }
 
+const char *jsonrpc_text(const cJSON *v) {
+  return cJSON_IsString(v) || jsonrpc_raw_integer(v, NULL, NULL) ? v->valuestring : NULL;
+}
+
 bool jsonrpc_strings_ok(const char *text, size_t len) {
   /* Without a NUL or a backslash (most bodies) there is nothing to find: two vector scans. */
   if (memchr(text, '\0', len) == NULL && memchr(text, '\\', len) == NULL) return true;

@@ -66,6 +66,8 @@ static inline bool jsonrpc_int_exact(int64_t v) {
  * whether it is within 64 bits, and *i is it then (either may be NULL).
  */
 bool jsonrpc_raw_integer(const cJSON *v, int64_t *i, bool *in_range);
+/* A string's text, or such a raw integer's digits; NULL for any other item (and for NULL). */
+const char *jsonrpc_text(const cJSON *v);
 
 /*
  * Classifies one parsed message. On JSONRPC_INVALID, *why (if not NULL) is

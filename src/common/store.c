@@ -68,7 +68,8 @@ bool store_json_storable(const cJSON *v) {
  * NULL for objects and arrays. New string.
  */
 char *store_json_key_text(const cJSON *v) {
-  if (cJSON_IsString(v) || jsonrpc_raw_integer(v, NULL, NULL)) return mem_strdup(v->valuestring);
+  const char *plain = jsonrpc_text(v); /* text, or an integer's digits */
+  if (plain != NULL) return mem_strdup(plain);
   if (cJSON_IsNumber(v)) {
     char text[64];
     if (store_double_is_int64(v->valuedouble))

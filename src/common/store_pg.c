@@ -349,8 +349,8 @@ static void pg_params_finish(pg_params *ps) {
  */
 static char *pg_json_param_text(const cJSON *v) {
   if (cJSON_IsNull(v) || v == NULL) return NULL;
-  if (cJSON_IsString(v) || jsonrpc_raw_integer(v, NULL, NULL)) /* an integer's digits */
-    return mem_strdup(v->valuestring);
+  const char *plain = jsonrpc_text(v); /* text, or an integer's digits */
+  if (plain != NULL) return mem_strdup(plain);
   if (cJSON_IsBool(v)) return mem_strdup(cJSON_IsTrue(v) ? "1" : "0");
   if (cJSON_IsNumber(v)) {
     char text[64];
@@ -1504,7 +1504,8 @@ static bool pg_value_number(const cJSON *v, uri_num *n) {
     return true;
   }
   /* a string, or an integer's digits (jsonrpc_exact_integers) */
-  return (cJSON_IsString(v) || jsonrpc_raw_integer(v, NULL, NULL)) && uri_number(v->valuestring, n);
+  const char *text = jsonrpc_text(v);
+  return text != NULL && uri_number(text, n);
 }
 
 /* Appends a number parameter, typed so that integer columns keep their index. */

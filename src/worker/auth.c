@@ -49,9 +49,8 @@ int auth_table_access(const auth_principal *p, const char *table, unsigned right
     value = p->name;
   } else {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(p->attributes, g->scope_bind + 6);
-    if (cJSON_IsString(v) || jsonrpc_raw_integer(v, NULL, NULL)) { /* text, an integer's digits */
-      value = v->valuestring;
-    } else if (cJSON_IsNumber(v)) {
+    value = jsonrpc_text(v); /* text, or an integer's digits */
+    if (value == NULL && cJSON_IsNumber(v)) {
       snprintf(number, sizeof(number), "%.17g", v->valuedouble);
       value = number;
     }
