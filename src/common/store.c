@@ -297,6 +297,31 @@ int store_delete(store_t *s, const store_table *t, const char *key) {
   return store_delete_as(s, t, key, NULL, NULL, 0);
 }
 
+/*
+ * A numeric column's value in a PostgreSQL image, spelled as to_jsonb
+ * spells a non-finite one, made that number: a numeric column holds no
+ * text, so its string can only be one of these, and as a number it
+ * compares as SQL compares it (an infinity with any number; NaN above all,
+ * uri_num_compare), not as text after every number.
+ */
+static void store_image_nonfinite(const store_table *t, cJSON *image) {
+  if (t == NULL || !cJSON_IsObject(image)) return;
+  for (int c = 0; c < t->n_cols; c++) {
+    if (!t->cols[c].numeric) continue;
+    cJSON *v = cJSON_GetObjectItemCaseSensitive(image, t->cols[c].name);
+    if (!cJSON_IsString(v)) continue;
+    double d = strcmp(v->valuestring, "Infinity") == 0    ? INFINITY
+               : strcmp(v->valuestring, "-Infinity") == 0 ? -INFINITY
+               : strcmp(v->valuestring, "NaN") == 0       ? NAN
+                                                          : 0;
+    if (d == 0) continue;
+    cJSON_free(v->valuestring); /* the item becomes the number, in place */
+    v->valuestring = NULL;
+    v->type = cJSON_Number;
+    cJSON_SetNumberHelper(v, d);
+  }
+}
+
 void store_audit_row_images(const store_audit_row *row, const cJSON **old_row,
                             const cJSON **new_row) {
   store_audit_row *r = (store_audit_row *)row; /* the cache is the row's own, private part */
@@ -312,6 +337,11 @@ void store_audit_row_images(const store_audit_row *row, const cJSON **old_row,
     cJSON *(*parse)(const char *, size_t) = table ? jsonrpc_parse_exact : cJSON_ParseWithLength;
     r->old_parsed = r->old_json != NULL ? parse(r->old_json, strlen(r->old_json)) : NULL;
     r->new_parsed = r->new_json != NULL ? parse(r->new_json, strlen(r->new_json)) : NULL;
+    if (table && r->nonfinite_strings != NULL) {
+      const store_table *t = store_find_table(r->nonfinite_strings, r->table);
+      store_image_nonfinite(t, r->old_parsed);
+      store_image_nonfinite(t, r->new_parsed);
+    }
     r->parsed = true;
   }
   *old_row = r->old_parsed;

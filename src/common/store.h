@@ -295,6 +295,11 @@ typedef struct store_audit_row {
   /* Private: the images parsed by store_audit_row_images, freed after the callback. */
   cJSON *old_parsed, *new_parsed;
   bool parsed;
+  /*
+   * Private: PostgreSQL's store, whose images spell a numeric column's
+   * non-finite value as a string (store_audit_row_images); else NULL.
+   */
+  const store_t *nonfinite_strings;
 } store_audit_row;
 
 /*
@@ -302,7 +307,9 @@ typedef struct store_audit_row {
  * the first call during the callback: a consumer that does not need them
  * (no filtered subscription on the table) pays nothing for them. In a
  * table's image an integer beyond +-2^53, which a double does not hold, is
- * a raw item (cJSON_IsRaw) of its digits.
+ * a raw item (cJSON_IsRaw) of its digits, and a numeric column's infinity
+ * or NaN (PostgreSQL's, which its JSON writes as the strings "Infinity",
+ * "-Infinity" and "NaN") a number holding it.
  */
 void store_audit_row_images(const store_audit_row *row, const cJSON **old_row,
                             const cJSON **new_row);

@@ -1492,12 +1492,13 @@ static void pg_sql_text_expr(pg_str *q, const store_table *t, const pg_table_inf
 /*
  * The number a filter value reads as (sub_index.c's rule): numbers, 1/0 for
  * booleans, strings as SQLite's numeric affinity reads them (uri_number: an
- * integer beyond 2^53 exactly).
+ * integer beyond 2^53 exactly; 1e999 an infinity, which PostgreSQL's own
+ * infinities equal).
  */
 static bool pg_value_number(const cJSON *v, uri_num *n) {
   if (cJSON_IsNumber(v)) {
     *n = uri_num_of(v->valuedouble);
-    return isfinite(n->d);
+    return !isnan(n->d);
   }
   if (cJSON_IsBool(v)) {
     *n = uri_num_of(cJSON_IsTrue(v) ? 1 : 0);
@@ -2274,9 +2275,10 @@ static int pg_audit_max_seq(store_t *s, int64_t *seq) {
 #define PG_AUDIT_COLUMNS "seq, tbl, key, op, old_row::text, new_row::text, committed_at, principal"
 
 /* Hands row i of r (PG_AUDIT_COLUMNS from column first) to fn; returns fn's answer. */
-static int pg_audit_row_call(PGresult *r, int i, int first,
+static int pg_audit_row_call(pg_store *p, PGresult *r, int i, int first,
                              int (*fn)(const store_audit_row *row, void *data), void *data) {
   store_audit_row row = {
+      .nonfinite_strings = &p->base,
       .seq = strtoll(PQgetvalue(r, i, first), NULL, 10),
       .table = PQgetvalue(r, i, first + 1),
       .key = PQgetvalue(r, i, first + 2),
@@ -2345,7 +2347,7 @@ static int pg_audit_read(store_t *s, int64_t after_seq, int limit,
       if (chained && seq > p->settled) p->settled = seq;
       after_seq = seq;
       count++;
-      stop = pg_audit_row_call(r, i, 1, fn, data) != 0;
+      stop = pg_audit_row_call(p, r, i, 1, fn, data) != 0;
     }
     PQclear(r);
     if (stop || gap_end == 0 || retries == PG_GAP_RETRIES || count >= limit) break;
@@ -2362,11 +2364,11 @@ static int pg_audit_read(store_t *s, int64_t after_seq, int limit,
 }
 
 /* Hands r's rows (PG_AUDIT_COLUMNS) to fn until it returns non-zero: the number handed. */
-static int pg_audit_rows(PGresult *r, int (*fn)(const store_audit_row *row, void *data),
-                         void *data) {
+static int pg_audit_rows(pg_store *p, PGresult *r,
+                         int (*fn)(const store_audit_row *row, void *data), void *data) {
   int i = 0;
   while (i < PQntuples(r))
-    if (pg_audit_row_call(r, i++, 0, fn, data) != 0) break;
+    if (pg_audit_row_call(p, r, i++, 0, fn, data) != 0) break;
   return i;
 }
 
@@ -2395,7 +2397,7 @@ static int pg_audit_read_of(store_t *s, const char *table, const char *key, int6
                              "ORDER BY seq LIMIT $5::int8",
                &ps, &r, NULL, 0);
   pg_params_finish(&ps);
-  if (ret == 0) count = pg_audit_rows(r, fn, data);
+  if (ret == 0) count = pg_audit_rows(p, r, fn, data);
   PQclear(r);
   if (n != NULL) *n = count;
   return ret;
@@ -2417,7 +2419,7 @@ static int pg_audit_list(store_t *s, const char *table, int limit,
                "ORDER BY seq",
                &ps, &r, NULL, 0);
   pg_params_finish(&ps);
-  if (ret == 0) pg_audit_rows(r, fn, data);
+  if (ret == 0) pg_audit_rows(p, r, fn, data);
   PQclear(r);
   return ret;
 }

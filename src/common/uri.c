@@ -174,8 +174,7 @@ bool uri_number(const char *s, uri_num *n) {
 /* An integer with a double, as SQLite's sqlite3IntFloatCompare. */
 static int uri_int_double_compare(int64_t i, double r) {
   if (r < -9223372036854775808.0) return 1;
-  if (r >= 9223372036854775808.0) return -1;
-  if (isnan(r)) return 0;
+  if (r >= 9223372036854775808.0 || isnan(r)) return -1; /* NaN: above every number */
   int64_t y = (int64_t)r; /* r toward zero: i differs from it, or r is i and maybe a fraction */
   if (i != y) return i < y ? -1 : 1;
   double s = (double)i; /* i is y, which r held: a double exactly */
@@ -186,6 +185,7 @@ int uri_num_compare(const uri_num *a, const uri_num *b) {
   if (a->is_int && b->is_int) return a->i < b->i ? -1 : a->i > b->i;
   if (a->is_int) return uri_int_double_compare(a->i, b->d);
   if (b->is_int) return -uri_int_double_compare(b->i, a->d);
+  if (isnan(a->d) || isnan(b->d)) return (isnan(a->d) != 0) - (isnan(b->d) != 0);
   return a->d < b->d ? -1 : a->d > b->d;
 }
 

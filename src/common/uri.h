@@ -131,7 +131,8 @@ bool uri_number(const char *s, uri_num *n);
 /*
  * Compares two numbers as SQLite does (sqlite3IntFloatCompare): integers
  * and doubles each exactly, an integer with a double by value; <0, 0, >0.
- * A NaN, which SQLite never holds, compares equal to everything.
+ * A NaN (PostgreSQL's; SQLite never holds one) is above every other number
+ * and equal to itself, as PostgreSQL orders it.
  */
 int uri_num_compare(const uri_num *a, const uri_num *b);
 /* Sets f's is_number and number from its value. */

@@ -827,8 +827,12 @@ static void range_candidates(const range_list *l, bool upper, const cJSON *v, eq
   size_t from = 0, to = 0;
   uri_num n;
   if (value_num(v, &n)) {
-    /* Inclusive at x: a filter's number and the row's may share a double and differ. */
-    double x = n.d;
+    /*
+     * Inclusive at x: a filter's number and the row's may share a double and
+     * differ. A NaN (above every number) is sought as an infinity: the
+     * candidates' whole test tells the two apart.
+     */
+    double x = isnan(n.d) ? INFINITY : n.d;
     from = upper ? range_bound(l, x, false) : 0;
     to = upper ? l->n : range_bound(l, x, true);
   } else if (cJSON_IsString(v) && !upper) {

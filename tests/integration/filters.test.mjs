@@ -43,6 +43,10 @@ const BIG = ['1152921504606846976', '1152921504606846977', '9007199254740993', '
   '9007199254740992'].map(raw);
 const REALS = [raw('0.30000000000000004'), 0.3, null, raw('1e-300'), raw('123456789.12345678'), 0.1];
 const INFINITE = [null, null, raw('1e999'), null, raw('-1e999'), null];
+// PostgreSQL's non-finite values, in a double precision column (inf) and a numeric one (num):
+// its JSON spells them as strings, and they compare as SQL compares them (NaN above every
+// number, infinity included, and equal to NaN), not as text.
+const PG_NONFINITE = [null, null, raw("'Infinity'"), raw("'NaN'"), raw("'-Infinity'"), 2.5];
 
 /* A small deterministic generator (mulberry32): the same rows and filters every run. */
 function generator(seed) {
@@ -61,7 +65,7 @@ function generator(seed) {
 // apart, on PostgreSQL its typed ones.
 const RANDOM_POOLS = {
   i: [null, 0, 1, 5, -3, 10, ...(PG_MODE ? [] : ["'5x'"])],
-  r: [null, 0.5, 5, 2.25, -1, 1e3, '0.30000000000000004'],
+  r: [null, 0.5, 5, 2.25, -1, 1e3, '0.30000000000000004', ...(PG_MODE ? ["'Infinity'", "'NaN'", "'-Infinity'"] : [])],
   b: [null, 5, '9007199254740993', '1152921504606846976', '1152921504606846977', '-1152921504606846977'],
   t: [null, "'a'", "'B'", "'apple'", "'Apple'", "'5'", "' 5'", "''", "'a b'"],
   ...(PG_MODE ? {} : {
@@ -86,9 +90,10 @@ before(async () => {
   const schema = path.join(dir, 'schema.sql');
   const sql = (v) => (v === null ? 'NULL' : typeof v === 'string' ? `'${v}'` : v.blob ? `X'${v.blob}'` : v.raw ?? v);
   if (PG_MODE) { // the typed columns only: PostgreSQL has no untyped ones, nor these collations
-    const values = ROWS.map((r, i) => `(${[...r, 'n', BIG[i], REALS[i]].map(sql).join(', ')})`).join(', ');
+    const values = ROWS.map((r, i) => `(${[...r, 'n', BIG[i], REALS[i], PG_NONFINITE[i], PG_NONFINITE[i]].map(sql)
+      .join(', ')})`).join(', ');
     fs.writeFileSync(schema, `CREATE TABLE Item (id INTEGER PRIMARY KEY, name TEXT, qty INTEGER, price DOUBLE PRECISION,
-        tag TEXT, note TEXT, big BIGINT, x DOUBLE PRECISION);
+        tag TEXT, note TEXT, big BIGINT, x DOUBLE PRECISION, inf DOUBLE PRECISION, num NUMERIC);
       INSERT INTO Item VALUES ${values};
       ${randomTableSql()}`);
   } else {
@@ -180,8 +185,23 @@ const ALL_CASES = [
   ['inf=lt=0', [5]],
   ['inf=1e999', [3]],
 ];
+// PostgreSQL's infinities and NaN (PG_NONFINITE), in both of its numeric kinds.
+const PG_NONFINITE_CASES = ['inf', 'num'].flatMap((c) => [
+  [`${c}=gt=1e308`, [3, 4]],
+  [`${c}=ge=1e999`, [3, 4]],
+  [`${c}=1e999`, [3]],
+  [`${c}=le=1e999`, [3, 5, 6]],
+  [`${c}=lt=0`, [5]],
+  [`${c}=gt=2.5`, [3, 4]],
+  [`${c}=ne=2.5`, [3, 4, 5]],
+  [`${c}=2.5|1e999`, [3, 6]],
+  [`${c}=NaN`, []], // text, against a numeric column: equal to no number
+  [`${c}=ne=Infinity`, [3, 4, 5, 6]],
+  [`${c}=sw=N`, []], // a number is no text
+  [`${c}=ct=nfin`, []],
+]);
 // On PostgreSQL, the typed columns' cases.
-const CASES = PG_MODE ? ALL_CASES.filter(([q]) => !/^(u|ci|rt|inf)=/.test(q)) : ALL_CASES;
+const CASES = PG_MODE ? [...ALL_CASES.filter(([q]) => !/^(u|ci|rt|inf)=/.test(q)), ...PG_NONFINITE_CASES] : ALL_CASES;
 
 test('each operator selects the rows it says, through REST and resources/read', async () => {
   const s = await McpSession.open(srv.port);
@@ -222,7 +242,8 @@ test('random rows and random filters: reads and subscriptions agree on every one
   const pick = generator(4242);
   const cols = Object.keys(RANDOM_POOLS);
   const values = ['5', '5.0', '%205', '5%20', '0x5', 'a', 'B', 'apple', 'Apple', '41', '-3', '1e1', 'x', 'a%20b', '0.5', '10',
-    '0.3', '1152921504606846977', '1152921504606846976.0', '9007199254740992', '-1152921504606846977'];
+    '0.3', '1152921504606846977', '1152921504606846976.0', '9007199254740992', '-1152921504606846977', '1e999', '-1e999',
+    'NaN', 'Infinity'];
   const ops = ['', 'ne=', 'gt=', 'ge=', 'lt=', 'le=', 'sw=', 'ct=', 'in'];
   const queries = new Set();
   while (queries.size < 80) {

@@ -12,6 +12,7 @@
  * ASan checks that removal and sub_index_finish free everything.
  */
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -416,6 +417,44 @@ static void test_filter_values(void) {
   m = match(&idx, "StockEvent", "3", NULL, "{\"id\":3,\"delta\":5}", "{\"id\":3,\"delta\":6}");
   CHECK_INT_EQ(m.n, 1); /* leaving */
   sub_index_remove(&idx, f);
+  sub_index_finish(&idx);
+}
+
+/*
+ * PostgreSQL's non-finite values, as a change's images hold them
+ * (store_audit_row_images makes its "NaN" and "Infinity" numbers): an
+ * infinity by value, NaN above every number, through the range index and
+ * the topics tested at every change alike.
+ */
+static void test_nonfinite(void) {
+  sub_index idx;
+  sub_index_init(&idx);
+  sub_t *gt = add(&idx, BASE "/T?v=gt=5", &session_a);
+  sub_t *le = add(&idx, BASE "/T?v=le=1e999", &session_a);
+  sub_t *lt = add(&idx, BASE "/T?v=lt=0", &session_a);
+  sub_t *eq = add(&idx, BASE "/T?v=1e999", &session_a);
+  sub_t *ne = add(&idx, BASE "/T?v=ne=5", &session_a);
+  sub_t *const subs[] = {gt, le, lt, eq, ne};
+  const double values[] = {NAN, INFINITY, -INFINITY};
+  /* What each value matches, in the order of subs. */
+  const bool want[][5] = {{true, false, false, false, true},
+                          {true, true, false, true, true},
+                          {false, true, true, false, true}};
+  for (size_t i = 0; i < ARRAY_LEN(values); i++) {
+    cJSON *r = cJSON_CreateObject();
+    CHECK(cJSON_AddNumberToObject(r, "v", values[i]) != NULL);
+    sub_change c = {100, "T", "1", NULL, NULL, r};
+    matches m = {0};
+    sub_index_match(&idx, &c, collect, &m);
+    int n = 0;
+    for (size_t j = 0; j < ARRAY_LEN(subs); j++) {
+      CHECK_INT_EQ(count_topic(&m, subs[j]->topic), want[i][j]);
+      CHECK(sub_topic_matches(subs[j]->topic, &c) == want[i][j]);
+      n += want[i][j];
+    }
+    CHECK_INT_EQ(m.n, n);
+    cJSON_Delete(r);
+  }
   sub_index_finish(&idx);
 }
 
@@ -858,6 +897,7 @@ int main(void) {
   RUN(test_match_kinds);
   RUN(test_multiple_filters);
   RUN(test_filter_values);
+  RUN(test_nonfinite);
   RUN(test_unwatched);
   RUN(test_since_seq);
   RUN(test_finish_with_subs);

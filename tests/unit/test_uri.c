@@ -460,6 +460,13 @@ static void test_number_compare(sqlite3 *db) {
   CHECK(uri_num_compare(&max, &two63) < 0 && uri_num_compare(&two63, &max) > 0);
   uri_num half = uri_num_of(0.5), zero = {0, 0, true};
   CHECK(uri_num_compare(&half, &zero) > 0 && uri_num_compare(&zero, &zero) == 0);
+  /* PostgreSQL's non-finite values: NaN above everything, infinity included, and equal to NaN. */
+  uri_num nan = uri_num_of(NAN), inf = uri_num_of(INFINITY), ninf = uri_num_of(-INFINITY);
+  CHECK(uri_num_compare(&nan, &nan) == 0);
+  CHECK(uri_num_compare(&nan, &inf) > 0 && uri_num_compare(&inf, &nan) < 0);
+  CHECK(uri_num_compare(&nan, &max) > 0 && uri_num_compare(&max, &nan) < 0);
+  CHECK(uri_num_compare(&ninf, &zero) < 0 && uri_num_compare(&zero, &ninf) > 0);
+  CHECK(uri_num_compare(&inf, &max) > 0 && uri_num_compare(&ninf, &half) < 0);
   sqlite3_stmt *st;
   CHECK(sqlite3_prepare_v2(db, "SELECT 9007199254740993 = 9007199254740992.0", -1, &st, NULL) ==
         SQLITE_OK);
