@@ -173,6 +173,7 @@ typedef enum pg_kind {
 typedef struct pg_column_info {
   pg_kind kind;
   bool big;             /* bigint or numeric: may exceed 2^53, read as a string then */
+  bool decimal;         /* numeric: may hold more digits than a double, read as a string then */
   bool identity_always; /* GENERATED ALWAYS AS IDENTITY: never SET on replace */
   bool defaulted;       /* has a default (DEFAULT, serial, identity) */
   /*
@@ -1069,6 +1070,7 @@ static int pg_read_tables(pg_store *p, store_table **out, pg_table_info **out_in
       col->generated = PQgetvalue(r, row, 4)[0] == 't';
       ti->cols[c].kind = pg_kind_of(oid);
       ti->cols[c].big = oid == 20 || oid == 1700;
+      ti->cols[c].decimal = oid == 1700;
       ti->cols[c].identity_always = PQgetvalue(r, row, 6)[0] == 't';
       ti->cols[c].defaulted = PQgetvalue(r, row, 10)[0] == 't';
       ti->cols[c].bytes = ti->cols[c].kind == PG_KIND_TEXT && PQgetvalue(r, row, 11)[0] == 't';
@@ -1393,7 +1395,10 @@ static int pg_refresh_schema(store_t *s, bool *tables_changed) {
 
 /*
  * Appends t's row as JSON (to_jsonb, with bigint and numeric values beyond
- * +-2^53 as decimal strings, as the SQLite backend reads them).
+ * +-2^53 as decimal strings, as the SQLite backend reads them; and a
+ * numeric value that a double does not hold, its shortest text not reading
+ * back as the same value, as its digits too: 0.1 and 1.50 stay numbers,
+ * 0.123456789012345678901 is not rounded to 17 digits).
  */
 static void pg_sql_row(pg_str *q, const store_table *t, const pg_table_info *ti) {
   pg_str_add(q, "to_jsonb(" PG_ROW ")");
@@ -1403,7 +1408,15 @@ static void pg_sql_row(pg_str *q, const store_table *t, const pg_table_info *ti)
     for (const char *ch = t->cols[c].name; *ch; ch++) pg_str_add(q, *ch == '\'' ? "''" : "%c", *ch);
     pg_str_add(q, "', CASE WHEN ");
     pg_str_col(q, t->cols[c].name);
-    pg_str_add(q, " NOT BETWEEN -9007199254740992 AND 9007199254740992 THEN to_jsonb(");
+    pg_str_add(q, " NOT BETWEEN -9007199254740992 AND 9007199254740992");
+    if (ti->cols[c].decimal) {
+      pg_str_add(q, " OR ");
+      pg_str_col(q, t->cols[c].name);
+      pg_str_add(q, " <> ");
+      pg_str_col(q, t->cols[c].name);
+      pg_str_add(q, "::float8::text::numeric");
+    }
+    pg_str_add(q, " THEN to_jsonb(");
     pg_str_col(q, t->cols[c].name);
     pg_str_add(q, "::text) ELSE to_jsonb(");
     pg_str_col(q, t->cols[c].name);
