@@ -1071,6 +1071,13 @@ static void mcp_post(worker_t *w, http_conn_t *c, http_request_t *req, const aut
     mcp_respond_error(c, 400, NULL, JSONRPC_PARSE_ERROR, "Parse error: invalid JSON");
     return;
   }
+  if (cJSON_IsArray(root) && cJSON_GetArraySize(root) > MCP_MAX_BATCH) {
+    char why[64]; /* every answer of a batch is built before any is sent, on the loop */
+    snprintf(why, sizeof(why), "Invalid Request: a batch holds at most %d messages", MCP_MAX_BATCH);
+    mcp_respond_error(c, 400, NULL, JSONRPC_INVALID_REQUEST, why);
+    cJSON_Delete(root);
+    return;
+  }
   mcp_exact_arguments(req, root);
 
   mcp_msg v = mcp_msg_of(root);

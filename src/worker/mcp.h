@@ -20,6 +20,13 @@
 #define MCP_LATEST_VERSION  "2025-11-25"
 #define MCP_DEFAULT_VERSION "2025-03-26" /* assumed without MCP-Protocol-Version */
 #define MCP_MODERN_VERSION  "2026-07-28" /* stateless requests and subscriptions/listen */
+/*
+ * Messages in one JSON-RPC batch (2025-03-26). Its answers are all built
+ * before any is sent, each request run at once on the worker's loop: 100
+ * reads of a page each is a bounded answer, the 11,000 a 1 MiB body holds
+ * is not (400, -32600 beyond it).
+ */
+#define MCP_MAX_BATCH 100
 
 /* One JSON-RPC request being handled. */
 typedef struct mcp_call {

@@ -164,6 +164,20 @@ test('empty batch (2025-03-26) -> HTTP 400, -32600', async () => {
   rpcError(res, 400, -32600);
 });
 
+test('a batch of 100 messages (2025-03-26) is answered; of 101 -> HTTP 400, -32600, nothing run', async () => {
+  const sid = await initialize(srv.port, { protocolVersion: '2025-03-26' });
+  const pings = (n, from) => Array.from({ length: n }, (_, i) => ({ jsonrpc: '2.0', id: from + i, method: 'ping' }));
+  let res = await mcpPost(srv.port, sid, pings(100, 1), { protocolVersion: '2025-03-26' });
+  assert.equal(res.status, 200, res.text);
+  assert.deepEqual(res.json().map((m) => m.id), pings(100, 1).map((m) => m.id));
+  // One more, and one that would change something: refused whole, before anything runs.
+  const over = [...pings(100, 1), { jsonrpc: '2.0', id: 'sub', method: 'resources/subscribe', params: { uri: `${srv.base}/Product` } }];
+  res = await mcpPost(srv.port, sid, over, { protocolVersion: '2025-03-26' });
+  rpcError(res, 400, -32600);
+  assert.match(res.json().error.message, /at most 100 messages/);
+  assert.deepEqual(JSON.parse(sessionRow(srv.dbPath, sid).subscriptions), []);
+});
+
 test('batch holding an initialize (2025-03-26) -> HTTP 400, -32600', async () => {
   const sid = await initialize(srv.port, { protocolVersion: '2025-03-26' });
   const batch = [
