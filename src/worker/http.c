@@ -50,6 +50,13 @@
 /* Header lines per request, beyond which the request gets a 431. */
 #define HTTP_MAX_HEADERS    100
 #define HTTP_LISTEN_BACKLOG 511
+/*
+ * Answers a connection may leave unsent before its next request waits: a
+ * peer that pipelines requests and reads no answer (each can be a page of
+ * a thousand rows) would otherwise grow its queue without end. Reading
+ * stops too once the waiting requests fill the input (conn_settle).
+ */
+#define HTTP_OUT_HIGH ((size_t)1024 * 1024)
 /* Time a closing connection gets to take its last response (then reset). */
 #define HTTP_DRAIN_MS 10000
 /* After our FIN, how long the peer's leftover bytes are read and dropped. */
@@ -634,6 +641,9 @@ static void conn_on_stream_write(uv_write_t *req, int status) {
     return;
   }
   if (c->out.len > 0) conn_flush(c);
+  /* A request waiting for the answers before it (HTTP_OUT_HIGH) is read now. */
+  if (c->phase == PHASE_IDLE && c->in.len > 0 && !c->closing && c->queued <= HTTP_OUT_HIGH)
+    conn_schedule(c);
 }
 
 /* Offers len bytes to the socket: how many it took; -1 when it failed (the connection closed). */
@@ -1232,6 +1242,12 @@ static void conn_parse_input(http_conn_t *c, const char *src, size_t src_len) {
   bool resumed = false; /* llhttp must run again, even on no bytes, after a pause */
   while (!c->closing && ((src != NULL ? src_len : c->in.len) > 0 || resumed) &&
          (c->phase == PHASE_IDLE || c->phase == PHASE_HEADERS || c->phase == PHASE_BODY)) {
+    if (c->phase == PHASE_IDLE && c->queued > HTTP_OUT_HIGH) {
+      /* The next request waits for the answers to go (conn_on_stream_write resumes it); a
+       * peer that takes none of them for the keep-alive time is closed. */
+      if (c->wait != WAIT_KEEPALIVE) conn_wait(c, WAIT_KEEPALIVE);
+      break;
+    }
     resumed = false;
     if (c->phase == PHASE_IDLE) conn_begin_request(c);
     bool in_head = c->phase == PHASE_HEADERS;

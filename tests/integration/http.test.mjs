@@ -3,8 +3,11 @@
 
 import test, { before, after } from 'node:test';
 import assert from 'node:assert/strict';
+import { once } from 'node:events';
+import net from 'node:net';
 
 import { startServer, getStatus } from './lib/server.mjs';
+import { sqlite } from './lib/sqlite.mjs';
 import { sleep, waitFor } from './lib/wait.mjs';
 import { RawConnection, buildRequest, initializeMessage, initializeSession, rawRequest, request, MCP_ACCEPT } from './lib/raw.mjs';
 
@@ -165,6 +168,56 @@ test('pipelining: three requests in one write are answered in order', async () =
   );
   assert.deepEqual(responses[0].json(), { status: 'ok' });
   assert.deepEqual(responses[2].json(), { status: 'ok' });
+});
+
+test('pipelining without reading the answers: the server stops reading requests, then answers every one in order', async () => {
+  // Each answer a page of 250 rows (about 60 KiB), each request about 8 KiB (a padding header):
+  // past what the sockets' buffers hold, the answers queued unread reach 1 MiB, and then the
+  // server reads no more requests, so the client's writes back up. Unbounded, it read them all
+  // and queued every answer (a client doing this grew a worker by 2 GB in half a minute).
+  const note = 'n'.repeat(200);
+  sqlite(small.dbPath, `WITH RECURSIVE c(x) AS (SELECT 100 UNION ALL SELECT x + 1 FROM c WHERE x < 349)
+    INSERT INTO StockEvent (id, sku, delta, note) SELECT x, 'A-100', 1, '${note}' FROM c`);
+  const one = buildRequest(small.port, { path: '/StockEvent?id=ge=100&_limit=250', headers: { 'X-Pad': 'p'.repeat(8000) } });
+  const sock = net.connect(small.port, '127.0.0.1');
+  try {
+    await once(sock, 'connect');
+    sock.pause(); // read nothing yet
+    const attempts = 3000; // 24 MiB of requests for 180 MiB of answers
+    let sent = 0;
+    const deadline = Date.now() + 4000;
+    while (sent < attempts && Date.now() < deadline) {
+      sent++;
+      if (!sock.write(one)) {
+        const drained = await Promise.race([once(sock, 'drain').then(() => true), sleep(1000).then(() => false)]);
+        if (!drained) break;
+      }
+    }
+    assert.ok(sent < attempts, `the server read all ${attempts} requests while none of their answers was read`);
+    // Reading now: every request sent is answered, and the connection stays open.
+    const head = Buffer.from('HTTP/1.1 ');
+    let tail = Buffer.alloc(0); // the end of the last chunk, where a status line may begin
+    let answers = 0;
+    const statuses = new Set();
+    sock.on('data', (d) => {
+      const b = Buffer.concat([tail, d]);
+      let at = 0;
+      for (let i; (i = b.indexOf(head, at)) >= 0 && b.length >= i + 12; at = i + 12) {
+        statuses.add(b.subarray(i + 9, i + 12).toString());
+        answers++;
+      }
+      tail = b.subarray(Math.max(at, b.length - 11));
+    });
+    sock.resume();
+    await waitFor(() => answers >= sent, { timeoutMs: 30000, message: 'every answer' });
+    await sleep(100);
+    assert.equal(answers, sent);
+    assert.deepEqual([...statuses], ['200']);
+    assert.equal(sock.destroyed, false);
+  } finally {
+    sock.destroy();
+    sqlite(small.dbPath, 'DELETE FROM StockEvent WHERE id >= 100');
+  }
 });
 
 test('Connection: close is honoured', async () => {
