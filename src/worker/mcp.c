@@ -469,17 +469,16 @@ typedef struct mcp_msg {
  */
 static void mcp_exact_arguments(const http_request_t *req, cJSON *root) {
   bool batch = cJSON_IsArray(root);
-  size_t n = 0, cap = batch ? (size_t)cJSON_GetArraySize(root) : 1;
-  const cJSON **args = mem_alloc(cap * sizeof(*args));
+  const cJSON *args[MCP_MAX_BATCH]; /* a longer batch was refused */
+  size_t n = 0;
   for (cJSON *msg = batch ? root->child : root; msg != NULL; msg = batch ? msg->next : NULL) {
     const cJSON *method = cJSON_GetObjectItemCaseSensitive(msg, "method");
     if (!cJSON_IsString(method) || strcmp(method->valuestring, "tools/call") != 0) continue;
     const cJSON *params = cJSON_GetObjectItemCaseSensitive(msg, "params");
     const cJSON *a = cJSON_GetObjectItemCaseSensitive(params, "arguments");
-    if (a != NULL && n < cap) args[n++] = a; /* in the body's order: the messages' */
+    if (a != NULL && n < ARRAY_LEN(args)) args[n++] = a; /* in the body's order: the messages' */
   }
   jsonrpc_exact_integers(req->body, req->body_len, root, args, n);
-  free(args);
 }
 
 static mcp_msg mcp_msg_of(const cJSON *json) {
