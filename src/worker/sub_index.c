@@ -7,6 +7,7 @@
  */
 #include "worker/sub_index.h"
 
+#include <assert.h>
 #include <ctype.h>
 #include <math.h>
 #include <stdio.h>
@@ -54,6 +55,35 @@ typedef struct sub_table {
   sub_topic **filtered_sorted;
   size_t n_filtered, sorted_cap;
   bool sorted_stale;
+  /*
+   * Those tested at every change and those walked (sub_index_walk), each in
+   * that order; parted again at the first change after either list or a
+   * topic's walkable answer may have changed (walk_stale). walk_columns:
+   * bits 2c and 2c + 1 for a column c of walked topics.
+   */
+  sub_topic **tested, **walked;
+  size_t n_tested, n_walked, parts_cap;
+  bool walk_stale;
+  uint64_t walk_columns;
+  /*
+   * The changes kept for the walk: each one's walk_id, and which of its
+   * rows have a value in each ne column (bit 2c: the old row in column c,
+   * 2c + 1: the new); the walked topics their values exclude, each topic's
+   * chained from its last (walk_except). In idx->walk_tables while some
+   * are kept.
+   */
+  struct walk_change {
+    uint64_t present;
+    uint32_t id;
+  } * walk;
+  size_t n_walk, walk_cap;
+  struct walk_except {
+    sub_topic *t;
+    uint32_t change, prev; /* its change's index in walk; + 1: the topic's exception before */
+    unsigned row;          /* 1: the old row's value, 2: the new row's */
+  } * except;
+  size_t n_except, except_cap;
+  struct sub_table *walk_next;
   size_t n_topics;         /* all topics on the table, records included */
   size_t n_scoped_records; /* record topics with filters (a row scope): they need rows */
 } sub_table;
@@ -106,6 +136,7 @@ static void free_table_cb(const char *key, size_t len, void *value, void *data) 
 }
 
 void sub_index_finish(sub_index *idx) {
+  free(idx->walk_ids);
   strmap_foreach(&idx->topics, free_topic_cb, NULL);
   strmap_foreach(&idx->tables, free_table_cb, NULL);
   strmap_finish(&idx->topics);
@@ -167,6 +198,10 @@ static void table_free(sub_table *st) {
   strmap_finish(&st->eq);
   free(st->prefix_lens);
   free(st->filtered_sorted);
+  free(st->tested);
+  free(st->walked);
+  free(st->walk);
+  free(st->except);
   for (size_t i = 0; st->ranges != NULL && i < 2 * SUB_MAX_COLUMNS; i++) free(st->ranges[i].e);
   free(st->ranges);
   free(st);
@@ -201,7 +236,9 @@ static void table_free(sub_table *st) {
  * and marks the topics it finds, and the test of each ne-only topic is
  * then a look at its marks, not a comparison. Its key must name the values
  * it excludes exactly: a value that reads as a number beyond 2^53, whose
- * double several integers share, is not filed so (ne_column_of).
+ * double several integers share, is not filed so (ne_column_of). A walked
+ * ne-only topic (sub_index.h) is not marked: the lookup of a change kept
+ * for the walk notes it as one of the change's exceptions instead.
  */
 #define EQ_KEY_STACK 256
 
@@ -584,6 +621,7 @@ sub_t *sub_index_add(sub_index *idx, const char *key, const char *uri, const uri
   if (owner->kind == SUB_OWNER_SESSION) t->n_session_subs++;
   sub_topic_recount(t);
   idx->n_subs++;
+  sub_index_rewalk(idx, t);
   return s;
 }
 
@@ -593,10 +631,18 @@ void sub_index_remove(sub_index *idx, sub_t *s) {
   if (s->owner->kind == SUB_OWNER_SESSION) t->n_session_subs--;
   free(s);
   idx->n_subs--;
-  if (--t->n_subs == 0)
+  if (--t->n_subs == 0) {
     topic_destroy(idx, t);
-  else
+  } else {
     sub_topic_recount(t);
+    sub_index_rewalk(idx, t);
+  }
+}
+
+void sub_index_rewalk(sub_index *idx, const sub_topic *t) {
+  if (t->ne_column == SUB_NO_COLUMN || idx->walkable == NULL) return;
+  sub_table *st = strmap_get(&idx->tables, t->parsed.table, strlen(t->parsed.table));
+  st->walk_stale = true;
 }
 
 bool sub_index_needs_rows(const sub_index *idx, const char *table) {
@@ -859,13 +905,31 @@ static void range_match(sub_table *st, const sub_change *change, const cJSON *co
 /* What ne_lookup marks the topics it finds with. */
 typedef struct ne_probe {
   uint64_t mark;
-  int row; /* 0: the old row's value, 1: the new row's */
+  int row;   /* 0: the old row's value, 1: the new row's */
+  bool keep; /* the change is kept for the walk: note the walked topics found */
 } ne_probe;
+
+/* Notes that the change about to be kept (st->walk[st->n_walk]) excludes t by row's value. */
+static void walk_except_add(sub_table *st, sub_topic *t, int row) {
+  if (st->n_except == st->except_cap) {
+    st->except_cap = st->except_cap == 0 ? 16 : st->except_cap * 2;
+    st->except = mem_realloc(st->except, st->except_cap * sizeof(*st->except));
+  }
+  st->except[st->n_except] =
+      (struct walk_except){t, (uint32_t)st->n_walk, t->walk_except, 1u << row};
+  t->walk_except = (uint32_t)++st->n_except;
+}
 
 static void ne_lookup(sub_table *st, const char *key, size_t len, void *data) {
   const ne_probe *p = data;
   const eq_list *l = strmap_get(&st->eq, key, len);
-  for (size_t i = 0; l != NULL && i < l->n; i++) l->topics[i]->ne_marks[p->row] = p->mark;
+  for (size_t i = 0; l != NULL && i < l->n; i++) {
+    sub_topic *t = l->topics[i];
+    if (!t->walked)
+      t->ne_marks[p->row] = p->mark;
+    else if (p->keep)
+      walk_except_add(st, t, p->row);
+  }
 }
 
 /*
@@ -873,19 +937,39 @@ static void ne_lookup(sub_table *st, const char *key, size_t len, void *data) {
  * new row's (one lookup per row and column); returns this match's mark.
  * present[c] (of those columns) gets bit 0 when the old row has a value
  * in column c (not NULL), bit 1 when the new row has: asked once a
- * change here rather than once a topic.
+ * change here rather than once a topic. When some walked topic may match
+ * the change, it is kept for the walk (st->walk), and the walked topics
+ * found are its exceptions.
  */
-static uint64_t ne_mark(sub_table *st, const cJSON *const *old_values,
-                        const cJSON *const *new_values, uint8_t present[SUB_MAX_COLUMNS]) {
-  ne_probe p = {++st->ne_mark, 0};
+static uint64_t ne_mark(sub_index *idx, sub_table *st, const sub_change *change,
+                        const cJSON *const *old_values, const cJSON *const *new_values,
+                        uint8_t present[SUB_MAX_COLUMNS]) {
+  ne_probe p = {++st->ne_mark, 0, false};
+  uint64_t bits = 0;
   for (size_t c = 0; c < st->n_columns; c++) {
     if (st->ne_topics[c] == 0) continue;
     present[c] = (uint8_t)((old_values[c] != NULL && !cJSON_IsNull(old_values[c])) |
                            (new_values[c] != NULL && !cJSON_IsNull(new_values[c])) << 1);
+    bits |= (uint64_t)present[c] << 2 * c;
+  }
+  p.keep = (bits & st->walk_columns) != 0;
+  for (size_t c = 0; c < st->n_columns; c++) {
+    if (st->ne_topics[c] == 0) continue;
     p.row = 0;
     eq_value_key(st, (uint8_t)c, old_values[c], true, ne_lookup, &p);
     p.row = 1;
     eq_value_key(st, (uint8_t)c, new_values[c], true, ne_lookup, &p);
+  }
+  if (p.keep) {
+    if (st->n_walk == st->walk_cap) {
+      st->walk_cap = st->walk_cap == 0 ? 16 : st->walk_cap * 2;
+      st->walk = mem_realloc(st->walk, st->walk_cap * sizeof(*st->walk));
+    }
+    if (st->n_walk == 0) {
+      st->walk_next = idx->walk_tables;
+      idx->walk_tables = st;
+    }
+    st->walk[st->n_walk++] = (struct walk_change){bits, change->walk_id};
   }
   return p.mark;
 }
@@ -911,10 +995,96 @@ static sub_topic *const *filtered_sorted(sub_table *st) {
   return st->filtered_sorted;
 }
 
-void sub_index_match(const sub_index *idx, const sub_change *change,
+/* Parts the table's filtered topics into the tested and the walked, if they may have changed. */
+static void filtered_parts(const sub_index *idx, sub_table *st) {
+  if (!st->sorted_stale && !st->walk_stale) return;
+  assert(st->n_walk == 0); /* walked before their topics changed (sub_index_walk) */
+  st->n_tested = st->n_walked = 0;
+  st->walk_columns = 0;
+  st->walk_stale = false;
+  if (st->n_filtered == 0) return;
+  sub_topic *const *all = filtered_sorted(st);
+  if (st->parts_cap < st->n_filtered) {
+    free(st->tested);
+    free(st->walked);
+    st->parts_cap = st->n_filtered * 2;
+    st->tested = mem_alloc(st->parts_cap * sizeof(sub_topic *));
+    st->walked = mem_alloc(st->parts_cap * sizeof(sub_topic *));
+  }
+  for (size_t i = 0; i < st->n_filtered; i++) {
+    sub_topic *t = all[i];
+    t->walked = t->ne_column != SUB_NO_COLUMN && idx->walkable != NULL &&
+                idx->walkable(t, idx->walkable_data);
+    if (t->walked) {
+      st->walked[st->n_walked++] = t;
+      st->walk_columns |= (uint64_t)3 << 2 * t->ne_column;
+    } else {
+      st->tested[st->n_tested++] = t;
+    }
+  }
+}
+
+/*
+ * The walk_ids of the kept changes in which some row has a value in
+ * column col (an ne-only topic's, matched by all of them but its
+ * exceptions) into ids; how many.
+ */
+static size_t walk_column(const sub_table *st, unsigned col, uint32_t *ids) {
+  size_t n = 0;
+  for (size_t j = 0; j < st->n_walk; j++)
+    if ((st->walk[j].present >> 2 * col & 3) != 0) ids[n++] = st->walk[j].id;
+  return n;
+}
+
+/* ...and those of t, a topic with exceptions, which it forgets. */
+static size_t walk_excepted(const sub_table *st, sub_topic *t, uint32_t *ids) {
+  size_t k = st->n_walk; /* filled from the end: the chain runs from the last change back */
+  uint32_t e = t->walk_except;
+  for (size_t j = st->n_walk; j-- > 0;) {
+    unsigned has = (unsigned)(st->walk[j].present >> 2 * t->ne_column) & 3;
+    for (; e != 0 && st->except[e - 1].change == j; e = st->except[e - 1].prev)
+      has &= ~st->except[e - 1].row;
+    if (has != 0) ids[--k] = st->walk[j].id;
+  }
+  t->walk_except = 0;
+  memmove(ids, ids + k, (st->n_walk - k) * sizeof(*ids));
+  return st->n_walk - k;
+}
+
+void sub_index_walk(sub_index *idx, sub_walk_fn *fn, void *data) {
+  while (idx->walk_tables != NULL) {
+    sub_table *st = idx->walk_tables;
+    idx->walk_tables = st->walk_next;
+    st->walk_next = NULL;
+    if (idx->walk_ids_cap < 2 * st->n_walk) {
+      idx->walk_ids_cap = 2 * st->n_walk;
+      idx->walk_ids = mem_realloc(idx->walk_ids, idx->walk_ids_cap * sizeof(*idx->walk_ids));
+    }
+    /* A column's changes, for every topic on it without exceptions; and one topic's. */
+    uint32_t *column_ids = idx->walk_ids, *own = idx->walk_ids + st->n_walk;
+    unsigned col = SUB_NO_COLUMN;
+    size_t n_column = 0;
+    for (size_t i = 0; i < st->n_walked; i++) { /* fn starts the lines of those ahead */
+      sub_topic *t = st->walked[i];
+      if (t->walk_except != 0) {
+        size_t n = walk_excepted(st, t, own);
+        if (n > 0) fn(st->walked, st->n_walked, i, own, n, data);
+        continue;
+      }
+      if (t->ne_column != col) {
+        col = t->ne_column;
+        n_column = walk_column(st, col, column_ids);
+      }
+      if (n_column > 0) fn(st->walked, st->n_walked, i, column_ids, n_column, data);
+    }
+    st->n_walk = st->n_except = 0;
+  }
+}
+
+bool sub_index_match(sub_index *idx, const sub_change *change,
                      void (*fn)(sub_topic *topic, void *data), void *data) {
   sub_table *st = strmap_get(&idx->tables, change->table, strlen(change->table));
-  if (st == NULL) return;
+  if (st == NULL) return false;
   match_set m = {.n = 0, .cap = ARRAY_LEN(m.fixed)};
   m.list = m.fixed;
   match_records(idx, change, change->key, match_collect, &m);
@@ -935,15 +1105,17 @@ void sub_index_match(const sub_index *idx, const sub_change *change,
       if (m.list[j] != m.list[n - 1]) m.list[n++] = m.list[j];
     m.n = n;
   }
-  /* Merged with the filtered topics that match, which are already in order. */
-  sub_topic *const *filtered = st->n_filtered > 0 ? filtered_sorted(st) : NULL;
+  /* Merged with the tested filtered topics that match, which are already in order. */
+  filtered_parts(idx, st);
+  sub_topic *const *filtered = st->tested;
+  size_t n_walk = st->n_walk;
   uint8_t present[SUB_MAX_COLUMNS];
-  uint64_t mark = st->n_ne > 0 ? ne_mark(st, old_values, new_values, present) : 0;
+  uint64_t mark = st->n_ne > 0 ? ne_mark(idx, st, change, old_values, new_values, present) : 0;
   size_t i = 0;
-  for (size_t j = 0; j < st->n_filtered; j++) {
+  for (size_t j = 0; j < st->n_tested; j++) {
     sub_topic *t = filtered[j];
     /* A topic's line is needed at once: started 8 ahead, as the fan-out does (topics_prefetch). */
-    if (j + 8 < st->n_filtered) mem_prefetch(filtered[j + 8]);
+    if (j + 8 < st->n_tested) mem_prefetch(filtered[j + 8]);
     if (t->ne_column != SUB_NO_COLUMN ? !ne_matches(t, present, mark)
                                       : !topic_filters_match(t, change->old_row, old_values) &&
                                             !topic_filters_match(t, change->new_row, new_values))
@@ -953,6 +1125,7 @@ void sub_index_match(const sub_index *idx, const sub_change *change,
   }
   while (i < m.n) fn(m.list[i++], data);
   if (m.list != m.fixed) free(m.list);
+  return st->n_walk > n_walk;
 }
 
 bool sub_topic_matches(const sub_topic *t, const sub_change *change) {

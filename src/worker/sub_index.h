@@ -19,7 +19,9 @@
  * allocation per subscriber, and a table of many selective topics (one
  * per customer, say) is not tested topic by topic. A topic whose one
  * filter is ne is filed under the values it excludes, so that its test is
- * a look at a mark the change's lookup left, not a comparison.
+ * a look at a mark the change's lookup left, not a comparison; and one
+ * whose owner serves it alone is not looked at per change at all, but
+ * once a turn, by the walk (sub_index_walk).
  *
  * The index knows nothing of sessions or streams: a subscription's owner is
  * an opaque pointer, so a session's GET stream, a wait_and_read call and a
@@ -82,6 +84,10 @@ struct sub_topic {
   /* An ne-only topic (its one filter ne on a named column): that column, whose value the marks
    * test (sub_index.c); SUB_NO_COLUMN for any other. */
   uint8_t ne_column;
+  /* An ne-only topic matched by the turn's walk (sub_index_walk), not per change; and, while
+   * the walk's changes are kept, + 1: its last exception among them (sub_index.c), or 0. */
+  bool walked;
+  uint32_t walk_except;
   /*
    * Then its counts (which the turn's end reads only of a topic not all
    * gathered: the flags above say the rest) and what its frames are made of.
@@ -136,6 +142,16 @@ typedef struct sub_index {
   strmap records; /* table \0 key -> sub_topic list head */
   uint32_t next_topic_id;
   size_t n_subs;
+  /*
+   * Which ne-only topics the walk takes (sub_index_walk), as the owner of
+   * the index says (NULL: none); asked again of a topic after
+   * sub_index_rewalk, and after its subscribers changed.
+   */
+  bool (*walkable)(const sub_topic *t, void *data);
+  void *walkable_data;
+  struct sub_table *walk_tables; /* those that kept changes for the walk, linked */
+  uint32_t *walk_ids;            /* the walk's scratch: one topic's changes */
+  size_t walk_ids_cap;
 } sub_index;
 
 /* One committed change, as the tailer read it from audit_log. */
@@ -146,6 +162,7 @@ typedef struct sub_change {
   const char *old_key;  /* key before an UPDATE that changed it, else NULL */
   const cJSON *old_row; /* NULL for INSERT, or when not needed */
   const cJSON *new_row; /* NULL for DELETE, or when not needed */
+  uint32_t walk_id;     /* the caller's name for it, should the walk keep it (sub_index_match) */
 } sub_change;
 
 /*
@@ -188,11 +205,36 @@ bool sub_index_watches(const sub_index *idx, const char *table);
 /*
  * Calls fn once per topic the change matches (record, collection, and
  * filtered topics whose filters match the old or the new row), in
- * (order, uri) order (sub_topic_compare). fn must not add or remove
- * topics.
+ * (order, uri) order (sub_topic_compare), but for the walked topics
+ * (below). fn must not add or remove topics. True when the change was
+ * kept for its table's walked topics, some of which may match it.
  */
-void sub_index_match(const sub_index *idx, const sub_change *change,
+bool sub_index_match(sub_index *idx, const sub_change *change,
                      void (*fn)(sub_topic *topic, void *data), void *data);
+
+/*
+ * The walk. A table of many ne-only topics (one filter, ne: each matches
+ * nearly every change) costs a pass over all of them at every change,
+ * each topic's line loaded again change after change. The topics the
+ * owner calls walkable (idx->walkable: it serves them alone, in no order
+ * shared with other topics) are instead left out of sub_index_match: a
+ * change is kept (its walk_id, which of its rows have a value in each
+ * column, and the few walked topics its values exclude, found by the same
+ * lookup that marks the tested ones), and sub_index_walk then goes through
+ * each walked topic once, calling fn with the walk_ids of the kept changes
+ * it matches, in the order they were kept (fn gets the topic as walked[i]
+ * of its table's n_walked, to start the lines of those ahead); and
+ * forgets them. The owner
+ * walks before anything changes a topic's subscribers or whether it is
+ * walkable (then kept changes would be walked by the topics of another
+ * partition).
+ */
+typedef void sub_walk_fn(sub_topic *const *walked, size_t n_walked, size_t i, const uint32_t *ids,
+                         size_t n, void *data);
+void sub_index_walk(sub_index *idx, sub_walk_fn *fn, void *data);
+/* Whether t is walkable may have changed (the owner's own reasons): asked again at the next
+ * change of its table. */
+void sub_index_rewalk(sub_index *idx, const sub_topic *t);
 
 /* Does the change concern topic t (the same test sub_index_match applies)? */
 bool sub_topic_matches(const sub_topic *t, const sub_change *change);

@@ -14,6 +14,7 @@
  */
 #include "worker/subscriptions.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -509,6 +510,15 @@ static bool subs_send_topic(worker_t *w, sub_topic *t, size_t n, const char *rec
  * subscriptions with an update on each 1.5 times what merged ones do
  * (BENCHMARKS.md).
  *
+ * An ne-only topic whose one subscriber is a gathered session of no other
+ * subscription (topic_walkable) holds no update at all: the index keeps
+ * the turn's changes for it and the turn's end walks such topics once
+ * each (sub_index_walk, turn_deliver_walked), where every change would
+ * otherwise load all of them and hold an update for each, which the
+ * turn's end then sorted by topic (at 10,000 such sessions, half of the
+ * worker's own time: BENCHMARKS.md). Its session's stream gets nothing
+ * else, so its updates need no order among other topics'.
+ *
  * Commit order holds: a gathered stream's updates are all gathered, in
  * the order they were held, and whatever else would deliver to it, read a
  * session's ring, or change a topic's subscribers settles the turn first
@@ -521,6 +531,8 @@ static bool subs_send_topic(worker_t *w, sub_topic *t, size_t n, const char *rec
  * kernel six times what one written thirty at a time does (BENCHMARKS.md).
  */
 #define TURN_MAX 524288
+/* And the most changes (a change kept only for the walk holds no update of its own). */
+#define TURN_MAX_CHANGES 65536
 /* Arrays for more updates than this are freed by a turn that uses less than an eighth of them. */
 #define TURN_KEEP 4096
 /* The most of a topic's laid-out updates (turn_lay_out) whose buffer is kept for the next turn. */
@@ -618,31 +630,32 @@ static void subs_turn_end(void *data) {
   subs_turn_settle(data);
 }
 
-/* Keeps e (as subs_on_change makes it), t's update for the change seq, for the turn's end. */
-static void turn_hold(worker_t *w, sub_topic *t, frame_ev e, const char *record_uri,
-                      const buf_t *record_json, int64_t seq) {
-  if (w->turn.n == TURN_MAX) subs_turn_settle(w);
-  if (w->turn.n == 0) {
+/* Room for n updates in the turn's arrays of them (updates, events, order, slots). */
+static void turn_reserve(worker_t *w, size_t n) {
+  if (n <= w->turn.cap) return;
+  while (w->turn.cap < n) w->turn.cap = w->turn.cap == 0 ? 64 : w->turn.cap * 2;
+  w->turn.updates = mem_realloc(w->turn.updates, w->turn.cap * sizeof(*w->turn.updates));
+  w->turn.events = mem_realloc(w->turn.events, w->turn.cap * sizeof(*w->turn.events));
+  w->turn.order = mem_realloc(w->turn.order, w->turn.cap * sizeof(*w->turn.order));
+  w->turn.slots = mem_realloc(w->turn.slots, w->turn.cap * sizeof(*w->turn.slots));
+}
+
+/*
+ * The index the change seq has among the turn's changes, or will have once
+ * one of its updates is held (turn_change_add): what the walk keeps it by.
+ */
+static uint32_t turn_change_next(const worker_t *w, int64_t seq) {
+  size_t n = w->turn.n_changes;
+  return (uint32_t)(n > 0 && w->turn.changes[n - 1].seq == seq ? n - 1 : n);
+}
+
+/* The change seq among the turn's changes (its record URI kept once), opening the turn. */
+static turn_change *turn_change_add(worker_t *w, const char *record_uri, const buf_t *record_json,
+                                    int64_t seq) {
+  if (w->turn.n_changes == 0) {
     w->sessions.turn_held = true;
     http_server_at_turn_end(w->http, subs_turn_end, w);
     buf_reset(&w->turn.uris);
-  }
-  if (w->turn.n == w->turn.cap) {
-    w->turn.cap = w->turn.cap == 0 ? 64 : w->turn.cap * 2;
-    w->turn.updates = mem_realloc(w->turn.updates, w->turn.cap * sizeof(*w->turn.updates));
-    w->turn.events = mem_realloc(w->turn.events, w->turn.cap * sizeof(*w->turn.events));
-    w->turn.order = mem_realloc(w->turn.order, w->turn.cap * sizeof(*w->turn.order));
-    w->turn.slots = mem_realloc(w->turn.slots, w->turn.cap * sizeof(*w->turn.slots));
-  }
-  if (t->turn_index == 0) {
-    if (w->turn.n_topics == w->turn.topics_cap) {
-      w->turn.topics_cap = w->turn.topics_cap == 0 ? 64 : w->turn.topics_cap * 2;
-      w->turn.topics = mem_realloc(w->turn.topics, w->turn.topics_cap * sizeof(*w->turn.topics));
-      /* one count past the last */
-      w->turn.start = mem_realloc(w->turn.start, (w->turn.topics_cap + 1) * sizeof(*w->turn.start));
-    }
-    w->turn.topics[w->turn.n_topics] = t;
-    t->turn_index = (uint32_t)++w->turn.n_topics;
   }
   if (w->turn.n_changes == 0 || w->turn.changes[w->turn.n_changes - 1].seq != seq) {
     if (w->turn.n_changes == w->turn.changes_cap) {
@@ -656,7 +669,25 @@ static void turn_hold(worker_t *w, sub_topic *t, frame_ev e, const char *record_
     buf_append(&w->turn.uris, "", 1);
     buf_append(&w->turn.uris, record_uri, strlen(record_uri) + 1);
   }
-  turn_change *c = &w->turn.changes[w->turn.n_changes - 1];
+  return &w->turn.changes[w->turn.n_changes - 1];
+}
+
+/* Keeps e (as subs_on_change makes it), t's update for the change seq, for the turn's end. */
+static void turn_hold(worker_t *w, sub_topic *t, frame_ev e, const char *record_uri,
+                      const buf_t *record_json, int64_t seq) {
+  if (w->turn.n == TURN_MAX) subs_turn_settle(w);
+  turn_change *c = turn_change_add(w, record_uri, record_json, seq);
+  turn_reserve(w, w->turn.n + 1);
+  if (t->turn_index == 0) {
+    if (w->turn.n_topics == w->turn.topics_cap) {
+      w->turn.topics_cap = w->turn.topics_cap == 0 ? 64 : w->turn.topics_cap * 2;
+      w->turn.topics = mem_realloc(w->turn.topics, w->turn.topics_cap * sizeof(*w->turn.topics));
+      /* one count past the last */
+      w->turn.start = mem_realloc(w->turn.start, (w->turn.topics_cap + 1) * sizeof(*w->turn.start));
+    }
+    w->turn.topics[w->turn.n_topics] = t;
+    t->turn_index = (uint32_t)++w->turn.n_topics;
+  }
   int kind = TURN_NONE; /* e.f is NULL for listen streams only: their heads are laid out later */
   if (e.tail != NULL) {
     kind = TURN_PAIR; /* the head shared by the change's topics, kept once */
@@ -917,11 +948,8 @@ static void turn_arrays_free(worker_t *w) {
   w->turn.listen_spans_cap = 0;
 }
 
-void subs_turn_settle(worker_t *w) {
-  if (w->turn.n == 0 || w->turn.settling) return;
-  w->turn.settling = true; /* nothing delivering does holds more (turn_takes) */
-  w->sessions.turn_held = false;
-  size_t n = w->turn.n, nt = w->turn.n_topics;
+/* The n held updates (of nt topics) to their subscribers, topic by topic, then merged streams'. */
+static void turn_deliver_held(worker_t *w, size_t n, size_t nt) {
   /* The updates topic by topic, each topic's in commit order: a counting sort by topic. */
   size_t *start = w->turn.start;
   memset(start, 0, (nt + 1) * sizeof(*start));
@@ -945,6 +973,33 @@ void subs_turn_settle(worker_t *w) {
   }
   w->turn.n_merges = 0;
   buf_reset(&w->turn.listen_all);
+}
+
+/*
+ * The walk's (sub_index_walk) delivery to t, a walked topic: its sole
+ * session gets its updates of the turn's changes ids, laid out in the
+ * turn's arrays after the held updates (turn_reserve'd for every change).
+ */
+static void turn_deliver_walked(sub_topic *const *walked, size_t n_walked, size_t at,
+                                const uint32_t *ids, size_t n, void *data) {
+  worker_t *w = data;
+  sub_topic *t = walked[at];
+  topics_prefetch(w, walked, n_walked, at, false);
+  uint32_t *slots = w->turn.slots + w->turn.n;
+  for (size_t i = 0; i < n; i++) slots[i] = TURN_SLOT(ids[i], TURN_PAIR);
+  w->notifications += n;
+  t->notified += n;
+  turn_deliver_topic(w, t, w->turn.n, n);
+}
+
+void subs_turn_settle(worker_t *w) {
+  if (w->turn.n_changes == 0 || w->turn.settling) return;
+  w->turn.settling = true; /* nothing delivering does holds more (turn_takes) */
+  w->sessions.turn_held = false;
+  size_t n = w->turn.n, nt = w->turn.n_topics;
+  turn_reserve(w, n + w->turn.n_changes);
+  sub_index_walk(&w->subs, turn_deliver_walked, w);
+  if (n > 0) turn_deliver_held(w, n, nt);
   for (size_t i = 0; i < w->turn.n_refs; i++) frame_unref(w->turn.refs[i]);
   for (size_t i = 0; i < w->turn.n_changes; i++) frame_unref(w->turn.changes[i].head);
   /* A burst's, not kept. */
@@ -952,7 +1007,8 @@ void subs_turn_settle(worker_t *w) {
   if (w->turn.listen_heads.cap > TURN_BYTES_KEEP) buf_finish(&w->turn.listen_heads);
   if (w->turn.run.cap > TURN_BYTES_KEEP) buf_finish(&w->turn.run);
   if (w->turn.listen_all.cap > TURN_BYTES_KEEP) buf_finish(&w->turn.listen_all);
-  if (w->turn.cap > TURN_KEEP && n < w->turn.cap / 8) turn_arrays_free(w); /* a burst's */
+  if (w->turn.cap > TURN_KEEP && n + w->turn.n_changes < w->turn.cap / 8)
+    turn_arrays_free(w); /* a burst's */
   w->turn.n = w->turn.n_topics = w->turn.n_refs = w->turn.n_changes = 0;
   w->turn.settling = false;
 }
@@ -1018,16 +1074,23 @@ static void subs_on_change(const store_audit_row *row, void *data) {
     return;
   }
   if (!sub_index_watches(&w->subs, row->table)) return;
+  assert(!w->turn.settling); /* the walk's changes are the turn's (subs_turn_settle) */
+  if (w->turn.n_changes == TURN_MAX_CHANGES) subs_turn_settle(w);
   /* The row images are parsed only for a table with filtered (or row-scoped) topics. */
   sub_change change = change_of(w, row, sub_index_needs_rows(&w->subs, row->table), &w->key_fold);
+  change.walk_id = turn_change_next(w, row->seq);
   w->n_matched = 0;
-  sub_index_match(&w->subs, &change, collect_topic, w);
-  if (w->n_matched == 0) return; /* in (order, uri) order: the index matches in that order */
+  bool walked = sub_index_match(&w->subs, &change, collect_topic, w);
+  if (w->n_matched == 0 && !walked) return; /* in (order, uri) order, as the index matches */
   char *record_uri = uri_format_record(w->cfg->public_url, row->table, row->key);
   buf_t *record_json = &w->fmt_uri; /* escaped once for every topic */
   buf_reset(record_json);
   buf_append_json_string(record_json, record_uri, strlen(record_uri));
   frame_t *change_head = NULL; /* the change's head (frame_create_head), made at the first */
+  if (walked) { /* kept as change.walk_id for the walked topics' pairs (turn_deliver_walked) */
+    turn_change *c = turn_change_add(w, record_uri, record_json, row->seq);
+    if (c->head == NULL) c->head = frame_ref(change_head_of(&change_head, record_json, row->seq));
+  }
   for (size_t i = 0; i < w->n_matched; i++) {
     sub_topic *t = w->matched[i];
     topics_prefetch(w, w->matched, w->n_matched, i, true);
@@ -1142,6 +1205,28 @@ static void owner_regather(sub_owner *o) {
     sub_set_gathered(sub, gathered);
 }
 
+/*
+ * Does the turn's walk take t's updates (sub_index.h), rather than the
+ * index matching it at every change? When its one subscriber is a
+ * gathered session of no other subscription: that stream gets the
+ * topic's updates alone, so they need no order among other topics'.
+ */
+static bool topic_walkable(const sub_topic *t, void *data) {
+  const worker_t *w = data;
+  return t->n_subs == 1 && t->n_gathered_sessions == 1 && t->debounce.quiet_ms == 0 &&
+         w->cfg->coalesce_ms == 0 && ((const session_t *)t->subs->owner)->n_subs == 1;
+}
+
+/*
+ * After o's subscriptions changed to n: whether its topics are walkable
+ * may have (the index asks again of the added or removed one's itself).
+ */
+static void owner_rewalk(worker_t *w, sub_owner *o, size_t n) {
+  if (n > 2) return; /* it held several before and after: none of its topics was or is walkable */
+  for (sub_t *sub = owner_first(o); sub != NULL; sub = sub->owner_next)
+    sub_index_rewalk(&w->subs, sub->topic);
+}
+
 /* Counts a subscription of o's own debounce (owner_gathered) in or out. */
 static void owner_count_debounced(sub_owner *o, const sub_t *sub, bool in) {
   if (o->kind != SUB_OWNER_SESSION || sub->topic->debounce.quiet_ms == 0) return;
@@ -1167,7 +1252,9 @@ static void owner_unsubscribe(worker_t *w, sub_t **slot, size_t *n) {
   if (owner_gathered(sub->owner) != was) owner_regather(sub->owner);
   hold_queue *q = owner_queue(sub->owner);
   if (q != NULL && q->head != NULL) hold_drop_sub(w, q, sub);
+  sub_owner *o = sub->owner;
   sub_index_remove(&w->subs, sub);
+  owner_rewalk(w, o, *n);
 }
 
 sub_t *subs_owner_add(worker_t *w, sub_owner *o, sub_t **head, size_t *n, const char *key,
@@ -1191,6 +1278,7 @@ sub_t *subs_owner_add(worker_t *w, sub_owner *o, sub_t **head, size_t *n, const 
     owner_regather(o);
   else
     sub_set_gathered(sub, was);
+  owner_rewalk(w, o, *n);
   return sub;
 }
 
@@ -1366,6 +1454,8 @@ int64_t subs_position(worker_t *w) {
 
 void subs_init(worker_t *w) {
   sub_index_init(&w->subs);
+  w->subs.walkable = topic_walkable;
+  w->subs.walkable_data = w;
   buf_init(&w->fmt_uri);
   buf_init(&w->key_fold);
   buf_init(&w->fmt_head);

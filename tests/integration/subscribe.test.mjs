@@ -902,6 +902,63 @@ test('sessions of two subscriptions beside those of one on the same topic, one s
   }
 });
 
+test('sessions of one ne filter each, served by the turn\'s walk: the rows its value excludes, NULLs, a session going to two and back, a resumed stream', async () => {
+  // Each session holds only category=ne=C<i>: such topics are matched once a turn, topic by
+  // topic, rather than at every change (sub_index_walk). A row notifies a session unless both
+  // its images are C<i> or NULL.
+  const keyOf = (i) => `WALK-${String(i).padStart(3, '0')}`;
+  for (let i = 0; i < 50; i++) await putProduct(keyOf(i), { category: 'A' });
+  const clients = [];
+  try {
+    await subscribedClients(clients, 30, (i) => `${B}/Product?category=ne=C${i}`);
+    const [c0, y, r] = clients;
+    const c5 = clients[5];
+    const bulk = async (set) => {
+      const res = await c0.s.result('tools/call', {
+        name: 'put_records',
+        arguments: { table: 'Product', filter: 'sku=sw=WALK-', set },
+      });
+      assert.ok(!res.isError, JSON.stringify(res));
+    };
+    await bulk({ category: 'C0' }); // A -> C0: every session, C0's by the old image
+    await bulk({ name: 'two' }); // C0 -> C0: not C0's
+    await subscribe(y, rec('Product', keyOf(0))); // y holds two: matched change by change
+    await bulk({ category: null }); // C0 -> NULL: not C0's
+    await y.stream.waitUpdates(1, rec('Product', keyOf(0)));
+    await unsubscribe(y, rec('Product', keyOf(0))); // walked again
+    await bulk({ name: 'four' }); // NULL -> NULL: nobody's
+    const single = await putProduct(keyOf(1), { category: 'C5' }); // NULL -> C5: not C5's
+    const want = (i) => (i === 0 ? 51 : i === 5 ? 150 : 151);
+    for (let i = 0; i < clients.length; i++) await clients[i].stream.waitUpdates(want(i), clients[i].uri, { timeoutMs: 15000 });
+    await sleep(300); // and no more than those
+    const seqsOf = (c) => c.stream.updates(c.uri).map((e) => idSeq(e.id));
+    const all = seqsOf(clients[2]);
+    assert.equal(all.length, 151, clients[2].stream.describe());
+    assert.ok(all.every((q, i) => i === 0 || q > all[i - 1]), `not in commit order: ${all.join(',')}`);
+    assert.equal(all[150], single);
+    for (let i = 0; i < clients.length; i++) {
+      const expected = i === 0 ? [...all.slice(0, 50), single] : i === 5 ? all.slice(0, 150) : all;
+      assert.equal(seqsOf(clients[i]).join(','), expected.join(','), clients[i].stream.describe());
+    }
+    // y's record update among its filtered ones, in commit order.
+    const ys = y.stream.updates().map((e) => idSeq(e.id));
+    assert.equal(ys.length, 152, y.stream.describe());
+    assert.ok(ys.every((q, i) => i === 0 || q >= ys[i - 1]), `not in commit order: ${ys.join(',')}`);
+    // A stream resumed with Last-Event-ID gets what the walk delivered while it was gone.
+    const last = r.stream.lastId;
+    r.stream.close();
+    await waitStatus(srv.port, { streams: clients.length - 1 });
+    const missed = await putProduct(keyOf(2), { category: 'B' });
+    await c0.stream.waitUpdates(52, c0.uri);
+    r.stream = await EventStream.open(srv.port, r.s.id, { lastEventId: last });
+    const [ev] = await r.stream.waitUpdates(1, r.uri);
+    assert.equal(idSeq(ev.id), missed);
+    assert.equal(ev.json.params.uri, rec('Product', keyOf(2)));
+  } finally {
+    for (const c of clients) await closeClient(c);
+  }
+});
+
 test('teardown: a dropped stream connection ends the stream, not the session; its updates wait for the next GET', async () => {
   const c = await client();
   try {

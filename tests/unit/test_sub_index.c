@@ -80,7 +80,7 @@ static cJSON *row(const char *json) {
 }
 
 /* Matches a change on table/key with optional old and new rows (JSON text or NULL). */
-static matches match(const sub_index *idx, const char *table, const char *key, const char *old_key,
+static matches match(sub_index *idx, const char *table, const char *key, const char *old_key,
                      const char *old_json, const char *new_json) {
   cJSON *old_row = old_json != NULL ? row(old_json) : NULL;
   cJSON *new_row = new_json != NULL ? row(new_json) : NULL;
@@ -747,7 +747,7 @@ static cJSON *eq_row(void) {
 }
 
 /* Every change matches exactly the topics sub_topic_matches says, each once. */
-static void eq_check(const sub_index *idx, sub_t *const *subs, int n) {
+static void eq_check(sub_index *idx, sub_t *const *subs, int n) {
   for (int round = 0; round < 200; round++) {
     cJSON *old_row = eq_row(), *new_row = eq_row();
     sub_change c = {100, "Product", "A", NULL, old_row, new_row};
@@ -777,6 +777,109 @@ static void eq_fill(sub_index *idx, sub_t **subs, int *n, int upto, sub_owner *o
     subs[(*n)++] = sub_index_add(idx, uri, uri, &u, owner, 0);
     uri_finish(&u);
   }
+}
+
+/* The walk against the definition: random topics, some walked, and turns of changes. ---- */
+
+#define WALK_CHANGES 6
+
+static bool walk_even(const sub_topic *t, void *data) {
+  return t->id % 2 == 0;
+}
+
+static bool walk_all(const sub_topic *t, void *data) {
+  return true;
+}
+
+typedef struct walk_seen {
+  sub_t *const *subs;
+  int n_subs;
+  int hits[EQ_TOPICS][WALK_CHANGES]; /* by place in subs and walk_id */
+} walk_seen;
+
+static void walk_collect(sub_topic *const *walked, size_t n_walked, size_t at, const uint32_t *ids,
+                         size_t n, void *data) {
+  walk_seen *w = data;
+  sub_topic *t = walked[at];
+  CHECK(at < n_walked);
+  CHECK(t->walked && n > 0);
+  for (size_t i = 0; i < n; i++) {
+    CHECK(ids[i] < WALK_CHANGES);
+    if (i > 0) CHECK(ids[i - 1] < ids[i]); /* each once, in the order kept */
+    for (int k = 0; k < w->n_subs; k++)
+      if (w->subs[k] != NULL && w->subs[k]->topic == t) w->hits[k][ids[i]]++;
+  }
+}
+
+/*
+ * Turns of up to WALK_CHANGES changes: each topic is found by
+ * sub_index_match (a tested one) or by the walk (a walked one) for exactly
+ * the changes sub_topic_matches says, once; the match says when it kept one.
+ */
+static void walk_check(sub_index *idx, sub_t *const *subs, int n) {
+  for (int round = 0; round < 100; round++) {
+    int k = 1 + rand() % WALK_CHANGES;
+    cJSON *rows[WALK_CHANGES][2];
+    sub_change c[WALK_CHANGES];
+    static found f[WALK_CHANGES];
+    bool kept[WALK_CHANGES];
+    for (int j = 0; j < k; j++) {
+      rows[j][0] = eq_row();
+      rows[j][1] = eq_row();
+      c[j] = (sub_change){100 + j, "Product", "A", NULL, rows[j][0], rows[j][1], (uint32_t)j};
+      f[j].n = 0;
+      kept[j] = sub_index_match(idx, &c[j], collect_found, &f[j]);
+      for (int i = 0; i < f[j].n; i++) CHECK(!f[j].topics[i]->walked);
+    }
+    static walk_seen seen;
+    memset(&seen, 0, sizeof(seen));
+    seen.subs = subs;
+    seen.n_subs = n;
+    sub_index_walk(idx, walk_collect, &seen);
+    for (int j = 0; j < k; j++) {
+      bool some_walked = false;
+      for (int i = 0; i < n; i++) {
+        if (subs[i] == NULL) continue;
+        sub_topic *t = subs[i]->topic;
+        int times = seen.hits[i][j];
+        for (int m = 0; m < f[j].n; m++) times += f[j].topics[m] == t;
+        bool match_it = sub_topic_matches(t, &c[j]);
+        CHECK_INT_EQ(times, match_it ? 1 : 0);
+        some_walked = some_walked || (match_it && t->walked);
+      }
+      if (some_walked) CHECK(kept[j]);
+      cJSON_Delete(rows[j][0]);
+      cJSON_Delete(rows[j][1]);
+    }
+  }
+}
+
+static void test_walk(void) {
+  srand(11);
+  sub_index idx;
+  sub_index_init(&idx);
+  idx.walkable = walk_even;
+  sub_t *subs[EQ_TOPICS] = {0};
+  int n = 0;
+  eq_fill(&idx, subs, &n, EQ_TOPICS / 2, &session_a);
+  walk_check(&idx, subs, n);
+  /* Half go, more come: parted again. Then every ne-only topic walked. */
+  for (int i = 0; i < n; i += 2) {
+    sub_index_remove(&idx, subs[i]);
+    subs[i] = NULL;
+  }
+  eq_fill(&idx, subs, &n, EQ_TOPICS, &session_b);
+  walk_check(&idx, subs, n);
+  idx.walkable = walk_all;
+  for (int i = 0; i < n; i++)
+    if (subs[i] != NULL) sub_index_rewalk(&idx, subs[i]->topic);
+  walk_check(&idx, subs, n);
+  int walked = 0;
+  for (int i = 0; i < n; i++) walked += subs[i] != NULL && subs[i]->topic->walked;
+  CHECK(walked > 10);
+  for (int i = 0; i < n; i++)
+    if (subs[i] != NULL) sub_index_remove(&idx, subs[i]);
+  sub_index_finish(&idx);
 }
 
 static void test_equality_index(void) {
@@ -889,6 +992,7 @@ static void test_move(void) {
 int main(void) {
   RUN(test_equality_index);
   RUN(test_equality_same_uri);
+  RUN(test_walk);
   RUN(test_match_order);
   RUN(test_many_columns);
   RUN(test_add_remove);
