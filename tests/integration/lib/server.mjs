@@ -42,7 +42,7 @@ process.on('exit', () => {
 });
 
 /* A port that was free a moment ago on 127.0.0.1. */
-export function freePort() {
+function unboundPort() {
   return new Promise((resolve, reject) => {
     const srv = net.createServer();
     srv.unref();
@@ -52,6 +52,25 @@ export function freePort() {
       srv.close(() => resolve(port));
     });
   });
+}
+
+/*
+ * Ports freePort gave out in this process: not given again. The kernel may
+ * hand a port it just released out twice, and the first taker need not
+ * have bound it yet (a load balancer's port is picked before the servers
+ * behind it start).
+ */
+const givenPorts = new Set();
+
+/* A port that was free a moment ago on 127.0.0.1, and not given out before by this process. */
+export async function freePort() {
+  for (let attempt = 1; ; attempt++) {
+    const port = await unboundPort();
+    if (!givenPorts.has(port) || attempt === 20) {
+      givenPorts.add(port);
+      return port;
+    }
+  }
 }
 
 export function makeTempDir(prefix = 'mcpsub-it-') {
