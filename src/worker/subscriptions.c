@@ -510,14 +510,14 @@ static bool subs_send_topic(worker_t *w, sub_topic *t, size_t n, const char *rec
  * subscriptions with an update on each 1.5 times what merged ones do
  * (BENCHMARKS.md).
  *
- * An ne-only topic whose one subscriber is a gathered session of no other
+ * An ne-only topic whose one subscriber is a gathered stream of no other
  * subscription (topic_walkable) holds no update at all: the index keeps
  * the turn's changes for it and the turn's end walks such topics once
  * each (sub_index_walk, turn_deliver_walked), where every change would
  * otherwise load all of them and hold an update for each, which the
  * turn's end then sorted by topic (at 10,000 such sessions, half of the
- * worker's own time: BENCHMARKS.md). Its session's stream gets nothing
- * else, so its updates need no order among other topics'.
+ * worker's own time: BENCHMARKS.md). Its stream gets nothing else, so
+ * its updates need no order among other topics'.
  *
  * Commit order holds: a gathered stream's updates are all gathered, in
  * the order they were held, and whatever else would deliver to it, read a
@@ -977,7 +977,8 @@ static void turn_deliver_held(worker_t *w, size_t n, size_t nt) {
 
 /*
  * The walk's (sub_index_walk) delivery to t, a walked topic: its sole
- * session gets its updates of the turn's changes ids, laid out in the
+ * subscriber gets its updates of the turn's changes ids (a session's
+ * pairs, a listen stream's heads laid out from the changes), put in the
  * turn's arrays after the held updates (turn_reserve'd for every change).
  */
 static void turn_deliver_walked(sub_topic *const *walked, size_t n_walked, size_t at,
@@ -986,7 +987,8 @@ static void turn_deliver_walked(sub_topic *const *walked, size_t n_walked, size_
   sub_topic *t = walked[at];
   topics_prefetch(w, walked, n_walked, at, false);
   uint32_t *slots = w->turn.slots + w->turn.n;
-  for (size_t i = 0; i < n; i++) slots[i] = TURN_SLOT(ids[i], TURN_PAIR);
+  int kind = t->few_gathered_sessions == 1 ? TURN_PAIR : TURN_NONE;
+  for (size_t i = 0; i < n; i++) slots[i] = TURN_SLOT(ids[i], kind);
   w->notifications += n;
   t->notified += n;
   turn_deliver_topic(w, t, w->turn.n, n);
@@ -1207,14 +1209,18 @@ static void owner_regather(sub_owner *o) {
 
 /*
  * Does the turn's walk take t's updates (sub_index.h), rather than the
- * index matching it at every change? When its one subscriber is a
- * gathered session of no other subscription: that stream gets the
- * topic's updates alone, so they need no order among other topics'.
+ * index matching it at every change? When its one subscriber is gathered
+ * (a session's or a listen stream's) and its owner holds no other
+ * subscription: that stream gets the topic's updates alone, so they need
+ * no order among other topics'.
  */
 static bool topic_walkable(const sub_topic *t, void *data) {
   const worker_t *w = data;
-  return t->n_subs == 1 && t->n_gathered_sessions == 1 && t->debounce.quiet_ms == 0 &&
-         w->cfg->coalesce_ms == 0 && ((const session_t *)t->subs->owner)->n_subs == 1;
+  if (t->n_subs != 1 || t->n_gathered != 1 || t->debounce.quiet_ms != 0 || w->cfg->coalesce_ms != 0)
+    return false;
+  const sub_owner *o = t->subs->owner;
+  return (o->kind == SUB_OWNER_SESSION ? ((const session_t *)o)->n_subs
+                                       : ((const listen_stream *)o)->n_subs) == 1;
 }
 
 /*

@@ -296,6 +296,46 @@ test('bulk writes to listen streams that share a topic, own one, or hold two URI
   }
 });
 
+test('listen streams of one ne filter each, served by the turn\'s walk: every change once, in commit order, but the rows the filter excludes', async () => {
+  // A stream whose only URI is category=ne=C<i> is matched once a turn (sub_index_walk). A row
+  // notifies it unless both its images are C<i> or NULL.
+  const B = srv.base;
+  const keyOf = (i) => `LWALK-${String(i).padStart(3, '0')}`;
+  for (let i = 0; i < 30; i++) await rest(srv.port, 'PUT', `/Product/${keyOf(i)}`, product(keyOf(i), { category: 'A' }));
+  const streams = [];
+  try {
+    for (let i = 0; i < 6; i++) {
+      const uri = `${B}/Product?category=ne=C${i}`;
+      streams.push({ uri, l: await rawListen(srv.port, { resourceSubscriptions: [uri] }, { id: `w${i}` }) });
+    }
+    const bulk = async (set) => {
+      const msg = modern('tools/call', { name: 'put_records', arguments: { table: 'Product', filter: 'sku=sw=LWALK-', set } }, 'bulk');
+      const r = (await post(srv.port, msg, { 'Mcp-Name': 'put_records' })).json();
+      assert.ok(r.result && !r.result.isError, JSON.stringify(r));
+    };
+    await bulk({ category: 'C0' }); // A -> C0: every stream, C0's by the old image
+    await bulk({ name: 'two' }); // C0 -> C0: not C0's
+    await bulk({ category: null }); // C0 -> NULL: not C0's
+    await rest(srv.port, 'PATCH', `/Product/${keyOf(1)}`, { category: 'C1' }); // NULL -> C1: not C1's
+    const want = (i) => (i === 0 ? 31 : i === 1 ? 90 : 91);
+    const updatesOf = (l) => l.events().slice(1).map((e) => e.json.params);
+    await waitFor(() => streams.every((s, i) => updatesOf(s.l).length >= want(i)), { timeoutMs: 15000, message: 'every update on every stream' });
+    await sleep(300); // nothing more comes
+    const positions = (ups) => ups.map((p) => Number(p._meta['io.mcpsub/position']));
+    const all = positions(updatesOf(streams[2].l));
+    assert.equal(all.length, 91);
+    assert.ok(all.every((q, i) => i === 0 || q > all[i - 1]), `not in commit order: ${all.join(',')}`);
+    for (const [i, s] of streams.entries()) {
+      const ups = updatesOf(s.l);
+      const expected = i === 0 ? [...all.slice(0, 30), all[90]] : i === 1 ? all.slice(0, 90) : all;
+      assert.deepEqual(positions(ups), expected, `stream ${i}`);
+      assert.ok(ups.every((p) => p.subscribedUri === s.uri && p._meta['io.modelcontextprotocol/subscriptionId'] === `w${i}`), `stream ${i}: its URI and id`);
+    }
+  } finally {
+    for (const s of streams) s.l.conn.close();
+  }
+});
+
 test('a stateless wait_and_read ends at once on notifications/cancelled, whichever worker gets the cancel', async () => {
   const uri = `${srv.base}/Product/A-100`;
   for (let i = 0; i < 3; i++) {
