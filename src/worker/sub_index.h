@@ -224,10 +224,9 @@ bool sub_index_match(sub_index *idx, const sub_change *change,
  * each walked topic once, calling fn with the walk_ids of the kept changes
  * it matches, in the order they were kept (fn gets the topic as walked[i]
  * of its table's n_walked, to start the lines of those ahead); and
- * forgets them. The owner
- * walks before anything changes a topic's subscribers or whether it is
- * walkable (then kept changes would be walked by the topics of another
- * partition).
+ * forgets them. The owner walks before anything changes a topic's
+ * subscribers or whether it is walkable (else kept changes would be
+ * walked by the topics of another partition).
  */
 typedef void sub_walk_fn(sub_topic *const *walked, size_t n_walked, size_t i, const uint32_t *ids,
                          size_t n, void *data);
