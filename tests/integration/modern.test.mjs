@@ -49,6 +49,17 @@ async function connectV2(server, mode = 'auto') {
 
 const updates = (got) => got.filter((n) => n.method === 'notifications/resources/updated').map((n) => [n.params.uri, n.params.subscribedUri]);
 
+/* One put_records call (2026-07-28, stateless): set on every Product row the filter selects. */
+async function putRecords(filter, set) {
+  const msg = modern('tools/call', { name: 'put_records', arguments: { table: 'Product', filter, set } }, 'bulk');
+  const r = (await post(srv.port, msg, { 'Mcp-Name': 'put_records' })).json();
+  assert.ok(r.result && !r.result.isError, JSON.stringify(r));
+}
+
+/* A raw listen stream's update params (after its acknowledgement), and their positions. */
+const listenUpdates = (l) => l.events().slice(1).map((e) => e.json.params);
+const positions = (ups) => ups.map((p) => Number(p._meta['io.mcpsub/position']));
+
 test('auto mode negotiates 2026-07-28; discover names every revision; lists and reads carry resultType, ttlMs and cacheScope', async () => {
   const { client } = await connectV2(srv);
   try {
@@ -257,24 +268,18 @@ test('bulk writes to listen streams that share a topic, own one, or hold two URI
       streams.push({ uri: own, l: await rawListen(srv.port, { resourceSubscriptions: [own] }, { id: i }) });
     }
     const two = await rawListen(srv.port, { resourceSubscriptions: [shared, `${B}/Product/${keyOf(0)}`] }, { id: 'two' });
-    const bulk = async (cents) => {
-      const msg = modern('tools/call', { name: 'put_records', arguments: { table: 'Product', filter: 'sku=sw=LST-', set: { price_cents: cents } } }, 'bulk');
-      const r = (await post(srv.port, msg, { 'Mcp-Name': 'put_records' })).json();
-      assert.ok(r.result && !r.result.isError, JSON.stringify(r));
-    };
+    const bulk = (cents) => putRecords('sku=sw=LST-', { price_cents: cents });
     await bulk(2);
     await rest(srv.port, 'PATCH', `/Product/${keyOf(0)}`, { price_cents: 3 });
     await bulk(4);
-    const updatesOf = (l) => l.events().slice(1).map((e) => e.json.params);
-    await waitFor(() => streams.every((s) => updatesOf(s.l).length >= 201) && updatesOf(two).length >= 204 && v1got.length >= 201,
+    await waitFor(() => streams.every((s) => listenUpdates(s.l).length >= 201) && listenUpdates(two).length >= 204 && v1got.length >= 201,
       { timeoutMs: 15000, message: 'every update on every stream' });
     await sleep(200); // nothing more comes
-    const positions = (ups) => ups.map((p) => Number(p._meta['io.mcpsub/position']));
-    const first = positions(updatesOf(streams[0].l));
+    const first = positions(listenUpdates(streams[0].l));
     assert.equal(first.length, 201);
     assert.ok(first.every((q, i) => i === 0 || q > first[i - 1]), `not in commit order: ${first.join(',')}`);
     for (const [k, s] of streams.entries()) {
-      const ups = updatesOf(s.l);
+      const ups = listenUpdates(s.l);
       assert.deepEqual(positions(ups), first, `stream ${k}`);
       assert.ok(ups.every((p) => p.subscribedUri === s.uri), `stream ${k}: its URI`);
       const id = k < 6 ? `shared-${k}` : k - 6;
@@ -282,7 +287,7 @@ test('bulk writes to listen streams that share a topic, own one, or hold two URI
       assert.equal(ups[100].uri, `${B}/Product/${keyOf(0)}`, 'the PATCH between the bulk writes');
       for (let i = 0; i < 100; i++) assert.equal(ups.filter((p) => p.uri === `${B}/Product/${keyOf(i)}`).length, i === 0 ? 3 : 2);
     }
-    const ups = updatesOf(two);
+    const ups = listenUpdates(two);
     assert.equal(ups.length, 204);
     const twoPositions = positions(ups);
     assert.ok(twoPositions.every((q, i) => i === 0 || q >= twoPositions[i - 1]), 'the two-URI stream in commit order');
@@ -308,25 +313,19 @@ test('listen streams of one ne filter each, served by the turn\'s walk: every ch
       const uri = `${B}/Product?category=ne=C${i}`;
       streams.push({ uri, l: await rawListen(srv.port, { resourceSubscriptions: [uri] }, { id: `w${i}` }) });
     }
-    const bulk = async (set) => {
-      const msg = modern('tools/call', { name: 'put_records', arguments: { table: 'Product', filter: 'sku=sw=LWALK-', set } }, 'bulk');
-      const r = (await post(srv.port, msg, { 'Mcp-Name': 'put_records' })).json();
-      assert.ok(r.result && !r.result.isError, JSON.stringify(r));
-    };
+    const bulk = (set) => putRecords('sku=sw=LWALK-', set);
     await bulk({ category: 'C0' }); // A -> C0: every stream, C0's by the old image
     await bulk({ name: 'two' }); // C0 -> C0: not C0's
     await bulk({ category: null }); // C0 -> NULL: not C0's
     await rest(srv.port, 'PATCH', `/Product/${keyOf(1)}`, { category: 'C1' }); // NULL -> C1: not C1's
     const want = (i) => (i === 0 ? 31 : i === 1 ? 90 : 91);
-    const updatesOf = (l) => l.events().slice(1).map((e) => e.json.params);
-    await waitFor(() => streams.every((s, i) => updatesOf(s.l).length >= want(i)), { timeoutMs: 15000, message: 'every update on every stream' });
+    await waitFor(() => streams.every((s, i) => listenUpdates(s.l).length >= want(i)), { timeoutMs: 15000, message: 'every update on every stream' });
     await sleep(300); // nothing more comes
-    const positions = (ups) => ups.map((p) => Number(p._meta['io.mcpsub/position']));
-    const all = positions(updatesOf(streams[2].l));
+    const all = positions(listenUpdates(streams[2].l));
     assert.equal(all.length, 91);
     assert.ok(all.every((q, i) => i === 0 || q > all[i - 1]), `not in commit order: ${all.join(',')}`);
     for (const [i, s] of streams.entries()) {
-      const ups = updatesOf(s.l);
+      const ups = listenUpdates(s.l);
       const expected = i === 0 ? [...all.slice(0, 30), all[90]] : i === 1 ? all.slice(0, 90) : all;
       assert.deepEqual(positions(ups), expected, `stream ${i}`);
       assert.ok(ups.every((p) => p.subscribedUri === s.uri && p._meta['io.modelcontextprotocol/subscriptionId'] === `w${i}`), `stream ${i}: its URI and id`);

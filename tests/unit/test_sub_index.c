@@ -854,6 +854,23 @@ static void walk_check(sub_index *idx, sub_t *const *subs, int n) {
   }
 }
 
+/*
+ * Random topics checked by check: half of EQ_TOPICS, then every other one
+ * gone (an any-of topic leaves every one of its values' lists) and more
+ * come until subs holds EQ_TOPICS, checked again. *n: how many subs holds.
+ */
+static void eq_churn(sub_index *idx, sub_t **subs, int *n,
+                     void (*check)(sub_index *idx, sub_t *const *subs, int n)) {
+  eq_fill(idx, subs, n, EQ_TOPICS / 2, &session_a);
+  check(idx, subs, *n);
+  for (int i = 0; i < *n; i += 2) {
+    sub_index_remove(idx, subs[i]);
+    subs[i] = NULL;
+  }
+  eq_fill(idx, subs, n, EQ_TOPICS, &session_b);
+  check(idx, subs, *n);
+}
+
 static void test_walk(void) {
   srand(11);
   sub_index idx;
@@ -861,15 +878,8 @@ static void test_walk(void) {
   idx.walkable = walk_even;
   sub_t *subs[EQ_TOPICS] = {0};
   int n = 0;
-  eq_fill(&idx, subs, &n, EQ_TOPICS / 2, &session_a);
-  walk_check(&idx, subs, n);
-  /* Half go, more come: parted again. Then every ne-only topic walked. */
-  for (int i = 0; i < n; i += 2) {
-    sub_index_remove(&idx, subs[i]);
-    subs[i] = NULL;
-  }
-  eq_fill(&idx, subs, &n, EQ_TOPICS, &session_b);
-  walk_check(&idx, subs, n);
+  eq_churn(&idx, subs, &n, walk_check); /* parted again as topics come and go */
+  /* Then every ne-only topic walked. */
   idx.walkable = walk_all;
   for (int i = 0; i < n; i++)
     if (subs[i] != NULL) sub_index_rewalk(&idx, subs[i]->topic);
@@ -888,15 +898,7 @@ static void test_equality_index(void) {
   sub_index_init(&idx);
   sub_t *subs[EQ_TOPICS] = {0};
   int n = 0;
-  eq_fill(&idx, subs, &n, EQ_TOPICS / 2, &session_a);
-  eq_check(&idx, subs, n);
-  /* Half of them go (an any-of topic leaves every one of its values' lists), and more come. */
-  for (int i = 0; i < n; i += 2) {
-    sub_index_remove(&idx, subs[i]);
-    subs[i] = NULL;
-  }
-  eq_fill(&idx, subs, &n, EQ_TOPICS, &session_b);
-  eq_check(&idx, subs, n);
+  eq_churn(&idx, subs, &n, eq_check);
   for (int i = 0; i < n; i++)
     if (subs[i] != NULL) sub_index_remove(&idx, subs[i]);
   CHECK(!sub_index_watches(&idx, "Product"));
