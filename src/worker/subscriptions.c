@@ -657,7 +657,7 @@ static turn_change *turn_change_add(worker_t *w, const char *record_uri, const b
     http_server_at_turn_end(w->http, subs_turn_end, w);
     buf_reset(&w->turn.uris);
   }
-  if (w->turn.n_changes == 0 || w->turn.changes[w->turn.n_changes - 1].seq != seq) {
+  if (turn_change_next(w, seq) == w->turn.n_changes) {
     if (w->turn.n_changes == w->turn.changes_cap) {
       w->turn.changes_cap = w->turn.changes_cap == 0 ? 16 : w->turn.changes_cap * 2;
       w->turn.changes =
