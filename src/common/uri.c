@@ -56,9 +56,39 @@ void uri_encode_component(buf_t *out, const char *s, size_t len) {
 }
 
 /*
+ * Is s[0..n) UTF-8 (RFC 3629): no stray continuation byte, no truncated or
+ * overlong sequence, no surrogate, nothing above U+10FFFF?
+ */
+static bool uri_utf8(const unsigned char *s, size_t n) {
+  for (size_t i = 0; i < n;) {
+    unsigned char c = s[i];
+    if (c < 0x80) {
+      i++;
+      continue;
+    }
+    size_t k = c >= 0xC2 && c <= 0xDF   ? 1
+               : c >= 0xE0 && c <= 0xEF ? 2
+               : c >= 0xF0 && c <= 0xF4 ? 3
+                                        : 0;
+    if (k == 0 || n - i <= k) return false;
+    /* The second byte's range is narrower after E0 (overlong), ED (surrogates), F0, F4. */
+    unsigned char lo = c == 0xE0 ? 0xA0 : c == 0xF0 ? 0x90 : 0x80;
+    unsigned char hi = c == 0xED ? 0x9F : c == 0xF4 ? 0x8F : 0xBF;
+    if (s[i + 1] < lo || s[i + 1] > hi) return false;
+    for (size_t j = 2; j <= k; j++)
+      if ((s[i + j] & 0xC0) != 0x80) return false;
+    i += k + 1;
+  }
+  return true;
+}
+
+/*
  * Returns a new NUL-terminated string with each %XX of s[0..len) decoded
  * (either hex case). '+' is not a space. NULL when a '%' is not followed by
- * two hex digits or when the result would contain a NUL byte.
+ * two hex digits, when the result would contain a NUL byte, or when it is
+ * not UTF-8 (a name or value that no JSON answer could carry, and that
+ * SQL's character functions and the subscriptions' byte comparisons would
+ * read differently).
  */
 char *uri_decode_component(const char *s, size_t len) {
   char *out = mem_alloc(len + 1);
@@ -76,6 +106,7 @@ char *uri_decode_component(const char *s, size_t len) {
     out[n++] = c;
   }
   out[n] = '\0';
+  if (!uri_utf8((const unsigned char *)out, n)) goto bad;
   return out;
 bad:
   free(out);
@@ -207,7 +238,12 @@ void uri_filter_free(uri_filter *f) {
  */
 static int uri_parse_filter_value(const char *v, size_t len, uri_filter *f) {
   f->op = URI_EQ;
-  for (uri_op op = URI_NE; op <= URI_CT; op++) {
+  bool spelled = len >= 3 && memcmp(v, "eq=", 3) == 0; /* equality spelled out: the same filter */
+  if (spelled) {
+    v += 3;
+    len -= 3;
+  }
+  for (uri_op op = URI_NE; !spelled && op <= URI_CT; op++) {
     if (len >= 3 && memcmp(v, uri_op_names[op], 2) == 0 && v[2] == '=') {
       f->op = op;
       v += 3;
@@ -216,8 +252,9 @@ static int uri_parse_filter_value(const char *v, size_t len, uri_filter *f) {
     }
   }
   if (memchr(v, '=', len) != NULL)
-    return uri_fail("a filter has an unknown operator (use gt, ge, lt, le, ne, sw, ct; a literal "
-                    "'=' is %3D)");
+    return uri_fail(
+        "a filter has an unknown operator (use eq, ne, gt, ge, lt, le, sw, ct; a literal "
+        "'=' is %3D)");
   if (memchr(v, '*', len) != NULL)
     return uri_fail("a filter has a bare '*': there are no wildcards (use sw= or ct=; a literal "
                     "'*' is %2A)");
@@ -226,7 +263,7 @@ static int uri_parse_filter_value(const char *v, size_t len, uri_filter *f) {
   if ((f->op == URI_SW || f->op == URI_CT) && len == 0) return uri_fail("sw= and ct= need a value");
   if (bar == NULL) {
     f->value = uri_decode_component(v, len);
-    if (f->value == NULL) return uri_fail("a filter value has a bad %-escape");
+    if (f->value == NULL) return uri_fail("a filter value has a bad %-escape or is not UTF-8");
     uri_filter_read_number(f);
     return 0;
   }
@@ -238,7 +275,7 @@ static int uri_parse_filter_value(const char *v, size_t len, uri_filter *f) {
     if (n == 0) return uri_fail("a filter has an empty alternative");
     if (f->n_alts == URI_MAX_ALTS) return uri_fail("a filter has more than 32 alternatives");
     char *one = uri_decode_component(p, n);
-    if (one == NULL) return uri_fail("a filter value has a bad %-escape");
+    if (one == NULL) return uri_fail("a filter value has a bad %-escape or is not UTF-8");
     f->alts[f->n_alts++] = one;
     if (next == NULL) break;
     p = next + 1;
@@ -264,7 +301,7 @@ static int uri_parse_param(const char *p, size_t len, uri_t *out) {
   char *value = NULL;
   int rc = -EINVAL;
   if (name == NULL) {
-    rc = uri_fail("a query parameter name has a bad %-escape");
+    rc = uri_fail("a query parameter name has a bad %-escape or is not UTF-8");
     goto out;
   }
   if (strcmp(name, "_limit") != 0 && strcmp(name, "_cursor") != 0) {

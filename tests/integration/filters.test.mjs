@@ -135,6 +135,9 @@ const ALL_CASES = [
   ['name=ct=err', [4, 5]],
   ['name=sw=B', [4]], // case-sensitive
   ['tag=red|blue', [1, 4, 5]],
+  ['tag=eq=red|blue', [1, 4, 5]], // equality spelled out: the same filter
+  ['name=eq=apple', [1]],
+  ['qty=eq=10', [2]],
   ['tag=a%7Cb', [6]], // a literal '|'
   ['qty=3|12', [1, 5]],
   ['qty=gt=4&tag=red', [5]],
@@ -404,6 +407,17 @@ test('filters that cannot be parsed are refused with the reason: REST 400, resou
       ['tag=a||b', 'empty alternative'],
       ['qty=gt=1|2', 'equality only'],
       ['name=sw=', 'need a value'],
+      ['name=ct=', 'need a value'],
+      ['name=eq=gt=1', 'unknown operator'], // one operator, and the rest is the value
+      ['name=a%ZZ', '%-escape'],
+      // Half a character, a stray continuation byte, an overlong '/': SQL would compare
+      // characters and the subscriptions bytes, so no such value is taken at all.
+      ['name=sw=%C3', 'UTF-8'],
+      ['name=ct=%A9', 'UTF-8'],
+      ['name=%C0%AF', 'UTF-8'],
+      ['tag=red|%E9', 'UTF-8'],
+      [`tag=${Array.from({ length: 33 }, (_, i) => `t${i}`).join('|')}`, 'more than 32 alternatives'],
+      [Array.from({ length: 17 }, (_, i) => `c${i}=1`).join('&'), 'more than 16 filters'],
     ];
     for (const [query, why] of bad) {
       const res = await request(srv.port, { path: `/Item?${query}` });
@@ -415,7 +429,16 @@ test('filters that cannot be parsed are refused with the reason: REST 400, resou
       const sub = await s.error('resources/subscribe', { uri: `${srv.base}/Item?${query}` });
       assert.equal(sub.code, -32602);
       assert.match(sub.message, new RegExp(why), query);
+      const q = await s.error('tools/call', { name: 'query_records', arguments: { table: 'Item', filter: query } });
+      assert.equal(q.code, -32602);
+      assert.match(q.message, new RegExp(why), query);
     }
+    // A filter on a column the table lacks: refused everywhere, the column named.
+    const sub = await s.error('resources/subscribe', { uri: `${srv.base}/Item?nocol=1` });
+    assert.equal(sub.code, -32602);
+    assert.match(sub.message, /unknown column nocol in table Item/);
+    const q = await s.error('tools/call', { name: 'query_records', arguments: { table: 'Item', filter: 'nocol=1' } });
+    assert.match(q.message, /unknown column nocol in table Item/);
   } finally {
     await s.delete();
   }

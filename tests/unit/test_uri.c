@@ -287,6 +287,19 @@ static void test_codec(void) {
   CHECK(uri_decode_component("%a", 2) == NULL);
   CHECK(uri_decode_component("%ag", 3) == NULL);
   CHECK(uri_decode_component("%00", 3) == NULL);
+  /* UTF-8 only, escaped or not: whole sequences of one to four bytes. */
+  static const char *const utf8[] = {"%C3%A9",       "\xc3\xa9",     "%E2%82%AC",
+                                     "%F0%9F%98%80", "%F4%8F%BF%BF", "%ED%9F%BF"};
+  for (size_t i = 0; i < sizeof(utf8) / sizeof(utf8[0]); i++) {
+    d = uri_decode_component(utf8[i], strlen(utf8[i]));
+    CHECK(d != NULL);
+    free(d);
+  }
+  static const char *const not_utf8[] = {
+      "%C3",       "\xc3",         "%A9",          "%C3%A9%A9",    "%C1%81", "%E0%80%80",
+      "%ED%A0%80", "%F0%80%80%80", "%F4%90%80%80", "%F5%80%80%80", "%E2%82", "%FF"};
+  for (size_t i = 0; i < sizeof(not_utf8) / sizeof(not_utf8[0]); i++)
+    CHECK(uri_decode_component(not_utf8[i], strlen(not_utf8[i])) == NULL);
 }
 
 static void test_canonical(void) {
@@ -331,10 +344,11 @@ static void test_operators(void) {
     uri_op op;
     const char *value;
   } ok[] = {
-      {"n=gt=5", URI_GT, "5"},   {"n=ge=-1.5", URI_GE, "-1.5"}, {"n=lt=10", URI_LT, "10"},
-      {"n=le=x", URI_LE, "x"},   {"n=ne=", URI_NE, ""},         {"s=sw=ab%20c", URI_SW, "ab c"},
-      {"s=ct=%7C", URI_CT, "|"}, {"s=gt%3D5", URI_EQ, "gt=5"},  {"s=%2A", URI_EQ, "*"},
+      {"n=gt=5", URI_GT, "5"},   {"n=ge=-1.5", URI_GE, "-1.5"},   {"n=lt=10", URI_LT, "10"},
+      {"n=le=x", URI_LE, "x"},   {"n=ne=", URI_NE, ""},           {"s=sw=ab%20c", URI_SW, "ab c"},
+      {"s=ct=%7C", URI_CT, "|"}, {"s=gt%3D5", URI_EQ, "gt=5"},    {"s=%2A", URI_EQ, "*"},
       {"s=gx=1", URI_EQ, NULL}, /* not an operator: then the '=' is bare (below) */
+      {"n=eq=5", URI_EQ, "5"},   {"s=eq=gt%3D5", URI_EQ, "gt=5"}, {"s=eq=", URI_EQ, ""},
   };
   for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
     if (ok[i].value == NULL) continue;
@@ -378,6 +392,21 @@ static void test_operators(void) {
   expect_bad_filter("s=sw=", "need a value");
   expect_bad_filter("s=gt=%ZZ", "%-escape");
   expect_bad_filter("s=a&s=b", "repeated");
+  expect_bad_filter("s=eq=gt=5", "unknown operator"); /* one operator: the rest is the value */
+  expect_bad_filter("s=eq=sw=a", "unknown operator");
+  /* Not UTF-8: a lone lead byte, a stray continuation byte, an overlong, a surrogate, > U+10FFFF.
+   */
+  expect_bad_filter("s=sw=%C3", "UTF-8");
+  expect_bad_filter("s=ct=%A9", "UTF-8");
+  expect_bad_filter("s=%C0%AF", "UTF-8");
+  expect_bad_filter("s=%ED%A0%80", "UTF-8");
+  expect_bad_filter("s=%F4%90%80%80", "UTF-8");
+  expect_bad_filter("s=a|%E9", "UTF-8");
+  expect_bad_filter("%FF=1", "UTF-8");
+  CHECK_INT_EQ(uri_parse(BASE, BASE "/T?c=eq=a|b", &u), 0); /* spelled-out equality, alternatives */
+  CHECK_INT_EQ(u.filters[0].op, URI_IN);
+  CHECK_INT_EQ(u.filters[0].n_alts, 2);
+  uri_finish(&u);
   char many[512] = "s=0";
   for (int i = 1; i <= 32; i++)
     snprintf(many + strlen(many), sizeof(many) - strlen(many), "|%d", i);
