@@ -164,6 +164,20 @@ cJSON *listen_open(mcp_call *call) {
     if (!cJSON_IsString(item))
       return mcp_call_fail(call, JSONRPC_INVALID_PARAMS,
                            "notifications.resourceSubscriptions must hold strings");
+    /*
+     * A URI that does not parse is an error, with its reason, as for
+     * resources/subscribe; one that parses but cannot be subscribed to (no
+     * such table or column, not ours, not for this principal) is left out
+     * of the acknowledgement.
+     */
+    uri_t u;
+    int rc = uri_parse(cfg->public_url, item->valuestring, &u);
+    if (rc == -EINVAL)
+      return mcp_call_fail(call, JSONRPC_INVALID_PARAMS,
+                           "notifications.resourceSubscriptions: %.400s is not a valid URI%s%s%s",
+                           item->valuestring, uri_error()[0] ? " (" : "", uri_error(),
+                           uri_error()[0] ? ")" : "");
+    if (rc == 0) uri_finish(&u);
   }
   debounce_t debounce;
   char why[160];

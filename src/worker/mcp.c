@@ -190,9 +190,9 @@ static const char *mcp_uri_param(mcp_call *call, uri_t *u, unsigned right, char 
     return NULL;
   }
   if (subs_resolve_for(call->w, call->principal, uri->valuestring, right, u, key) != 0) {
+    const char *why = subs_resolve_error();
     mcp_call_fail(call, JSONRPC_INVALID_PARAMS, "resource is not subscribable: %.400s%s%s%s",
-                  uri->valuestring, uri_error()[0] ? " (" : "", uri_error(),
-                  uri_error()[0] ? ")" : "");
+                  uri->valuestring, why[0] ? " (" : "", why, why[0] ? ")" : "");
     return NULL;
   }
   return uri->valuestring;

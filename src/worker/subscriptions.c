@@ -1581,7 +1581,11 @@ int subs_resolve(worker_t *w, const char *text, uri_t *u) {
   return rc;
 }
 
+/* Why the last subs_resolve_in of this thread failed beyond the grammar, and on which table. */
+static __thread char subs_why[256], subs_why_table[128];
+
 int subs_resolve_in(const char *base, store_t *st, const char *text, uri_t *u) {
+  subs_why[0] = subs_why_table[0] = '\0';
   if (uri_parse(base, text, u) != 0) return -EINVAL;
   const store_table *t = NULL;
   if (u->kind == URI_COLLECTION || u->kind == URI_RECORD || u->kind == URI_FILTERED)
@@ -1590,6 +1594,11 @@ int subs_resolve_in(const char *base, store_t *st, const char *text, uri_t *u) {
   for (size_t i = 0; ok && i < u->n_filters; i++) {
     int col = store_column_index(t, u->filters[i].column);
     ok = col >= 0;
+    if (!ok) {
+      snprintf(subs_why, sizeof(subs_why), "unknown column %.100s in table %.100s",
+               u->filters[i].column, t->name);
+      snprintf(subs_why_table, sizeof(subs_why_table), "%s", t->name);
+    }
     /* Ordered operators compare as the column's affinity says (sub_filters_match). */
     if (ok) u->filters[i].numeric = store_column_numeric(t, col);
     if (ok) u->filters[i].untyped = t->cols[col].untyped;
@@ -1617,10 +1626,20 @@ int subs_resolve_in(const char *base, store_t *st, const char *text, uri_t *u) {
   return 0;
 }
 
+const char *subs_resolve_error(void) {
+  return uri_error()[0] != '\0' ? uri_error() : subs_why;
+}
+
 int subs_resolve_for(worker_t *w, const auth_principal *p, const char *text, unsigned right,
                      uri_t *u, char **key) {
   *key = NULL;
-  if (subs_resolve(w, text, u) != 0) return -EINVAL;
+  if (subs_resolve(w, text, u) != 0) {
+    auth_scope scope;
+    /* A column's name only to whom may see the table: to others it is as if it did not exist. */
+    if (subs_why[0] != '\0' && auth_table_access(p, subs_why_table, right, &scope) != 0)
+      subs_why[0] = '\0';
+    return -EINVAL;
+  }
   auth_scope scope;
   if (auth_table_access(p, u->table, right, &scope) != 0 || auth_scope_apply(&scope, u) != 0) {
     uri_finish(u);

@@ -101,6 +101,12 @@ char *subs_list_prune(const char *base, store_t *st, const char *json);
  */
 int subs_resolve_for(worker_t *w, const auth_principal *p, const char *text, unsigned right,
                      uri_t *u, char **key) MCPSUB_NODISCARD;
+/*
+ * Why the last subs_resolve_for of this thread failed, for the client: the
+ * URI's grammar (uri_error), a filter's unknown column on a table the
+ * principal may use, or "" (no such table, or not for this principal).
+ */
+const char *subs_resolve_error(void);
 
 /*
  * Restores subscriptions from a session row's JSON array of URIs, each

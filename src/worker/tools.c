@@ -268,9 +268,9 @@ static cJSON *tool_filter(mcp_call *call, tool_args *a, unsigned right, uri_t *u
   buf_finish(&b);
   free(key);
   if (rc != 0)
-    return mcp_call_fail(call, JSONRPC_INVALID_PARAMS, "filter: %s on table %s",
-                         uri_error()[0] != '\0' ? uri_error()
-                                                : "names a column that does not exist",
+    return mcp_call_fail(call, JSONRPC_INVALID_PARAMS, "filter: %s (table %s)",
+                         subs_resolve_error()[0] != '\0' ? subs_resolve_error()
+                                                         : "names a column that does not exist",
                          a->table->name);
   if (u->limit != 0 || u->cursor != NULL) {
     uri_finish(u);

@@ -239,9 +239,10 @@ static int parse_items(mcp_call *call, const cJSON *resources, wait_item *items,
     wait_item *it = &items[*n];
     if (subs_resolve_for(call->w, call->principal, uri->valuestring, AUTH_READ, &it->parsed,
                          &it->key) != 0) {
+      const char *why = subs_resolve_error();
       mcp_call_fail(call, JSONRPC_INVALID_PARAMS,
                     "wait_and_read: not a record or collection URI: %.400s%s%s%s", uri->valuestring,
-                    uri_error()[0] ? " (" : "", uri_error(), uri_error()[0] ? ")" : "");
+                    why[0] ? " (" : "", why, why[0] ? ")" : "");
       return -EINVAL;
     }
     it->uri = mem_strdup(uri->valuestring);

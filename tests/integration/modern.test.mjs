@@ -248,6 +248,22 @@ test('a raw listen stream: the acknowledgement first with its position, no id: l
   assert.equal(l.events().length, n);
 });
 
+test('a listen URI that does not parse is refused with its reason; one that parses but names no column is left out', async () => {
+  const good = `${srv.base}/Product?category=sw=to`;
+  for (const [bad, why] of [[`${srv.base}/Product?category=re*`, /wildcards/], [`${srv.base}/Product?price_cents=xx=5`, /unknown operator/],
+    [`${srv.base}/Product?name=sw=%C3`, /UTF-8/]]) {
+    const res = await post(srv.port, modern('subscriptions/listen', { notifications: { resourceSubscriptions: [good, bad] } }, 'bad-1'));
+    const err = res.json().error;
+    assert.equal(err.code, -32602, bad);
+    assert.ok(err.message.includes(bad), `${bad}: ${err.message}`);
+    assert.match(err.message, why, bad);
+    assert.doesNotMatch(res.headers['content-type'] ?? '', /event-stream/, 'no stream opened');
+  }
+  const l = await rawListen(srv.port, { resourceSubscriptions: [good, `${srv.base}/Product?nocol=1`] }, { id: 'left-out' });
+  assert.deepEqual(l.events()[0].json.params.notifications, { resourceSubscriptions: [good] });
+  l.conn.close();
+});
+
 test('bulk writes to listen streams that share a topic, own one, or hold two URIs, beside a 2025 session: every change once, in commit order, each with its own id', async () => {
   // Streams whose only subscription is the topic get a loop turn's updates at once; the stream
   // of two URIs gets them change by change; the session on the shared topic makes it mixed.

@@ -197,6 +197,11 @@ test('a table without a grant does not exist for the role; a key whose scope can
   assert.equal(e.message, `resource is not subscribable: ${B}/Secret`);
   const missing = await s.error('resources/subscribe', { uri: `${B}/NoSuchTable` });
   assert.equal(missing.message, `resource is not subscribable: ${B}/NoSuchTable`, 'the same answer as for a table that does not exist');
+  // Nor does a filter on a column it lacks: the column is named only on a table the role may use.
+  const nocol = await s.error('resources/subscribe', { uri: `${B}/Secret?nocol=1` });
+  assert.equal(nocol.message, `resource is not subscribable: ${B}/Secret?nocol=1`);
+  const own = await s.error('resources/subscribe', { uri: `${B}/Widget?nocol=1` });
+  assert.equal(own.message, `resource is not subscribable: ${B}/Widget?nocol=1 (unknown column nocol in table Widget)`);
   assert.equal((await s.error('resources/read', { uri: `${B}/Secret/1` })).code, -32002);
   assert.equal((await request(srv.port, { path: '/Secret', headers: bearer(key.acme) })).status, 404);
   // Not even a malformed path tells it the table is there (the writer, who may read it, gets 400).
