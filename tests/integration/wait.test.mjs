@@ -415,6 +415,48 @@ test('with a progress token the answer streams: progress while waiting (the offi
   }
 });
 
+test('an operator filter (price_cents=gt=10000): a commit to a row that stays outside does not wake the wait, a row entering it does', async () => {
+  const expensive = uriOf('/Product?price_cents=gt=10000');
+  const all = uriOf('/Product');
+  const v = await version(expensive);
+  const filtered = waitAndRead({ resources: [{ uri: expensive, sinceVersion: v }], includeState: true, timeoutMs: 10000 });
+  await waitStatus(srv.port, { waiters: 1 });
+  // A second wait on the whole table: it ends with the commit below, and so
+  // tells when the server has judged that commit for the filtered wait too.
+  const everything = waitAndRead({ resources: [{ uri: all, sinceVersion: await version(all) }], timeoutMs: 10000 });
+  await waitStatus(srv.port, { waiters: 2 });
+  // 450 -> 9999: not above 10000 as a number (as text, "9999" > "10000" would match).
+  await rest(srv.port, 'PATCH', '/Product/D-400', { price_cents: 9999 });
+  assert.equal((await everything).data.timedOut, false);
+  await waitStatus(srv.port, { waiters: 1 }); // the filtered wait is still there
+  await rest(srv.port, 'PATCH', '/Product/D-400', { price_cents: 100001 });
+  const { data } = await filtered;
+  assert.equal(data.timedOut, false);
+  assert.deepEqual(data.resources.map((r) => r.uri), [expensive]);
+  assert.deepEqual(data.resources[0].state.map((r) => [r.sku, r.price_cents]), [['D-400', 100001]]);
+  await waitStatus(srv.port, { waiters: 0, subscriptions: 0 });
+  await rest(srv.port, 'PATCH', '/Product/D-400', { price_cents: 450 });
+});
+
+test('a filter that does not parse: wait_and_read answers -32602 naming the reason, and leaves no waiter', async () => {
+  const cases = [
+    ['/Product?category=re*', /wildcards/],
+    ['/Product?price_cents=xx=5', /unknown operator/],
+    ['/Product?category=a||b', /empty alternative/],
+    ['/Product?name=sw=', /need a value/],
+  ];
+  for (const [path, why] of cases) {
+    for (const sinceVersion of [undefined, '1']) {
+      const body = await s.call('tools/call', { name: 'wait_and_read', arguments: { resources: [{ uri: uriOf(path), sinceVersion }], timeoutMs: 5000 } });
+      assert.equal(body.error?.code, -32602, `${path}: ${JSON.stringify(body)}`);
+      assert.match(body.error.message, why, path);
+    }
+  }
+  const st = await getStatus(srv.port);
+  assert.equal(st.waiters, 0);
+  assert.equal(st.subscriptions, 0);
+});
+
 test('a wait pending at shutdown is answered (timedOut) and the server exits cleanly', async () => {
   const uri = uriOf('/Product/A-100');
   const v = await version(uri);
