@@ -457,6 +457,97 @@ test('a filter that does not parse: wait_and_read answers -32602 naming the reas
   assert.equal(st.subscriptions, 0);
 });
 
+/*
+ * An official SDK client of srv that records every message its transport
+ * sends and receives, and what its onerror reports; wait(uri, v, signal)
+ * is its wait_and_read of one record since version v.
+ */
+async function recordedSdkClient(name) {
+  const client = new Client({ name, version: '1.0.0' }, { capabilities: {} });
+  const transport = new StreamableHTTPClientTransport(new URL(srv.url));
+  const c = { client, sent: [], received: [], errors: [] };
+  client.onerror = (err) => c.errors.push(String(err));
+  await client.connect(transport);
+  const send = transport.send.bind(transport);
+  transport.send = (msg, opts) => {
+    c.sent.push(msg);
+    return send(msg, opts);
+  };
+  const deliver = transport.onmessage;
+  transport.onmessage = (msg, extra) => {
+    c.received.push(msg);
+    deliver?.(msg, extra);
+  };
+  c.version = async (uri) => {
+    const read = await client.readResource({ uri });
+    return read.contents[0]._meta?.version ?? read._meta?.version;
+  };
+  c.wait = (uri, sinceVersion, signal, timeoutMs = 20000) =>
+    client.callTool({ name: 'wait_and_read', arguments: { resources: [{ uri, sinceVersion }], timeoutMs } }, undefined, { signal, timeout: 30000 });
+  return c;
+}
+
+test('the official SDK cancels a waiting wait_and_read with an AbortSignal: the call rejects at once, the server frees the wait, sends no late result, and the session goes on', async () => {
+  const c = await recordedSdkClient('cancel');
+  const uri = uriOf('/Product/C-300');
+  try {
+    const v = await c.version(uri);
+    const ac = new AbortController();
+    const settled = c.wait(uri, v, ac.signal).then(
+      () => 'resolved',
+      (err) => err,
+    );
+    await waitStatus(srv.port, { waiters: 1, subscriptions: 1 });
+    const callId = c.sent.find((m) => m.method === 'tools/call').id;
+    const t0 = Date.now();
+    ac.abort('the user gave up');
+    const outcome = await settled;
+    assert.notEqual(outcome, 'resolved', 'an aborted call must reject');
+    assert.ok(Date.now() - t0 < 1000, `rejected after ${Date.now() - t0} ms`);
+    const cancel = await waitFor(() => c.sent.find((m) => m.method === 'notifications/cancelled'), { message: 'the SDK to send notifications/cancelled' });
+    assert.equal(cancel.params.requestId, callId);
+    // The server let go of the wait at once (its timeout is 20 s, --max-wait 3 s).
+    await waitStatus(srv.port, { waiters: 0, subscriptions: 0 }, { timeoutMs: 1500 });
+    // A change of the awaited record now: nothing comes back for the cancelled call.
+    await rest(srv.port, 'PATCH', '/Product/C-300', { price_cents: 1300 });
+    // The session goes on: a new wait on the same record answers at once with the change.
+    const again = await c.wait(uri, v, undefined, 5000);
+    const data = JSON.parse(again.content[0].text);
+    assert.equal(data.timedOut, false);
+    assert.deepEqual(data.resources.map((r) => r.uri), [uri]);
+    assert.notEqual(data.resources[0].version, v);
+    await c.client.ping();
+    assert.deepEqual(c.received.filter((m) => m.id === callId), [], 'no answer to the cancelled call');
+    assert.equal((await getStatus(srv.port)).waiters, 0);
+  } finally {
+    await c.client.close();
+    await rest(srv.port, 'PATCH', '/Product/C-300', { price_cents: 1299 });
+  }
+});
+
+test(
+  'the official SDK reports no transport error when its cancelled wait_and_read ends',
+  { todo: 'the server answers the cancelled tools/call POST with HTTP 204 and no Content-Type; the SDK (1.32) calls onerror "Unexpected content type: null"' },
+  async () => {
+    const c = await recordedSdkClient('cancel-quiet');
+    const uri = uriOf('/Product/C-300');
+    try {
+      const ac = new AbortController();
+      const settled = c.wait(uri, await c.version(uri), ac.signal).catch(() => {});
+      await waitStatus(srv.port, { waiters: 1 });
+      ac.abort();
+      await settled;
+      await waitStatus(srv.port, { waiters: 0 }, { timeoutMs: 1500 });
+      // The SDK's answer to the cancelled POST has been handled once a later request is answered on it.
+      await c.client.ping();
+      await c.client.ping();
+      assert.deepEqual(c.errors, []);
+    } finally {
+      await c.client.close();
+    }
+  },
+);
+
 test('a wait pending at shutdown is answered (timedOut) and the server exits cleanly', async () => {
   const uri = uriOf('/Product/A-100');
   const v = await version(uri);
