@@ -8,7 +8,7 @@
 import test, { before, after } from 'node:test';
 import assert from 'node:assert/strict';
 
-import { startServer, getStatus } from './lib/server.mjs';
+import { startServer, getStatus, httpGet } from './lib/server.mjs';
 import { McpSession } from './lib/mcp.mjs';
 import { RawConnection, buildRequest, MCP_ACCEPT, request } from './lib/raw.mjs';
 import { sqlite } from './lib/sqlite.mjs';
@@ -457,6 +457,15 @@ test('a filter that does not parse: wait_and_read answers -32602 naming the reas
   assert.equal(st.subscriptions, 0);
 });
 
+/* mcpsub_waiters of GET /metrics, summed over its series (one per worker). */
+async function metricsWaiters() {
+  const res = await httpGet(srv.port, '/metrics');
+  assert.equal(res.status, 200);
+  const values = [...res.body.matchAll(/^mcpsub_waiters(?:\{[^}]*\})? (\d+)$/gm)].map((m) => Number(m[1]));
+  assert.ok(values.length > 0, `no mcpsub_waiters in /metrics:\n${res.body.slice(0, 2000)}`);
+  return values.reduce((a, b) => a + b, 0);
+}
+
 /*
  * An official SDK client of srv that records every message its transport
  * sends and receives, and what its onerror reports; wait(uri, v, signal)
@@ -498,6 +507,7 @@ test('the official SDK cancels a waiting wait_and_read with an AbortSignal: the 
       (err) => err,
     );
     await waitStatus(srv.port, { waiters: 1, subscriptions: 1 });
+    assert.equal(await metricsWaiters(), 1);
     const callId = c.sent.find((m) => m.method === 'tools/call').id;
     const t0 = Date.now();
     ac.abort('the user gave up');
@@ -508,6 +518,7 @@ test('the official SDK cancels a waiting wait_and_read with an AbortSignal: the 
     assert.equal(cancel.params.requestId, callId);
     // The server let go of the wait at once (its timeout is 20 s, --max-wait 3 s).
     await waitStatus(srv.port, { waiters: 0, subscriptions: 0 }, { timeoutMs: 1500 });
+    assert.equal(await metricsWaiters(), 0);
     // A change of the awaited record now: nothing comes back for the cancelled call.
     await rest(srv.port, 'PATCH', '/Product/C-300', { price_cents: 1300 });
     // The session goes on: a new wait on the same record answers at once with the change.
