@@ -5,7 +5,9 @@
 // other subscriptions on the same stream never overtake a held one
 // (commit order), the held update goes out on a drain, a worker's death
 // loses nothing (Last-Event-ID recovers it, exactly once), and the
-// debounce survives the session's restore on the restarted worker.
+// debounce survives the session's restore on the restarted worker. A
+// change held (debounce or --coalesce-ms) at SIGTERM is announced exactly
+// once to a client that resumes with Last-Event-ID after the restart.
 
 import test from 'node:test';
 import assert from 'node:assert/strict';
@@ -15,7 +17,7 @@ import { controlCall, startServer } from './lib/server.mjs';
 import { McpSession } from './lib/mcp.mjs';
 import { sessionRow } from './lib/sqlite.mjs';
 import { EventStream, idSeq } from './lib/sse.mjs';
-import { rest } from './lib/subs.mjs';
+import { rest, restartServer } from './lib/subs.mjs';
 import { rawListen } from './lib/modern.mjs';
 import { sleep, waitFor } from './lib/wait.mjs';
 
@@ -190,6 +192,94 @@ test('a held update is sent when the server drains (SIGTERM), before the stream 
     if (!stopped) await server.stop();
   }
 });
+
+/*
+ * Drain, restart on the same database, resume with Last-Event-ID: the
+ * change a debounce held when SIGTERM came is announced exactly once over
+ * both processes, whether the drain could send it (the stream was open) or
+ * not (no stream then: the audit log recovers it for the next one). The
+ * last step of each case is a live change of an undebounced subscription:
+ * the resumed stream sends its replay before it, so once it is in, a
+ * replayed duplicate would be too.
+ */
+for (const how of ['debounce', 'coalesce']) {
+  const args = how === 'coalesce' ? ['--coalesce-ms', '20000'] : [];
+  const heldSub = async (s, uri) => (how === 'debounce' ? subscribe(s, uri, { quietMs: 20000, maxMs: 60000 }) : subscribe(s, uri));
+  // --coalesce-ms holds the second change of a window; a debounce the first.
+  const hold = async (server, st, price) => {
+    if (how === 'coalesce') {
+      const first = await rest(server.port, 'PATCH', '/Product/C-300', { price_cents: price - 1 });
+      await st.waitUntil((x) => x.updates().some((e) => idSeq(e.id) === seqOf(first)), { what: 'the window-opening update' });
+      return [first, await rest(server.port, 'PATCH', '/Product/C-300', { price_cents: price })];
+    }
+    return [null, await rest(server.port, 'PATCH', '/Product/C-300', { price_cents: price })];
+  };
+
+  test(`${how}: a change held at SIGTERM and sent by the drain is not sent again to the stream resumed after the restart`, async () => {
+    let server = await startServer({ args });
+    try {
+      const B = server.base;
+      const s = await McpSession.open(server.port);
+      const held = `${B}/Product/C-300`;
+      const other = `${B}/Product/D-400`;
+      await heldSub(s, held);
+      await subscribe(s, other);
+      const st = await openPrimed(server, s);
+      const [first, r] = await hold(server, st, 1301);
+      await sleep(200);
+      const before = st.updates().map((e) => idSeq(e.id));
+      assert.ok(!before.includes(seqOf(r)), `the change is held: ${st.describe()}`);
+      server = await restartServer(server, { args });
+      await st.waitClosed();
+      const sent = st.updates().map((e) => idSeq(e.id));
+      assert.deepEqual(sent, [...(first ? [seqOf(first)] : []), seqOf(r)], `the drain sent the held change: ${st.describe()}`);
+      const resumed = await openPrimed(server, s, st.lastId);
+      const live = await rest(server.port, 'PATCH', '/Product/D-400', { price_cents: 451 });
+      await resumed.waitUpdates(1, other);
+      assert.deepEqual(
+        resumed.updates().map((e) => [idSeq(e.id), e.json.params.uri]),
+        [[seqOf(live), other]],
+        `nothing replayed twice: ${resumed.describe()}`,
+      );
+      resumed.close();
+      await s.delete();
+    } finally {
+      await server.stop();
+    }
+  });
+
+  test(`${how}: a change held at SIGTERM with no stream open is recovered once by Last-Event-ID after the restart`, async () => {
+    let server = await startServer({ args });
+    try {
+      const B = server.base;
+      const s = await McpSession.open(server.port);
+      const held = `${B}/Product/C-300`;
+      const other = `${B}/Product/D-400`;
+      await heldSub(s, held);
+      await subscribe(s, other);
+      const st = await openPrimed(server, s);
+      await rest(server.port, 'PATCH', '/Product/D-400', { price_cents: 452 });
+      await st.waitUpdates(1, other);
+      const [, r] = await hold(server, st, 1302);
+      await sleep(200);
+      assert.ok(!st.updates().some((e) => idSeq(e.id) === seqOf(r)), `the change is held: ${st.describe()}`);
+      // The client's stream goes away while the change is held: its last id is below the change.
+      const lastId = st.lastId;
+      assert.ok(idSeq(lastId) < seqOf(r), `${lastId} is below ${seqOf(r)}`);
+      st.close();
+      server = await restartServer(server, { args });
+      const resumed = await openPrimed(server, s, lastId);
+      const live = await rest(server.port, 'PATCH', '/Product/D-400', { price_cents: 453 });
+      await resumed.waitUpdates(1, other);
+      const got = resumed.updates().map((e) => [idSeq(e.id), e.json.params.uri]);
+      assert.deepEqual(got, [[seqOf(r), held], [seqOf(live), other]], `the held change once, then the live one: ${resumed.describe()}`);
+      resumed.close();
+      await s.delete();
+    } finally {
+      await server.stop();
+    }
+  });
+}
 
 test('a held update survives its worker dying: recovered once, in order, and the restored subscription still debounces', async () => {
   const server = await startServer({ args: ['--workers', '1'] });

@@ -29,6 +29,7 @@ import path from 'node:path';
 
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import { ElicitRequestSchema } from '@modelcontextprotocol/sdk/types.js';
 
 import { MCPSUBCTL, freePort, getStatus, makeTempDir, startServer } from './lib/server.mjs';
 import { startHaproxy, TEST_TIMINGS } from './lib/haproxy.mjs';
@@ -706,6 +707,80 @@ test('h (roundrobin): a notifications/cancelled or an elicitation answer that la
     assert.equal(r.status, 202, r.text);
     await l.conn.waitClosed({ timeoutMs: 5000 });
   } finally {
+    await cl.kill();
+  }
+});
+
+/*
+ * i. The official SDK client answering an elicitation on another host: its
+ * transport's fetch sends every request to host 0, where the tools/call
+ * waits, and every JSON-RPC response it POSTs (the elicitation answer) to
+ * host 1, as a load balancer without affinity may.
+ */
+test('i: an official SDK client whose elicitation answer lands on the other host: accept deletes, decline changes nothing', async () => {
+  const cl = await startCluster('roundrobin');
+  const clients = [];
+  try {
+    const [h0, h1] = cl.hosts;
+    const exists = async (sku) => (await request(h0.port, { method: 'GET', path: `/Product/${sku}` })).status === 200;
+    const rerouted = []; // { status } of each answer POSTed to host 1
+    const fetchSplit = async (u, init) => {
+      let body;
+      try {
+        body = typeof init?.body === 'string' ? JSON.parse(init.body) : undefined;
+      } catch {
+        body = undefined;
+      }
+      const isAnswer = init?.method === 'POST' && body && !Array.isArray(body) && body.method === undefined && ('result' in body || 'error' in body);
+      if (!isAnswer) return fetch(u, init);
+      const there = new URL(u);
+      there.port = String(h1.port);
+      // Kept before it is sent: the call's result may come back before the 202.
+      const entry = { id: body.id, status: undefined };
+      rerouted.push(entry);
+      const res = await fetch(there, init);
+      entry.status = res.status;
+      return res;
+    };
+    const connect = async (answer) => {
+      const client = new Client({ name: 'i-elicit', version: '1.0.0' }, { capabilities: { elicitation: {} } });
+      const asked = [];
+      client.setRequestHandler(ElicitRequestSchema, async (req) => {
+        asked.push(req);
+        return answer;
+      });
+      await client.connect(new StreamableHTTPClientTransport(new URL(h0.url), { fetch: fetchSplit }));
+      clients.push(client);
+      return { client, asked };
+    };
+
+    const before = mcpRequests(h1).POST;
+    const yes = await connect({ action: 'accept', content: { confirm: true } });
+    const r = await yes.client.callTool({ name: 'delete_record', arguments: { table: 'Product', key: 'A-100' } }, undefined, { timeout: 15000 });
+    assert.equal(yes.asked.length, 1);
+    assert.match(yes.asked[0].params.message, /Delete record A-100 of table Product/);
+    assert.equal(rerouted.length, 1, 'the answer went to host 1');
+    assert.match(String(rerouted[0].id), /^mcpsub-confirm-/);
+    await waitFor(() => rerouted[0].status === 202, { timeoutMs: 3000, message: 'host 1 to accept the answer (202)' });
+    // Its debug log (read from a pipe) shows host 1 served that one POST.
+    await waitFor(() => mcpRequests(h1).POST === before + 1, { timeoutMs: 3000, message: 'host 1 to log the answer it served' });
+    assert.equal(r.isError, undefined, JSON.stringify(r));
+    assert.deepEqual(JSON.parse(r.content[0].text), { deleted: true });
+    assert.equal(await exists('A-100'), false, 'deleted');
+
+    const no = await connect({ action: 'decline' });
+    const d = await no.client.callTool({ name: 'delete_records', arguments: { table: 'Product', filter: 'category=garden' } }, undefined, { timeout: 15000 });
+    assert.equal(no.asked.length, 1);
+    assert.match(no.asked[0].params.message, /Delete 1 records? of table Product matching category=garden/);
+    assert.equal(rerouted.length, 2, 'the answer went to host 1');
+    await waitFor(() => rerouted[1].status === 202, { timeoutMs: 3000, message: 'host 1 to accept the answer (202)' });
+    assert.equal(d.isError, true, JSON.stringify(d));
+    assert.match(d.content[0].text, /cancelled by the user/);
+    assert.equal(await exists('B-200'), true, 'nothing changed');
+    // The session goes on on host 0 after the routed answer.
+    assert.equal(JSON.parse((await no.client.callTool({ name: 'get_record', arguments: { table: 'Product', key: 'B-200' } })).content[0].text).sku, 'B-200');
+  } finally {
+    for (const c of clients) await c.close().catch(() => {});
     await cl.kill();
   }
 });

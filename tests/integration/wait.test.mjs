@@ -8,7 +8,7 @@
 import test, { before, after } from 'node:test';
 import assert from 'node:assert/strict';
 
-import { startServer, getStatus } from './lib/server.mjs';
+import { startServer, getStatus, httpGet } from './lib/server.mjs';
 import { McpSession } from './lib/mcp.mjs';
 import { RawConnection, buildRequest, MCP_ACCEPT, request } from './lib/raw.mjs';
 import { sqlite } from './lib/sqlite.mjs';
@@ -414,6 +414,150 @@ test('with a progress token the answer streams: progress while waiting (the offi
     await server.stop();
   }
 });
+
+test('an operator filter (price_cents=gt=10000): a commit to a row that stays outside does not wake the wait, a row entering it does', async () => {
+  const expensive = uriOf('/Product?price_cents=gt=10000');
+  const all = uriOf('/Product');
+  const v = await version(expensive);
+  const filtered = waitAndRead({ resources: [{ uri: expensive, sinceVersion: v }], includeState: true, timeoutMs: 10000 });
+  await waitStatus(srv.port, { waiters: 1 });
+  // A second wait on the whole table: it ends with the commit below, and so
+  // tells when the server has judged that commit for the filtered wait too.
+  const everything = waitAndRead({ resources: [{ uri: all, sinceVersion: await version(all) }], timeoutMs: 10000 });
+  await waitStatus(srv.port, { waiters: 2 });
+  // 450 -> 9999: not above 10000 as a number (as text, "9999" > "10000" would match).
+  await rest(srv.port, 'PATCH', '/Product/D-400', { price_cents: 9999 });
+  assert.equal((await everything).data.timedOut, false);
+  await waitStatus(srv.port, { waiters: 1 }); // the filtered wait is still there
+  await rest(srv.port, 'PATCH', '/Product/D-400', { price_cents: 100001 });
+  const { data } = await filtered;
+  assert.equal(data.timedOut, false);
+  assert.deepEqual(data.resources.map((r) => r.uri), [expensive]);
+  assert.deepEqual(data.resources[0].state.map((r) => [r.sku, r.price_cents]), [['D-400', 100001]]);
+  await waitStatus(srv.port, { waiters: 0, subscriptions: 0 });
+  await rest(srv.port, 'PATCH', '/Product/D-400', { price_cents: 450 });
+});
+
+test('a filter that does not parse: wait_and_read answers -32602 naming the reason, and leaves no waiter', async () => {
+  const cases = [
+    ['/Product?category=re*', /wildcards/],
+    ['/Product?price_cents=xx=5', /unknown operator/],
+    ['/Product?category=a||b', /empty alternative/],
+    ['/Product?name=sw=', /need a value/],
+  ];
+  for (const [path, why] of cases) {
+    for (const sinceVersion of [undefined, '1']) {
+      const body = await s.call('tools/call', { name: 'wait_and_read', arguments: { resources: [{ uri: uriOf(path), sinceVersion }], timeoutMs: 5000 } });
+      assert.equal(body.error?.code, -32602, `${path}: ${JSON.stringify(body)}`);
+      assert.match(body.error.message, why, path);
+    }
+  }
+  const st = await getStatus(srv.port);
+  assert.equal(st.waiters, 0);
+  assert.equal(st.subscriptions, 0);
+});
+
+/* mcpsub_waiters of GET /metrics, summed over its series (one per worker). */
+async function metricsWaiters() {
+  const res = await httpGet(srv.port, '/metrics');
+  assert.equal(res.status, 200);
+  const values = [...res.body.matchAll(/^mcpsub_waiters(?:\{[^}]*\})? (\d+)$/gm)].map((m) => Number(m[1]));
+  assert.ok(values.length > 0, `no mcpsub_waiters in /metrics:\n${res.body.slice(0, 2000)}`);
+  return values.reduce((a, b) => a + b, 0);
+}
+
+/*
+ * An official SDK client of srv that records every message its transport
+ * sends and receives, and what its onerror reports; wait(uri, v, signal)
+ * is its wait_and_read of one record since version v.
+ */
+async function recordedSdkClient(name) {
+  const client = new Client({ name, version: '1.0.0' }, { capabilities: {} });
+  const transport = new StreamableHTTPClientTransport(new URL(srv.url));
+  const c = { client, sent: [], received: [], errors: [] };
+  client.onerror = (err) => c.errors.push(String(err));
+  await client.connect(transport);
+  const send = transport.send.bind(transport);
+  transport.send = (msg, opts) => {
+    c.sent.push(msg);
+    return send(msg, opts);
+  };
+  const deliver = transport.onmessage;
+  transport.onmessage = (msg, extra) => {
+    c.received.push(msg);
+    deliver?.(msg, extra);
+  };
+  c.version = async (uri) => {
+    const read = await client.readResource({ uri });
+    return read.contents[0]._meta?.version ?? read._meta?.version;
+  };
+  c.wait = (uri, sinceVersion, signal, timeoutMs = 20000) =>
+    client.callTool({ name: 'wait_and_read', arguments: { resources: [{ uri, sinceVersion }], timeoutMs } }, undefined, { signal, timeout: 30000 });
+  return c;
+}
+
+test('the official SDK cancels a waiting wait_and_read with an AbortSignal: the call rejects at once, the server frees the wait, sends no late result, and the session goes on', async () => {
+  const c = await recordedSdkClient('cancel');
+  const uri = uriOf('/Product/C-300');
+  try {
+    const v = await c.version(uri);
+    const ac = new AbortController();
+    const settled = c.wait(uri, v, ac.signal).then(
+      () => 'resolved',
+      (err) => err,
+    );
+    await waitStatus(srv.port, { waiters: 1, subscriptions: 1 });
+    assert.equal(await metricsWaiters(), 1);
+    const callId = c.sent.find((m) => m.method === 'tools/call').id;
+    const t0 = Date.now();
+    ac.abort('the user gave up');
+    const outcome = await settled;
+    assert.notEqual(outcome, 'resolved', 'an aborted call must reject');
+    assert.ok(Date.now() - t0 < 1000, `rejected after ${Date.now() - t0} ms`);
+    const cancel = await waitFor(() => c.sent.find((m) => m.method === 'notifications/cancelled'), { message: 'the SDK to send notifications/cancelled' });
+    assert.equal(cancel.params.requestId, callId);
+    // The server let go of the wait at once (its timeout is 20 s, --max-wait 3 s).
+    await waitStatus(srv.port, { waiters: 0, subscriptions: 0 }, { timeoutMs: 1500 });
+    assert.equal(await metricsWaiters(), 0);
+    // A change of the awaited record now: nothing comes back for the cancelled call.
+    await rest(srv.port, 'PATCH', '/Product/C-300', { price_cents: 1300 });
+    // The session goes on: a new wait on the same record answers at once with the change.
+    const again = await c.wait(uri, v, undefined, 5000);
+    const data = JSON.parse(again.content[0].text);
+    assert.equal(data.timedOut, false);
+    assert.deepEqual(data.resources.map((r) => r.uri), [uri]);
+    assert.notEqual(data.resources[0].version, v);
+    await c.client.ping();
+    assert.deepEqual(c.received.filter((m) => m.id === callId), [], 'no answer to the cancelled call');
+    assert.equal((await getStatus(srv.port)).waiters, 0);
+  } finally {
+    await c.client.close();
+    await rest(srv.port, 'PATCH', '/Product/C-300', { price_cents: 1299 });
+  }
+});
+
+test(
+  'the official SDK reports no transport error when its cancelled wait_and_read ends',
+  { todo: 'the server answers the cancelled tools/call POST with HTTP 204 and no Content-Type; the SDK (1.32) calls onerror "Unexpected content type: null"' },
+  async () => {
+    const c = await recordedSdkClient('cancel-quiet');
+    const uri = uriOf('/Product/C-300');
+    try {
+      const ac = new AbortController();
+      const settled = c.wait(uri, await c.version(uri), ac.signal).catch(() => {});
+      await waitStatus(srv.port, { waiters: 1 });
+      ac.abort();
+      await settled;
+      await waitStatus(srv.port, { waiters: 0 }, { timeoutMs: 1500 });
+      // The SDK's answer to the cancelled POST has been handled once a later request is answered on it.
+      await c.client.ping();
+      await c.client.ping();
+      assert.deepEqual(c.errors, []);
+    } finally {
+      await c.client.close();
+    }
+  },
+);
 
 test('a wait pending at shutdown is answered (timedOut) and the server exits cleanly', async () => {
   const uri = uriOf('/Product/A-100');
