@@ -804,10 +804,14 @@ void mcp_reply_log(worker_t *w, mcp_reply *r, int level, const char *logger, con
 }
 
 void mcp_end_unanswered(http_conn_t *c) {
-  if (http_conn_streaming(c))
-    http_stream_end(c);
-  else
-    http_respond(c, 204, NULL, 0, NULL, 0);
+  /*
+   * A POST that carried a request is answered with JSON or an event
+   * stream, nothing else (a client such as the official SDK takes any
+   * other answer for an error): an event stream that ends without a
+   * message is the answer that says nothing.
+   */
+  if (!http_conn_streaming(c)) http_stream_begin_sse(c);
+  http_stream_end(c);
 }
 
 void mcp_reply_send_text(mcp_reply *r, const char *result, size_t len) {

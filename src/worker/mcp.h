@@ -99,7 +99,7 @@ void mcp_reply_progress(mcp_reply *r, double progress, double total, const char 
 void mcp_reply_log(worker_t *w, mcp_reply *r, int level, const char *logger, const char *data);
 /*
  * Ends the HTTP exchange of a call that gets no JSON-RPC answer (it was
- * cancelled): the end of its SSE stream, or 204 when it had not begun one.
+ * cancelled): the end of its SSE stream, begun here when it had not been.
  */
 void mcp_end_unanswered(http_conn_t *c);
 /* mcp_answer on the reply's connection (if it is still there), then mcp_reply_finish. */
