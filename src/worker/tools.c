@@ -289,7 +289,12 @@ static size_t tool_store_filters(tool_args *a, const uri_t *u, store_filter *fil
   return u->n_filters;
 }
 
-/* With a progress token: how many rows match, then how many were read, then the answer. */
+/*
+ * With a progress token: how many rows match (in the message), then how
+ * many were read; the total is the page's rows, so that the progress ends
+ * at its total when the answer comes (a page of 50 of 3,003 matching rows
+ * is all of this call's work), then the answer.
+ */
 static cJSON *tool_query_answer(mcp_reply *reply, const char *table, const char *key, read_fetch *f,
                                 int rc) {
   (void)key;
@@ -298,13 +303,13 @@ static cJSON *tool_query_answer(mcp_reply *reply, const char *table, const char 
   if (rc == -EINVAL) return tool_error("invalid cursor");
   if (rc != 0) return tool_store_error(rc, "", table, "");
   char text[64];
+  int rows = cJSON_GetArraySize(f->data);
   if (f->total >= 0) {
     snprintf(text, sizeof(text), "%lld rows match", (long long)f->total);
-    mcp_reply_progress(reply, 0, (double)f->total, text);
+    mcp_reply_progress(reply, 0, (double)rows, text);
   }
-  int rows = cJSON_GetArraySize(f->data);
   snprintf(text, sizeof(text), "%d rows read", rows);
-  mcp_reply_progress(reply, (double)rows, (double)f->total, text);
+  mcp_reply_progress(reply, (double)rows, (double)rows, text);
   cJSON *out = cJSON_CreateObject();
   cJSON_AddItemToObject(out, "rows", f->data);
   f->data = NULL;

@@ -363,10 +363,20 @@ test('query_records: the filter grammar, and progress on a streamed answer when 
   const n = skus(srv, 'price_cents < 1000').length;
   assert.equal(rows.length, n);
   assert.deepEqual(
-    call.events().filter((m) => m.method === 'notifications/progress').map((m) => [m.params.progress, m.params.total]),
+    call.events().filter((m) => m.method === 'notifications/progress').map((m) => [m.params.progress, m.params.total, m.params.message]),
     [
-      [0, n],
-      [n, n],
+      [0, n, `${n} rows match`],
+      [n, n, `${n} rows read`],
+    ],
+  );
+  // A page of fewer rows than match: its progress ends at the page's total, the match count said.
+  const page = await streamedCall(srv, s.id, 'query_records', { table: 'Product', filter: 'price_cents=lt=1000', limit: 1 }, { progressToken: 8 });
+  assert.equal(JSON.parse((await page.result()).result.content[0].text).rows.length, 1);
+  assert.deepEqual(
+    page.events().filter((m) => m.method === 'notifications/progress').map((m) => [m.params.progress, m.params.total, m.params.message]),
+    [
+      [0, 1, `${n} rows match`],
+      [1, 1, '1 rows read'],
     ],
   );
   const bad = await s.call('tools/call', { name: 'query_records', arguments: { table: 'Product', filter: 'price_cents=zz=1' } });
