@@ -214,17 +214,20 @@ for (const how of ['debounce', 'coalesce']) {
     }
     return [null, await rest(server.port, 'PATCH', '/Product/C-300', { price_cents: price })];
   };
+  // A session holding C-300 by the way under test and D-400 undebounced, its stream open.
+  const opened = async (server) => {
+    const s = await McpSession.open(server.port);
+    const held = `${server.base}/Product/C-300`;
+    const other = `${server.base}/Product/D-400`;
+    await heldSub(s, held);
+    await subscribe(s, other);
+    return { s, held, other, st: await openPrimed(server, s) };
+  };
 
   test(`${how}: a change held at SIGTERM and sent by the drain is not sent again to the stream resumed after the restart`, async () => {
     let server = await startServer({ args });
     try {
-      const B = server.base;
-      const s = await McpSession.open(server.port);
-      const held = `${B}/Product/C-300`;
-      const other = `${B}/Product/D-400`;
-      await heldSub(s, held);
-      await subscribe(s, other);
-      const st = await openPrimed(server, s);
+      const { s, other, st } = await opened(server);
       const [first, r] = await hold(server, st, 1301);
       await sleep(200);
       const before = st.updates().map((e) => idSeq(e.id));
@@ -251,13 +254,7 @@ for (const how of ['debounce', 'coalesce']) {
   test(`${how}: a change held at SIGTERM with no stream open is recovered once by Last-Event-ID after the restart`, async () => {
     let server = await startServer({ args });
     try {
-      const B = server.base;
-      const s = await McpSession.open(server.port);
-      const held = `${B}/Product/C-300`;
-      const other = `${B}/Product/D-400`;
-      await heldSub(s, held);
-      await subscribe(s, other);
-      const st = await openPrimed(server, s);
+      const { s, held, other, st } = await opened(server);
       await rest(server.port, 'PATCH', '/Product/D-400', { price_cents: 452 });
       await st.waitUpdates(1, other);
       const [, r] = await hold(server, st, 1302);

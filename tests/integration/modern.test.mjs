@@ -366,7 +366,9 @@ test('a stateless wait_and_read ends at once on notifications/cancelled, whichev
     const res = await request(srv.port, { method: 'POST', path: '/mcp', headers: { ...HEADERS, 'MCP-Protocol-Version': V }, body: JSON.stringify(cancel) });
     assert.equal(res.status, 202);
     const answer = await conn.readResponse({ timeoutMs: 3000 });
-    assert.equal(answer.status, 204);
+    assert.equal(answer.status, 200);
+    assert.match(answer.headers['content-type'], /^text\/event-stream/);
+    assert.doesNotMatch(answer.text, /^data:/m, 'the cancelled call is not answered');
     conn.close();
     await waitFor(async () => (await getStatus(srv.port)).waiters === 0, { message: 'no waiter left' });
   }
