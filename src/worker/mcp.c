@@ -406,6 +406,12 @@ static int mcp_session_lookup(worker_t *w, const char *id, const auth_principal 
     session_set_principal(s, row.principal);
     s->created_ms = row.created_at;
     s->persisted_seen_ms = row.last_seen;
+    /*
+     * Its own frames numbered past those a process before may have minted
+     * (from 1, or from its own restore's time): an id the client holds
+     * never names a frame of this process it has not seen.
+     */
+    s->next_frame = (uint64_t)now * 1000;
     if (row.log_level != NULL && session_log_level_parse(row.log_level, &s->log_level) != 0)
       s->log_level = SESSION_LOG_INFO;
     cJSON *caps = row.client_capabilities != NULL ? cJSON_Parse(row.client_capabilities) : NULL;

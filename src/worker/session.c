@@ -92,6 +92,7 @@ static void session_free(session_t *s) {
   }
   for (unsigned i = 0; i < s->ring_count; i++) frame_ev_unref(ring_at(s, i));
   free(s->ring);
+  session_ended_destroy(s->ended);
   free(s->principal);
   free(s);
 }
@@ -374,6 +375,58 @@ void session_log(session_t *s, enum session_log_level level, const char *logger,
     /* No stream: log messages are only worth sending live. */
   }
   cJSON_free(text);
+}
+
+/* Pending notices --------------------------------------------------------------------- */
+
+void session_ended_destroy(session_ended *e) {
+  if (e == NULL) return;
+  for (size_t i = 0; i < e->n; i++) {
+    free(e->items[i].uri);
+    free(e->items[i].reason);
+  }
+  free(e->items);
+  free(e);
+}
+
+void session_notices_add_ended(session_t *s, const char *uri, const char *reason, size_t max) {
+  if (max == 0) return;
+  if (s->ended == NULL) s->ended = mem_calloc(1, sizeof(*s->ended));
+  session_ended *e = s->ended;
+  for (size_t i = 0; i < e->n; i++) {
+    if (strcmp(e->items[i].uri, uri) == 0) { /* the newest end of a URI says it all */
+      free(e->items[i].reason);
+      e->items[i].reason = mem_strdup(reason);
+      return;
+    }
+  }
+  if (e->n >= max) { /* bounded: the oldest goes */
+    free(e->items[0].uri);
+    free(e->items[0].reason);
+    memmove(e->items, e->items + 1, (e->n - 1) * sizeof(e->items[0]));
+    e->n--;
+  }
+  if (e->n == e->cap) {
+    e->cap = e->cap == 0 ? 4 : e->cap * 2;
+    e->items = mem_realloc(e->items, e->cap * sizeof(e->items[0]));
+  }
+  e->items[e->n].uri = mem_strdup(uri);
+  e->items[e->n].reason = mem_strdup(reason);
+  e->n++;
+}
+
+void session_notices_clear(session_t *s) {
+  s->list_pending = false;
+  session_ended_destroy(s->ended);
+  s->ended = NULL;
+}
+
+session_ended *session_notices_take(session_t *s, bool *list_changed) {
+  *list_changed = s->list_pending;
+  s->list_pending = false;
+  session_ended *e = s->ended;
+  s->ended = NULL;
+  return e;
 }
 
 void session_registry_keepalive(session_registry_t *reg) {

@@ -47,9 +47,10 @@ typedef struct session {
   char id[SESSION_ID_LEN + 1];
   char protocol_version[16];
   /* The small members together, after the id's odd length (every idle session holds one). */
-  bool elicit_form; /* the client declared form elicitation (confirm.h) */
-  bool lost;        /* undelivered frames fell off the ring, from lost_from on */
-  bool ring_paired; /* the ring keeps a tail per slot too (session.c) */
+  bool elicit_form;  /* the client declared form elicitation (confirm.h) */
+  bool lost;         /* undelivered frames fell off the ring, from lost_from on */
+  bool ring_paired;  /* the ring keeps a tail per slot too (session.c) */
+  bool list_pending; /* a list_changed no stream has taken yet (session_notices_*) */
   enum session_log_level log_level;
   int64_t created_ms;            /* Unix ms */
   int64_t last_seen_ms;          /* Unix ms of the last request or stream activity */
@@ -72,6 +73,7 @@ typedef struct session {
   unsigned undelivered;                      /* newest ring frames no stream has taken yet */
   hold_queue held;                           /* updates debounce holds back (debounce.h) */
   frame_pos lost_from;                       /* the oldest frame lost, when lost */
+  struct session_ended *ended;               /* ended notices no stream has taken yet, or NULL */
   struct session *stream_prev, *stream_next; /* registry's list of streaming sessions */
 } session_t;
 
@@ -179,6 +181,34 @@ int session_send(session_t *s, const char *json, size_t len, bool keep);
  * above the session's level and a stream is open. data is plain text.
  */
 void session_log(session_t *s, enum session_log_level level, const char *logger, const char *data);
+
+/*
+ * Notices a session must hear even when they leave its ring unsent or a
+ * resumption from the audit log passes over them: list_changed (one bit:
+ * it means "re-list") and the end of a subscription (its URI and why). A
+ * notice is noted as sent when no stream took it (s->undelivered > 0
+ * after the send); the note goes once a stream has taken every frame the
+ * ring held (session_notices_clear) or the notices are sent again after a
+ * resumption (session_notices_take). Nothing is allocated for a session
+ * that never had an ended notice wait.
+ */
+typedef struct session_ended {
+  size_t n, cap;
+  struct session_ended_notice {
+    char *uri, *reason;
+  } * items;
+} session_ended;
+
+/* Notes an ended notice for uri (copied); one per URI, at most max (the oldest goes). */
+void session_notices_add_ended(session_t *s, const char *uri, const char *reason, size_t max);
+/* Forgets the notes (a stream took them from the ring). */
+void session_notices_clear(session_t *s);
+/*
+ * Hands the ended notes to the caller (release with session_ended_destroy;
+ * NULL when none) and clears the list_changed bit into *list_changed.
+ */
+session_ended *session_notices_take(session_t *s, bool *list_changed);
+void session_ended_destroy(session_ended *e); /* NULL: no-op */
 
 /* Writes a keepalive comment on every open stream. */
 void session_registry_keepalive(session_registry_t *reg);

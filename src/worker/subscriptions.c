@@ -1332,6 +1332,30 @@ static void session_persist_subs(worker_t *w, session_t *s) {
 }
 
 /*
+ * Why u, parsed but not resolved against the schema of st, is not
+ * subscribable: its table or a filtered column gone, or anything else
+ * (a metadata URI, a grant taken away, a key out of bounds).
+ */
+static const char *gone_reason_of(store_t *st, const uri_t *u) {
+  if (u->table == NULL) return "it is no longer subscribable";
+  const store_table *table = store_find_table(st, u->table);
+  if (table == NULL) return "its table no longer exists";
+  for (size_t i = 0; i < u->n_filters; i++)
+    if (store_column_index(table, u->filters[i].column) < 0)
+      return "a column it filters on no longer exists";
+  return "it is no longer subscribable";
+}
+
+/* gone_reason_of for a URI as text: one that no longer parses is no longer subscribable. */
+static const char *gone_reason_in(const char *base, store_t *st, const char *text) {
+  uri_t u;
+  if (uri_parse(base, text, &u) != 0) return "it is no longer subscribable";
+  const char *why = gone_reason_of(st, &u);
+  uri_finish(&u);
+  return why;
+}
+
+/*
  * Why a subscribed URI no longer resolves after a schema change, or NULL
  * when it still does.
  */
@@ -1341,12 +1365,7 @@ static const char *subs_gone_reason(worker_t *w, const sub_topic *t) {
     uri_finish(&u);
     return NULL;
   }
-  const store_table *table = store_find_table(w->store, t->parsed.table);
-  if (table == NULL) return "its table no longer exists";
-  for (size_t i = 0; i < t->parsed.n_filters; i++)
-    if (store_column_index(table, t->parsed.filters[i].column) < 0)
-      return "a column it filters on no longer exists";
-  return "it is no longer subscribable";
+  return gone_reason_of(w->store, &t->parsed);
 }
 
 /*
@@ -1359,19 +1378,25 @@ static void format_ended_open(buf_t *b, const char *uri, const char *reason) {
   buf_append_json_string(b, reason, strlen(reason));
 }
 
-static void end_to_session(void *owner, const char *uri, const char *reason) {
+/*
+ * Kept in the ring without a stream, and noted until a stream takes it
+ * (session_notices_*): it reaches the next stream even when it leaves the
+ * ring unsent or a resumption from the audit log passes over it.
+ */
+static void end_to_session(worker_t *w, void *owner, const char *uri, const char *reason) {
+  session_t *s = owner;
   buf_t b;
   buf_init(&b);
   format_ended_open(&b, uri, reason);
   buf_append_str(&b, "}}}");
-  /* Kept in the ring without a stream: the next stream delivers it. */
-  if (session_send(owner, b.data, b.len, true) != 0) {
+  if (session_send(s, b.data, b.len, true) != 0) {
     /* kept: cannot fail */
   }
   buf_finish(&b);
+  if (s->undelivered > 0) session_notices_add_ended(s, uri, reason, w->cfg->max_subscriptions);
 }
 
-static void end_to_listen(void *owner, const char *uri, const char *reason) {
+static void end_to_listen(worker_t *w, void *owner, const char *uri, const char *reason) {
   buf_t b;
   buf_init(&b);
   buf_append_str(&b, "data: ");
@@ -1386,7 +1411,8 @@ static void end_to_listen(void *owner, const char *uri, const char *reason) {
  * longer resolve, each with one last update through end. Returns how many.
  */
 static size_t subs_end_gone(worker_t *w, sub_t **head, size_t *n,
-                            void (*end)(void *owner, const char *uri, const char *reason),
+                            void (*end)(worker_t *w, void *owner, const char *uri,
+                                        const char *reason),
                             void *owner) {
   size_t ended = 0;
   for (sub_t **slot = head; *slot != NULL;) {
@@ -1395,7 +1421,7 @@ static size_t subs_end_gone(worker_t *w, sub_t **head, size_t *n,
       slot = &(*slot)->owner_next;
       continue;
     }
-    end(owner, (*slot)->topic->uri, why);
+    end(w, owner, (*slot)->topic->uri, why);
     owner_unsubscribe(w, slot, n);
     ended++;
   }
@@ -1416,14 +1442,31 @@ static void subs_end_gone_listens(worker_t *w) {
     subs_end_gone(w, &l->subs, &l->n_subs, end_to_listen, l);
 }
 
-/* The resource list changed: every session hears of it, streaming or not. */
+/*
+ * The resource list changed: every session hears of it, streaming or not.
+ * Kept in the ring without a stream, and noted until a stream takes it, as
+ * end_to_session's notices are.
+ */
 static void subs_tell_session(session_t *s, void *data) {
   static const char msg[] =
       "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/resources/list_changed\"}";
-  /* Kept in the ring without a stream: the next stream delivers it. */
   if (session_send(s, msg, sizeof(msg) - 1, true) != 0) {
     /* kept: cannot fail */
   }
+  if (s->undelivered > 0) s->list_pending = true;
+}
+
+/*
+ * After a resumption from the audit log, which passes over the ring's
+ * unsent frames: the notices they held, sent again (after the updates).
+ */
+static void subs_send_notices(worker_t *w, session_t *s) {
+  bool list_changed;
+  session_ended *e = session_notices_take(s, &list_changed);
+  for (size_t i = 0; e != NULL && i < e->n; i++)
+    end_to_session(w, s, e->items[i].uri, e->items[i].reason);
+  if (list_changed) subs_tell_session(s, NULL);
+  session_ended_destroy(e);
 }
 
 static void subs_on_schema_change(void *data) {
@@ -1649,6 +1692,15 @@ int subs_resolve_for(worker_t *w, const auth_principal *p, const char *text, uns
   return 0;
 }
 
+/* The reason a tombstone of a session row's list gives (subs_list_prune), or NULL. */
+static const char *row_ended_reason(const cJSON *item) {
+  const cJSON *opts =
+      cJSON_IsObject(item) ? cJSON_GetObjectItemCaseSensitive(item, "debounce") : NULL;
+  const cJSON *why =
+      cJSON_IsObject(opts) ? cJSON_GetObjectItemCaseSensitive(opts, SUBS_ROW_ENDED) : NULL;
+  return cJSON_IsString(why) ? why->valuestring : NULL;
+}
+
 char *subs_list_prune(const char *base, store_t *st, const char *json) {
   cJSON *list = cJSON_Parse(json != NULL ? json : "[]");
   if (!cJSON_IsArray(list)) {
@@ -1659,12 +1711,21 @@ char *subs_list_prune(const char *base, store_t *st, const char *json) {
   for (cJSON *item = list->child, *next; item != NULL; item = next) {
     next = item->next;
     const cJSON *text = cJSON_IsObject(item) ? cJSON_GetObjectItemCaseSensitive(item, "uri") : item;
+    if (row_ended_reason(item) != NULL) continue; /* ended already: stays so */
     uri_t u;
     if (cJSON_IsString(text) && subs_resolve_in(base, st, text->valuestring, &u) == 0) {
       uri_finish(&u);
       continue;
     }
-    cJSON_Delete(cJSON_DetachItemViaPointer(list, item));
+    if (cJSON_IsString(text)) {
+      cJSON *tomb = cJSON_CreateObject();
+      cJSON_AddStringToObject(tomb, "uri", text->valuestring);
+      cJSON *opts = cJSON_AddObjectToObject(tomb, "debounce");
+      cJSON_AddStringToObject(opts, SUBS_ROW_ENDED, gone_reason_in(base, st, text->valuestring));
+      if (!cJSON_ReplaceItemViaPointer(list, item, tomb)) abort(); /* item is list's */
+    } else {
+      cJSON_Delete(cJSON_DetachItemViaPointer(list, item)); /* not a URI: nothing to tell */
+    }
     changed = true;
   }
   char *out = changed ? cJSON_PrintUnformatted(list) : NULL;
@@ -1834,6 +1895,14 @@ void subs_session_drop(worker_t *w, session_t *s) {
   subs_update_active(w);
 }
 
+/*
+ * Restores the subscriptions of a session's row. Each that no longer
+ * resolves (or that the prune of a schema change left as a tombstone,
+ * subs_list_prune) ends as a live one does: one last update, kept for the
+ * next stream, and gone from the row. This process cannot know which
+ * list_changed the session heard before it: it gets one (a spare one is
+ * harmless, a lost one is not).
+ */
 void subs_session_restore(worker_t *w, session_t *s, const auth_principal *p,
                           const char *subscriptions) {
   cJSON *list = cJSON_Parse(subscriptions != NULL ? subscriptions : "[]");
@@ -1844,14 +1913,27 @@ void subs_session_restore(worker_t *w, session_t *s, const auth_principal *p,
     char *key;
     /* A URI, or {"uri": U, "debounce": {...}} for a subscription with its own debounce. */
     const cJSON *text = cJSON_IsObject(item) ? cJSON_GetObjectItemCaseSensitive(item, "uri") : item;
+    if (!cJSON_IsString(text)) {
+      dropped++;
+      continue;
+    }
+    const char *ended = row_ended_reason(item);
+    if (ended != NULL) {
+      end_to_session(w, s, text->valuestring, ended);
+      dropped++;
+      continue;
+    }
     debounce_t d;
     char why[160];
     const cJSON *debounce =
         cJSON_IsObject(item) ? cJSON_GetObjectItemCaseSensitive(item, "debounce") : NULL;
-    if (debounce_parse(debounce, &d, why, sizeof(why)) != 0 || !cJSON_IsString(text) ||
+    if (debounce_parse(debounce, &d, why, sizeof(why)) != 0 ||
         s->n_subs >= w->cfg->max_subscriptions ||
         subs_resolve_for(w, p, text->valuestring, AUTH_SUBSCRIBE, &u, &key) != 0) {
-      dropped++; /* no longer subscribable (a dropped table or column, a grant taken away) */
+      /* No longer subscribable (a dropped table or column, a grant taken away, a lower limit). */
+      end_to_session(w, s, text->valuestring,
+                     gone_reason_in(w->cfg->public_url, w->store, text->valuestring));
+      dropped++;
       continue;
     }
     if (session_sub_find(s, text->valuestring) == NULL) {
@@ -1863,6 +1945,7 @@ void subs_session_restore(worker_t *w, session_t *s, const auth_principal *p,
   }
   cJSON_Delete(list);
   if (dropped > 0) session_persist_subs(w, s);
+  subs_tell_session(s, NULL);
   subs_update_active(w);
 }
 
@@ -2127,20 +2210,27 @@ void subs_stream_open(worker_t *w, session_t *s, http_conn_t *c, const char *las
   http_stream_exempt(c, true);
   size_t id_len = last_event_id != NULL ? strlen(last_event_id) : 0;
   frame_pos after;
+  bool recovered = false;
   if (last_event_id != NULL && session_replay_after(s, last_event_id, id_len)) {
     /* Exact: the ring still held it. */
   } else if (last_event_id != NULL && frame_id_parse(last_event_id, id_len, &after) == 0) {
-    s->undelivered = 0; /* the audit log covers them */
+    s->undelivered = 0; /* the audit log covers the updates; the notices follow them */
     subs_session_recover(w, s, after, false);
+    recovered = true;
   } else if (s->lost) {
     /* No id (or one we did not mint), and updates fell off the ring unsent. */
     s->undelivered = 0;
     subs_session_recover(w, s, s->lost_from, true);
+    recovered = true;
   } else {
     /* A first stream, or an id we cannot place: what no stream has taken yet. */
     session_replay_undelivered(s);
   }
   s->lost = false;
+  if (recovered)
+    subs_send_notices(w, s); /* the ring's unsent notices, passed over above */
+  else if (s->undelivered == 0)
+    session_notices_clear(s); /* the ring held every unsent frame: they went out */
   session_stream_prime(s);
   /* The recovery may have waited for the database (lane.h): the stream may be gone since. */
   if (s->stream == c) http_stream_exempt(c, false);

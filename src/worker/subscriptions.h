@@ -31,6 +31,8 @@
  * URI stopped resolving (a dropped table or column); its value says why.
  */
 #define SUBS_META_ENDED "io.mcpsub/subscriptionEnded"
+/* The member of a stored subscription's options that makes it a tombstone (subs_list_prune). */
+#define SUBS_ROW_ENDED "ended"
 
 /* Longest record key a subscribed URI may name (bytes, decoded), as the tools' keys. */
 #define SUBS_KEY_MAX 511
@@ -87,9 +89,12 @@ const store_table *subs_find_table(worker_t *w, const char *name);
 /* subs_resolve against base (the public URL) and st's schema (any thread's connection). */
 int subs_resolve_in(const char *base, store_t *st, const char *text, uri_t *u) MCPSUB_NODISCARD;
 /*
- * A session row's subscription list (JSON) without the URIs that no longer
- * resolve against st's schema (a dropped table or column): a new string,
- * or NULL when nothing is to be dropped.
+ * A session row's subscription list (JSON) with each URI that no longer
+ * resolves against st's schema (a dropped table or column) made a
+ * tombstone, {"uri": U, "debounce": {"ended": why}}: the session, restored
+ * later, hears that the subscription ended and why (subs_session_restore),
+ * and a table created again does not bring it back. A new string, or NULL
+ * when nothing changes.
  */
 char *subs_list_prune(const char *base, store_t *st, const char *json);
 

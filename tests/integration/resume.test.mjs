@@ -6,10 +6,14 @@
 // rows, an id the server cannot parse, a slow reader cut at
 // --max-stream-queue that reconnects and misses nothing, coalescing with
 // --coalesce-ms, and notifications/resources/list_changed when the
-// exported tables change.
+// exported tables change. Notices no stream took are never lost:
+// list_changed and a subscription's ended notice reach the next stream
+// after more than 100 later events left the ring, after a worker kill or
+// a restart, and for a session live nowhere when its table was dropped.
 
 import test, { before, after } from 'node:test';
 import assert from 'node:assert/strict';
+import fs from 'node:fs';
 
 import { startServer, getStatus } from './lib/server.mjs';
 import { McpSession } from './lib/mcp.mjs';
@@ -201,16 +205,23 @@ test('restart on the same database: subscriptions restored, the gap recovered fr
       [note1, note1],
       [note2, note2],
     ];
-    assert.deepEqual(sortedPairs(st2.updates()), want.map(key).sort(), st2.describe());
+    // The dropped table's subscriber hears once that its subscription ended, after the
+    // recovered updates (the restored session lost it at the restore).
+    const ended = st2.updates().filter((e) => e.json.params._meta);
+    assert.deepEqual(ended.map((e) => [e.json.params.uri, e.json.params._meta['io.mcpsub/subscriptionEnded']]),
+      [[extra, 'its table no longer exists']], st2.describe());
+    const recovered = st2.updates().filter((e) => !e.json.params._meta);
+    assert.deepEqual(sortedPairs(recovered), want.map(key).sort(), st2.describe());
+    assert.ok(st2.events.indexOf(ended[0]) > st2.events.indexOf(recovered.at(-1)), 'the end follows the recovered updates');
     // Each recovered update is named by the newest change of its URI, in commit order, so
     // that a client cut off in the middle resumes from exactly there.
-    for (const e of st2.updates()) {
+    for (const e of recovered) {
       assert.match(e.id, /^\d+-t\d+$/, 'recovered updates carry t ids');
       const [table, key] = decodeURIComponent(e.json.params.uri.slice(B.length + 1)).split('/');
       const newest = sqliteRows(server.dbPath, `SELECT max(seq) AS s FROM audit_log WHERE tbl = '${table}' AND key = '${key}'`)[0].s;
       assert.equal(idSeq(e.id), newest, `${e.id} names the newest change of ${e.json.params.uri}`);
     }
-    const seqs2 = st2.updates().map((e) => idSeq(e.id));
+    const seqs2 = recovered.map((e) => idSeq(e.id));
     assert.deepEqual(seqs2, [...seqs2].sort((x, y) => x - y), `recovered in commit order: ${seqs2}`);
     // The dropped table's subscription is gone, on the live session and on its row (which
     // the writer rewrites after the restore, without the request waiting for it).
@@ -220,7 +231,7 @@ test('restart on the same database: subscriptions restored, the gap recovered fr
     await waitFor(() => rowSubs() === wantSubs, { timeoutMs: 5000, message: `the row's subscriptions to be ${wantSubs}: ${rowSubs()}` });
     // Live again on the new process.
     await rest(server.port, 'PATCH', '/Product/A-100', { price_cents: 4999 });
-    await st2.waitUpdates(want.length + 2);
+    await st2.waitUpdates(want.length + 3);
     st2.close();
     await s.delete();
     await waitStatus(server.port, { sessions: 0, streams: 0, subscriptions: 0 });
@@ -609,7 +620,18 @@ test('a dropped table ends its subscriptions visibly: one last update with the r
   }
 });
 
-test('a table dropped while its subscriber is not live on any worker: the row forgets it, and a table created again does not bring it back', async () => {
+const ENDED = 'io.mcpsub/subscriptionEnded';
+const endedOf = (st) => st.updates().filter((e) => e.json.params._meta?.[ENDED]).map((e) => [e.json.params.uri, e.json.params._meta[ENDED]]);
+const indexOf = (st, pred) => st.events.findIndex((e) => e.json && pred(e.json));
+const lastIndexOf = (st, pred) => st.events.findLastIndex((e) => e.json && pred(e.json));
+
+/* n inserts into StockEvent in one transaction, ids from first. */
+function stockEvents(db, first, n) {
+  const rows = Array.from({ length: n }, (_, i) => `(${first + i}, 'A-100', ${i})`).join(', ');
+  sqlite(db, `INSERT INTO StockEvent (id, sku, delta) VALUES ${rows}`);
+}
+
+test('a table dropped while its subscriber is not live on any worker: one ended notice with the reason on the resumed stream; a table created again does not bring it back, subscribing again does', async () => {
   let server = await startServer();
   const B = server.base;
   const s = await McpSession.open(server.port);
@@ -618,27 +640,185 @@ test('a table dropped while its subscriber is not live on any worker: the row fo
     await s.result('ping', {});
     await subscribe(s, `${B}/Cam`);
     await subscribe(s, `${B}/Product/A-100`);
+    const st = await openPrimed(server, s);
+    const last = st.lastId;
+    st.close();
     // A new process: the session lives only in its row now.
     server = await restartServer(server);
     sqlite(server.dbPath, 'DROP TABLE Cam');
     const other = await McpSession.open(server.port); // a request notices the schema change
     // (PostgreSQL reads its catalog at most every 500 ms: a later request notices it there)
+    // The row keeps the ended subscription as a tombstone, with its reason, for the session.
+    const ended = () => JSON.parse(sessionRow(server.dbPath, s.id).subscriptions).filter((x) => x.debounce?.ended);
     await waitFor(
       async () => {
         await other.result('ping', {});
-        return JSON.parse(sessionRow(server.dbPath, s.id).subscriptions).length === 1;
+        return ended().length === 1;
       },
-      { intervalMs: 100, message: 'the row to forget the dropped table' },
+      { intervalMs: 100, message: 'the row to mark the dropped table\'s subscription ended' },
     );
+    assert.deepEqual(ended(), [{ uri: `${B}/Cam`, debounce: { ended: 'its table no longer exists' } }]);
     sqlite(server.dbPath, 'CREATE TABLE Cam (id INTEGER PRIMARY KEY, v TEXT)');
     await other.result('ping', {});
-    const st = await openPrimed(server, s); // restored from its row
+    await sleep(600); // PostgreSQL: the catalog read again
+    await other.result('ping', {});
+    const st2 = await openPrimed(server, s, last); // restored from its row, resumed with Last-Event-ID
+    await st2.waitUntil((x) => endedOf(x).length === 1, { timeoutMs: 2500, what: 'the ended notice' });
+    assert.deepEqual(endedOf(st2), [[`${B}/Cam`, 'its table no longer exists']], st2.describe());
     sqlite(server.dbPath, "INSERT INTO Cam VALUES (1, 'a'); UPDATE Product SET price_cents = 5 WHERE sku = 'A-100'");
-    await st.waitUpdates(1, `${B}/Product/A-100`, { timeoutMs: 2500 });
+    await st2.waitUpdates(1, `${B}/Product/A-100`, { timeoutMs: 2500 });
     await sleep(300);
-    assert.deepEqual(st.updates().map((e) => e.json.params.subscribedUri), [`${B}/Product/A-100`], st.describe());
-    st.close();
+    assert.deepEqual(st2.updates().filter((e) => !e.json.params._meta).map((e) => e.json.params.subscribedUri), [`${B}/Product/A-100`], st2.describe());
+    await waitFor(() => JSON.stringify(JSON.parse(sessionRow(server.dbPath, s.id).subscriptions)) === JSON.stringify([`${B}/Product/A-100`]),
+      { timeoutMs: 5000, message: 'the row to list the live subscription only' });
+    // Subscribing again to the table created again works.
+    await subscribe(s, `${B}/Cam`);
+    sqlite(server.dbPath, "INSERT INTO Cam VALUES (2, 'b')");
+    await st2.waitUpdates(1, `${B}/Cam`, { timeoutMs: 2500 });
+    assert.equal(endedOf(st2).length, 1, 'one ended notice, never again');
+    st2.close();
     await other.delete();
+  } finally {
+    await server.stop();
+  }
+});
+
+test('a filter on a column that is dropped ends the subscription: one last update with the reason', async () => {
+  const server = await startServer();
+  const B = server.base;
+  const s = await McpSession.open(server.port);
+  try {
+    sqlite(server.dbPath, "CREATE TABLE Tint (id INTEGER PRIMARY KEY, color TEXT, v TEXT); INSERT INTO Tint VALUES (1, 'red', 'a')");
+    await s.result('ping', {});
+    await subscribe(s, `${B}/Tint?color=red`);
+    await subscribe(s, `${B}/Tint/1`);
+    const st = await openPrimed(server, s);
+    // SQLite will not drop a column its audit triggers name: they go first (mcpsubd puts them back).
+    if (!PG_MODE) {
+      const triggers = sqliteRows(server.dbPath, "SELECT name FROM sqlite_master WHERE type = 'trigger' AND tbl_name = 'Tint'");
+      sqlite(server.dbPath, `${triggers.map((t) => `DROP TRIGGER "${t.name}";`).join(' ')} ALTER TABLE Tint DROP COLUMN color`);
+    } else {
+      sqlite(server.dbPath, 'ALTER TABLE Tint DROP COLUMN color');
+    }
+    await waitFor(async () => {
+      await s.result('ping', {});
+      return endedOf(st).length === 1;
+    }, { intervalMs: 100, message: 'the ended notice' });
+    assert.deepEqual(endedOf(st), [[`${B}/Tint?color=red`, 'a column it filters on no longer exists']], st.describe());
+    const e = st.updates().find((x) => x.json.params._meta);
+    assert.equal(e.json.params.subscribedUri, `${B}/Tint?color=red`);
+    // The record's subscription lives on; the filter's is gone.
+    if (!PG_MODE) {
+      await waitFor(() => sqliteRows(server.dbPath, "SELECT name FROM sqlite_master WHERE type = 'trigger' AND tbl_name = 'Tint'").length > 0,
+        { message: 'the audit triggers back' });
+    }
+    sqlite(server.dbPath, "UPDATE Tint SET v = 'b' WHERE id = 1");
+    await st.waitUpdates(1, `${B}/Tint/1`, { timeoutMs: 2500 });
+    await sleep(300);
+    assert.equal(st.updates().filter((x) => x.json.params.subscribedUri === `${B}/Tint?color=red`).length, 1, st.describe());
+    st.close();
+  } finally {
+    await server.stop();
+  }
+});
+
+test('list_changed that left the ring unsent (150 updates queued before the stream opens) still reaches the stream, once, after the updates', async () => {
+  const server = await startServer();
+  const B = server.base;
+  const s = await McpSession.open(server.port);
+  try {
+    await subscribe(s, `${B}/StockEvent`);
+    sqlite(server.dbPath, 'CREATE TABLE Widget (id INTEGER PRIMARY KEY, v TEXT)');
+    await s.result('ping', {}); // noticed: list_changed kept for the session
+    stockEvents(server.dbPath, 5000, 150);
+    await caughtUp(server);
+    const st = await openPrimed(server, s);
+    await st.waitUpdates(150, `${B}/StockEvent`, { timeoutMs: 5000 });
+    await st.waitUntil((x) => x.messages(LIST_CHANGED).length === 1, { timeoutMs: 2500, what: 'the list_changed' });
+    await sleep(200);
+    assert.equal(st.messages(LIST_CHANGED).length, 1, st.describe());
+    assert.ok(indexOf(st, (m) => m.method === LIST_CHANGED) > lastIndexOf(st, (m) => m.params?.subscribedUri === `${B}/StockEvent`), 'after the updates');
+    st.close();
+  } finally {
+    await server.stop();
+  }
+});
+
+test('an ended notice that left the ring unsent (150 updates queued after the drop) still reaches the stream, once', async () => {
+  const server = await startServer();
+  const B = server.base;
+  sqlite(server.dbPath, 'CREATE TABLE Gear (id INTEGER PRIMARY KEY, v TEXT)');
+  const s = await McpSession.open(server.port);
+  try {
+    await s.result('ping', {});
+    await subscribe(s, `${B}/Gear`);
+    await subscribe(s, `${B}/StockEvent`);
+    sqlite(server.dbPath, 'DROP TABLE Gear');
+    await waitFor(async () => {
+      await s.result('ping', {});
+      return (await getStatus(server.port)).subscriptions === 1;
+    }, { intervalMs: 100, message: 'the drop noticed' });
+    stockEvents(server.dbPath, 6000, 150);
+    await caughtUp(server);
+    const st = await openPrimed(server, s);
+    await st.waitUpdates(150, `${B}/StockEvent`, { timeoutMs: 5000 });
+    await st.waitUntil((x) => endedOf(x).length === 1 && x.messages(LIST_CHANGED).length === 1, { timeoutMs: 2500, what: 'the ended notice and list_changed' });
+    await sleep(200);
+    assert.deepEqual(endedOf(st), [[`${B}/Gear`, 'its table no longer exists']], st.describe());
+    assert.equal(st.messages(LIST_CHANGED).length, 1, st.describe());
+    // Resumed again from the stream's last id: nothing is told twice.
+    const last = st.lastId;
+    st.close();
+    const st2 = await openPrimed(server, s, last);
+    await sleep(300);
+    assert.equal(st2.updates().length + st2.messages(LIST_CHANGED).length, 0, st2.describe());
+    st2.close();
+  } finally {
+    await server.stop();
+  }
+});
+
+/* A session whose stream has closed hears of a table created since, through a restart or kill. */
+async function listChangedAcross(server, s, crash) {
+  const st = await openPrimed(server, s);
+  const last = st.lastId;
+  st.close();
+  await waitStatus(server.port, { streams: 0 });
+  sqlite(server.dbPath, 'CREATE TABLE Spindle (id INTEGER PRIMARY KEY, v TEXT)');
+  await s.result('ping', {}); // noticed: list_changed kept in the ring only
+  server = await crash(server);
+  const st2 = await waitFor(async () => {
+    try {
+      return await openPrimed(server, s, last);
+    } catch {
+      return undefined;
+    }
+  }, { timeoutMs: 10000, message: 'the stream back' });
+  await st2.waitUntil((x) => x.messages(LIST_CHANGED).length === 1, { timeoutMs: 2500, what: 'the list_changed' });
+  st2.close();
+  return server;
+}
+
+test('list_changed pending when the worker is killed (SIGKILL): the restored session still gets it', async () => {
+  const server = await startServer();
+  const s = await McpSession.open(server.port);
+  try {
+    await listChangedAcross(server, s, async (srv) => {
+      const [worker] = fs.readFileSync(`/proc/${srv.child.pid}/task/${srv.child.pid}/children`, 'utf8').trim().split(/\s+/).map(Number);
+      assert.ok(worker, 'a worker process');
+      process.kill(worker, 'SIGKILL');
+      return srv;
+    });
+  } finally {
+    await server.stop();
+  }
+});
+
+test('list_changed pending at a clean restart: the restored session still gets it', async () => {
+  let server = await startServer();
+  const s = await McpSession.open(server.port);
+  try {
+    server = await listChangedAcross(server, s, (srv) => restartServer(srv));
   } finally {
     await server.stop();
   }
