@@ -3,11 +3,12 @@
  * wait_and_read) into a uri_t, and formatting the canonical text we send
  * back in lists and notifications. Every URI a peer sends passes through
  * uri_parse, so it is strict: bounded length, bounded filters, no
- * ambiguous shapes (unencoded '/' in a key, repeated parameters, a
- * fragment), and it never consults the schema — table and column names
+ * ambiguous shapes (unencoded '/' in a key, a repeated _limit or _cursor,
+ * a fragment), and it never consults the schema — table and column names
  * are checked by the caller against the store. Canonical form: table, key,
  * filter names and values percent-encoded with only RFC 3986 unreserved
- * characters left bare, filters sorted by column, then _limit and _cursor;
+ * characters left bare, filters sorted by column (then operator and
+ * value), then _limit and _cursor;
  * uri_format(uri_parse(x)) is a fixed point.
  */
 #include "common/uri.h"
@@ -285,14 +286,23 @@ static int uri_parse_filter_value(const char *v, size_t len, uri_filter *f) {
   return 0;
 }
 
+/*
+ * Filters in the order of their columns, those of one column (a range,
+ * several exclusions) by operator, then value: one order whatever the
+ * query's, for the canonical form.
+ */
 static int uri_filter_cmp(const void *a, const void *b) {
   const uri_filter *fa = a, *fb = b;
-  return strcmp(fa->column, fb->column);
+  int c = strcmp(fa->column, fb->column);
+  if (c != 0) return c;
+  if (fa->op != fb->op) return fa->op < fb->op ? -1 : 1;
+  return strcmp(fa->value, fb->value);
 }
 
 /*
  * Parses one "name=value" query parameter (undecoded, len bytes) into out:
- * _limit, _cursor or a filter. Rejects repeats, empty names, bad escapes.
+ * _limit, _cursor or a filter. Rejects a repeated _limit or _cursor, empty
+ * names, bad escapes.
  */
 static int uri_parse_param(const char *p, size_t len, uri_t *out) {
   const char *eq = memchr(p, '=', len);
@@ -305,13 +315,8 @@ static int uri_parse_param(const char *p, size_t len, uri_t *out) {
     goto out;
   }
   if (strcmp(name, "_limit") != 0 && strcmp(name, "_cursor") != 0) {
-    /* A filter: its value has a grammar of its own, read before decoding. */
-    for (size_t i = 0; i < out->n_filters; i++) {
-      if (strcmp(out->filters[i].column, name) == 0) {
-        rc = uri_fail("a filter column is repeated");
-        goto out;
-      }
-    }
+    /* A filter (a column may have several, all of which hold: a range): its value has a
+     * grammar of its own, read before decoding. */
     if (out->n_filters == URI_MAX_FILTERS) {
       rc = uri_fail("more than 16 filters");
       goto out;

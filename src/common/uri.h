@@ -16,8 +16,9 @@
  *   mcpsub://schema/{Table}        metadata
  *
  * In a collection URI, the reserved query parameters "_limit" and
- * "_cursor" page a read; they are not filters. A parameter repeated, an
- * empty name, or a "/" in a table name is malformed.
+ * "_cursor" page a read; they are not filters. Either of them repeated, an
+ * empty name, or a "/" in a table name is malformed; a column may have
+ * several filters, all of which hold (a range: ?n=ge=1&n=lt=9).
  */
 #ifndef MCPSUB_URI_H
 #define MCPSUB_URI_H

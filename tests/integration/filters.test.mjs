@@ -138,6 +138,13 @@ const ALL_CASES = [
   ['tag=eq=red|blue', [1, 4, 5]], // equality spelled out: the same filter
   ['name=eq=apple', [1]],
   ['qty=eq=10', [2]],
+  // Several filters on one column, all of which hold: ranges, exclusions, none at all.
+  ['qty=ge=5&qty=lt=11', [2, 3, 6]],
+  ['qty=gt=3&qty=le=7&qty=ne=5', [3]],
+  ['name=ge=b&name=lt=c', [3]],
+  ['tag=ne=red&tag=ne=blue', [2, 3, 6]],
+  ['qty=3&qty=10', []],
+  ['name=sw=ap&name=ct=ri', [2]],
   ['tag=a%7Cb', [6]], // a literal '|'
   ['qty=3|12', [1, 5]],
   ['qty=gt=4&tag=red', [5]],
@@ -249,10 +256,15 @@ test('random rows and random filters: reads and subscriptions agree on every one
     'NaN', 'Infinity'];
   const ops = ['', 'ne=', 'gt=', 'ge=', 'lt=', 'le=', 'sw=', 'ct=', 'in'];
   const queries = new Set();
-  while (queries.size < 80) {
+  const one = () => {
     const op = pick(ops);
-    const value = op === 'in' ? `${pick(values)}|${pick(values)}` : `${op}${pick(values)}`;
-    queries.add(`${pick(cols)}=${value}`);
+    return op === 'in' ? `${pick(values)}|${pick(values)}` : `${op}${pick(values)}`;
+  };
+  while (queries.size < 80) queries.add(`${pick(cols)}=${one()}`);
+  // Two filters on one column (a range, an exclusion and a bound, ...): both must hold.
+  while (queries.size < 130) {
+    const c = pick(cols);
+    queries.add(`${c}=${one()}&${c}=${one()}`);
   }
   const s = await McpSession.open(srv.port);
   try {
@@ -264,7 +276,7 @@ test('random rows and random filters: reads and subscriptions agree on every one
       want.set(q, res.json().map((r) => r.id).sort((a, b) => a - b));
       assert.deepEqual(await s.result('resources/subscribe', { uri: `${srv.base}/Rnd?${q}` }), {}, q);
     }
-    assert.ok(want.size > 60, `${want.size} filters parsed`);
+    assert.ok(want.size > 100, `${want.size} filters parsed`);
     const st = await EventStream.open(srv.port, s.id);
     await st.waitPrimed();
     sqlite(srv.dbPath, 'UPDATE Rnd SET touch = touch + 1');

@@ -182,9 +182,16 @@ test('resources/read with a non-numeric _limit -> -32602', async () => {
   assert.equal(err.code, -32602);
 });
 
-test('resources/read with a repeated filter parameter -> -32602', async () => {
-  const err = await s.error('resources/read', { uri: `${srv.base}/Product?category=tools&category=home` });
-  assert.equal(err.code, -32602);
+test('resources/read with two filters on one column: both hold (two equalities match nothing, a range what is between)', async () => {
+  const { value: none } = await s.readJson(`${srv.base}/Product?category=tools&category=home`);
+  assert.deepEqual(none, []);
+  const { value: all } = await s.readJson(`${srv.base}/Product`);
+  const { value: between } = await s.readJson(`${srv.base}/Product?price_cents=lt=2000&price_cents=ge=500`);
+  const want = all.filter((r) => r.price_cents >= 500 && r.price_cents < 2000).map((r) => r.sku);
+  assert.ok(want.length > 0 && want.length < all.length, 'the range selects some rows, not all');
+  assert.deepEqual(between.map((r) => r.sku), want);
+  const repeated = await s.error('resources/read', { uri: `${srv.base}/Product?_limit=1&_limit=2` });
+  assert.equal(repeated.code, -32602);
 });
 
 test('resources/read of another base URL -> -32002', async () => {

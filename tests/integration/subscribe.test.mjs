@@ -159,7 +159,7 @@ test('a URI that is not subscribable -> -32602 "resource is not subscribable: <u
       `${B}/Product?category=tools&nope=1`,
       `${B}/Product/a/b`,
       `${B}/Product/%zz`,
-      `${B}/Product?category=a&category=b`,
+      `${B}/Product?_limit=1&_limit=2`,
       `${B}/Product#frag`,
       `${B}/`,
       `${B}`,
