@@ -289,6 +289,11 @@ static size_t tool_store_filters(tool_args *a, const uri_t *u, store_filter *fil
   return u->n_filters;
 }
 
+/* "1 row" or "N rows", then the verb as its number has it ("1 row matches", "2 rows match"). */
+static void rows_text(char *out, size_t len, long long n, const char *one, const char *many) {
+  snprintf(out, len, "%lld %s %s", n, n == 1 ? "row" : "rows", n == 1 ? one : many);
+}
+
 /*
  * With a progress token: how many rows match (in the message), then how
  * many were read; the total is the page's rows, so that the progress ends
@@ -305,10 +310,10 @@ static cJSON *tool_query_answer(mcp_reply *reply, const char *table, const char 
   char text[64];
   int rows = cJSON_GetArraySize(f->data);
   if (f->total >= 0) {
-    snprintf(text, sizeof(text), "%lld rows match", (long long)f->total);
+    rows_text(text, sizeof(text), (long long)f->total, "matches", "match");
     mcp_reply_progress(reply, 0, (double)rows, text);
   }
-  snprintf(text, sizeof(text), "%d rows read", rows);
+  rows_text(text, sizeof(text), rows, "read", "read");
   mcp_reply_progress(reply, (double)rows, (double)rows, text);
   cJSON *out = cJSON_CreateObject();
   cJSON_AddItemToObject(out, "rows", f->data);
@@ -374,8 +379,8 @@ static cJSON *tool_write_result(worker_t *w, writer_record *r, mcp_reply *reply)
   cJSON *out = cJSON_CreateObject();
   char note[600];
   if (r->where != NULL) { /* a bulk write: how many rows */
-    snprintf(note, sizeof(note), "%s %lld rows of %s", r->is_delete ? "deleted" : "updated",
-             (long long)r->changed, t->name);
+    snprintf(note, sizeof(note), "%s %lld %s of %s", r->is_delete ? "deleted" : "updated",
+             (long long)r->changed, r->changed == 1 ? "row" : "rows", t->name);
     mcp_reply_progress(reply, (double)r->changed, (double)r->changed, note);
     mcp_reply_log(w, reply, SESSION_LOG_INFO, "mcpsub.tools", note);
     cJSON_AddNumberToObject(out, r->is_delete ? "deleted" : "updated", (double)r->changed);
@@ -577,7 +582,7 @@ static cJSON *tool_bulk(mcp_call *call, tool_args *a, bool is_delete) {
     mcp_reply reply; /* the count goes first on a streamed answer */
     mcp_reply_init(&reply, call);
     char text[64];
-    snprintf(text, sizeof(text), "%lld rows match", (long long)rows);
+    rows_text(text, sizeof(text), (long long)rows, "matches", "match");
     mcp_reply_progress(&reply, 0, (double)rows, text);
     mcp_reply_finish(&reply);
   }

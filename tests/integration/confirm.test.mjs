@@ -376,7 +376,7 @@ test('query_records: the filter grammar, and progress on a streamed answer when 
     page.events().filter((m) => m.method === 'notifications/progress').map((m) => [m.params.progress, m.params.total, m.params.message]),
     [
       [0, 1, `${n} rows match`],
-      [1, 1, '1 rows read'],
+      [1, 1, '1 row read'],
     ],
   );
   const bad = await s.call('tools/call', { name: 'query_records', arguments: { table: 'Product', filter: 'price_cents=zz=1' } });
