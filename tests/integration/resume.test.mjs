@@ -800,7 +800,9 @@ async function listChangedAcross(server, s, crash) {
 }
 
 test('list_changed pending when the worker is killed (SIGKILL): the restored session still gets it', async () => {
-  const server = await startServer();
+  // One worker: the one killed is the session's, and the stream comes back only once the
+  // master has restarted it (so the stop below finds no death it has not reaped yet).
+  const server = await startServer({ args: ['--workers', '1'] });
   const s = await McpSession.open(server.port);
   try {
     await listChangedAcross(server, s, async (srv) => {
