@@ -415,18 +415,17 @@ void session_notices_add_ended(session_t *s, const char *uri, const char *reason
   e->n++;
 }
 
-void session_notices_clear(session_t *s) {
-  s->list_pending = false;
-  session_ended_destroy(s->ended);
-  s->ended = NULL;
-}
-
 session_ended *session_notices_take(session_t *s, bool *list_changed) {
   *list_changed = s->list_pending;
   s->list_pending = false;
   session_ended *e = s->ended;
   s->ended = NULL;
   return e;
+}
+
+void session_notices_clear(session_t *s) {
+  bool list_changed;
+  session_ended_destroy(session_notices_take(s, &list_changed));
 }
 
 void session_registry_keepalive(session_registry_t *reg) {
